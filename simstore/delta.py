@@ -1,0 +1,142 @@
+"""The delta: documents added since the last merge, in memory and in a log.
+
+Every change that the permutation tables do not hold yet is one record of the
+``delta`` sub-database, keyed by an 8-byte big-endian sequence number and
+written in the same transaction as the document record, so the delta is as
+durable as anything else in the store. A record is ``b"a" + id + fingerprint``
+(the document now has this fingerprint and is not in the tables) or
+``b"r" + id`` (the document left the delta). Replaying the log in order gives
+the delta; a merge writes the delta into the tables and empties the log.
+
+In memory the delta is indexed like the tables, by each table's leading
+prefix, so a query consults it with one dict look-up per table rather than a
+scan.
+"""
+
+from __future__ import annotations
+
+import struct
+from collections.abc import Iterable, Sequence
+
+import numpy as np
+
+from simstore.errors import CorruptStoreError
+from simstore.permute import Table, U64Array
+
+ADD_OP = b"a"
+REMOVE_OP = b"r"
+_ADD = struct.Struct(">cQQ")
+_REMOVE = struct.Struct(">cQ")
+_SEQ = struct.Struct(">Q")
+
+
+def encode_seq(seq: int) -> bytes:
+    return _SEQ.pack(seq)
+
+
+def encode_add(doc_id: int, fingerprint: int) -> bytes:
+    return _ADD.pack(ADD_OP, doc_id, fingerprint)
+
+
+def encode_remove(doc_id: int) -> bytes:
+    return _REMOVE.pack(REMOVE_OP, doc_id)
+
+
+def decode_op(raw: bytes) -> tuple[int, int | None]:
+    """``(doc_id, fingerprint)`` for an add, ``(doc_id, None)`` for a removal."""
+    if len(raw) == _ADD.size and raw[:1] == ADD_OP:
+        _, doc_id, fingerprint = _ADD.unpack(raw)
+        return doc_id, fingerprint
+    if len(raw) == _REMOVE.size and raw[:1] == REMOVE_OP:
+        _, doc_id = _REMOVE.unpack(raw)
+        return doc_id, None
+    raise CorruptStoreError(f"a delta log record is damaged: {bytes(raw)!r}")
+
+
+class Delta:
+    """The in-memory delta, kept in step with one snapshot of the log.
+
+    ``next_seq`` and ``merge_epoch`` name the snapshot this delta reflects: the
+    store compares them with the stored state to decide whether to replay new
+    log records (same epoch) or reload from scratch (a merge happened).
+    """
+
+    def __init__(self, tables: Sequence[Table]) -> None:
+        self.tables = tuple(tables)
+        self._suffix_bits = [table.suffix_bits for table in self.tables]
+        self.fingerprints: dict[int, int] = {}
+        self.buckets: list[dict[int, list[int]]] = [{} for _ in self.tables]
+        self.next_seq = 0
+        self.merge_epoch = -1  # matches no stored epoch, so the first read loads
+
+    def __len__(self) -> int:
+        return len(self.fingerprints)
+
+    def clear(self) -> None:
+        self.fingerprints.clear()
+        for bucket in self.buckets:
+            bucket.clear()
+
+    def put(self, doc_id: int, fingerprint: int) -> None:
+        """Record that ``doc_id`` has ``fingerprint`` (replacing any earlier one)."""
+        self.discard(doc_id)
+        self.fingerprints[doc_id] = fingerprint
+        for table, suffix_bits, bucket in zip(self.tables, self._suffix_bits, self.buckets, strict=True):
+            prefix = table.permute(fingerprint) >> suffix_bits
+            bucket.setdefault(prefix, []).append(doc_id)
+
+    def put_many(self, doc_ids: Sequence[int], fingerprints: U64Array) -> None:
+        """Vectorised :meth:`put` for a batch of new documents."""
+        for doc_id in doc_ids:
+            self.discard(doc_id)
+        self.fingerprints.update(zip(doc_ids, fingerprints.tolist(), strict=True))
+        for table, suffix_bits, bucket in zip(self.tables, self._suffix_bits, self.buckets, strict=True):
+            prefixes = (table.permute_array(fingerprints) >> np.uint64(suffix_bits)).tolist()
+            for prefix, doc_id in zip(prefixes, doc_ids, strict=True):
+                bucket.setdefault(prefix, []).append(doc_id)
+
+    def discard(self, doc_id: int) -> None:
+        """Forget ``doc_id`` if the delta holds it."""
+        fingerprint = self.fingerprints.pop(doc_id, None)
+        if fingerprint is None:
+            return
+        for table, suffix_bits, bucket in zip(self.tables, self._suffix_bits, self.buckets, strict=True):
+            prefix = table.permute(fingerprint) >> suffix_bits
+            members = bucket[prefix]
+            members.remove(doc_id)
+            if not members:
+                del bucket[prefix]
+
+    def apply(self, records: Iterable[tuple[bytes, bytes]]) -> None:
+        """Replay log records ``(seq, op)`` in order."""
+        for raw_seq, raw_op in records:
+            doc_id, fingerprint = decode_op(raw_op)
+            if fingerprint is None:
+                self.discard(doc_id)
+            else:
+                self.put(doc_id, fingerprint)
+            self.next_seq = _SEQ.unpack(raw_seq)[0] + 1
+
+    def matches(self, query_permuted: Sequence[int], query: int, k: int) -> dict[int, int]:
+        """Documents within ``k`` bits of ``query``: ``{doc_id: distance}``.
+
+        ``query_permuted`` holds the query's permuted key for every table.
+        """
+        found: dict[int, int] = {}
+        fingerprints = self.fingerprints
+        for permuted, suffix_bits, bucket in zip(
+            query_permuted, self._suffix_bits, self.buckets, strict=True
+        ):
+            members = bucket.get(permuted >> suffix_bits)
+            if members:
+                for doc_id in members:
+                    distance = (fingerprints[doc_id] ^ query).bit_count()
+                    if distance <= k:
+                        found[doc_id] = distance
+        return found
+
+    def arrays(self) -> tuple[U64Array, U64Array]:
+        """The delta's ``(doc_ids, fingerprints)`` as uint64 arrays."""
+        doc_ids = np.fromiter(self.fingerprints.keys(), dtype=np.uint64, count=len(self.fingerprints))
+        fingerprints = np.fromiter(self.fingerprints.values(), dtype=np.uint64, count=len(self.fingerprints))
+        return doc_ids, fingerprints

@@ -1,0 +1,86 @@
+"""The exception hierarchy.
+
+Every error simstore raises on purpose derives from :class:`SimstoreError`.
+Where an error resembles a standard one it mixes that type in too, so callers
+may catch either: a missing store is also a :class:`FileNotFoundError`, a
+missing document also a :class:`KeyError`, a bad argument also a
+:class:`ValueError` or :class:`TypeError`.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from typing import Any
+
+
+class SimstoreError(Exception):
+    """Base class of every error simstore raises on purpose."""
+
+
+class InvalidValueError(SimstoreError, ValueError):
+    """An argument has the right type but an unusable value (a fingerprint
+    outside 0..2**64-1, a k larger than the store's, an empty key list)."""
+
+
+class InvalidTypeError(SimstoreError, TypeError):
+    """An argument has a type simstore does not accept."""
+
+
+class KeyNotFoundError(SimstoreError, KeyError):
+    """The store holds no document under this key."""
+
+    def __str__(self) -> str:
+        # KeyError.__str__ repr()s its argument; a message reads better.
+        return str(self.args[0]) if self.args else "key not found"
+
+
+class StoreNotFoundError(SimstoreError, FileNotFoundError):
+    """The store file does not exist and the open mode does not create it."""
+
+
+class NotAStoreError(SimstoreError, ValueError):
+    """The file exists but is not a simstore store (not LMDB, or LMDB written
+    by another program). The file is left untouched."""
+
+
+class CorruptStoreError(SimstoreError):
+    """The store file is a simstore store but its contents are damaged."""
+
+
+class FormatVersionError(SimstoreError):
+    """The store was written by a newer simstore whose format this version
+    cannot read safely."""
+
+
+class ParameterMismatchError(SimstoreError, ValueError):
+    """Parameters passed to :func:`simstore.open` disagree with the ones
+    stored in the file. ``differences`` maps each parameter name to the pair
+    ``(stored, requested)``."""
+
+    def __init__(self, differences: Mapping[str, tuple[Any, Any]]) -> None:
+        self.differences = dict(differences)
+        listed = "; ".join(
+            f"{name}: stored {stored!r}, requested {requested!r}"
+            for name, (stored, requested) in sorted(self.differences.items())
+        )
+        super().__init__(
+            f"parameters differ from the ones stored in the file ({listed}); "
+            "pass None (or omit them) to use the stored values"
+        )
+
+
+class ReadOnlyError(SimstoreError, PermissionError):
+    """A write was attempted on a store opened read-only."""
+
+
+class StoreClosedError(SimstoreError, ValueError):
+    """An operation was attempted on a closed store."""
+
+
+class StoreFullError(SimstoreError, OSError):
+    """The store cannot grow: the disk is full or ``max_map_size`` is reached.
+    The failed operation changed nothing."""
+
+
+class StoreLockedError(SimstoreError, OSError):
+    """The store's lock file could not be created or used."""

@@ -1,0 +1,162 @@
+"""The on-disk format: its version, the meta record, and compatibility checks.
+
+The meta record is one msgpack map stored under ``META_KEY`` in the ``meta``
+sub-database. It holds every parameter that shapes the stored keys, so a
+reopened store never depends on defaults that a later simstore might change:
+the format name and version, ``k``, ``blocks`` and the explicit bit order and
+prefix length of every table (see :mod:`simstore.permute`). The store's
+counters live beside it under ``STATE_KEY`` as three big-endian uint64s.
+
+Nothing here does I/O.
+"""
+
+from __future__ import annotations
+
+import struct
+from collections.abc import Mapping
+from dataclasses import dataclass
+from typing import Any
+
+import msgpack
+
+from simstore.errors import (
+    CorruptStoreError,
+    FormatVersionError,
+    NotAStoreError,
+    ParameterMismatchError,
+)
+from simstore.permute import MAX_TABLES, Table, validate_k
+
+FORMAT_NAME = "simstore"
+FORMAT_VERSION = 1
+
+META_KEY = b"meta"
+STATE_KEY = b"state"
+
+# Limits keep a damaged or hostile meta record from costing unbounded memory.
+MAX_META_BYTES = 1 << 20
+
+
+@dataclass(frozen=True)
+class StoredParams:
+    """Everything in the meta record: the parameters that shape the keys."""
+
+    k: int
+    blocks: int
+    tables: tuple[Table, ...]
+    fingerprinter: Mapping[str, Any] | None = None
+    segmenter: Mapping[str, Any] | None = None
+    created_by: str = ""
+
+
+@dataclass(frozen=True)
+class State:
+    """The store's counters, rewritten by every write transaction.
+
+    ``next_id`` is the next internal document id; ``next_seq`` the next delta
+    log sequence number; ``merge_epoch`` counts merges, so another process can
+    tell that the delta log was folded into the tables and must be re-read.
+    """
+
+    next_id: int = 0
+    next_seq: int = 0
+    merge_epoch: int = 0
+
+    _STRUCT = struct.Struct(">QQQ")
+
+    def encode(self) -> bytes:
+        return self._STRUCT.pack(self.next_id, self.next_seq, self.merge_epoch)
+
+    @classmethod
+    def decode(cls, raw: bytes | None) -> State:
+        if raw is None or len(raw) != cls._STRUCT.size:
+            raise CorruptStoreError("the store's state record is missing or damaged")
+        next_id, next_seq, merge_epoch = cls._STRUCT.unpack(raw)
+        return cls(next_id, next_seq, merge_epoch)
+
+
+def encode_meta(params: StoredParams, *, version: str) -> bytes:
+    """Serialise ``params`` as the meta record."""
+    record = {
+        "format": FORMAT_NAME,
+        "version": FORMAT_VERSION,
+        "created_by": f"simstore {version}",
+        "k": params.k,
+        "blocks": params.blocks,
+        "tables": [[list(table.bit_order), table.prefix_bits] for table in params.tables],
+        "fingerprinter": dict(params.fingerprinter) if params.fingerprinter is not None else None,
+        "segmenter": dict(params.segmenter) if params.segmenter is not None else None,
+    }
+    packed: bytes = msgpack.packb(record, use_bin_type=True)
+    return packed
+
+
+def decode_meta(raw: bytes) -> StoredParams:
+    """Parse and validate a meta record.
+
+    Raises:
+        NotAStoreError: the record is not simstore's.
+        FormatVersionError: the record is from a newer format version.
+        CorruptStoreError: the record is simstore's but damaged.
+    """
+    if len(raw) > MAX_META_BYTES:
+        raise CorruptStoreError(f"the meta record is {len(raw)} bytes, more than {MAX_META_BYTES}")
+    try:
+        record = msgpack.unpackb(raw, raw=False, strict_map_key=True)
+    except Exception as exc:  # msgpack raises several unrelated types on bad input
+        raise CorruptStoreError(f"the meta record is not valid msgpack: {exc}") from exc
+    if not isinstance(record, dict) or record.get("format") != FORMAT_NAME:
+        raise NotAStoreError("the file's meta record is not a simstore meta record")
+    version = record.get("version")
+    if not isinstance(version, int) or version < 1:
+        raise CorruptStoreError(f"the meta record has an invalid format version {version!r}")
+    if version > FORMAT_VERSION:
+        raise FormatVersionError(
+            f"the store has format version {version}, but this simstore reads only "
+            f"versions up to {FORMAT_VERSION}; upgrade simstore to open it"
+        )
+    try:
+        k = validate_k(record["k"])
+        blocks = record["blocks"]
+        if not isinstance(blocks, int) or blocks < 1:
+            raise ValueError(f"blocks is {blocks!r}")
+        raw_tables = record["tables"]
+        if not isinstance(raw_tables, list) or not 1 <= len(raw_tables) <= MAX_TABLES:
+            raise ValueError("the table list is missing or has an impossible length")
+        tables = tuple(Table(tuple(bit_order), prefix_bits) for bit_order, prefix_bits in raw_tables)
+        fingerprinter = record.get("fingerprinter")
+        segmenter = record.get("segmenter")
+        if fingerprinter is not None and not isinstance(fingerprinter, dict):
+            raise ValueError("fingerprinter settings are not a map")
+        if segmenter is not None and not isinstance(segmenter, dict):
+            raise ValueError("segmenter information is not a map")
+    except (KeyError, TypeError, ValueError) as exc:
+        raise CorruptStoreError(f"the meta record is damaged: {exc}") from exc
+    return StoredParams(
+        k=k,
+        blocks=blocks,
+        tables=tables,
+        fingerprinter=fingerprinter,
+        segmenter=segmenter,
+        created_by=str(record.get("created_by", "")),
+    )
+
+
+def check_requested(stored: StoredParams, requested: Mapping[str, Any]) -> None:
+    """Refuse explicit parameters that differ from the stored ones.
+
+    ``requested`` maps a parameter name to the value the caller passed; a
+    value of ``None`` means "the file decides" and is never a difference.
+
+    Raises:
+        ParameterMismatchError: listing every difference at once.
+    """
+    differences: dict[str, tuple[Any, Any]] = {}
+    for name, value in requested.items():
+        if value is None:
+            continue
+        stored_value = getattr(stored, name)
+        if stored_value != value:
+            differences[name] = (stored_value, value)
+    if differences:
+        raise ParameterMismatchError(differences)

@@ -1,0 +1,118 @@
+"""Encoding of user keys, document records and per-document metadata.
+
+User keys are ``str``, ``bytes`` or ``int`` and come back as the type they
+went in: each is stored as its msgpack encoding, which keeps the type and is
+canonical for these three types. LMDB keys are at most 511 bytes, but URLs
+can be longer, so a key whose encoding exceeds ``MAX_DIRECT_KEY_BYTES`` is
+looked up by ``0xc1`` followed by its BLAKE2b-256 digest; ``0xc1`` is a byte
+msgpack never emits, so the two forms cannot collide.
+
+A document record is the 8-byte big-endian fingerprint followed by the
+msgpack-encoded key. Internal document ids are 8-byte big-endian integers.
+Metadata is a msgpack map kept in its own sub-database.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import struct
+from collections.abc import Mapping
+from typing import Any
+
+import msgpack
+
+from simstore.errors import CorruptStoreError, InvalidTypeError, InvalidValueError
+
+Key = str | bytes | int
+
+MAX_DIRECT_KEY_BYTES = 480
+HASHED_KEY_MARKER = b"\xc1"
+MIN_INT_KEY = -(1 << 63)
+MAX_INT_KEY = (1 << 64) - 1
+MAX_META_BYTES = 64 * 1024
+
+_U64 = struct.Struct(">Q")
+encode_id = _U64.pack
+
+
+def decode_id(raw: bytes) -> int:
+    value: int = _U64.unpack(raw)[0]
+    return value
+
+
+def pack_key(key: object) -> bytes:
+    """The msgpack encoding of a user key, after checking its type."""
+    if isinstance(key, bool) or not isinstance(key, str | bytes | int):
+        raise InvalidTypeError(f"a key must be str, bytes or int, got {type(key).__name__}")
+    if isinstance(key, int) and not MIN_INT_KEY <= key <= MAX_INT_KEY:
+        raise InvalidValueError(f"an int key must be in -2**63..2**64-1, got {key}")
+    try:
+        packed: bytes = msgpack.packb(key, use_bin_type=True)
+    except (UnicodeEncodeError, ValueError) as exc:
+        raise InvalidValueError(f"the key {key!r} cannot be stored: {exc}") from exc
+    return packed
+
+
+def lookup_key(packed_key: bytes) -> bytes:
+    """The key-table key under which a packed user key is found."""
+    if len(packed_key) <= MAX_DIRECT_KEY_BYTES:
+        return packed_key
+    return HASHED_KEY_MARKER + hashlib.blake2b(packed_key, digest_size=32).digest()
+
+
+def unpack_key(packed_key: bytes) -> Key:
+    try:
+        key = msgpack.unpackb(packed_key, raw=False)
+    except Exception as exc:  # msgpack raises several unrelated types on bad input
+        raise CorruptStoreError(f"a stored key is damaged: {exc}") from exc
+    if isinstance(key, bool) or not isinstance(key, str | bytes | int):
+        raise CorruptStoreError(f"a stored key has type {type(key).__name__}")
+    return key
+
+
+def encode_record(fingerprint: int, packed_key: bytes) -> bytes:
+    return _U64.pack(fingerprint) + packed_key
+
+
+def decode_record(raw: bytes) -> tuple[int, bytes]:
+    """``(fingerprint, packed_key)`` of a stored document record."""
+    if len(raw) < 9:
+        raise CorruptStoreError("a document record is too short")
+    fingerprint: int = _U64.unpack_from(raw)[0]
+    return fingerprint, bytes(raw[8:])
+
+
+def pack_meta(meta: object) -> bytes | None:
+    """Validate and encode per-document metadata; ``None`` means none."""
+    if meta is None:
+        return None
+    if not isinstance(meta, Mapping):
+        raise InvalidTypeError(f"meta must be a dict, got {type(meta).__name__}")
+    try:
+        packed: bytes = msgpack.packb(dict(meta), use_bin_type=True, strict_types=False)
+    except (TypeError, ValueError, OverflowError) as exc:
+        raise InvalidValueError(f"meta cannot be stored as msgpack: {exc}") from exc
+    if len(packed) > MAX_META_BYTES:
+        raise InvalidValueError(f"meta is {len(packed)} bytes once encoded; the limit is {MAX_META_BYTES}")
+    return packed
+
+
+def unpack_meta(raw: bytes | None) -> dict[str, Any] | None:
+    if raw is None:
+        return None
+    try:
+        meta = msgpack.unpackb(raw, raw=False, strict_map_key=False, max_bin_len=MAX_META_BYTES)
+    except Exception as exc:  # msgpack raises several unrelated types on bad input
+        raise CorruptStoreError(f"a document's metadata is damaged: {exc}") from exc
+    if not isinstance(meta, dict):
+        raise CorruptStoreError("a document's metadata is not a map")
+    return meta
+
+
+def sort_key(key: Key) -> tuple[int, Key]:
+    """Orders keys of mixed types: ints, then bytes, then str."""
+    if isinstance(key, int):
+        return (0, key)
+    if isinstance(key, bytes):
+        return (1, key)
+    return (2, key)

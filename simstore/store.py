@@ -1,0 +1,918 @@
+"""The Store facade and :func:`open`.
+
+A store is one LMDB file holding a meta record, a key table (user key ->
+internal id), document records (internal id -> fingerprint and key),
+per-document metadata, a delta log, and one permutation table per block
+combination (see :mod:`simstore.permute`). Writes go through
+:meth:`Store._write`, which keeps the in-memory delta in step with the file;
+reads go through :meth:`Store._read`, which brings the delta up to date with
+the snapshot before any table is consulted.
+"""
+
+from __future__ import annotations
+
+import os
+import threading
+from collections.abc import Callable, Iterable, Iterator, Mapping
+from dataclasses import dataclass, field
+from types import TracebackType
+from typing import Any, NamedTuple, TypeVar
+
+import numpy as np
+
+from simstore import _lmdb
+from simstore.delta import Delta, encode_add, encode_remove, encode_seq
+from simstore.errors import (
+    CorruptStoreError,
+    InvalidTypeError,
+    InvalidValueError,
+    KeyNotFoundError,
+    NotAStoreError,
+    ReadOnlyError,
+    StoreClosedError,
+    StoreNotFoundError,
+)
+from simstore.format import (
+    META_KEY,
+    STATE_KEY,
+    State,
+    StoredParams,
+    check_requested,
+    decode_meta,
+    encode_meta,
+)
+from simstore.params import Options
+from simstore.permute import (
+    Table,
+    U64Array,
+    as_fingerprint_array,
+    check_fingerprint,
+    default_blocks,
+    one_level_tables,
+    validate_k,
+)
+from simstore.query import permute_batch, scan_tables
+from simstore.records import (
+    Key,
+    decode_id,
+    decode_record,
+    encode_id,
+    encode_record,
+    lookup_key,
+    pack_key,
+    pack_meta,
+    sort_key,
+    unpack_key,
+    unpack_meta,
+)
+
+__version__ = "0.1.0"
+
+DEFAULT_K = 3
+MODES = ("r", "w", "c", "n")
+
+T = TypeVar("T")
+
+
+class Match(NamedTuple):
+    """A stored document within the query's distance."""
+
+    key: Key
+    distance: int
+    fingerprint: int
+
+
+class Record(NamedTuple):
+    """A stored document: its key, fingerprint and metadata (``None`` if none)."""
+
+    key: Key
+    fingerprint: int
+    meta: dict[str, Any] | None
+
+
+@dataclass(frozen=True)
+class Stats:
+    """A snapshot of a store's size and layout."""
+
+    path: str
+    docs: int
+    delta_docs: int
+    tables: int
+    k: int
+    blocks: int
+    prefix_bits: tuple[int, ...]
+    layout: tuple[tuple[int, ...], ...] = field(repr=False)
+    table_entries: tuple[int, ...]
+    bytes_on_disk: int
+    bytes_used: int
+    map_size: int
+    format_version: int
+    readonly: bool
+
+
+@dataclass
+class _Change:
+    """What a write transaction did to the delta, applied to memory after commit."""
+
+    puts: list[tuple[int, int]]
+    removed: list[int]
+    merged: bool = False
+
+
+def _match_order(match: Match) -> tuple[int, tuple[int, Key]]:
+    return (match.distance, sort_key(match.key))
+
+
+class Store:
+    """An open simstore store. Use :func:`simstore.open` to make one.
+
+    A ``Store`` may be shared between threads: every operation holds an
+    internal lock, so calls are serialised. After ``fork()`` the child must
+    not use the parent's ``Store``; it is reopened on first use in the child.
+    """
+
+    def __init__(
+        self,
+        path: str,
+        env: _lmdb.Environment,
+        handles: _lmdb.Handles,
+        params: StoredParams,
+        options: Options,
+    ) -> None:
+        self.path = path
+        self._env = env
+        self._handles = handles
+        self._params = params
+        self._tables: tuple[Table, ...] = params.tables
+        self._suffix_bits = tuple(table.suffix_bits for table in self._tables)
+        self._options = options
+        self._delta = Delta(self._tables)
+        self._lock = threading.RLock()
+        self._closed = False
+        self._pid = os.getpid()
+        with self._read():
+            pass  # loads the delta from the log
+
+    # ------------------------------------------------------------------ basics
+
+    @property
+    def k(self) -> int:
+        """The largest distance this store answers."""
+        return self._params.k
+
+    @property
+    def blocks(self) -> int:
+        return self._params.blocks
+
+    @property
+    def readonly(self) -> bool:
+        return self._env.readonly
+
+    @property
+    def closed(self) -> bool:
+        return self._closed
+
+    @property
+    def tables(self) -> tuple[Table, ...]:
+        return self._tables
+
+    def __enter__(self) -> Store:
+        return self
+
+    def __exit__(
+        self,
+        exc_type: type[BaseException] | None,
+        exc: BaseException | None,
+        traceback: TracebackType | None,
+    ) -> None:
+        self.close()
+
+    def __repr__(self) -> str:
+        state = "closed" if self._closed else ("read-only" if self.readonly else "open")
+        return f"<simstore.Store {self.path!r} k={self.k} blocks={self.blocks} {state}>"
+
+    def close(self) -> None:
+        """Merge the delta (unless ``merge_on_close=False``) and close the file.
+
+        Safe to call more than once.
+        """
+        with self._lock:
+            if self._closed:
+                return
+            try:
+                if (
+                    os.getpid() == self._pid
+                    and not self.readonly
+                    and self._options.merge_on_close
+                    and len(self._delta)
+                ):
+                    self.merge()
+            finally:
+                self._closed = True
+                if os.getpid() == self._pid:
+                    self._env.close()
+
+    def _check_usable(self) -> None:
+        if self._closed:
+            raise StoreClosedError(f"the store {self.path!r} is closed")
+        if os.getpid() != self._pid:
+            self._reopen_after_fork()
+
+    def _reopen_after_fork(self) -> None:
+        # LMDB forbids using an environment across fork(); the child drops the
+        # inherited one unclosed (closing it could release the parent's reader
+        # slots) and opens the file afresh.
+        env = _lmdb.Environment(
+            self.path,
+            readonly=self.readonly,
+            sync=self._options.sync,
+            map_size=None,
+            max_map_size=self._options.max_map_size,
+        )
+        self._env = env
+        self._handles = env.open_existing(len(self._tables))
+        self._delta = Delta(self._tables)
+        self._pid = os.getpid()
+
+    # ------------------------------------------------------------ transactions
+
+    def _sync_delta(self, txn: _lmdb.Txn) -> State:
+        """Bring the in-memory delta to the snapshot ``txn`` sees."""
+        state = State.decode(txn.get(STATE_KEY, db=self._handles.meta))
+        delta = self._delta
+        if state.merge_epoch != delta.merge_epoch:
+            delta.clear()
+            cursor = txn.cursor(self._handles.delta)
+            cursor.first()
+            delta.apply(cursor.iternext())
+            delta.merge_epoch = state.merge_epoch
+            delta.next_seq = state.next_seq
+        elif state.next_seq != delta.next_seq:
+            cursor = txn.cursor(self._handles.delta)
+            if cursor.set_range(encode_seq(delta.next_seq)):
+                delta.apply(cursor.iternext())
+            delta.next_seq = state.next_seq
+        return state
+
+    class _Reading:
+        def __init__(self, store: Store) -> None:
+            self.store = store
+
+        def __enter__(self) -> _lmdb.Txn:
+            store = self.store
+            store._lock.acquire()
+            try:
+                store._check_usable()
+                self.context = store._env.read()
+                txn = self.context.__enter__()
+                store._sync_delta(txn)
+            except BaseException:
+                store._lock.release()
+                raise
+            return txn
+
+        def __exit__(self, *exc_info: object) -> None:
+            try:
+                self.context.__exit__(None, None, None)
+            finally:
+                self.store._lock.release()
+
+    def _read(self) -> Store._Reading:
+        """A read transaction with the delta in step with its snapshot."""
+        return Store._Reading(self)
+
+    def _write(self, body: Callable[[_lmdb.Txn, State], tuple[T, State, _Change]]) -> T:
+        """Run ``body`` in one write transaction, then apply its delta change.
+
+        ``body`` gets the transaction and the stored state, and returns its
+        result, the state to store, and the change to the delta. It may run
+        more than once (the map may have to grow), so it must not touch the
+        in-memory delta.
+        """
+        with self._lock:
+            self._check_usable()
+            if self.readonly:
+                raise ReadOnlyError(f"the store {self.path!r} is open read-only")
+
+            def in_txn(txn: _lmdb.Txn) -> tuple[T, State, _Change]:
+                state = self._sync_delta(txn)
+                result, new_state, change = body(txn, state)
+                if new_state != state:
+                    txn.put(STATE_KEY, new_state.encode(), db=self._handles.meta)
+                return result, new_state, change
+
+            result, new_state, change = self._env.write(in_txn)
+            delta = self._delta
+            if change.merged:
+                delta.clear()
+            for doc_id in change.removed:
+                delta.discard(doc_id)
+            for doc_id, fingerprint in change.puts:
+                delta.put(doc_id, fingerprint)
+            delta.merge_epoch = new_state.merge_epoch
+            delta.next_seq = new_state.next_seq
+            return result
+
+    # ------------------------------------------------------------------ writes
+
+    def _fingerprint_of(self, text: object, fingerprint: object) -> int:
+        if (text is None) == (fingerprint is None):
+            raise InvalidTypeError("pass exactly one of text= or fingerprint=")
+        if text is not None:
+            raise InvalidValueError("text fingerprinting is not available in this version; pass fingerprint=")
+        return check_fingerprint(fingerprint)
+
+    def add(
+        self,
+        key: Key,
+        text: str | None = None,
+        *,
+        fingerprint: int | None = None,
+        meta: Mapping[str, Any] | None = None,
+    ) -> int:
+        """Store a document under ``key``, replacing any document already there.
+
+        Returns:
+            The document's fingerprint.
+        Raises:
+            InvalidTypeError, InvalidValueError: bad key, fingerprint or meta;
+                nothing is written.
+            ReadOnlyError: the store is open read-only.
+        """
+        fp = self._fingerprint_of(text, fingerprint)
+        packed = pack_key(key)
+        found_by = lookup_key(packed)
+        packed_meta = pack_meta(meta)
+        handles = self._handles
+
+        def body(txn: _lmdb.Txn, state: State) -> tuple[int, State, _Change]:
+            existing = txn.get(found_by, db=handles.keys)
+            next_id = state.next_id
+            if existing is None:
+                doc_id = next_id
+                next_id += 1
+                id_bytes = encode_id(doc_id)
+                txn.put(found_by, id_bytes, db=handles.keys)
+                txn.put(id_bytes, encode_record(fp, packed), db=handles.docs, append=True)
+            else:
+                doc_id = decode_id(existing)
+                id_bytes = existing
+                old_fp = self._record_fingerprint(txn, doc_id)
+                txn.put(id_bytes, encode_record(fp, packed), db=handles.docs)
+                if old_fp == fp:
+                    self._put_meta(txn, id_bytes, packed_meta)
+                    return fp, state, _Change([], [])
+                if doc_id not in self._delta.fingerprints:
+                    self._delete_from_tables(txn, doc_id, old_fp)
+            self._put_meta(txn, id_bytes, packed_meta)
+            txn.put(encode_seq(state.next_seq), encode_add(doc_id, fp), db=handles.delta, append=True)
+            new_state = State(next_id, state.next_seq + 1, state.merge_epoch)
+            return fp, new_state, _Change([(doc_id, fp)], [])
+
+        result = self._write(body)
+        self._merge_if_due()
+        return result
+
+    def add_many(
+        self,
+        keys: Iterable[Key],
+        fingerprints: object = None,
+        *,
+        texts: Iterable[str] | None = None,
+        metas: Iterable[Mapping[str, Any] | None] | None = None,
+    ) -> U64Array:
+        """Store many documents in one transaction: all of them or none.
+
+        A key that appears more than once keeps its last fingerprint. Large
+        batches (together with the delta, at least ``merge_threshold``
+        documents) are written straight into the tables in sorted order.
+
+        Returns:
+            The fingerprints, as a uint64 array in the order given.
+        """
+        if texts is not None:
+            raise InvalidValueError(
+                "text fingerprinting is not available in this version; pass fingerprints="
+            )
+        if fingerprints is None:
+            raise InvalidTypeError("add_many needs fingerprints= (or texts=)")
+        fps = as_fingerprint_array(fingerprints)
+        key_list = list(keys) if not isinstance(keys, str | bytes) else None
+        if key_list is None:
+            raise InvalidTypeError("keys must be an iterable of keys, not a single str or bytes")
+        if len(key_list) != len(fps):
+            raise InvalidValueError(f"got {len(key_list)} keys but {len(fps)} fingerprints")
+        meta_list: list[bytes | None]
+        if metas is None:
+            meta_list = [None] * len(key_list)
+        else:
+            meta_list = [pack_meta(meta) for meta in metas]
+            if len(meta_list) != len(key_list):
+                raise InvalidValueError(f"got {len(key_list)} keys but {len(meta_list)} metas")
+        # Last occurrence wins, as for dict.update.
+        position_of: dict[bytes, int] = {}
+        packed_keys: list[bytes] = []
+        for position, key in enumerate(key_list):
+            packed = pack_key(key)
+            packed_keys.append(packed)
+            position_of[lookup_key(packed)] = position
+        if not position_of:
+            return fps
+        self._write(lambda txn, state: self._add_batch(txn, state, position_of, packed_keys, fps, meta_list))
+        self._merge_if_due()
+        return fps
+
+    def _add_batch(
+        self,
+        txn: _lmdb.Txn,
+        state: State,
+        position_of: dict[bytes, int],
+        packed_keys: list[bytes],
+        fps: U64Array,
+        meta_list: list[bytes | None],
+    ) -> tuple[None, State, _Change]:
+        handles = self._handles
+        lookups = list(position_of)
+        fp_list = fps.tolist()
+        existing = dict(txn.cursor(handles.keys).getmulti(lookups)) if state.next_id else {}
+        new_lookups = [found_by for found_by in lookups if found_by not in existing]
+        first_id = state.next_id
+        new_ids = range(first_id, first_id + len(new_lookups))
+        # Documents that will need entries in the delta or the tables.
+        placed_ids: list[int] = []
+        placed_fps: list[int] = []
+        removed_from_delta: list[int] = []
+        if new_lookups:
+            key_cursor = txn.cursor(handles.keys)
+            id_bytes_list = [encode_id(doc_id) for doc_id in new_ids]
+            key_cursor.putmulti(sorted(zip(new_lookups, id_bytes_list, strict=True)))
+            records = []
+            for doc_id, id_bytes, found_by in zip(new_ids, id_bytes_list, new_lookups, strict=True):
+                position = position_of[found_by]
+                records.append((id_bytes, encode_record(fp_list[position], packed_keys[position])))
+                placed_ids.append(doc_id)
+                placed_fps.append(fp_list[position])
+                packed_meta = meta_list[position]
+                if packed_meta is not None:
+                    txn.put(id_bytes, packed_meta, db=handles.docmeta)
+            txn.cursor(handles.docs).putmulti(records, append=True)
+        for found_by, id_bytes in existing.items():
+            position = position_of[found_by]
+            doc_id = decode_id(id_bytes)
+            new_fp = fp_list[position]
+            old_fp = self._record_fingerprint(txn, doc_id)
+            txn.put(id_bytes, encode_record(new_fp, packed_keys[position]), db=handles.docs)
+            self._put_meta(txn, id_bytes, meta_list[position])
+            if old_fp == new_fp:
+                continue
+            if doc_id in self._delta.fingerprints:
+                removed_from_delta.append(doc_id)
+            else:
+                self._delete_from_tables(txn, doc_id, old_fp)
+            placed_ids.append(doc_id)
+            placed_fps.append(new_fp)
+        next_id = first_id + len(new_lookups)
+        if len(self._delta) + len(placed_ids) >= self._options.merge_threshold:
+            # Big enough to go straight to the tables, with the delta beside it.
+            delta = self._delta
+            replaced = set(removed_from_delta)
+            carried = [doc_id for doc_id in delta.fingerprints if doc_id not in replaced]
+            all_ids = np.array(carried + placed_ids, dtype=np.uint64)
+            all_fps = np.array(
+                [delta.fingerprints[doc_id] for doc_id in carried] + placed_fps, dtype=np.uint64
+            )
+            self._write_tables(txn, all_ids, all_fps)
+            txn.drop(handles.delta, delete=False)
+            merged = State(next_id, state.next_seq, state.merge_epoch + 1)
+            return None, merged, _Change([], [], merged=True)
+        seq = state.next_seq
+        ops = []
+        for doc_id, fingerprint in zip(placed_ids, placed_fps, strict=True):
+            ops.append((encode_seq(seq), encode_add(doc_id, fingerprint)))
+            seq += 1
+        txn.cursor(handles.delta).putmulti(ops, append=True)
+        new_state = State(next_id, seq, state.merge_epoch)
+        return None, new_state, _Change(list(zip(placed_ids, placed_fps, strict=True)), removed_from_delta)
+
+    def remove(self, key: Key) -> None:
+        """Remove the document stored under ``key``.
+
+        Raises:
+            KeyNotFoundError: no document has this key (also a ``KeyError``).
+        """
+        found_by = lookup_key(pack_key(key))
+        handles = self._handles
+
+        def body(txn: _lmdb.Txn, state: State) -> tuple[None, State, _Change]:
+            id_bytes = txn.get(found_by, db=handles.keys)
+            if id_bytes is None:
+                raise KeyNotFoundError(f"no document with key {key!r}")
+            doc_id = decode_id(id_bytes)
+            fingerprint = self._record_fingerprint(txn, doc_id)
+            txn.delete(found_by, db=handles.keys)
+            txn.delete(id_bytes, db=handles.docs)
+            txn.delete(id_bytes, db=handles.docmeta)
+            if doc_id in self._delta.fingerprints:
+                txn.put(encode_seq(state.next_seq), encode_remove(doc_id), db=handles.delta, append=True)
+                new_state = State(state.next_id, state.next_seq + 1, state.merge_epoch)
+                return None, new_state, _Change([], [doc_id])
+            self._delete_from_tables(txn, doc_id, fingerprint)
+            return None, state, _Change([], [])
+
+        self._write(body)
+
+    def merge(self) -> int:
+        """Fold the delta into the permutation tables now.
+
+        Returns:
+            The number of documents merged.
+        """
+
+        def body(txn: _lmdb.Txn, state: State) -> tuple[int, State, _Change]:
+            count = len(self._delta)
+            if not count:
+                return 0, state, _Change([], [])
+            doc_ids, fingerprints = self._delta.arrays()
+            self._write_tables(txn, doc_ids, fingerprints)
+            txn.drop(self._handles.delta, delete=False)
+            return (
+                count,
+                State(state.next_id, state.next_seq, state.merge_epoch + 1),
+                _Change([], [], merged=True),
+            )
+
+        return self._write(body)
+
+    def _merge_if_due(self) -> None:
+        if len(self._delta) >= self._options.merge_threshold:
+            self.merge()
+
+    def _write_tables(self, txn: _lmdb.Txn, doc_ids: U64Array, fingerprints: U64Array) -> None:
+        """Insert documents into every table in one sorted pass per table."""
+        count = len(doc_ids)
+        big_endian_ids = doc_ids.astype(">u8")
+        for table, db in zip(self._tables, self._handles.tables, strict=True):
+            permuted = table.permute_array(fingerprints)
+            # Sorted by (key, id) so that dupsort's append mode accepts the run.
+            order = np.lexsort((doc_ids, permuted))
+            key_bytes = permuted[order].astype(">u8").view("V8").tolist()
+            id_bytes = big_endian_ids[order].view("V8").tolist()
+            empty = txn.stat(db)["entries"] == 0
+            _, added = txn.cursor(db).putmulti(zip(key_bytes, id_bytes, strict=True), append=empty)
+            if added != count:
+                raise CorruptStoreError(
+                    f"table {table!r} accepted {added} of {count} entries; the store may be damaged"
+                )
+
+    def _delete_from_tables(self, txn: _lmdb.Txn, doc_id: int, fingerprint: int) -> None:
+        id_bytes = encode_id(doc_id)
+        for table, db in zip(self._tables, self._handles.tables, strict=True):
+            txn.delete(table.permute(fingerprint).to_bytes(8, "big"), id_bytes, db=db)
+
+    def _record_fingerprint(self, txn: _lmdb.Txn, doc_id: int) -> int:
+        raw = txn.get(encode_id(doc_id), db=self._handles.docs)
+        if raw is None:
+            raise CorruptStoreError(f"document {doc_id} is in the key table but has no record")
+        return decode_record(raw)[0]
+
+    def _put_meta(self, txn: _lmdb.Txn, id_bytes: bytes, packed_meta: bytes | None) -> None:
+        if packed_meta is None:
+            txn.delete(id_bytes, db=self._handles.docmeta)
+        else:
+            txn.put(id_bytes, packed_meta, db=self._handles.docmeta)
+
+    # ------------------------------------------------------------------- reads
+
+    def _check_k(self, k: object) -> int:
+        if k is None:
+            return self._params.k
+        k = validate_k(k)
+        if k > self._params.k:
+            raise InvalidValueError(
+                f"k={k} is larger than the store's k={self._params.k}; "
+                "the tables only guarantee finding documents within the store's k"
+            )
+        return k
+
+    def query(
+        self,
+        fingerprint: int | None = None,
+        *,
+        text: str | None = None,
+        k: int | None = None,
+    ) -> list[Match]:
+        """Every stored document within ``k`` bits of the query, sorted by
+        ``(distance, key)``.
+
+        Args:
+            fingerprint: the query fingerprint (or give ``text``).
+            k: the largest distance returned; defaults to the store's ``k``
+                and may not exceed it.
+        """
+        query = self._fingerprint_of(text, fingerprint)
+        k = self._check_k(k)
+        permuted = [table.permute(query) for table in self._tables]
+        with self._read() as txn:
+            found = self._delta.matches(permuted, query, k)
+            cursors = [txn.cursor(db) for db in self._handles.tables]
+            scan_tables(cursors, self._suffix_bits, permuted, k, found)
+            return self._resolve(txn, found)
+
+    def query_many(self, fingerprints: object, *, k: int | None = None) -> list[list[Match]]:
+        """:meth:`query` for a batch, against one snapshot: one list per query."""
+        queries = as_fingerprint_array(fingerprints)
+        k = self._check_k(k)
+        permuted_rows = permute_batch(self._tables, queries)
+        results: list[list[Match]] = []
+        with self._read() as txn:
+            cursors = [txn.cursor(db) for db in self._handles.tables]
+            for query, permuted in zip(queries.tolist(), permuted_rows, strict=True):
+                found = self._delta.matches(permuted, query, k)
+                scan_tables(cursors, self._suffix_bits, permuted, k, found)
+                results.append(self._resolve(txn, found))
+        return results
+
+    def _resolve(self, txn: _lmdb.Txn, found: dict[int, int]) -> list[Match]:
+        if not found:
+            return []
+        docs = self._handles.docs
+        matches = []
+        for doc_id, distance in found.items():
+            raw = txn.get(encode_id(doc_id), db=docs)
+            if raw is None:
+                raise CorruptStoreError(f"document {doc_id} is indexed but has no record")
+            fingerprint, packed = decode_record(raw)
+            matches.append(Match(unpack_key(packed), distance, fingerprint))
+        matches.sort(key=_match_order)
+        return matches
+
+    def get(self, key: Key, default: Record | None = None) -> Record | None:
+        """The record stored under ``key``, or ``default`` if there is none."""
+        found_by = lookup_key(pack_key(key))
+        with self._read() as txn:
+            id_bytes = txn.get(found_by, db=self._handles.keys)
+            if id_bytes is None:
+                return default
+            raw = txn.get(id_bytes, db=self._handles.docs)
+            if raw is None:
+                raise CorruptStoreError(f"key {key!r} is in the key table but has no record")
+            fingerprint, packed = decode_record(raw)
+            meta = unpack_meta(txn.get(id_bytes, db=self._handles.docmeta))
+            return Record(unpack_key(packed), fingerprint, meta)
+
+    def __getitem__(self, key: Key) -> Record:
+        record = self.get(key)
+        if record is None:
+            raise KeyNotFoundError(f"no document with key {key!r}")
+        return record
+
+    def __contains__(self, key: object) -> bool:
+        try:
+            found_by = lookup_key(pack_key(key))
+        except (InvalidTypeError, InvalidValueError):
+            return False
+        with self._read() as txn:
+            return txn.get(found_by, db=self._handles.keys) is not None
+
+    def __len__(self) -> int:
+        with self._read() as txn:
+            return int(txn.stat(self._handles.keys)["entries"])
+
+    def __iter__(self) -> Iterator[Key]:
+        """The keys, in the order their documents were first added."""
+        return iter(self.keys())
+
+    def keys(self) -> list[Key]:
+        with self._read() as txn:
+            cursor = txn.cursor(self._handles.docs)
+            return [unpack_key(decode_record(raw)[1]) for raw in cursor.iternext(keys=False, values=True)]
+
+    def items(self) -> Iterator[tuple[Key, int]]:
+        """``(key, fingerprint)`` pairs in insertion order, from one snapshot."""
+        with self._read() as txn:
+            cursor = txn.cursor(self._handles.docs)
+            pairs = []
+            for raw in cursor.iternext(keys=False, values=True):
+                fingerprint, packed = decode_record(raw)
+                pairs.append((unpack_key(packed), fingerprint))
+        return iter(pairs)
+
+    def fingerprints(self) -> U64Array:
+        """Every stored fingerprint, in insertion order."""
+        with self._read() as txn:
+            cursor = txn.cursor(self._handles.docs)
+            raw_prefixes = b"".join(raw[:8] for raw in cursor.iternext(keys=False, values=True))
+        return np.frombuffer(raw_prefixes, dtype=">u8").astype(np.uint64)
+
+    def stats(self) -> Stats:
+        """Sizes and layout, from one snapshot."""
+        with self._read() as txn:
+            docs = int(txn.stat(self._handles.keys)["entries"])
+            table_entries = tuple(int(txn.stat(db)["entries"]) for db in self._handles.tables)
+            delta_docs = len(self._delta)
+        return Stats(
+            path=self.path,
+            docs=docs,
+            delta_docs=delta_docs,
+            tables=len(self._tables),
+            k=self._params.k,
+            blocks=self._params.blocks,
+            prefix_bits=tuple(table.prefix_bits for table in self._tables),
+            layout=tuple(table.bit_order for table in self._tables),
+            table_entries=table_entries,
+            bytes_on_disk=file_bytes(self.path),
+            bytes_used=self._env.used_bytes(),
+            map_size=self._env.map_size(),
+            format_version=1,
+            readonly=self.readonly,
+        )
+
+    def check(self) -> list[str]:
+        """Verify the store's invariants; returns the problems found (empty when sound).
+
+        Reads every record and every table entry, so it takes time in
+        proportion to documents times tables.
+        """
+        problems: list[str] = []
+        handles = self._handles
+        with self._read() as txn:
+            state = State.decode(txn.get(STATE_KEY, db=handles.meta))
+            replayed = Delta(self._tables)
+            cursor = txn.cursor(handles.delta)
+            cursor.first()
+            try:
+                replayed.apply(cursor.iternext())
+            except CorruptStoreError as exc:
+                problems.append(f"delta log: {exc}")
+            if replayed.fingerprints != self._delta.fingerprints:
+                problems.append("the in-memory delta differs from the delta log")
+            fingerprint_of: dict[int, int] = {}
+            for id_bytes, raw in txn.cursor(handles.docs):
+                doc_id = decode_id(id_bytes)
+                try:
+                    fingerprint, packed = decode_record(raw)
+                    key_found_by = lookup_key(packed)
+                    unpack_key(packed)
+                except CorruptStoreError as exc:
+                    problems.append(f"document {doc_id}: {exc}")
+                    continue
+                fingerprint_of[doc_id] = fingerprint
+                if doc_id >= state.next_id:
+                    problems.append(f"document {doc_id} is not below next_id {state.next_id}")
+                if txn.get(key_found_by, db=handles.keys) != id_bytes:
+                    problems.append(f"document {doc_id}'s key does not map back to it")
+            key_count = int(txn.stat(handles.keys)["entries"])
+            if key_count != len(fingerprint_of):
+                problems.append(f"{key_count} keys but {len(fingerprint_of)} document records")
+            for doc_id, fingerprint in replayed.fingerprints.items():
+                if fingerprint_of.get(doc_id) != fingerprint:
+                    problems.append(f"delta document {doc_id} does not match its record")
+            expected_in_tables = {
+                doc_id: fp for doc_id, fp in fingerprint_of.items() if doc_id not in replayed.fingerprints
+            }
+            for index, (table, db) in enumerate(zip(self._tables, handles.tables, strict=True)):
+                seen: set[int] = set()
+                for permuted_bytes, id_bytes in txn.cursor(db):
+                    doc_id = decode_id(id_bytes)
+                    expected = expected_in_tables.get(doc_id)
+                    if expected is None:
+                        problems.append(f"table {index} holds document {doc_id}, which should not be there")
+                    elif table.unpermute(int.from_bytes(permuted_bytes, "big")) != expected:
+                        problems.append(f"table {index} holds document {doc_id} under a wrong key")
+                    if doc_id in seen:
+                        problems.append(f"table {index} holds document {doc_id} twice")
+                    seen.add(doc_id)
+                missing = len(expected_in_tables) - len(seen & expected_in_tables.keys())
+                if missing:
+                    problems.append(f"table {index} lacks {missing} documents")
+        return problems
+
+
+def file_bytes(path: str) -> int:
+    """Bytes the store file occupies on disk (allocated blocks, not its length)."""
+    try:
+        return os.stat(path).st_blocks * 512
+    except OSError:
+        return 0
+
+
+def open(  # noqa: A001 - mirrors dbm.open, deliberately
+    path: str | os.PathLike[str],
+    mode: str = "c",
+    *,
+    k: int | None = None,
+    blocks: int | None = None,
+    readonly: bool = False,
+    **options: Any,
+) -> Store:
+    """Open (or create) a store file.
+
+    Args:
+        path: the store file; LMDB's lock file sits beside it as ``path + "-lock"``.
+        mode: as for :func:`dbm.open`: ``"r"`` read-only, ``"w"`` an existing
+            store, ``"c"`` create if missing (the default), ``"n"`` always a
+            new, empty store (an existing simstore store is replaced; a file
+            that is not a store is refused, never deleted).
+        k: the largest Hamming distance the store answers (default 3 for a
+            new store). ``None`` on an existing store means "the file decides";
+            an explicit value that differs raises ``ParameterMismatchError``.
+        blocks: how many blocks the 64 bits are cut into (default ``k + 2``).
+        readonly: open without write access (implied by mode ``"r"``).
+        **options: per-open settings, see :class:`simstore.Options`.
+
+    Raises:
+        StoreNotFoundError: modes "r"/"w" and no file.
+        NotAStoreError: the file is not a simstore store (it is not modified).
+        FormatVersionError: the file was written by a newer format.
+        ParameterMismatchError: explicit parameters differ from stored ones.
+    """
+    if mode not in MODES:
+        raise InvalidValueError(f"mode must be one of 'r', 'w', 'c', 'n', got {mode!r}")
+    if not isinstance(readonly, bool):
+        raise InvalidTypeError(f"readonly must be True or False, got {readonly!r}")
+    readonly = readonly or mode == "r"
+    if readonly and mode == "n":
+        raise InvalidValueError("mode 'n' creates a new store and cannot be read-only")
+    if k is not None:
+        k = validate_k(k)
+    opts = Options.from_kwargs(options)
+    path_str = os.fspath(path)
+    if not isinstance(path_str, str):
+        path_str = os.fsdecode(path_str)
+    if os.path.isdir(path_str):
+        raise NotAStoreError(f"{path_str} is a directory; a store is a single file")
+    exists = os.path.exists(path_str)
+    if not exists and mode in ("r", "w"):
+        raise StoreNotFoundError(2, f"no simstore store at {path_str} (use mode 'c' to create one)")
+    if exists and mode == "n":
+        _remove_store(path_str, opts)
+        exists = False
+    if exists and os.path.getsize(path_str) == 0 and mode in ("r", "w"):
+        raise NotAStoreError(f"{path_str} is an empty file, not a simstore store")
+
+    env = _lmdb.Environment(
+        path_str, readonly=readonly, sync=opts.sync, map_size=opts.map_size, max_map_size=opts.max_map_size
+    )
+    try:
+        params = _load_or_create(env, path_str, mode, k, blocks)
+        handles = env.open_existing(len(params.tables))
+    except NotAStoreError:
+        env.fail_open()
+        raise
+    except BaseException:
+        env.close()
+        raise
+    return Store(path_str, env, handles, params, opts)
+
+
+def _load_or_create(
+    env: _lmdb.Environment, path: str, mode: str, k: int | None, blocks: int | None
+) -> StoredParams:
+    names = env.named_databases()
+    if not names:
+        if env.readonly or mode == "w":
+            raise NotAStoreError(f"{path} is an empty LMDB environment, not a simstore store")
+        return _create(env, k, blocks)
+    if _lmdb.DB_META not in names:
+        raise NotAStoreError(f"{path} is an LMDB file written by another program, not a simstore store")
+    meta_db = env.open_meta_only()
+    if meta_db is None:
+        raise NotAStoreError(f"{path} has no simstore meta record")
+    with env.read() as txn:
+        raw = txn.get(META_KEY, db=meta_db)
+    if raw is None:
+        raise NotAStoreError(f"{path} has no simstore meta record")
+    params = decode_meta(raw)
+    check_requested(params, {"k": k, "blocks": blocks})
+    return params
+
+
+def _create(env: _lmdb.Environment, k: int | None, blocks: int | None) -> StoredParams:
+    chosen_k = DEFAULT_K if k is None else k
+    chosen_blocks = default_blocks(chosen_k) if blocks is None else blocks
+    tables = tuple(one_level_tables(chosen_k, chosen_blocks))
+    params = StoredParams(k=chosen_k, blocks=chosen_blocks, tables=tables)
+
+    def body(txn: _lmdb.Txn) -> None:
+        handles = env.create_handles(txn, len(tables))
+        txn.put(META_KEY, encode_meta(params, version=__version__), db=handles.meta)
+        txn.put(STATE_KEY, State().encode(), db=handles.meta)
+
+    env.write(body)
+    return params
+
+
+def _remove_store(path: str, opts: Options) -> None:
+    """Delete an existing store for mode "n", refusing files that are not stores."""
+    if os.path.getsize(path) > 0:
+        env = _lmdb.Environment(path, readonly=True, sync=False, map_size=None, max_map_size=None)
+        try:
+            names = env.named_databases()
+            if names and _lmdb.DB_META not in names:
+                raise NotAStoreError(f"{path} is not a simstore store; mode 'n' will not delete it")
+        finally:
+            env.close()
+    os.remove(path)
+    lock = _lmdb.lock_path(path)
+    if os.path.exists(lock):
+        os.remove(lock)
