@@ -127,6 +127,12 @@ class Environment:
         except lmdb.LockError as exc:
             raise StoreLockedError(f"cannot lock {path}: {exc}") from exc
         except lmdb.Error as exc:
+            if "already open in this process" in str(exc):
+                # LMDB allows one environment per file per process.
+                raise StoreLockedError(
+                    f"{path} is already open in this process; share that Store object "
+                    "(it is safe to use from several threads) instead of opening the file again"
+                ) from exc
             self._drop_new_lock(lock_existed)
             raise translate(exc, path) from exc
         self._lock_existed = lock_existed
@@ -199,6 +205,10 @@ class Environment:
         except lmdb.IncompatibleError as exc:
             raise NotAStoreError(f"{self.path} holds a key named 'meta' that is not simstore's") from exc
 
+    def begin_read(self) -> Txn:
+        """A read-only transaction on the latest committed snapshot; the caller aborts it."""
+        return self._begin(write=False)
+
     @contextlib.contextmanager
     def read(self) -> Iterator[Txn]:
         """A read-only transaction on the latest committed snapshot."""
@@ -243,6 +253,25 @@ class Environment:
                 raise translate(exc, self.path) from exc
         raise CorruptStoreError(f"{self.path}: the map kept changing size while opening a transaction")
 
+    def reserve(self, extra_bytes: int) -> None:
+        """Grow the map ahead of a write expected to add ``extra_bytes``.
+
+        Growing on ``MapFullError`` alone would rerun a large transaction
+        once per doubling; a bulk load reserves what it needs up front.
+        """
+        current = self.map_size()
+        needed = self.used_bytes() + extra_bytes
+        if needed <= current:
+            return
+        target = max(needed, current * 2)
+        if self.max_map_size is not None:
+            target = min(target, max(self.max_map_size, current))
+        if target > current:
+            try:
+                self.env.set_mapsize(target)
+            except lmdb.Error as exc:
+                raise translate(exc, self.path) from exc
+
     def _grow(self) -> None:
         current = self.env.info()["map_size"]
         grown = current + min(current, MAX_GROWTH_STEP)
@@ -257,6 +286,10 @@ class Environment:
             self.env.set_mapsize(grown)
         except lmdb.Error as exc:
             raise translate(exc, self.path) from exc
+
+    def last_txnid(self) -> int:
+        """The id of the last committed transaction (0 for a file never written)."""
+        return int(self.env.info()["last_txnid"])
 
     def map_size(self) -> int:
         return int(self.env.info()["map_size"])

@@ -156,7 +156,14 @@ def check_requested(stored: StoredParams, requested: Mapping[str, Any]) -> None:
         if value is None:
             continue
         stored_value = getattr(stored, name)
-        if stored_value != value:
+        if stored_value == value:
+            continue
+        if isinstance(stored_value, Mapping) and isinstance(value, Mapping):
+            # Name the settings that differ, not two whole maps.
+            for setting in sorted(set(stored_value) | set(value)):
+                if stored_value.get(setting) != value.get(setting):
+                    differences[f"{name}.{setting}"] = (stored_value.get(setting), value.get(setting))
+        else:
             differences[name] = (stored_value, value)
     if differences:
         raise ParameterMismatchError(differences)

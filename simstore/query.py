@@ -47,7 +47,9 @@ def scan_tables(
         low = (query_key >> suffix) << suffix
         end = low + (1 << suffix)
         end_key = end.to_bytes(8, "big") if end <= MAX_FINGERPRINT else PAST_LAST_KEY
-        if not cursor.set_range(low.to_bytes(8, "big")):  # type: ignore[attr-defined]
+        # Most probes find an empty range: test the first key before paying
+        # for an iterator.
+        if not cursor.set_range(low.to_bytes(8, "big")) or cursor.key() >= end_key:  # type: ignore[attr-defined]
             continue
         for stored_key, doc_id in cursor:  # type: ignore[attr-defined]
             if stored_key >= end_key:
