@@ -26,10 +26,21 @@ from simstore.errors import (
 )
 from simstore.params import Options
 from simstore.permute import Table, hamming
-from simstore.store import Match, Record, Stats, Store, __version__, open  # noqa: A004
+from simstore.simhash import Fingerprinter, ShortTextWarning, fingerprint, fingerprint_vector
+from simstore.store import (
+    Match,
+    Record,
+    SegmenterChangedWarning,
+    Stats,
+    Store,
+    StoreFullWarning,
+    __version__,
+    open,
+)
 
 __all__ = [
     "CorruptStoreError",
+    "Fingerprinter",
     "FormatVersionError",
     "InvalidTypeError",
     "InvalidValueError",
@@ -40,15 +51,20 @@ __all__ = [
     "ParameterMismatchError",
     "ReadOnlyError",
     "Record",
+    "SegmenterChangedWarning",
+    "ShortTextWarning",
     "SimstoreError",
     "Stats",
     "Store",
     "StoreClosedError",
     "StoreFullError",
+    "StoreFullWarning",
     "StoreLockedError",
     "StoreNotFoundError",
     "Table",
     "__version__",
+    "fingerprint",
+    "fingerprint_vector",
     "hamming",
     "open",
 ]

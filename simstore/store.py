@@ -11,8 +11,10 @@ the snapshot before any table is consulted.
 
 from __future__ import annotations
 
+import contextlib
 import os
 import threading
+import warnings
 from collections.abc import Callable, Iterable, Iterator, Mapping
 from dataclasses import dataclass, field
 from types import TracebackType
@@ -24,12 +26,14 @@ from simstore import _lmdb
 from simstore.delta import Delta, encode_add, encode_remove, encode_seq
 from simstore.errors import (
     CorruptStoreError,
+    FormatVersionError,
     InvalidTypeError,
     InvalidValueError,
     KeyNotFoundError,
     NotAStoreError,
     ReadOnlyError,
     StoreClosedError,
+    StoreFullError,
     StoreNotFoundError,
 )
 from simstore.format import (
@@ -65,6 +69,8 @@ from simstore.records import (
     unpack_key,
     unpack_meta,
 )
+from simstore.simhash import Fingerprinter
+from simstore.text import segmenter_info
 
 __version__ = "0.1.0"
 
@@ -72,6 +78,16 @@ DEFAULT_K = 3
 MODES = ("r", "w", "c", "n")
 
 T = TypeVar("T")
+
+
+class SegmenterChangedWarning(UserWarning):
+    """The installed jieba (or its dictionary, or Python's Unicode tables)
+    differs from the one the store's text fingerprints were made with, so
+    Chinese text may fingerprint slightly differently than before."""
+
+
+class StoreFullWarning(UserWarning):
+    """An automatic merge found no room; the documents stay in the delta."""
 
 
 class Match(NamedTuple):
@@ -119,6 +135,20 @@ class _Change:
     merged: bool = False
 
 
+@dataclass
+class _Batch:
+    """A validated add_many batch; ``position_of`` maps each distinct lookup
+    key to the position of its last occurrence."""
+
+    position_of: dict[bytes, int]
+    packed_keys: list[bytes]
+    fingerprints: U64Array
+    metas: list[bytes | None] | None
+
+    def meta(self, position: int) -> bytes | None:
+        return None if self.metas is None else self.metas[position]
+
+
 def _match_order(match: Match) -> tuple[int, tuple[int, Key]]:
     return (match.distance, sort_key(match.key))
 
@@ -147,6 +177,7 @@ class Store:
         self._suffix_bits = tuple(table.suffix_bits for table in self._tables)
         self._options = options
         self._delta = Delta(self._tables)
+        self._fingerprinter: Fingerprinter | None = None
         self._lock = threading.RLock()
         self._closed = False
         self._pid = os.getpid()
@@ -238,23 +269,32 @@ class Store:
 
     def _sync_delta(self, txn: _lmdb.Txn) -> State:
         """Bring the in-memory delta to the snapshot ``txn`` sees."""
-        state = State.decode(txn.get(STATE_KEY, db=self._handles.meta))
+        raw_state = txn.get(STATE_KEY, db=self._handles.meta)
         delta = self._delta
+        if raw_state is not None and raw_state == delta.state_bytes:
+            return delta.state  # the common case: nothing written since
+        state = State.decode(raw_state)
         if state.merge_epoch != delta.merge_epoch:
             delta.clear()
             cursor = txn.cursor(self._handles.delta)
             cursor.first()
             delta.apply(cursor.iternext())
-            delta.merge_epoch = state.merge_epoch
-            delta.next_seq = state.next_seq
         elif state.next_seq != delta.next_seq:
             cursor = txn.cursor(self._handles.delta)
             if cursor.set_range(encode_seq(delta.next_seq)):
                 delta.apply(cursor.iternext())
-            delta.next_seq = state.next_seq
+        delta.adopt(state)
         return state
 
     class _Reading:
+        """The read context: lock, fresh snapshot, delta in step with it.
+
+        A plain class rather than ``contextlib.contextmanager`` because it sits
+        on the single-query hot path, where a generator costs microseconds.
+        """
+
+        __slots__ = ("store", "txn")
+
         def __init__(self, store: Store) -> None:
             self.store = store
 
@@ -263,17 +303,20 @@ class Store:
             store._lock.acquire()
             try:
                 store._check_usable()
-                self.context = store._env.read()
-                txn = self.context.__enter__()
-                store._sync_delta(txn)
+                self.txn = store._env.begin_read()
+                try:
+                    store._sync_delta(self.txn)
+                except BaseException:
+                    self.txn.abort()
+                    raise
             except BaseException:
                 store._lock.release()
                 raise
-            return txn
+            return self.txn
 
         def __exit__(self, *exc_info: object) -> None:
             try:
-                self.context.__exit__(None, None, None)
+                self.txn.abort()
             finally:
                 self.store._lock.release()
 
@@ -309,18 +352,53 @@ class Store:
                 delta.discard(doc_id)
             for doc_id, fingerprint in change.puts:
                 delta.put(doc_id, fingerprint)
-            delta.merge_epoch = new_state.merge_epoch
-            delta.next_seq = new_state.next_seq
+            delta.adopt(new_state)
             return result
 
     # ------------------------------------------------------------------ writes
+
+    @property
+    def fingerprinter(self) -> Fingerprinter:
+        """The text fingerprinter whose settings are stored in the file."""
+        if self._fingerprinter is None:
+            stored = self._params.fingerprinter
+            fingerprinter = Fingerprinter() if stored is None else Fingerprinter.from_settings(stored)
+            self._warn_if_segmenter_changed()
+            self._fingerprinter = fingerprinter
+        return self._fingerprinter
+
+    def _warn_if_segmenter_changed(self) -> None:
+        stored = self._params.segmenter
+        if stored is None:
+            return
+        current = segmenter_info()
+        changed = sorted(name for name in set(stored) | set(current) if stored.get(name) != current.get(name))
+        if changed:
+            listed = ", ".join(
+                f"{name}: stored {stored.get(name)!r}, now {current.get(name)!r}" for name in changed
+            )
+            warnings.warn(
+                f"{self.path}: text fingerprints were made with a different segmenter ({listed}); "
+                "Chinese text may fingerprint differently from documents already stored",
+                SegmenterChangedWarning,
+                stacklevel=4,
+            )
 
     def _fingerprint_of(self, text: object, fingerprint: object) -> int:
         if (text is None) == (fingerprint is None):
             raise InvalidTypeError("pass exactly one of text= or fingerprint=")
         if text is not None:
-            raise InvalidValueError("text fingerprinting is not available in this version; pass fingerprint=")
+            return self.fingerprinter.fingerprint(text)  # type: ignore[arg-type]
         return check_fingerprint(fingerprint)
+
+    def _fingerprints_of(self, texts: object, fingerprints: object) -> U64Array:
+        if (texts is None) == (fingerprints is None):
+            raise InvalidTypeError("pass exactly one of texts= or fingerprints=")
+        if texts is not None:
+            if isinstance(texts, str | bytes):
+                raise InvalidTypeError("texts must be an iterable of texts, not a single str or bytes")
+            return self.fingerprinter.fingerprint_many(texts)  # type: ignore[arg-type]
+        return as_fingerprint_array(fingerprints)
 
     def add(
         self,
@@ -383,116 +461,134 @@ class Store:
     ) -> U64Array:
         """Store many documents in one transaction: all of them or none.
 
-        A key that appears more than once keeps its last fingerprint. Large
-        batches (together with the delta, at least ``merge_threshold``
-        documents) are written straight into the tables in sorted order.
+        A key that appears more than once keeps its last fingerprint (and
+        meta). Large batches (together with the delta, at least
+        ``merge_threshold`` documents) are written straight into the tables
+        in one sorted pass per table.
+
+        Args:
+            keys: the documents' keys.
+            fingerprints: a uint64 array (or iterable of ints), one per key;
+                or give ``texts``.
+            metas: optional metadata dicts (or ``None``), one per key.
 
         Returns:
             The fingerprints, as a uint64 array in the order given.
         """
-        if texts is not None:
-            raise InvalidValueError(
-                "text fingerprinting is not available in this version; pass fingerprints="
-            )
-        if fingerprints is None:
-            raise InvalidTypeError("add_many needs fingerprints= (or texts=)")
-        fps = as_fingerprint_array(fingerprints)
-        key_list = list(keys) if not isinstance(keys, str | bytes) else None
-        if key_list is None:
-            raise InvalidTypeError("keys must be an iterable of keys, not a single str or bytes")
+        if isinstance(keys, str | bytes) or not isinstance(keys, Iterable):
+            raise InvalidTypeError("keys must be an iterable of keys, not a single key")
+        key_list = list(keys)
+        fps = self._fingerprints_of(texts, fingerprints)
         if len(key_list) != len(fps):
             raise InvalidValueError(f"got {len(key_list)} keys but {len(fps)} fingerprints")
-        meta_list: list[bytes | None]
-        if metas is None:
-            meta_list = [None] * len(key_list)
-        else:
+        meta_list: list[bytes | None] | None = None
+        if metas is not None:
             meta_list = [pack_meta(meta) for meta in metas]
             if len(meta_list) != len(key_list):
                 raise InvalidValueError(f"got {len(key_list)} keys but {len(meta_list)} metas")
-        # Last occurrence wins, as for dict.update.
-        position_of: dict[bytes, int] = {}
-        packed_keys: list[bytes] = []
-        for position, key in enumerate(key_list):
-            packed = pack_key(key)
-            packed_keys.append(packed)
-            position_of[lookup_key(packed)] = position
+        packed_keys = [pack_key(key) for key in key_list]
+        lookups = [lookup_key(packed) for packed in packed_keys]
+        # dict() keeps the last position of a repeated key, as dict.update does.
+        position_of = dict(zip(lookups, range(len(lookups)), strict=True))
         if not position_of:
             return fps
-        self._write(lambda txn, state: self._add_batch(txn, state, position_of, packed_keys, fps, meta_list))
+        batch = _Batch(position_of, packed_keys, fps, meta_list)
+        self._reserve_for(len(position_of), sum(map(len, packed_keys)))
+        self._write(lambda txn, state: self._add_batch(txn, state, batch))
         self._merge_if_due()
         return fps
 
-    def _add_batch(
-        self,
-        txn: _lmdb.Txn,
-        state: State,
-        position_of: dict[bytes, int],
-        packed_keys: list[bytes],
-        fps: U64Array,
-        meta_list: list[bytes | None],
-    ) -> tuple[None, State, _Change]:
+    def _add_batch(self, txn: _lmdb.Txn, state: State, batch: _Batch) -> tuple[None, State, _Change]:
         handles = self._handles
-        lookups = list(position_of)
-        fp_list = fps.tolist()
-        existing = dict(txn.cursor(handles.keys).getmulti(lookups)) if state.next_id else {}
-        new_lookups = [found_by for found_by in lookups if found_by not in existing]
+        existing: dict[bytes, bytes] = {}
+        if state.next_id:
+            existing = dict(txn.cursor(handles.keys).getmulti(list(batch.position_of)))
+        if existing:
+            new_positions = [
+                position for found_by, position in batch.position_of.items() if found_by not in existing
+            ]
+        else:
+            new_positions = list(batch.position_of.values())
         first_id = state.next_id
-        new_ids = range(first_id, first_id + len(new_lookups))
-        # Documents that will need entries in the delta or the tables.
-        placed_ids: list[int] = []
-        placed_fps: list[int] = []
+        next_id = first_id + len(new_positions)
+        placed_ids = np.arange(first_id, next_id, dtype=np.uint64)
+        placed_fps = batch.fingerprints[new_positions]
+        if new_positions:
+            self._insert_new(txn, batch, new_positions, placed_ids, placed_fps, append_keys=not state.next_id)
         removed_from_delta: list[int] = []
-        if new_lookups:
-            key_cursor = txn.cursor(handles.keys)
-            id_bytes_list = [encode_id(doc_id) for doc_id in new_ids]
-            key_cursor.putmulti(sorted(zip(new_lookups, id_bytes_list, strict=True)))
-            records = []
-            for doc_id, id_bytes, found_by in zip(new_ids, id_bytes_list, new_lookups, strict=True):
-                position = position_of[found_by]
-                records.append((id_bytes, encode_record(fp_list[position], packed_keys[position])))
-                placed_ids.append(doc_id)
-                placed_fps.append(fp_list[position])
-                packed_meta = meta_list[position]
-                if packed_meta is not None:
-                    txn.put(id_bytes, packed_meta, db=handles.docmeta)
-            txn.cursor(handles.docs).putmulti(records, append=True)
+        replaced_ids: list[int] = []
+        replaced_fps: list[int] = []
+        fp_list = batch.fingerprints.tolist()
         for found_by, id_bytes in existing.items():
-            position = position_of[found_by]
+            position = batch.position_of[found_by]
             doc_id = decode_id(id_bytes)
             new_fp = fp_list[position]
             old_fp = self._record_fingerprint(txn, doc_id)
-            txn.put(id_bytes, encode_record(new_fp, packed_keys[position]), db=handles.docs)
-            self._put_meta(txn, id_bytes, meta_list[position])
+            txn.put(id_bytes, encode_record(new_fp, batch.packed_keys[position]), db=handles.docs)
+            self._put_meta(txn, id_bytes, batch.meta(position))
             if old_fp == new_fp:
                 continue
             if doc_id in self._delta.fingerprints:
                 removed_from_delta.append(doc_id)
             else:
                 self._delete_from_tables(txn, doc_id, old_fp)
-            placed_ids.append(doc_id)
-            placed_fps.append(new_fp)
-        next_id = first_id + len(new_lookups)
-        if len(self._delta) + len(placed_ids) >= self._options.merge_threshold:
-            # Big enough to go straight to the tables, with the delta beside it.
-            delta = self._delta
+            replaced_ids.append(doc_id)
+            replaced_fps.append(new_fp)
+        if replaced_ids:
+            placed_ids = np.concatenate([placed_ids, np.array(replaced_ids, dtype=np.uint64)])
+            placed_fps = np.concatenate([placed_fps, np.array(replaced_fps, dtype=np.uint64)])
+        delta = self._delta
+        if len(delta) + len(placed_ids) >= self._options.merge_threshold:
+            # Big enough to go straight to the tables, together with the delta.
             replaced = set(removed_from_delta)
             carried = [doc_id for doc_id in delta.fingerprints if doc_id not in replaced]
-            all_ids = np.array(carried + placed_ids, dtype=np.uint64)
-            all_fps = np.array(
-                [delta.fingerprints[doc_id] for doc_id in carried] + placed_fps, dtype=np.uint64
-            )
+            carried_fps = [delta.fingerprints[doc_id] for doc_id in carried]
+            all_ids = np.concatenate([np.array(carried, dtype=np.uint64), placed_ids])
+            all_fps = np.concatenate([np.array(carried_fps, dtype=np.uint64), placed_fps])
             self._write_tables(txn, all_ids, all_fps)
             txn.drop(handles.delta, delete=False)
             merged = State(next_id, state.next_seq, state.merge_epoch + 1)
             return None, merged, _Change([], [], merged=True)
         seq = state.next_seq
+        placed = list(zip(placed_ids.tolist(), placed_fps.tolist(), strict=True))
         ops = []
-        for doc_id, fingerprint in zip(placed_ids, placed_fps, strict=True):
+        for doc_id, fingerprint in placed:
             ops.append((encode_seq(seq), encode_add(doc_id, fingerprint)))
             seq += 1
         txn.cursor(handles.delta).putmulti(ops, append=True)
-        new_state = State(next_id, seq, state.merge_epoch)
-        return None, new_state, _Change(list(zip(placed_ids, placed_fps, strict=True)), removed_from_delta)
+        return None, State(next_id, seq, state.merge_epoch), _Change(placed, removed_from_delta)
+
+    def _insert_new(
+        self,
+        txn: _lmdb.Txn,
+        batch: _Batch,
+        positions: list[int],
+        doc_ids: U64Array,
+        fingerprints: U64Array,
+        *,
+        append_keys: bool,
+    ) -> None:
+        """Write key-table entries, records and metadata of new documents."""
+        handles = self._handles
+        id_bytes = doc_ids.astype(">u8").view("V8").tolist()
+        fingerprint_bytes = fingerprints.astype(">u8").view("V8").tolist()
+        lookups = list(batch.position_of) if len(positions) == len(batch.position_of) else None
+        if lookups is None:
+            lookups = [lookup_key(batch.packed_keys[position]) for position in positions]
+        key_entries = sorted(zip(lookups, id_bytes, strict=True))
+        # Into an empty key table, sorted entries may be appended without a search.
+        txn.cursor(handles.keys).putmulti(key_entries, append=append_keys)
+        packed_keys = batch.packed_keys
+        records = [
+            fingerprint + packed_keys[position]
+            for fingerprint, position in zip(fingerprint_bytes, positions, strict=True)
+        ]
+        txn.cursor(handles.docs).putmulti(zip(id_bytes, records, strict=True), append=True)
+        if batch.metas is not None:
+            for doc_id_bytes, position in zip(id_bytes, positions, strict=True):
+                packed_meta = batch.metas[position]
+                if packed_meta is not None:
+                    txn.put(doc_id_bytes, packed_meta, db=handles.docmeta)
 
     def remove(self, key: Key) -> None:
         """Remove the document stored under ``key``.
@@ -528,6 +624,8 @@ class Store:
             The number of documents merged.
         """
 
+        self._reserve_for(len(self._delta), 0)
+
         def body(txn: _lmdb.Txn, state: State) -> tuple[int, State, _Change]:
             count = len(self._delta)
             if not count:
@@ -543,9 +641,33 @@ class Store:
 
         return self._write(body)
 
+    def _reserve_for(self, documents: int, key_bytes: int) -> None:
+        """Grow the map ahead of writing ``documents`` new documents."""
+        # Per document: a 16-byte node plus page overhead in every table, the
+        # key twice (key table and record), ids and fingerprint; doubled for
+        # copy-on-write pages and the free list.
+        estimate = 2 * (documents * (len(self._tables) * 24 + 64) + 2 * key_bytes)
+        with self._lock:
+            self._check_usable()
+            if not self.readonly:
+                self._env.reserve(estimate)
+
     def _merge_if_due(self) -> None:
+        """Merge after a write that filled the delta.
+
+        The write has committed by now, so a merge that fails for lack of
+        space must not make it look failed: the documents stay in the durable
+        delta, queries still find them, and a later merge picks them up.
+        """
         if len(self._delta) >= self._options.merge_threshold:
-            self.merge()
+            try:
+                self.merge()
+            except StoreFullError as exc:
+                warnings.warn(
+                    f"{self.path}: the delta could not be merged ({exc}); it stays in the log",
+                    StoreFullWarning,
+                    stacklevel=3,
+                )
 
     def _write_tables(self, txn: _lmdb.Txn, doc_ids: U64Array, fingerprints: U64Array) -> None:
         """Insert documents into every table in one sorted pass per table."""
@@ -553,10 +675,11 @@ class Store:
         big_endian_ids = doc_ids.astype(">u8")
         for table, db in zip(self._tables, self._handles.tables, strict=True):
             permuted = table.permute_array(fingerprints)
-            # Sorted by (key, id) so that dupsort's append mode accepts the run.
-            order = np.lexsort((doc_ids, permuted))
+            order = sorted_order(permuted, doc_ids)
             key_bytes = permuted[order].astype(">u8").view("V8").tolist()
             id_bytes = big_endian_ids[order].view("V8").tolist()
+            # Append mode skips LMDB's search for each key, but only an empty
+            # table may take it: appended keys must follow every stored key.
             empty = txn.stat(db)["entries"] == 0
             _, added = txn.cursor(db).putmulti(zip(key_bytes, id_bytes, strict=True), append=empty)
             if added != count:
@@ -618,9 +741,20 @@ class Store:
             scan_tables(cursors, self._suffix_bits, permuted, k, found)
             return self._resolve(txn, found)
 
-    def query_many(self, fingerprints: object, *, k: int | None = None) -> list[list[Match]]:
-        """:meth:`query` for a batch, against one snapshot: one list per query."""
-        queries = as_fingerprint_array(fingerprints)
+    def query_many(
+        self,
+        fingerprints: object = None,
+        *,
+        texts: Iterable[str] | None = None,
+        k: int | None = None,
+    ) -> list[list[Match]]:
+        """:meth:`query` for a batch, against one snapshot: one list per query.
+
+        Args:
+            fingerprints: a uint64 array (or iterable of ints); or give ``texts``.
+            k: as for :meth:`query`.
+        """
+        queries = self._fingerprints_of(texts, fingerprints)
         k = self._check_k(k)
         permuted_rows = permute_batch(self._tables, queries)
         results: list[list[Match]] = []
@@ -788,6 +922,21 @@ class Store:
         return problems
 
 
+def sorted_order(permuted: U64Array, doc_ids: U64Array) -> np.ndarray:
+    """The order that sorts entries by ``(permuted key, doc id)``, as dupsort
+    tables keep them.
+
+    Equal permuted keys are rare, so an unstable sort (five times faster than
+    a stable one for a million keys, measured) is tried first and the full
+    two-key sort is paid for only when a key repeats.
+    """
+    order = np.argsort(permuted)
+    ordered = permuted[order]
+    if ordered.size > 1 and bool(np.any(ordered[1:] == ordered[:-1])):
+        return np.lexsort((doc_ids, permuted))
+    return order
+
+
 def file_bytes(path: str) -> int:
     """Bytes the store file occupies on disk (allocated blocks, not its length)."""
     try:
@@ -803,6 +952,7 @@ def open(  # noqa: A001 - mirrors dbm.open, deliberately
     k: int | None = None,
     blocks: int | None = None,
     readonly: bool = False,
+    fingerprinter: Fingerprinter | None = None,
     **options: Any,
 ) -> Store:
     """Open (or create) a store file.
@@ -818,6 +968,9 @@ def open(  # noqa: A001 - mirrors dbm.open, deliberately
             an explicit value that differs raises ``ParameterMismatchError``.
         blocks: how many blocks the 64 bits are cut into (default ``k + 2``).
         readonly: open without write access (implied by mode ``"r"``).
+        fingerprinter: the text fingerprinting settings (default
+            ``Fingerprinter()`` for a new store). They are stored in the file;
+            ``None`` on an existing store means "the file decides".
         **options: per-open settings, see :class:`simstore.Options`.
 
     Raises:
@@ -835,6 +988,10 @@ def open(  # noqa: A001 - mirrors dbm.open, deliberately
         raise InvalidValueError("mode 'n' creates a new store and cannot be read-only")
     if k is not None:
         k = validate_k(k)
+    if fingerprinter is not None and not isinstance(fingerprinter, Fingerprinter):
+        raise InvalidTypeError(
+            f"fingerprinter must be a simstore.Fingerprinter, got {type(fingerprinter).__name__}"
+        )
     opts = Options.from_kwargs(options)
     path_str = os.fspath(path)
     if not isinstance(path_str, str):
@@ -845,7 +1002,7 @@ def open(  # noqa: A001 - mirrors dbm.open, deliberately
     if not exists and mode in ("r", "w"):
         raise StoreNotFoundError(2, f"no simstore store at {path_str} (use mode 'c' to create one)")
     if exists and mode == "n":
-        _remove_store(path_str, opts)
+        _remove_store(path_str)
         exists = False
     if exists and os.path.getsize(path_str) == 0 and mode in ("r", "w"):
         raise NotAStoreError(f"{path_str} is an empty file, not a simstore store")
@@ -854,25 +1011,52 @@ def open(  # noqa: A001 - mirrors dbm.open, deliberately
         path_str, readonly=readonly, sync=opts.sync, map_size=opts.map_size, max_map_size=opts.max_map_size
     )
     try:
-        params = _load_or_create(env, path_str, mode, k, blocks)
+        params = _load_or_create(env, path_str, mode, k, blocks, fingerprinter)
         handles = env.open_existing(len(params.tables))
-    except NotAStoreError:
-        env.fail_open()
-        raise
     except BaseException:
-        env.close()
+        # A refused open leaves the folder as it found it: no new lock file,
+        # and no half-made store file where there was none.
+        env.fail_open()
+        if not exists:
+            with contextlib.suppress(OSError):
+                os.remove(path_str)
         raise
     return Store(path_str, env, handles, params, opts)
 
 
 def _load_or_create(
-    env: _lmdb.Environment, path: str, mode: str, k: int | None, blocks: int | None
+    env: _lmdb.Environment,
+    path: str,
+    mode: str,
+    k: int | None,
+    blocks: int | None,
+    fingerprinter: Fingerprinter | None,
 ) -> StoredParams:
+    stored = _read_meta(env, path)
+    if stored is None:
+        if env.readonly or mode == "w":
+            raise NotAStoreError(f"{path} is an LMDB file that was never written, not a simstore store")
+        return _create(env, k, blocks, fingerprinter)
+    params = decode_meta(stored)
+    requested_settings = fingerprinter.settings() if fingerprinter is not None else None
+    check_requested(params, {"k": k, "blocks": blocks, "fingerprinter": requested_settings})
+    return params
+
+
+def _read_meta(env: _lmdb.Environment, path: str) -> bytes | None:
+    """The raw meta record, or ``None`` for an LMDB file no transaction ever
+    wrote (a store whose creation was interrupted, or a new file).
+
+    Raises:
+        NotAStoreError: the file holds data that is not a simstore store.
+    """
     names = env.named_databases()
     if not names:
-        if env.readonly or mode == "w":
-            raise NotAStoreError(f"{path} is an empty LMDB environment, not a simstore store")
-        return _create(env, k, blocks)
+        # LMDB writes transaction 0 when it makes a file; anything later was
+        # someone's data, even if they deleted it again.
+        if env.last_txnid() == 0:
+            return None
+        raise NotAStoreError(f"{path} is an LMDB file written by another program, not a simstore store")
     if _lmdb.DB_META not in names:
         raise NotAStoreError(f"{path} is an LMDB file written by another program, not a simstore store")
     meta_db = env.open_meta_only()
@@ -882,16 +1066,22 @@ def _load_or_create(
         raw = txn.get(META_KEY, db=meta_db)
     if raw is None:
         raise NotAStoreError(f"{path} has no simstore meta record")
-    params = decode_meta(raw)
-    check_requested(params, {"k": k, "blocks": blocks})
-    return params
+    return raw
 
 
-def _create(env: _lmdb.Environment, k: int | None, blocks: int | None) -> StoredParams:
+def _create(
+    env: _lmdb.Environment, k: int | None, blocks: int | None, fingerprinter: Fingerprinter | None
+) -> StoredParams:
     chosen_k = DEFAULT_K if k is None else k
     chosen_blocks = default_blocks(chosen_k) if blocks is None else blocks
     tables = tuple(one_level_tables(chosen_k, chosen_blocks))
-    params = StoredParams(k=chosen_k, blocks=chosen_blocks, tables=tables)
+    params = StoredParams(
+        k=chosen_k,
+        blocks=chosen_blocks,
+        tables=tables,
+        fingerprinter=(fingerprinter or Fingerprinter()).settings(),
+        segmenter=segmenter_info(),
+    )
 
     def body(txn: _lmdb.Txn) -> None:
         handles = env.create_handles(txn, len(tables))
@@ -902,15 +1092,27 @@ def _create(env: _lmdb.Environment, k: int | None, blocks: int | None) -> Stored
     return params
 
 
-def _remove_store(path: str, opts: Options) -> None:
-    """Delete an existing store for mode "n", refusing files that are not stores."""
+def _remove_store(path: str) -> None:
+    """Delete an existing store for mode "n", refusing files that are not stores.
+
+    Only a file whose meta record names the simstore format (of any version)
+    or an LMDB file nothing was ever written to is deleted; a foreign or
+    unreadable file raises ``NotAStoreError`` and stays as it was.
+    """
     if os.path.getsize(path) > 0:
         env = _lmdb.Environment(path, readonly=True, sync=False, map_size=None, max_map_size=None)
         try:
-            names = env.named_databases()
-            if names and _lmdb.DB_META not in names:
-                raise NotAStoreError(f"{path} is not a simstore store; mode 'n' will not delete it")
-        finally:
+            raw = _read_meta(env, path)
+            if raw is not None:
+                decode_meta(raw)
+        except FormatVersionError:
+            env.close()  # a newer simstore's store is still simstore's to replace
+        except (NotAStoreError, CorruptStoreError) as exc:
+            env.fail_open()
+            raise NotAStoreError(
+                f"{path} is not a readable simstore store; mode 'n' will not delete it"
+            ) from exc
+        else:
             env.close()
     os.remove(path)
     lock = _lmdb.lock_path(path)

@@ -1,0 +1,521 @@
+"""64-bit simhash fingerprints of text (Chinese, other scripts, or mixed) and
+of dense vectors.
+
+The text algorithm, exactly (so that other tools can reproduce it):
+
+1. **Normalise** (:func:`simstore.text.normalise`): NFKC, ``str.casefold``,
+   NFKC again, white-space controls to a space and other Cc/Cf characters
+   removed, white-space runs collapsed to one space and stripped.
+2. **Tokenise** (:func:`simstore.text.tokenise`): runs of Han ideographs are
+   segmented by jieba (bundled dictionary, ``HMM=hmm``); runs of other word
+   characters (``\\w`` plus combining marks) are one token each; each
+   character of category So (emoji) is a token; the rest is dropped.
+3. **Features**: for each ``n`` in ``ngrams`` (default ``(1, 2)``), in that
+   order, every run of ``n`` consecutive tokens joined by one U+0020 space
+   (tokens never contain spaces; ``n = 1`` gives the tokens themselves). A
+   text with fewer tokens than every ``n`` has the single feature of all its
+   tokens joined.
+4. **Hash**: each feature string is encoded as UTF-8 and hashed with
+   **XXH3-64** (``xxhash.xxh3_64_intdigest(data, seed)``), seed ``seed``
+   (default 0), giving an unsigned 64-bit integer.
+5. **Weights** (integers, so the vote is exact on every machine), per
+   distinct feature string, from how often it occurs (``tf``):
+
+   - ``binary``: 1 (each distinct feature votes once),
+   - ``tf``: ``tf``,
+   - ``log``: ``round(1000 * (1 + ln tf))`` (damped counts; the default),
+   - ``tfidf``: ``round(1000 * tf * idf)`` where ``idf`` is the mean, over the
+     feature's tokens, of jieba's bundled IDF table (``analyse/idf.txt``),
+     words not in the table taking the table's median as jieba does.
+
+   With ``top_n`` set, only the ``top_n`` distinct features of highest
+   weight vote (ties go to the smaller hash value), like the C++ simhash
+   that keeps jieba's top keywords.
+6. **Vote**: for each bit ``i`` (bit 0 is the least significant) the tally is
+   the sum of ``+weight`` over features whose hash has bit ``i`` set and
+   ``-weight`` over those whose hash has it clear; bit ``i`` of the
+   fingerprint is 1 where the tally is **strictly positive** (a tie gives 0).
+
+Empty text and text without features raise
+:class:`~simstore.errors.InvalidValueError` (an all-zero fingerprint would
+silently match every other empty document). Text with fewer than
+:data:`SHORT_TEXT_FEATURES` distinct features is fingerprinted, with a
+:class:`ShortTextWarning`: a one-word edit moves many of its bits.
+
+Vectors (:func:`fingerprint_vector`) use random-hyperplane simhash: bit ``i``
+is 1 where the dot product of the vector with hyperplane ``i`` is positive;
+the 64 hyperplanes for dimension ``d`` are Gaussian, drawn from numpy's
+PCG64 bit generator seeded with ``seed`` (see :func:`hyperplanes`).
+"""
+
+from __future__ import annotations
+
+import concurrent.futures
+import dataclasses
+import functools
+import math
+import multiprocessing
+import os
+import warnings
+from collections import Counter
+from collections.abc import Iterable, Mapping, Sequence
+from itertools import repeat
+from typing import Any, Literal
+
+import numpy as np
+import numpy.typing as npt
+import xxhash
+
+from simstore.errors import InvalidTypeError, InvalidValueError
+from simstore.text import as_text, jieba_idf, normalise, segmenter_info, tokenise
+
+__all__ = [
+    "ALGORITHM",
+    "FEATURE_HASH",
+    "SHORT_TEXT_FEATURES",
+    "WEIGHTINGS",
+    "Fingerprinter",
+    "ShortTextWarning",
+    "count_features",
+    "feature_hashes",
+    "features",
+    "fingerprint",
+    "fingerprint_vector",
+    "hyperplanes",
+    "segmenter_info",
+    "top_features",
+    "vote",
+    "weigh",
+]
+
+#: Name and version of the text pipeline (normalise, tokenise, features,
+#: weights, vote) described in the module docstring.
+ALGORITHM = "simstore-text-simhash-1"
+#: The feature hash: XXH3 64-bit over the feature's UTF-8 bytes.
+FEATURE_HASH = "xxh3_64"
+#: Fewer distinct features than this gives a :class:`ShortTextWarning`.
+SHORT_TEXT_FEATURES = 8
+
+Weighting = Literal["binary", "tf", "log", "tfidf"]
+WEIGHTINGS: tuple[str, ...] = ("binary", "tf", "log", "tfidf")
+_MAX_NGRAM = 8
+_MASK64 = (1 << 64) - 1
+# Batches smaller than this (in characters) are fingerprinted in-process even
+# when processes=None: starting a spawned worker (numpy, simstore, jieba's
+# dictionary) costs 1.5 to 2 s, more than 2 cores save on a few MB.
+_PARALLEL_MIN_CHARS = 8_000_000
+_CHUNK_CHARS = 1_000_000
+
+
+class ShortTextWarning(UserWarning):
+    """The text has so few features that its fingerprint is coarse: a single
+    edited word moves many bits, so near-duplicates may be missed."""
+
+
+# -- the pipeline, one pure function a step ---------------------------------
+
+
+def features(tokens: Sequence[str], ngrams: Sequence[int]) -> list[str]:
+    """Return the feature strings of ``tokens``: for each ``n`` in ``ngrams``
+    every run of ``n`` consecutive tokens joined by a space (``n = 1``: the
+    tokens), in that order; a text too short for every ``n`` gives the one
+    feature of all its tokens joined."""
+    result: list[str] = []
+    for n in ngrams:
+        if n == 1:
+            result.extend(tokens)
+        elif len(tokens) >= n:
+            # zip of shifted slices builds every window in C, no Python loop.
+            result.extend(map(" ".join, zip(*(tokens[i:] for i in range(n)), strict=False)))
+    if not result and tokens:
+        result.append(" ".join(tokens))
+    return result
+
+
+def feature_hashes(feature_strings: Sequence[str], seed: int = 0) -> npt.NDArray[np.uint64]:
+    """XXH3-64 (with ``seed``) of each feature's UTF-8 bytes, as uint64."""
+    encoded = map(str.encode, feature_strings)
+    if seed:
+        hashed = map(functools.partial(xxhash.xxh3_64_intdigest, seed=seed), encoded)
+    else:
+        hashed = map(xxhash.xxh3_64_intdigest, encoded)
+    return np.fromiter(hashed, dtype=np.uint64, count=len(feature_strings))
+
+
+def count_features(feature_strings: Iterable[str]) -> tuple[list[str], npt.NDArray[np.int64]]:
+    """The distinct feature strings (in order of first occurrence) and how
+    often each occurs (its term frequency)."""
+    counts = Counter(feature_strings)
+    return list(counts), np.fromiter(counts.values(), dtype=np.int64, count=len(counts))
+
+
+def weigh(distinct: Sequence[str], counts: npt.NDArray[np.int64], weighting: str) -> npt.NDArray[np.int64]:
+    """Integer weights of distinct features from their counts (see the
+    module docstring for each ``weighting``)."""
+    if weighting == "binary":
+        return np.ones_like(counts)
+    if weighting == "tf":
+        return counts
+    if weighting == "log":
+        # Damped counts, scaled to integers so that the vote stays exact.
+        return np.rint(1000.0 * (1.0 + np.log(counts))).astype(np.int64)
+    idf = np.fromiter(map(_feature_idf, distinct), dtype=np.float64, count=len(distinct))
+    return np.rint(1000.0 * counts * idf).astype(np.int64)
+
+
+def _feature_idf(feature: str) -> float:
+    """Mean jieba IDF of a feature's words (the table's median if absent)."""
+    table, median = jieba_idf()
+    words = feature.split(" ")
+    return math.fsum(table.get(w, median) for w in words) / len(words)
+
+
+def top_features(
+    hashes: npt.NDArray[np.uint64], weights: npt.NDArray[np.int64], top_n: int | None
+) -> tuple[npt.NDArray[np.uint64], npt.NDArray[np.int64]]:
+    """The ``top_n`` features of highest weight (all if ``top_n`` is None);
+    ties go to the smaller hash value so that the choice is deterministic."""
+    if top_n is None or len(hashes) <= top_n:
+        return hashes, weights
+    keep = np.lexsort((hashes, -weights))[:top_n]
+    return hashes[keep], weights[keep]
+
+
+# Float64 sums of integers are exact below 2**53, whatever the order of
+# summation, so the fast BLAS path is used only under that bound.
+_EXACT_FLOAT_SUM = 2**53
+
+
+def vote(hashes: npt.NDArray[np.uint64], weights: npt.NDArray[np.int64]) -> int:
+    """The weighted bit vote: bit ``i`` is 1 where the features with bit ``i``
+    set outweigh those with it clear (ties give 0). Bit 0 is the LSB."""
+    # One row of 64 bits per feature, column i = bit i: little-endian bytes,
+    # each unpacked least significant bit first.
+    as_bytes = hashes.astype("<u8", copy=False).view(np.uint8).reshape(-1, 8)
+    bits = np.unpackbits(as_bytes, axis=1, bitorder="little")
+    total = int(weights.sum())
+    positive: npt.NDArray[np.float64] | npt.NDArray[np.int64]
+    if total < _EXACT_FLOAT_SUM:
+        positive = weights.astype(np.float64) @ bits
+    else:
+        positive = weights @ bits.astype(np.int64)
+    # tally = positive - (total - positive); compare without forming it.
+    winners = 2 * positive > total
+    return int(np.packbits(winners, bitorder="little").view("<u8")[0])
+
+
+# -- the settings object ------------------------------------------------------
+
+
+@dataclasses.dataclass(frozen=True)
+class Fingerprinter:
+    """Frozen text-fingerprinting settings; picklable, so it can be sent to
+    worker processes.
+
+    ``ngrams``: the shingle sizes whose features are used together, as a
+    strictly increasing tuple (``(1, 2)``: words and word pairs).
+    ``weighting``: ``"log"`` (1 + ln tf, damped counts), ``"binary"`` (each
+    distinct feature votes once), ``"tf"`` or ``"tfidf"`` (jieba's IDF table).
+    ``top_n``: keep only that many highest-weight features (None = all).
+    ``hmm``: let jieba's HMM find words missing from its dictionary.
+    ``seed``: seed of the XXH3-64 feature hash.
+    """
+
+    ngrams: tuple[int, ...] = (1, 2)
+    weighting: Weighting = "log"
+    top_n: int | None = None
+    hmm: bool = True
+    seed: int = 0
+
+    def __post_init__(self) -> None:
+        _check_ngrams(self.ngrams)
+        if not isinstance(self.weighting, str):
+            raise InvalidTypeError(f"weighting must be str, not {type(self.weighting).__name__}")
+        if self.weighting not in WEIGHTINGS:
+            raise InvalidValueError(
+                f"weighting must be one of {', '.join(WEIGHTINGS)}; got {self.weighting!r}"
+            )
+        if self.top_n is not None:
+            _check_int("top_n", self.top_n, 1, None)
+        if not isinstance(self.hmm, bool):
+            raise InvalidTypeError(f"hmm must be bool, not {type(self.hmm).__name__}")
+        _check_int("seed", self.seed, 0, _MASK64)
+
+    # -- fingerprints --
+
+    def fingerprint(self, text: str) -> int:
+        """The 64-bit fingerprint of ``text`` (``str``, or UTF-8 ``bytes``).
+
+        Raises :class:`InvalidValueError` for text that is empty or has no
+        features; warns :class:`ShortTextWarning` for very short text.
+        """
+        value, count = self._fingerprint_counted(as_text(text))
+        if count < SHORT_TEXT_FEATURES:
+            warnings.warn(_short_message(count), ShortTextWarning, stacklevel=2)
+        return value
+
+    def fingerprint_many(self, texts: Iterable[str], processes: int | None = None) -> npt.NDArray[np.uint64]:
+        """Fingerprints of ``texts`` in order, as a uint64 array, equal to
+        calling :meth:`fingerprint` on each.
+
+        ``processes=1`` works in this process; ``processes=n`` spreads the
+        texts over ``n`` worker processes (started with ``spawn``, which is
+        safe with threads and open stores); ``None`` uses every available
+        core when the batch is big enough (a few MB) to pay for starting
+        them, and this process otherwise. One :class:`ShortTextWarning`
+        counts all short texts; an unusable text raises naming its index.
+        """
+        batch = _as_text_list(texts)
+        workers = _worker_count(processes, batch)
+        if workers <= 1:
+            values, short = _fingerprint_chunk(self, batch, 0)
+        else:
+            values, short = self._fingerprint_parallel(batch, workers)
+        if short:
+            warnings.warn(
+                f"{short} of {len(batch)} texts have fewer than "
+                f"{SHORT_TEXT_FEATURES} distinct features; their fingerprints are coarse",
+                ShortTextWarning,
+                stacklevel=2,
+            )
+        return np.array(values, dtype=np.uint64)
+
+    def _fingerprint_parallel(self, batch: list[str], workers: int) -> tuple[list[int], int]:
+        """Fingerprint ``batch`` in ``workers`` spawned processes, in order."""
+        starts = _chunk_starts(batch, workers)
+        chunks = [batch[a:b] for a, b in zip(starts, [*starts[1:], len(batch)], strict=True)]
+        context = multiprocessing.get_context("spawn")
+        with concurrent.futures.ProcessPoolExecutor(workers, mp_context=context) as pool:
+            results = list(pool.map(_fingerprint_chunk, repeat(self), chunks, starts))
+        values = [v for chunk_values, _ in results for v in chunk_values]
+        return values, sum(short for _, short in results)
+
+    def _fingerprint_counted(self, text: str) -> tuple[int, int]:
+        """Fingerprint of a validated ``text`` and its distinct-feature count."""
+        normalised = normalise(text)
+        if not normalised:
+            raise InvalidValueError("text is empty (or only white space and control characters)")
+        feature_strings = features(tokenise(normalised, hmm=self.hmm), self.ngrams)
+        if not feature_strings:
+            raise InvalidValueError(
+                "text has no features: it holds no words, Chinese characters or emoji "
+                "(only punctuation or symbols)"
+            )
+        distinct, counts = count_features(feature_strings)
+        hashes = feature_hashes(distinct, self.seed)
+        weights = weigh(distinct, counts, self.weighting)
+        return vote(*top_features(hashes, weights, self.top_n)), len(distinct)
+
+    # -- settings --
+
+    def settings(self) -> dict[str, Any]:
+        """Every setting that shapes fingerprints, as a msgpack-able dict
+        (including the pipeline's name and the feature hash and its seed)."""
+        return {
+            "algorithm": ALGORITHM,
+            "hash": FEATURE_HASH,
+            "seed": self.seed,
+            "ngrams": list(self.ngrams),
+            "weighting": self.weighting,
+            "top_n": self.top_n,
+            "hmm": self.hmm,
+        }
+
+    @classmethod
+    def from_settings(cls, settings: Mapping[str, Any]) -> Fingerprinter:
+        """The :class:`Fingerprinter` whose :meth:`settings` equal ``settings``.
+
+        Every key :meth:`settings` writes must be present; an unknown or
+        missing key, or an algorithm or hash this version does not
+        implement, raises :class:`InvalidValueError`.
+        """
+        if not isinstance(settings, Mapping):
+            raise InvalidTypeError(f"settings must be a mapping, not {type(settings).__name__}")
+        expected = set(cls().settings())
+        unknown = sorted(map(str, set(settings) - expected))
+        missing = sorted(expected - set(settings))
+        if unknown or missing:
+            raise InvalidValueError(f"fingerprint settings: unknown keys {unknown}, missing keys {missing}")
+        for key, value in (("algorithm", ALGORITHM), ("hash", FEATURE_HASH)):
+            if settings[key] != value:
+                raise InvalidValueError(
+                    f"fingerprint settings name {key} {settings[key]!r}; "
+                    f"this version implements only {value!r}"
+                )
+        fields = {f.name: settings[f.name] for f in dataclasses.fields(cls)}
+        ngrams = fields["ngrams"]
+        if isinstance(ngrams, (list, tuple)):
+            fields["ngrams"] = tuple(ngrams)  # msgpack gives lists back
+        return cls(**fields)
+
+
+def _check_ngrams(ngrams: object) -> None:
+    """Raise unless ``ngrams`` is a non-empty, strictly increasing tuple of
+    shingle sizes within 1..8."""
+    if not isinstance(ngrams, tuple):
+        raise InvalidTypeError(f"ngrams must be a tuple of int, not {type(ngrams).__name__}")
+    if not ngrams:
+        raise InvalidValueError("ngrams must name at least one shingle size")
+    for n in ngrams:
+        _check_int("each of ngrams", n, 1, _MAX_NGRAM)
+    if list(ngrams) != sorted(set(ngrams)):
+        raise InvalidValueError(f"ngrams must be strictly increasing; got {ngrams}")
+
+
+def _check_int(name: str, value: object, low: int, high: int | None) -> None:
+    """Raise unless ``value`` is an int (not bool) within ``low..high``."""
+    if isinstance(value, bool) or not isinstance(value, int):
+        raise InvalidTypeError(f"{name} must be int, not {type(value).__name__}")
+    if value < low or (high is not None and value > high):
+        bound = f"{low}..{high}" if high is not None else f">= {low}"
+        raise InvalidValueError(f"{name} must be {bound}; got {value}")
+
+
+def _short_message(count: int) -> str:
+    """The :class:`ShortTextWarning` message for one text."""
+    return (
+        f"text has only {count} distinct feature(s) (fewer than {SHORT_TEXT_FEATURES}); "
+        "its fingerprint is coarse and a one-word edit moves many bits"
+    )
+
+
+def _as_text_list(texts: Iterable[str]) -> list[str]:
+    """Validate a batch of texts (not a lone str) and return it as a list."""
+    if isinstance(texts, (str, bytes)):
+        raise InvalidTypeError("texts must be an iterable of texts, not a single text")
+    batch: list[str] = []
+    for index, text in enumerate(texts):
+        try:
+            batch.append(as_text(text))
+        except (InvalidTypeError, InvalidValueError) as exc:
+            raise type(exc)(f"text at index {index}: {exc}") from None
+    return batch
+
+
+def _available_cores() -> int:
+    """CPU cores this process may run on."""
+    try:
+        return len(os.sched_getaffinity(0))
+    except AttributeError:  # pragma: no cover - not on Linux
+        return os.cpu_count() or 1
+
+
+def _worker_count(processes: int | None, batch: list[str]) -> int:
+    """How many processes to use for ``batch`` (1 = this process)."""
+    if processes is None:
+        size = sum(map(len, batch))
+        if size < _PARALLEL_MIN_CHARS:
+            return 1
+        return min(_available_cores(), len(batch))
+    _check_int("processes", processes, 1, None)
+    return min(processes, max(len(batch), 1))
+
+
+def _chunk_starts(batch: list[str], workers: int) -> list[int]:
+    """Start indexes of contiguous chunks of about ``_CHUNK_CHARS`` each, at
+    least a few per worker so that uneven texts still balance."""
+    total = sum(map(len, batch))
+    target = max(1, min(_CHUNK_CHARS, total // (4 * workers) or 1))
+    starts, size = [0], 0
+    for index, text in enumerate(batch):
+        if size >= target:
+            starts.append(index)
+            size = 0
+        size += len(text)
+    return starts
+
+
+def _fingerprint_chunk(fingerprinter: Fingerprinter, texts: list[str], start: int) -> tuple[list[int], int]:
+    """Fingerprints of validated ``texts`` and how many were short; runs in
+    worker processes, so errors name the index in the whole batch."""
+    values: list[int] = []
+    short = 0
+    for offset, text in enumerate(texts):
+        try:
+            value, count = fingerprinter._fingerprint_counted(text)
+        except InvalidValueError as exc:
+            raise InvalidValueError(f"text at index {start + offset}: {exc}") from None
+        values.append(value)
+        short += count < SHORT_TEXT_FEATURES
+    return values, short
+
+
+def fingerprint(text: str, **settings: Any) -> int:
+    """One-call helper: ``Fingerprinter(**settings).fingerprint(text)``."""
+    value, count = Fingerprinter(**settings)._fingerprint_counted(as_text(text))
+    if count < SHORT_TEXT_FEATURES:
+        warnings.warn(_short_message(count), ShortTextWarning, stacklevel=2)
+    return value
+
+
+# -- vectors -------------------------------------------------------------------
+
+
+@functools.lru_cache(maxsize=16)
+def hyperplanes(dimension: int, seed: int = 0) -> npt.NDArray[np.float64]:
+    """The 64 Gaussian hyperplanes (a read-only ``(64, dimension)`` array) of
+    :func:`fingerprint_vector`.
+
+    Exactly: ``numpy.random.PCG64(seed).random_raw(64 * dimension)`` gives one
+    64-bit draw per entry, row-major; its high and low 32 bits ``a``, ``b``
+    give ``u = (a + 0.5) / 2**32`` and ``v = (b + 0.5) / 2**32``, and the
+    entry is ``sqrt(-2 ln u) * cos(2 pi v)`` (Box-Muller). Bit generator
+    streams are stable across numpy versions, unlike ``Generator`` methods.
+    """
+    _check_int("dimension", dimension, 1, None)
+    _check_int("seed", seed, 0, None)
+    raw = np.random.PCG64(seed).random_raw(64 * dimension)
+    high = (raw >> np.uint64(32)).astype(np.float64)
+    low = (raw & np.uint64(0xFFFFFFFF)).astype(np.float64)
+    u = (high + 0.5) / 2.0**32
+    v = (low + 0.5) / 2.0**32
+    planes = np.sqrt(-2.0 * np.log(u)) * np.cos(2.0 * np.pi * v)
+    planes = planes.reshape(64, dimension)
+    planes.flags.writeable = False
+    return planes
+
+
+def fingerprint_vector(vectors: npt.ArrayLike, seed: int = 0) -> Any:
+    """Random-hyperplane simhash of dense vectors.
+
+    A 1-D vector of length ``d`` gives one ``int``; a 2-D ``(n, d)`` array
+    gives a uint64 array of ``n`` fingerprints. Bit ``i`` (0 = LSB) is 1 where
+    the dot product with hyperplane ``i`` of :func:`hyperplanes` is positive,
+    so the expected bit distance of two vectors is ``64 * angle / pi``.
+    Vectors must be real, finite and non-zero (a zero vector has no
+    direction). Bits whose dot product is within rounding of 0 may differ
+    between machines with different BLAS or SIMD.
+    """
+    array = _as_vectors(vectors)
+    _check_int("seed", seed, 0, None)
+    matrix = array.reshape(1, -1) if array.ndim == 1 else array
+    planes = hyperplanes(matrix.shape[1], seed)
+    winners = (matrix @ planes.T) > 0.0
+    packed = np.packbits(winners, axis=1, bitorder="little")
+    values = packed.view("<u8").reshape(-1).astype(np.uint64)
+    return int(values[0]) if array.ndim == 1 else values
+
+
+def _as_vectors(vectors: npt.ArrayLike) -> npt.NDArray[np.float64]:
+    """Validate vectors for :func:`fingerprint_vector`; return them as float64."""
+    try:
+        array = np.asarray(vectors)
+    except (TypeError, ValueError) as exc:
+        raise InvalidTypeError(f"vectors must be a numeric array: {exc}") from None
+    if array.dtype.kind not in "iuf":
+        raise InvalidTypeError(f"vectors must be real numbers (int or float), not dtype {array.dtype}")
+    if array.ndim not in (1, 2):
+        raise InvalidValueError(f"vectors must be 1-D (one vector) or 2-D (one per row); got {array.ndim}-D")
+    if array.shape[-1] == 0:
+        raise InvalidValueError("vectors must have at least one dimension (d >= 1)")
+    floats = array.astype(np.float64)
+    rows = floats.reshape(-1, floats.shape[-1])
+    bad = ~np.isfinite(rows).all(axis=1)
+    if bad.any():
+        raise InvalidValueError(f"vector {int(np.argmax(bad))} holds NaN or infinity")
+    zero = ~rows.any(axis=1)
+    if zero.any():
+        raise InvalidValueError(
+            f"vector {int(np.argmax(zero))} is all zeros and has no direction to fingerprint"
+        )
+    return floats

@@ -1,0 +1,276 @@
+"""Text preparation for fingerprinting: normalise, then tokenise.
+
+Both steps are pure functions of their input (and of the Unicode database of
+the running Python, and of the jieba dictionary for Chinese; see
+:func:`segmenter_info`, which the store records so that a change is noticed).
+
+``normalise(text)``
+    1. Unicode NFKC (this also maps full-width ASCII, U+FF01..U+FF5E, to
+       half-width ASCII and the ideographic space U+3000 to a plain space),
+    2. case-fold (``str.casefold``: ``Straße`` -> ``strasse``), then NFKC again
+       because case folding can undo normalisation,
+    3. control characters: white-space controls (tab, newline, ...) become a
+       space; every other character of category Cc or Cf (NUL, zero-width
+       space, zero-width joiner, soft hyphen, byte-order mark, ...) is removed,
+    4. runs of white space collapse to one space, with none at either end.
+
+``tokenise(normalised_text)``
+    The text is cut into runs of three kinds, in document order:
+
+    - a run of Han ideographs (CJK Unified Ideographs and extensions, and
+      U+3007 ideographic zero) is segmented by jieba (its bundled dictionary, HMM on by default)
+      with a private ``jieba.Tokenizer``, so ``jieba.load_userdict`` elsewhere
+      in the program cannot change fingerprints;
+    - a run of other word characters (letters and digits of any script, the
+      underscore, and combining marks, so that ``हिन्दी`` stays one word) is
+      one token; scripts written without spaces other than Chinese (Thai,
+      Japanese kana, ...) therefore give one token per unbroken run;
+    - a single character of category So (emoji, ``©``, ...) is a token of its
+      own, so that emoji-only text still has features;
+
+    and everything else (punctuation, other symbols, white space) separates
+    tokens and is dropped.
+"""
+
+from __future__ import annotations
+
+import functools
+import hashlib
+import importlib.metadata
+import re
+import unicodedata
+from pathlib import Path
+from typing import Any
+
+from simstore.errors import InvalidTypeError, InvalidValueError
+
+__all__ = [
+    "as_text",
+    "jieba_idf",
+    "normalise",
+    "segment_han",
+    "segmenter_info",
+    "tokenise",
+]
+
+# Han ideographs: CJK Unified Ideographs, extension A, the compatibility block
+# (NFKC maps most of it into the unified block anyway), extensions B..H in
+# planes 2 and 3, and the ideographic number zero.
+_HAN = "\u3007\u3400-\u4dbf\u4e00-\u9fff\uf900-\ufaff\U00020000-\U0002fa1f\U00030000-\U000323af"
+
+# Separator placed between Han runs so one jieba call segments them all:
+# jieba cuts its input at white space and segments each block on its own, so
+# the result is the same as one call per run, only faster.
+_RUN_SEPARATOR = " "
+
+
+def as_text(text: object) -> str:
+    """Return ``text`` as a ``str``, validated for fingerprinting.
+
+    ``str`` is taken as it is; ``bytes``/``bytearray``/``memoryview`` must be
+    UTF-8 and are decoded. Anything else raises :class:`InvalidTypeError`;
+    invalid UTF-8 and lone surrogates raise :class:`InvalidValueError`.
+    """
+    if isinstance(text, str):
+        result = text
+    elif isinstance(text, (bytes, bytearray, memoryview)):
+        try:
+            result = bytes(text).decode("utf-8")
+        except UnicodeDecodeError as exc:
+            raise InvalidValueError(f"text bytes are not valid UTF-8: {exc}") from None
+    else:
+        raise InvalidTypeError(f"text must be str (or UTF-8 bytes), not {type(text).__name__}")
+    _reject_surrogates(result)
+    return result
+
+
+def _reject_surrogates(text: str) -> None:
+    """Raise if ``text`` holds a lone surrogate (it has no UTF-8 encoding)."""
+    try:
+        text.encode("utf-8")
+    except UnicodeEncodeError as exc:
+        raise InvalidValueError(
+            f"text contains a lone surrogate at index {exc.start} (not a valid Unicode string)"
+        ) from None
+
+
+@functools.cache
+def _control_table() -> dict[int, str | None]:
+    """The ``str.translate`` table of step 3 of :func:`normalise`."""
+    # Built from the Unicode database rather than written out, so it follows
+    # the running Python's Unicode version like NFKC and casefold do. Cc and
+    # Cf characters live below U+30000 and in the tags block of plane 14.
+    table: dict[int, str | None] = {}
+    for code in (*range(0x30000), *range(0xE0000, 0xE1000)):
+        char = chr(code)
+        if unicodedata.category(char) in ("Cc", "Cf"):
+            table[code] = " " if char.isspace() else None
+    return table
+
+
+_ASCII_CONTROLS = re.compile(r"[\x00-\x1f\x7f]")
+
+
+def _strip_controls(text: str) -> str:
+    """Step 3 of :func:`normalise` (white-space controls to space, others out)."""
+    if text.isascii():
+        # Fast path: in ASCII only C0 controls and DEL are Cc, and every
+        # white-space one collapses with the others in step 4 anyway.
+        return _ASCII_CONTROLS.sub(_ascii_control, text)
+    return text.translate(_control_table())
+
+
+def _ascii_control(match: re.Match[str]) -> str:
+    """Replacement for one ASCII control: a space if it is white space."""
+    return " " if match.group().isspace() else ""
+
+
+def normalise(text: str) -> str:
+    """Return ``text`` normalised (NFKC, case-folded, controls removed, white
+    space collapsed); see the module docstring for the exact steps."""
+    folded = unicodedata.normalize("NFKC", text).casefold()
+    folded = unicodedata.normalize("NFKC", folded)
+    return " ".join(_strip_controls(folded).split())
+
+
+def _char_class(codes: list[int]) -> str:
+    """A regular-expression character class body matching ``codes`` (sorted),
+    written as ranges so that the class stays short."""
+    parts: list[str] = []
+    start = previous = codes[0]
+    for code in [*codes[1:], -1]:
+        if code != previous + 1:
+            first, last = re.escape(chr(start)), re.escape(chr(previous))
+            parts.append(first if start == previous else f"{first}-{last}")
+            start = code
+        previous = code
+    return "".join(parts)
+
+
+@functools.cache
+def _token_pattern() -> re.Pattern[str]:
+    """The regular expression whose matches are, in order, Han runs, words
+    and So symbols."""
+    # Python's \w leaves out combining marks (categories Mn, Mc, Me), which
+    # would split Devanagari, Thai or Arabic words with vowel signs, so marks
+    # may continue a word. Built from the running Python's Unicode database.
+    marks: list[int] = []
+    symbols: list[int] = []
+    for code in (*range(0x30000), *range(0xE0000, 0xE1000)):
+        category = unicodedata.category(chr(code))
+        if category[0] == "M":
+            marks.append(code)
+        elif category == "So":
+            symbols.append(code)
+    # The classes of marks and symbols are long lists of ranges that the
+    # regex engine scans one by one; no ASCII character is in either, so a
+    # cheap non-ASCII look-ahead skips them at spaces and punctuation.
+    non_ascii = r"(?=[^\x00-\x7f])"
+    word = rf"[^\W{_HAN}]+(?:{non_ascii}[{_char_class(marks)}]+[^\W{_HAN}]*)*"
+    # Words first: they are the most common match (the classes are disjoint).
+    return re.compile(rf"{word}|[{_HAN}]+|{non_ascii}[{_char_class(symbols)}]")
+
+
+_HAN_CHAR = re.compile(rf"[{_HAN}]")
+_ASCII_WORD = re.compile(r"\w+", re.ASCII)
+
+
+def tokenise(text: str, *, hmm: bool = True) -> list[str]:
+    """Cut normalised ``text`` into tokens in document order.
+
+    Han runs go through jieba (``hmm`` chooses jieba's HMM for words not in
+    its dictionary), other words are whole tokens, and each So-category
+    symbol (emoji) is a token; punctuation and white space are dropped.
+    """
+    if text.isascii():
+        # Same cut (no Han, marks or So symbols in ASCII), by a simpler regex.
+        return _ASCII_WORD.findall(text)
+    # findall does the whole cut in C; only text with Han needs a second look.
+    pieces: list[str] = _token_pattern().findall(text)
+    if not _HAN_CHAR.search(text):
+        return pieces
+    is_han = [_HAN_CHAR.match(piece) is not None for piece in pieces]
+    segmented = iter(segment_han([p for p, han in zip(pieces, is_han, strict=True) if han], hmm=hmm))
+    tokens: list[str] = []
+    for piece, han in zip(pieces, is_han, strict=True):
+        if han:
+            tokens.extend(next(segmented))
+        else:
+            tokens.append(piece)
+    return tokens
+
+
+def segment_han(runs: list[str], *, hmm: bool = True) -> list[list[str]]:
+    """Segment each run of Han characters with jieba; one word list per run."""
+    words = _jieba_tokenizer().lcut(_RUN_SEPARATOR.join(runs), HMM=hmm)
+    result: list[list[str]] = [[]]
+    for word in words:
+        if word == _RUN_SEPARATOR:
+            result.append([])
+        else:
+            result[-1].append(word)
+    return result
+
+
+@functools.cache
+def _jieba_tokenizer() -> Any:
+    """A private, initialised jieba tokenizer with the bundled dictionary."""
+    # Imported here so that importing simstore never loads jieba (its import
+    # is quick, but its dictionary takes about a second to load).
+    import jieba
+
+    jieba.setLogLevel(60)  # quieter than CRITICAL: init chatter goes to stderr
+    tokenizer = jieba.Tokenizer()
+    tokenizer.initialize()
+    return tokenizer
+
+
+def _jieba_dir() -> Path:
+    """The installed jieba package's directory, found without importing it."""
+    import importlib.util
+
+    spec = importlib.util.find_spec("jieba")
+    if spec is None or spec.origin is None:
+        raise InvalidValueError("jieba is not installed; it is needed for Chinese text")
+    return Path(spec.origin).parent
+
+
+@functools.cache
+def segmenter_info() -> dict[str, str]:
+    """Versions and checksums of everything besides the settings that shapes a
+    fingerprint: jieba's version, SHA-256 of its bundled ``dict.txt`` and of
+    ``analyse/idf.txt`` (used by TF-IDF weighting), and the Unicode version of
+    this Python (NFKC, case folding and word characters follow it).
+
+    jieba is not initialised (nor imported) to compute this.
+    """
+    folder = _jieba_dir()
+    return {
+        "jieba": importlib.metadata.version("jieba"),
+        "jieba_dict_sha256": _sha256(folder / "dict.txt"),
+        "jieba_idf_sha256": _sha256(folder / "analyse" / "idf.txt"),
+        "unicode": unicodedata.unidata_version,
+    }
+
+
+def _sha256(path: Path) -> str:
+    """Hex SHA-256 of a file's bytes."""
+    digest = hashlib.sha256()
+    with open(path, "rb") as handle:
+        for block in iter(functools.partial(handle.read, 1 << 20), b""):
+            digest.update(block)
+    return digest.hexdigest()
+
+
+@functools.cache
+def jieba_idf() -> tuple[dict[str, float], float]:
+    """jieba's bundled IDF table (``analyse/idf.txt``) and its median value,
+    which jieba itself gives to words not in the table."""
+    table: dict[str, float] = {}
+    with open(_jieba_dir() / "analyse" / "idf.txt", encoding="utf-8") as handle:
+        for line in handle:
+            word, _, value = line.strip().partition(" ")
+            if value:
+                table[word] = float(value)
+    values = sorted(table.values())
+    return table, values[len(values) // 2]

@@ -1,0 +1,203 @@
+"""Tests of text normalisation and tokenisation (simstore.text)."""
+
+from __future__ import annotations
+
+import subprocess
+import sys
+import unicodedata
+
+import pytest
+from hypothesis import given
+from hypothesis import strategies as st
+
+from simstore.errors import InvalidTypeError, InvalidValueError
+from simstore.text import (
+    _token_pattern,
+    as_text,
+    jieba_idf,
+    normalise,
+    segment_han,
+    segmenter_info,
+    tokenise,
+)
+
+
+def _full_width(text: str) -> str:
+    """Map printable ASCII to its full-width form (U+FF01..U+FF5E)."""
+    return "".join(chr(ord(c) + 0xFEE0) if "!" <= c <= "~" else c for c in text)
+
+
+# -- normalise ----------------------------------------------------------------
+
+
+@pytest.mark.parametrize(
+    ("raw", "expected"),
+    [
+        ("Hello World", "hello world"),
+        (_full_width("HELLO") + "\u3000" + _full_width("world123!"), "hello world123!"),
+        ("Straße", "strasse"),  # case folding, not lower()
+        ("ﬁne", "fine"),  # NFKC ligature
+        ("  a \t\n b\r\n\x0bc  ", "a b c"),  # white space collapses
+        ("a\u200bb\u00adc\ufeffd\x00e", "abcde"),  # Cf/Cc removed
+        ("\u00e9", "\u00e9"),
+        ("e\u0301", "\u00e9"),  # composed
+        ("中文　文本", "中文 文本"),
+        ("", ""),
+        (" \t\x00\u200b ", ""),
+    ],
+)
+def test_normalise_examples(raw: str, expected: str) -> None:
+    assert normalise(raw) == expected
+
+
+@given(st.text())
+def test_normalise_is_idempotent(text: str) -> None:
+    once = normalise(text)
+    assert normalise(once) == once
+
+
+@given(st.text())
+def test_normalise_output_has_no_controls_or_extra_space(text: str) -> None:
+    out = normalise(text)
+    assert out == out.strip()
+    assert "  " not in out
+    assert all(unicodedata.category(c) not in ("Cc", "Cf") for c in out)
+
+
+@given(st.text(alphabet=st.characters(min_codepoint=0x20, max_codepoint=0x7E)))
+def test_normalise_ignores_case_and_width(text: str) -> None:
+    expected = normalise(text)
+    assert normalise(text.upper()) == expected
+    assert normalise(_full_width(text)) == expected
+
+
+# -- tokenise -----------------------------------------------------------------
+
+
+def test_tokenise_english_drops_punctuation() -> None:
+    assert tokenise("hello, world! it's 2024_x.") == ["hello", "world", "it", "s", "2024_x"]
+
+
+def test_tokenise_chinese_uses_jieba() -> None:
+    assert tokenise("我爱北京天安门") == ["我", "爱", "北京", "天安门"]
+
+
+def test_tokenise_mixed_keeps_document_order() -> None:
+    tokens = tokenise(normalise("我爱北京天安门, Hello World 再见。GDP增长"))
+    assert tokens == ["我", "爱", "北京", "天安门", "hello", "world", "再见", "gdp", "增长"]
+
+
+def test_tokenise_emoji_are_tokens_and_modifiers_dropped() -> None:
+    assert tokenise("ok 😀😀 👍🏽 ©") == ["ok", "😀", "😀", "👍", "©"]
+
+
+def test_tokenise_keeps_combining_marks_inside_words() -> None:
+    # Python's \w alone would cut this Devanagari word at each vowel sign.
+    assert tokenise("हिन्दी भाषा") == ["हिन्दी", "भाषा"]
+
+
+def test_tokenise_rare_han_outside_jieba_range() -> None:
+    # Extension B characters are Han for us; jieba yields them one by one.
+    assert tokenise("\U00020000\U00020001") == ["\U00020000", "\U00020001"]
+
+
+@given(st.text(alphabet=st.characters(max_codepoint=0x7F)))
+def test_ascii_fast_path_cuts_like_the_general_pattern(text: str) -> None:
+    normalised = normalise(text)
+    assert tokenise(normalised) == _token_pattern().findall(normalised)
+
+
+def test_tokenise_nothing() -> None:
+    assert tokenise("") == []
+    assert tokenise("... !!! ,,,") == []
+
+
+def test_segment_han_one_list_per_run() -> None:
+    assert segment_han(["我爱北京", "天安门"]) == [["我", "爱", "北京"], ["天安门"]]
+
+
+def test_hmm_switch_changes_unknown_word_handling() -> None:
+    # "杭研" is not in jieba's dictionary; the HMM joins it, plain DAG does not.
+    text = "他来到了网易杭研大厦"
+    assert "杭研" in tokenise(text, hmm=True)
+    assert "杭研" not in tokenise(text, hmm=False)
+
+
+@given(
+    st.lists(
+        st.sampled_from(["我们", "北京", "天气", "hello", "World", "123", "😀", "\uff0c", "!"]),
+        max_size=30,
+    )
+)
+def test_tokenise_separated_runs_equal_joined_segmentation(parts: list[str]) -> None:
+    text = " ".join(parts)
+    tokens = tokenise(normalise(text))
+    # Tokenising each space-separated part alone gives the same tokens.
+    assert tokens == [t for p in parts for t in tokenise(normalise(p))]
+
+
+# -- as_text ------------------------------------------------------------------
+
+
+def test_as_text_accepts_str_and_utf8_bytes() -> None:
+    assert as_text("abc") == "abc"
+    assert as_text("中文".encode()) == "中文"
+    assert as_text(bytearray(b"x")) == "x"
+
+
+@pytest.mark.parametrize("bad", [None, 1, 1.5, ["a"], object()])
+def test_as_text_rejects_non_text(bad: object) -> None:
+    with pytest.raises(InvalidTypeError, match="text must be str"):
+        as_text(bad)
+
+
+def test_as_text_rejects_invalid_utf8() -> None:
+    with pytest.raises(InvalidValueError, match="not valid UTF-8"):
+        as_text(b"\xff\xfe")
+
+
+def test_as_text_rejects_lone_surrogate() -> None:
+    with pytest.raises(InvalidValueError, match="surrogate at index 1"):
+        as_text("a\ud800b")
+
+
+# -- segmenter info and lazy jieba ----------------------------------------------
+
+
+def test_segmenter_info_names_versions_and_checksums() -> None:
+    info = segmenter_info()
+    assert set(info) == {"jieba", "jieba_dict_sha256", "jieba_idf_sha256", "unicode"}
+    assert info["unicode"] == unicodedata.unidata_version
+    assert len(info["jieba_dict_sha256"]) == 64
+    int(info["jieba_dict_sha256"], 16)
+
+
+def test_import_and_segmenter_info_do_not_load_jieba() -> None:
+    code = (
+        "import sys\n"
+        "from simstore.text import segmenter_info\n"
+        "from simstore.simhash import fingerprint\n"
+        "segmenter_info()\n"
+        "fingerprint('plain english words only, no chinese at all here')\n"
+        "print('jieba' in sys.modules)\n"
+    )
+    out = subprocess.run(
+        [sys.executable, "-W", "ignore", "-c", code],
+        capture_output=True,
+        text=True,
+        check=True,
+    )
+    assert out.stdout.strip() == "False"
+
+
+def test_jieba_is_silent_on_stderr() -> None:
+    code = "import simstore.text as t\nprint(t.tokenise('我爱北京天安门'))\n"
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True)
+    assert "北京" in out.stdout
+    assert out.stderr == ""
+
+
+def test_jieba_idf_table() -> None:
+    table, median = jieba_idf()
+    assert len(table) > 100_000
+    assert min(table.values()) <= median <= max(table.values())
