@@ -1,0 +1,246 @@
+"""A stateful test: random sequences of adds, replacements, batches, removals, queries,
+merges and reopens, checked against an in-memory dict model after every step."""
+
+from __future__ import annotations
+
+import shutil
+import tempfile
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+import pytest
+from hypothesis import HealthCheck, settings
+from hypothesis import strategies as st
+from hypothesis.stateful import RuleBasedStateMachine, initialize, invariant, precondition, rule
+
+import simstore
+from simstore.permute import MAX_FINGERPRINT
+
+Key = str | bytes | int
+
+# A few centres that fingerprints cluster around, so queries find neighbours.
+CENTRES = (0, MAX_FINGERPRINT, 0x0123_4567_89AB_CDEF, 0xF0F0_F0F0_0F0F_0F0F, 1 << 63)
+
+keys = st.one_of(
+    st.text(alphabet="ab\u00e9\u4e2d", max_size=3),
+    st.binary(max_size=2),
+    st.integers(-3, 3),
+    st.sampled_from([-(2**63), 2**64 - 1]),
+    # long keys that are looked up by digest
+    st.integers(0, 3).map(lambda n: "https://example.com/" + "x" * 480 + str(n)),
+)
+fingerprints = st.one_of(
+    st.integers(0, MAX_FINGERPRINT),
+    st.builds(
+        lambda centre, bits: centre ^ sum(1 << bit for bit in bits),
+        st.sampled_from(CENTRES),
+        st.frozensets(st.integers(0, 63), max_size=3),
+    ),
+)
+metas = st.one_of(st.none(), st.dictionaries(st.sampled_from(["a", "b"]), st.integers(-5, 5), max_size=2))
+
+
+def _rank(key: Key) -> tuple[int, Key]:
+    if isinstance(key, int):
+        return (0, key)
+    if isinstance(key, bytes):
+        return (1, key)
+    return (2, key)
+
+
+class StoreMachine(RuleBasedStateMachine):
+    """The model is a dict key -> (fingerprint, meta); dict order is first-add order,
+    which is the documented iteration order of a store."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.folder = tempfile.mkdtemp(prefix="simstore-sm-")
+        self.path = str(Path(self.folder) / "machine.simstore")
+        self.model: dict[Key, tuple[int, dict[str, Any] | None]] = {}
+        self.store: simstore.Store | None = None
+        self.k = 3
+        self.threshold = 1
+
+    # -- helpers ---------------------------------------------------------------
+
+    def _open(self, merge_on_close: bool) -> None:
+        self.store = simstore.open(
+            self.path, sync=False, merge_threshold=self.threshold, merge_on_close=merge_on_close
+        )
+
+    @property
+    def live(self) -> simstore.Store:
+        assert self.store is not None
+        return self.store
+
+    def _draw_query(self, data: st.DataObject) -> int:
+        """Mostly a stored fingerprint moved by up to k+1 bits, so that answers are rarely empty."""
+        if not self.model or data.draw(st.integers(0, 3), label="query kind") == 0:
+            return data.draw(fingerprints, label="query")
+        stored = sorted(fp for fp, _ in self.model.values())
+        base = data.draw(st.sampled_from(stored), label="near")
+        bits = data.draw(st.frozensets(st.integers(0, 63), max_size=self.k + 1), label="bits")
+        return base ^ sum(1 << bit for bit in bits)
+
+    def _expected(self, query: int, k: int) -> list[tuple[Key, int, int]]:
+        hits = [
+            (key, (fp ^ query).bit_count(), fp)
+            for key, (fp, _meta) in self.model.items()
+            if (fp ^ query).bit_count() <= k
+        ]
+        return sorted(hits, key=lambda hit: (hit[1], _rank(hit[0])))
+
+    # -- rules -----------------------------------------------------------------
+
+    @initialize(
+        k=st.integers(0, 4),
+        extra_blocks=st.integers(1, 3),
+        threshold=st.integers(1, 50),
+        merge_on_close=st.booleans(),
+    )
+    def open_store(self, k: int, extra_blocks: int, threshold: int, merge_on_close: bool) -> None:
+        self.k = k
+        self.threshold = threshold
+        self.store = simstore.open(
+            self.path,
+            k=k,
+            blocks=k + extra_blocks,
+            sync=False,
+            merge_threshold=threshold,
+            merge_on_close=merge_on_close,
+        )
+
+    @rule(key=keys, fingerprint=fingerprints, meta=metas)
+    def add(self, key: Key, fingerprint: int, meta: dict[str, Any] | None) -> None:
+        assert self.live.add(key, fingerprint=fingerprint, meta=meta) == fingerprint
+        self.model[key] = (fingerprint, meta)
+
+    @precondition(lambda self: bool(self.model))
+    @rule(data=st.data(), fingerprint=fingerprints)
+    def replace(self, data: st.DataObject, fingerprint: int) -> None:
+        key = data.draw(st.sampled_from(sorted(self.model, key=_rank)), label="existing key")
+        self.live.add(key, fingerprint=fingerprint)
+        self.model[key] = (fingerprint, None)
+
+    @rule(
+        batch=st.lists(st.tuples(keys, fingerprints, metas), max_size=25),
+        with_metas=st.booleans(),
+        as_array=st.booleans(),
+    )
+    def add_many(
+        self, batch: list[tuple[Key, int, dict[str, Any] | None]], with_metas: bool, as_array: bool
+    ) -> None:
+        batch_keys = [key for key, _, _ in batch]
+        fps: Any = [fp for _, fp, _ in batch]
+        if as_array:
+            fps = np.array(fps, dtype=np.uint64)
+        batch_metas = [meta for _, _, meta in batch] if with_metas else None
+        returned = self.live.add_many(batch_keys, fps, metas=batch_metas)
+        assert returned.tolist() == [fp for _, fp, _ in batch]
+        for key, fp, meta in batch:
+            self.model[key] = (fp, meta if with_metas else None)
+
+    @precondition(lambda self: bool(self.model))
+    @rule(data=st.data())
+    def remove(self, data: st.DataObject) -> None:
+        key = data.draw(st.sampled_from(sorted(self.model, key=_rank)), label="key to remove")
+        self.live.remove(key)
+        del self.model[key]
+
+    @rule(key=keys)
+    def remove_missing(self, key: Key) -> None:
+        if key in self.model:
+            return
+        with pytest.raises(simstore.KeyNotFoundError) as caught:
+            self.live.remove(key)
+        assert isinstance(caught.value, KeyError)
+
+    @rule(data=st.data())
+    def query(self, data: st.DataObject) -> None:
+        query = self._draw_query(data)
+        k = data.draw(st.integers(0, self.k), label="k")
+        got = [(m.key, m.distance, m.fingerprint) for m in self.live.query(fingerprint=query, k=k)]
+        assert got == self._expected(query, k)
+
+    @rule(data=st.data())
+    def query_many(self, data: st.DataObject) -> None:
+        queries = [self._draw_query(data) for _ in range(data.draw(st.integers(0, 6), label="n"))]
+        k = data.draw(st.one_of(st.none(), st.integers(0, self.k)), label="k")
+        results = self.live.query_many(np.array(queries, dtype=np.uint64), k=k)
+        assert len(results) == len(queries)
+        for query, result in zip(queries, results, strict=True):
+            got = [(m.key, m.distance, m.fingerprint) for m in result]
+            assert got == self._expected(query, self.k if k is None else k)
+
+    @rule()
+    def merge(self) -> None:
+        before = self.live.stats().delta_docs
+        assert self.live.merge() == before
+        assert self.live.stats().delta_docs == 0
+
+    @rule(merge_on_close=st.booleans(), reopen_merge_on_close=st.booleans())
+    def reopen(self, merge_on_close: bool, reopen_merge_on_close: bool) -> None:
+        # The first close honours the option the store was opened with; record what the
+        # delta must hold afterwards by reopening with a known option.
+        self.live.close()
+        self._open(merge_on_close)
+        delta_before = self.live.stats().delta_docs
+        self.live.close()
+        self._open(reopen_merge_on_close)
+        expected_delta = delta_before if not merge_on_close else 0
+        assert self.live.stats().delta_docs == expected_delta
+        assert self.live.k == self.k
+        assert self.live.check() == []
+
+    @rule()
+    def check(self) -> None:
+        assert self.live.check() == []
+
+    # -- invariants ------------------------------------------------------------
+
+    @invariant()
+    def contents_match_the_model(self) -> None:
+        if self.store is None:
+            return
+        store = self.store
+        assert len(store) == len(self.model)
+        assert list(store) == list(self.model)
+        assert list(store.items()) == [(key, fp) for key, (fp, _) in self.model.items()]
+        assert store.fingerprints().tolist() == [fp for fp, _ in self.model.values()]
+        stats = store.stats()
+        assert stats.docs == len(self.model)
+        assert stats.delta_docs <= len(self.model)
+        for key, (fp, meta) in self.model.items():
+            assert key in store
+            record = store.get(key)
+            assert record == simstore.Record(key, fp, meta)
+            assert type(record.key) is type(key)
+
+    @invariant()
+    def delta_stays_below_threshold(self) -> None:
+        if self.store is None:
+            return
+        assert self.store.stats().delta_docs < self.threshold
+
+    def teardown(self) -> None:
+        try:
+            if self.store is not None and not self.store.closed:
+                assert self.store.check() == []
+                self.store.close()
+                with simstore.open(self.path, "r") as reopened:
+                    assert reopened.check() == []
+                    assert list(reopened.items()) == [(key, fp) for key, (fp, _) in self.model.items()]
+        finally:
+            if self.store is not None:
+                self.store.close()
+            shutil.rmtree(self.folder, ignore_errors=True)
+
+
+StoreMachine.TestCase.settings = settings(
+    max_examples=75,
+    stateful_step_count=40,
+    deadline=None,
+    suppress_health_check=[HealthCheck.too_slow, HealthCheck.filter_too_much],
+)
+TestStoreMachine = StoreMachine.TestCase
