@@ -6,7 +6,7 @@ fingerprints, stored in one LMDB file.
 >>> with simstore.open(path, k=3) as store:
 ...     _ = store.add("a", fingerprint=0b1011)
 ...     store.query(fingerprint=0b0011)
-[Match(key='a', distance=1, fingerprint=11)]
+[Match(key='a', distance=1, fingerprint=11, meta=None)]
 """
 
 from simstore.errors import (

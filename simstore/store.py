@@ -91,11 +91,13 @@ class StoreFullWarning(UserWarning):
 
 
 class Match(NamedTuple):
-    """A stored document within the query's distance."""
+    """A stored document within the query's distance; ``meta`` is filled
+    only when the query asks ``with_meta=True``."""
 
     key: Key
     distance: int
     fingerprint: int
+    meta: dict[str, Any] | None = None
 
 
 class Record(NamedTuple):
@@ -419,37 +421,83 @@ class Store:
         """
         fp = self._fingerprint_of(text, fingerprint)
         packed = pack_key(key)
-        found_by = lookup_key(packed)
         packed_meta = pack_meta(meta)
-        handles = self._handles
 
         def body(txn: _lmdb.Txn, state: State) -> tuple[int, State, _Change]:
-            existing = txn.get(found_by, db=handles.keys)
-            next_id = state.next_id
-            if existing is None:
-                doc_id = next_id
-                next_id += 1
-                id_bytes = encode_id(doc_id)
-                txn.put(found_by, id_bytes, db=handles.keys)
-                txn.put(id_bytes, encode_record(fp, packed), db=handles.docs, append=True)
-            else:
-                doc_id = decode_id(existing)
-                id_bytes = existing
-                old_fp = self._record_fingerprint(txn, doc_id)
-                txn.put(id_bytes, encode_record(fp, packed), db=handles.docs)
-                if old_fp == fp:
-                    self._put_meta(txn, id_bytes, packed_meta)
-                    return fp, state, _Change([], [])
-                if doc_id not in self._delta.fingerprints:
-                    self._delete_from_tables(txn, doc_id, old_fp)
-            self._put_meta(txn, id_bytes, packed_meta)
-            txn.put(encode_seq(state.next_seq), encode_add(doc_id, fp), db=handles.delta, append=True)
-            new_state = State(next_id, state.next_seq + 1, state.merge_epoch)
-            return fp, new_state, _Change([(doc_id, fp)], [])
+            new_state, change = self._put_one(txn, state, packed, fp, packed_meta)
+            return fp, new_state, change
 
         result = self._write(body)
         self._merge_if_due()
         return result
+
+    def add_if_new(
+        self,
+        key: Key,
+        text: str | None = None,
+        *,
+        fingerprint: int | None = None,
+        k: int | None = None,
+        meta: Mapping[str, Any] | None = None,
+        with_meta: bool = False,
+    ) -> list[Match]:
+        """Insert the document only if nothing stored is within ``k`` bits.
+
+        The look-up and the insert run in one write transaction, so two
+        processes racing with the same near-duplicate never both insert it.
+        If ``key`` is already stored, its current document counts like any
+        other: re-adding a key whose fingerprint is within ``k`` returns it as
+        a match and changes nothing.
+
+        Returns:
+            The matches, sorted by ``(distance, key)``; an empty list means the
+            document was inserted.
+        """
+        fp = self._fingerprint_of(text, fingerprint)
+        k = self._check_k(k)
+        packed = pack_key(key)
+        packed_meta = pack_meta(meta)
+        permuted = [table.permute(fp) for table in self._tables]
+
+        def body(txn: _lmdb.Txn, state: State) -> tuple[list[Match], State, _Change]:
+            found = self._find(txn, permuted, fp, k)
+            if found:
+                return self._resolve(txn, found, with_meta), state, _Change([], [])
+            new_state, change = self._put_one(txn, state, packed, fp, packed_meta)
+            return [], new_state, change
+
+        result = self._write(body)
+        if not result:
+            self._merge_if_due()
+        return result
+
+    def _put_one(
+        self, txn: _lmdb.Txn, state: State, packed: bytes, fp: int, packed_meta: bytes | None
+    ) -> tuple[State, _Change]:
+        """Write one document (new or replacing) inside a write transaction."""
+        handles = self._handles
+        found_by = lookup_key(packed)
+        existing = txn.get(found_by, db=handles.keys)
+        next_id = state.next_id
+        if existing is None:
+            doc_id = next_id
+            next_id += 1
+            id_bytes = encode_id(doc_id)
+            txn.put(found_by, id_bytes, db=handles.keys)
+            txn.put(id_bytes, encode_record(fp, packed), db=handles.docs, append=True)
+        else:
+            doc_id = decode_id(existing)
+            id_bytes = existing
+            old_fp = self._record_fingerprint(txn, doc_id)
+            txn.put(id_bytes, encode_record(fp, packed), db=handles.docs)
+            if old_fp == fp:
+                self._put_meta(txn, id_bytes, packed_meta)
+                return state, _Change([], [])
+            if doc_id not in self._delta.fingerprints:
+                self._delete_from_tables(txn, doc_id, old_fp)
+        self._put_meta(txn, id_bytes, packed_meta)
+        txn.put(encode_seq(state.next_seq), encode_add(doc_id, fp), db=handles.delta, append=True)
+        return State(next_id, state.next_seq + 1, state.merge_epoch), _Change([(doc_id, fp)], [])
 
     def add_many(
         self,
@@ -723,6 +771,7 @@ class Store:
         *,
         text: str | None = None,
         k: int | None = None,
+        with_meta: bool = False,
     ) -> list[Match]:
         """Every stored document within ``k`` bits of the query, sorted by
         ``(distance, key)``.
@@ -731,15 +780,13 @@ class Store:
             fingerprint: the query fingerprint (or give ``text``).
             k: the largest distance returned; defaults to the store's ``k``
                 and may not exceed it.
+            with_meta: fill each match's ``meta`` with the document's metadata.
         """
         query = self._fingerprint_of(text, fingerprint)
         k = self._check_k(k)
         permuted = [table.permute(query) for table in self._tables]
         with self._read() as txn:
-            found = self._delta.matches(permuted, query, k)
-            cursors = [txn.cursor(db) for db in self._handles.tables]
-            scan_tables(cursors, self._suffix_bits, permuted, k, found)
-            return self._resolve(txn, found)
+            return self._resolve(txn, self._find(txn, permuted, query, k), with_meta)
 
     def query_many(
         self,
@@ -747,12 +794,16 @@ class Store:
         *,
         texts: Iterable[str] | None = None,
         k: int | None = None,
+        with_meta: bool = False,
     ) -> list[list[Match]]:
         """:meth:`query` for a batch, against one snapshot: one list per query.
 
+        Nothing is inserted, so this deduplicates a new batch against the
+        stored corpus: result ``i`` holds the stored documents near query ``i``.
+
         Args:
             fingerprints: a uint64 array (or iterable of ints); or give ``texts``.
-            k: as for :meth:`query`.
+            k, with_meta: as for :meth:`query`.
         """
         queries = self._fingerprints_of(texts, fingerprints)
         k = self._check_k(k)
@@ -763,20 +814,30 @@ class Store:
             for query, permuted in zip(queries.tolist(), permuted_rows, strict=True):
                 found = self._delta.matches(permuted, query, k)
                 scan_tables(cursors, self._suffix_bits, permuted, k, found)
-                results.append(self._resolve(txn, found))
+                results.append(self._resolve(txn, found, with_meta))
         return results
 
-    def _resolve(self, txn: _lmdb.Txn, found: dict[int, int]) -> list[Match]:
+    def _find(self, txn: _lmdb.Txn, permuted: list[int], query: int, k: int) -> dict[int, int]:
+        """``{doc_id: distance}`` of everything within ``k`` bits, delta included."""
+        found = self._delta.matches(permuted, query, k)
+        cursors = [txn.cursor(db) for db in self._handles.tables]
+        scan_tables(cursors, self._suffix_bits, permuted, k, found)
+        return found
+
+    def _resolve(self, txn: _lmdb.Txn, found: dict[int, int], with_meta: bool = False) -> list[Match]:
         if not found:
             return []
         docs = self._handles.docs
+        docmeta = self._handles.docmeta
         matches = []
         for doc_id, distance in found.items():
-            raw = txn.get(encode_id(doc_id), db=docs)
+            id_bytes = encode_id(doc_id)
+            raw = txn.get(id_bytes, db=docs)
             if raw is None:
                 raise CorruptStoreError(f"document {doc_id} is indexed but has no record")
             fingerprint, packed = decode_record(raw)
-            matches.append(Match(unpack_key(packed), distance, fingerprint))
+            meta = unpack_meta(txn.get(id_bytes, db=docmeta)) if with_meta else None
+            matches.append(Match(unpack_key(packed), distance, fingerprint, meta))
         matches.sort(key=_match_order)
         return matches
 
