@@ -23,6 +23,7 @@ from typing import Any, NamedTuple, TypeVar
 import numpy as np
 
 from simstore import _lmdb
+from simstore.batch import BatchMixin
 from simstore.delta import Delta, encode_add, encode_remove, encode_seq
 from simstore.errors import (
     CorruptStoreError,
@@ -155,7 +156,7 @@ def _match_order(match: Match) -> tuple[int, tuple[int, Key]]:
     return (match.distance, sort_key(match.key))
 
 
-class Store:
+class Store(BatchMixin):
     """An open simstore store. Use :func:`simstore.open` to make one.
 
     A ``Store`` may be shared between threads: every operation holds an
