@@ -55,9 +55,16 @@ MAX_GROWTH_STEP = 16 << 30
 T = TypeVar("T")
 
 
-def table_db_name(table_index: int) -> bytes:
-    """The sub-database name of a permutation table."""
-    return b"table:%03d" % table_index
+def table_db_name(table_index: int, generation: int = 0) -> bytes:
+    """The sub-database name of a permutation table.
+
+    ``generation`` counts re-layouts: the tables of a new layout are built
+    beside the old ones under new names, so readers of the old layout are
+    never disturbed until one commit switches the meta record over.
+    """
+    if generation == 0:
+        return b"table:%03d" % table_index
+    return b"table:%d:%03d" % (generation, table_index)
 
 
 def lock_path(path: str) -> str:
@@ -170,10 +177,10 @@ class Environment:
         with self.read() as txn:
             return [bytes(key) for key, _ in txn.cursor()]
 
-    def open_existing(self, table_count: int) -> Handles:
+    def open_existing(self, table_count: int, generation: int = 0) -> Handles:
         """Open the store's sub-databases, which must all exist."""
         try:
-            return self._open_handles(table_count, create=False)
+            return self._open_handles(table_count, generation, create=False)
         except lmdb.NotFoundError as exc:
             raise CorruptStoreError(f"{self.path} lacks one of simstore's sub-databases") from exc
         except lmdb.IncompatibleError as exc:
@@ -181,9 +188,18 @@ class Environment:
 
     def create_handles(self, txn: Txn, table_count: int) -> Handles:
         """Create every sub-database inside the write transaction ``txn``."""
-        return self._open_handles(table_count, create=True, txn=txn)
+        return self._open_handles(table_count, 0, create=True, txn=txn)
 
-    def _open_handles(self, table_count: int, *, create: bool, txn: Txn | None = None) -> Handles:
+    def create_tables(self, txn: Txn, table_count: int, generation: int) -> list[Database]:
+        """Create the empty tables of a new layout inside the write transaction ``txn``."""
+        return [
+            self.env.open_db(table_db_name(index, generation), txn=txn, create=True, **TABLE_DB_FLAGS)
+            for index in range(table_count)
+        ]
+
+    def _open_handles(
+        self, table_count: int, generation: int, *, create: bool, txn: Txn | None = None
+    ) -> Handles:
         def open_db(name: bytes, **flags: bool) -> Database:
             return self.env.open_db(name, txn=txn, create=create, **flags)
 
@@ -193,7 +209,9 @@ class Environment:
             docs=open_db(DB_DOCS),
             docmeta=open_db(DB_DOCMETA),
             delta=open_db(DB_DELTA),
-            tables=[open_db(table_db_name(index), **TABLE_DB_FLAGS) for index in range(table_count)],
+            tables=[
+                open_db(table_db_name(index, generation), **TABLE_DB_FLAGS) for index in range(table_count)
+            ],
         )
 
     def open_meta_only(self) -> Database | None:

@@ -42,11 +42,13 @@ class StoredParams:
     """Everything in the meta record: the parameters that shape the keys."""
 
     k: int
-    blocks: int
+    blocks: int | None
     tables: tuple[Table, ...]
+    layout: Mapping[str, Any] | None = None
     fingerprinter: Mapping[str, Any] | None = None
     segmenter: Mapping[str, Any] | None = None
     created_by: str = ""
+    generation: int = 0
 
 
 @dataclass(frozen=True)
@@ -83,9 +85,11 @@ def encode_meta(params: StoredParams, *, version: str) -> bytes:
         "created_by": f"simstore {version}",
         "k": params.k,
         "blocks": params.blocks,
+        "layout": dict(params.layout) if params.layout is not None else None,
         "tables": [[list(table.bit_order), table.prefix_bits] for table in params.tables],
         "fingerprinter": dict(params.fingerprinter) if params.fingerprinter is not None else None,
         "segmenter": dict(params.segmenter) if params.segmenter is not None else None,
+        "generation": params.generation,
     }
     packed: bytes = msgpack.packb(record, use_bin_type=True)
     return packed
@@ -118,8 +122,11 @@ def decode_meta(raw: bytes) -> StoredParams:
     try:
         k = validate_k(record["k"])
         blocks = record["blocks"]
-        if not isinstance(blocks, int) or blocks < 1:
+        if blocks is not None and (not isinstance(blocks, int) or blocks < 1):
             raise ValueError(f"blocks is {blocks!r}")
+        layout = record.get("layout")
+        if layout is not None and not isinstance(layout, dict):
+            raise ValueError("the layout description is not a map")
         raw_tables = record["tables"]
         if not isinstance(raw_tables, list) or not 1 <= len(raw_tables) <= MAX_TABLES:
             raise ValueError("the table list is missing or has an impossible length")
@@ -130,15 +137,20 @@ def decode_meta(raw: bytes) -> StoredParams:
             raise ValueError("fingerprinter settings are not a map")
         if segmenter is not None and not isinstance(segmenter, dict):
             raise ValueError("segmenter information is not a map")
+        generation = record.get("generation", 0)
+        if not isinstance(generation, int) or generation < 0:
+            raise ValueError(f"the layout generation is {generation!r}")
     except (KeyError, TypeError, ValueError) as exc:
         raise CorruptStoreError(f"the meta record is damaged: {exc}") from exc
     return StoredParams(
         k=k,
         blocks=blocks,
         tables=tables,
+        layout=layout,
         fingerprinter=fingerprinter,
         segmenter=segmenter,
         created_by=str(record.get("created_by", "")),
+        generation=generation,
     )
 
 

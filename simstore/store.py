@@ -81,6 +81,11 @@ MODES = ("r", "w", "c", "n")
 T = TypeVar("T")
 
 
+class _LayoutChangedError(Exception):
+    """Internal: the snapshot's meta record differs from the one this Store
+    uses, because another process re-laid the store out."""
+
+
 class SegmenterChangedWarning(UserWarning):
     """The installed jieba (or its dictionary, or Python's Unicode tables)
     differs from the one the store's text fingerprints were made with, so
@@ -118,7 +123,7 @@ class Stats:
     delta_docs: int
     tables: int
     k: int
-    blocks: int
+    blocks: int | None
     prefix_bits: tuple[int, ...]
     layout: tuple[tuple[int, ...], ...] = field(repr=False)
     table_entries: tuple[int, ...]
@@ -174,18 +179,39 @@ class Store(BatchMixin):
     ) -> None:
         self.path = path
         self._env = env
-        self._handles = handles
-        self._params = params
-        self._tables: tuple[Table, ...] = params.tables
-        self._suffix_bits = tuple(table.suffix_bits for table in self._tables)
         self._options = options
-        self._delta = Delta(self._tables)
         self._fingerprinter: Fingerprinter | None = None
+        self._adopt_layout(params, handles)
         self._lock = threading.RLock()
         self._closed = False
         self._pid = os.getpid()
         with self._read():
             pass  # loads the delta from the log
+
+    def _adopt_layout(self, params: StoredParams, handles: _lmdb.Handles) -> None:
+        """Use ``params`` and ``handles`` from now on, with a delta to match."""
+        self._params = params
+        self._handles = handles
+        self._tables: tuple[Table, ...] = params.tables
+        self._suffix_bits = tuple(table.suffix_bits for table in self._tables)
+        self._delta = Delta(self._tables)
+        with self._env.read() as txn:
+            raw_meta = txn.get(META_KEY, db=handles.meta)
+        if raw_meta is None:
+            raise CorruptStoreError(f"{self.path} lost its meta record")
+        self._meta_raw = bytes(raw_meta)
+
+    def _reload_layout(self) -> None:
+        """Another process re-laid the store out: read its new meta and tables."""
+        meta_db = self._env.open_meta_only()
+        if meta_db is None:
+            raise CorruptStoreError(f"{self.path} lost its meta sub-database")
+        with self._env.read() as txn:
+            raw_meta = txn.get(META_KEY, db=meta_db)
+        if raw_meta is None:
+            raise CorruptStoreError(f"{self.path} lost its meta record")
+        params = decode_meta(raw_meta)
+        self._adopt_layout(params, self._env.open_existing(len(params.tables), params.generation))
 
     # ------------------------------------------------------------------ basics
 
@@ -195,7 +221,8 @@ class Store(BatchMixin):
         return self._params.k
 
     @property
-    def blocks(self) -> int:
+    def blocks(self) -> int | None:
+        """Blocks of a one-level layout; ``None`` for other layouts."""
         return self._params.blocks
 
     @property
@@ -264,9 +291,8 @@ class Store(BatchMixin):
             max_map_size=self._options.max_map_size,
         )
         self._env = env
-        self._handles = env.open_existing(len(self._tables))
-        self._delta = Delta(self._tables)
         self._pid = os.getpid()
+        self._reload_layout()
 
     # ------------------------------------------------------------ transactions
 
@@ -277,6 +303,8 @@ class Store(BatchMixin):
         if raw_state is not None and raw_state == delta.state_bytes:
             return delta.state  # the common case: nothing written since
         state = State.decode(raw_state)
+        if txn.get(META_KEY, db=self._handles.meta) != self._meta_raw:
+            raise _LayoutChangedError
         if state.merge_epoch != delta.merge_epoch:
             delta.clear()
             cursor = txn.cursor(self._handles.delta)
@@ -306,12 +334,19 @@ class Store(BatchMixin):
             store._lock.acquire()
             try:
                 store._check_usable()
-                self.txn = store._env.begin_read()
-                try:
-                    store._sync_delta(self.txn)
-                except BaseException:
-                    self.txn.abort()
-                    raise
+                for attempt in (1, 2):
+                    self.txn = store._env.begin_read()
+                    try:
+                        store._sync_delta(self.txn)
+                        break
+                    except _LayoutChangedError:
+                        self.txn.abort()
+                        if attempt == 2:
+                            raise CorruptStoreError(f"{store.path}: the layout keeps changing") from None
+                        store._reload_layout()
+                    except BaseException:
+                        self.txn.abort()
+                        raise
             except BaseException:
                 store._lock.release()
                 raise
@@ -347,7 +382,11 @@ class Store(BatchMixin):
                     txn.put(STATE_KEY, new_state.encode(), db=self._handles.meta)
                 return result, new_state, change
 
-            result, new_state, change = self._env.write(in_txn)
+            try:
+                result, new_state, change = self._env.write(in_txn)
+            except _LayoutChangedError:
+                self._reload_layout()
+                result, new_state, change = self._env.write(in_txn)
             delta = self._delta
             if change.merged:
                 delta.clear()
@@ -458,9 +497,8 @@ class Store(BatchMixin):
         k = self._check_k(k)
         packed = pack_key(key)
         packed_meta = pack_meta(meta)
-        permuted = [table.permute(fp) for table in self._tables]
-
         def body(txn: _lmdb.Txn, state: State) -> tuple[list[Match], State, _Change]:
+            permuted = [table.permute(fp) for table in self._tables]
             found = self._find(txn, permuted, fp, k)
             if found:
                 return self._resolve(txn, found, with_meta), state, _Change([], [])
@@ -690,12 +728,87 @@ class Store(BatchMixin):
 
         return self._write(body)
 
-    def _reserve_for(self, documents: int, key_bytes: int) -> None:
+    def relayout(
+        self,
+        layout: Any = None,
+        *,
+        k: int | None = None,
+        blocks: int | None = None,
+        expected_docs: int | None = None,
+    ) -> None:
+        """Rebuild the permutation tables in a new layout.
+
+        Give a :class:`simstore.plan.Layout`, or ``blocks`` for Manku's
+        one-level layout, or ``expected_docs`` to let the planner choose; ``k``
+        may change too. The new tables are built beside the old ones in one
+        write transaction, and that transaction's commit switches the meta
+        record over: readers keep answering from the old layout until then
+        (and are never blocked), other writers wait, nothing is lost if the
+        process dies part-way (the old layout simply stays), and other
+        processes pick the new layout up at their next operation. The file
+        does not shrink: the old tables' pages are reused by later writes.
+        """
+        if sum(option is not None for option in (layout, blocks, expected_docs)) > 1:
+            raise InvalidValueError("pass one of layout=, blocks= or expected_docs=")
+        requested = _Requested(
+            k if k is not None else (None if layout is not None else self.k),
+            blocks,
+            None,
+            layout,
+            expected_docs,
+        )
+        if layout is None and blocks is None and expected_docs is None:
+            requested = _Requested(requested.k, default_blocks(requested.k or self.k), None, None, None)
+        chosen_k, tables, spec, chosen_blocks = _choose_layout(requested)
+        self._reserve_for(len(self), 0, tables=len(tables))
+
+        def body(txn: _lmdb.Txn, state: State) -> tuple[None, State, _Change]:
+            generation = self._params.generation + 1
+            databases = self._env.create_tables(txn, len(tables), generation)
+            doc_ids, fingerprints = self._all_documents(txn)
+            if len(doc_ids):
+                self._write_tables(txn, doc_ids, fingerprints, target=(tables, databases))
+            for db in self._handles.tables:
+                txn.drop(db, delete=True)
+            txn.drop(self._handles.delta, delete=False)
+            params = StoredParams(
+                k=chosen_k,
+                blocks=chosen_blocks,
+                tables=tables,
+                layout=spec,
+                fingerprinter=self._params.fingerprinter,
+                segmenter=self._params.segmenter,
+                created_by=self._params.created_by,
+                generation=generation,
+            )
+            txn.put(META_KEY, encode_meta(params, version=__version__), db=self._handles.meta)
+            new_state = State(state.next_id, state.next_seq, state.merge_epoch + 1)
+            return None, new_state, _Change([], [], merged=True)
+
+        self._write(body)
+        with self._lock:
+            # The dropped tables' handles died with the commit; adopt the new ones.
+            self._reload_layout()
+
+    def _all_documents(self, txn: _lmdb.Txn) -> tuple[U64Array, U64Array]:
+        """Every document's ``(internal id, fingerprint)`` from the records."""
+        cursor = txn.cursor(self._handles.docs)
+        id_parts: list[bytes] = []
+        fingerprint_parts: list[bytes] = []
+        for id_bytes, record in cursor:
+            id_parts.append(id_bytes)
+            fingerprint_parts.append(record[:8])
+        doc_ids = np.frombuffer(b"".join(id_parts), dtype=">u8").astype(np.uint64)
+        fingerprints = np.frombuffer(b"".join(fingerprint_parts), dtype=">u8").astype(np.uint64)
+        return doc_ids, fingerprints
+
+    def _reserve_for(self, documents: int, key_bytes: int, *, tables: int | None = None) -> None:
         """Grow the map ahead of writing ``documents`` new documents."""
         # Per document: a 16-byte node plus page overhead in every table, the
         # key twice (key table and record), ids and fingerprint; doubled for
         # copy-on-write pages and the free list.
-        estimate = 2 * (documents * (len(self._tables) * 24 + 64) + 2 * key_bytes)
+        table_count = len(self._tables) if tables is None else tables
+        estimate = 2 * (documents * (table_count * 24 + 64) + 2 * key_bytes)
         with self._lock:
             self._check_usable()
             if not self.readonly:
@@ -718,11 +831,22 @@ class Store(BatchMixin):
                     stacklevel=3,
                 )
 
-    def _write_tables(self, txn: _lmdb.Txn, doc_ids: U64Array, fingerprints: U64Array) -> None:
-        """Insert documents into every table in one sorted pass per table."""
+    def _write_tables(
+        self,
+        txn: _lmdb.Txn,
+        doc_ids: U64Array,
+        fingerprints: U64Array,
+        target: tuple[tuple[Table, ...], list[_lmdb.Database]] | None = None,
+    ) -> None:
+        """Insert documents into every table in one sorted pass per table.
+
+        ``target`` names other ``(tables, databases)`` than the store's own
+        (a re-layout fills a new set beside the old one).
+        """
         count = len(doc_ids)
         big_endian_ids = doc_ids.astype(">u8")
-        for table, db in zip(self._tables, self._handles.tables, strict=True):
+        tables, databases = target if target is not None else (self._tables, self._handles.tables)
+        for table, db in zip(tables, databases, strict=True):
             permuted = table.permute_array(fingerprints)
             order = sorted_order(permuted, doc_ids)
             key_bytes = permuted[order].astype(">u8").view("V8").tolist()
@@ -785,8 +909,9 @@ class Store(BatchMixin):
         """
         query = self._fingerprint_of(text, fingerprint)
         k = self._check_k(k)
-        permuted = [table.permute(query) for table in self._tables]
         with self._read() as txn:
+            # Permute inside the read: it may have adopted another process's new layout.
+            permuted = [table.permute(query) for table in self._tables]
             return self._resolve(txn, self._find(txn, permuted, query, k), with_meta)
 
     def query_many(
@@ -808,9 +933,9 @@ class Store(BatchMixin):
         """
         queries = self._fingerprints_of(texts, fingerprints)
         k = self._check_k(k)
-        permuted_rows = permute_batch(self._tables, queries)
         results: list[list[Match]] = []
         with self._read() as txn:
+            permuted_rows = permute_batch(self._tables, queries)
             cursors = [txn.cursor(db) for db in self._handles.tables]
             for query, permuted in zip(queries.tolist(), permuted_rows, strict=True):
                 found = self._delta.matches(permuted, query, k)
@@ -1015,6 +1140,8 @@ def open(  # noqa: A001 - mirrors dbm.open, deliberately
     blocks: int | None = None,
     readonly: bool = False,
     fingerprinter: Fingerprinter | None = None,
+    layout: Any = None,
+    expected_docs: int | None = None,
     **options: Any,
 ) -> Store:
     """Open (or create) a store file.
@@ -1028,7 +1155,15 @@ def open(  # noqa: A001 - mirrors dbm.open, deliberately
         k: the largest Hamming distance the store answers (default 3 for a
             new store). ``None`` on an existing store means "the file decides";
             an explicit value that differs raises ``ParameterMismatchError``.
-        blocks: how many blocks the 64 bits are cut into (default ``k + 2``).
+        blocks: how many blocks the 64 bits are cut into, for Manku's
+            one-level layout (default ``k + 2``, or the planner's choice when
+            ``expected_docs`` is given).
+        layout: a :class:`simstore.plan.Layout` (from :func:`simstore.plan`)
+            for a new store, instead of ``blocks``. On an existing store it
+            must equal the stored layout.
+        expected_docs: the corpus size a new store should be laid out for;
+            the planner picks the layout with the lowest estimated query time.
+            Ignored for an existing store (its layout is in the file).
         readonly: open without write access (implied by mode ``"r"``).
         fingerprinter: the text fingerprinting settings (default
             ``Fingerprinter()`` for a new store). They are stored in the file;
@@ -1073,8 +1208,9 @@ def open(  # noqa: A001 - mirrors dbm.open, deliberately
         path_str, readonly=readonly, sync=opts.sync, map_size=opts.map_size, max_map_size=opts.max_map_size
     )
     try:
-        params = _load_or_create(env, path_str, mode, k, blocks, fingerprinter)
-        handles = env.open_existing(len(params.tables))
+        requested = _Requested(k, blocks, fingerprinter, layout, expected_docs)
+        params = _load_or_create(env, path_str, mode, requested)
+        handles = env.open_existing(len(params.tables), params.generation)
     except BaseException:
         # A refused open leaves the folder as it found it: no new lock file,
         # and no half-made store file where there was none.
@@ -1086,23 +1222,59 @@ def open(  # noqa: A001 - mirrors dbm.open, deliberately
     return Store(path_str, env, handles, params, opts)
 
 
-def _load_or_create(
-    env: _lmdb.Environment,
-    path: str,
-    mode: str,
-    k: int | None,
-    blocks: int | None,
-    fingerprinter: Fingerprinter | None,
-) -> StoredParams:
+@dataclass(frozen=True)
+class _Requested:
+    """What the caller of :func:`open` asked for; ``None`` lets the file decide."""
+
+    k: int | None
+    blocks: int | None
+    fingerprinter: Fingerprinter | None
+    layout: Any
+    expected_docs: int | None
+
+
+def _load_or_create(env: _lmdb.Environment, path: str, mode: str, requested: _Requested) -> StoredParams:
     stored = _read_meta(env, path)
     if stored is None:
         if env.readonly or mode == "w":
             raise NotAStoreError(f"{path} is an LMDB file that was never written, not a simstore store")
-        return _create(env, k, blocks, fingerprinter)
+        return _create(env, requested)
     params = decode_meta(stored)
+    fingerprinter = requested.fingerprinter
     requested_settings = fingerprinter.settings() if fingerprinter is not None else None
-    check_requested(params, {"k": k, "blocks": blocks, "fingerprinter": requested_settings})
+    requested_tables = None
+    if requested.layout is not None:
+        requested_tables = tuple(_layout_tables(requested.layout, params.k)[1])
+    check_requested(
+        params,
+        {
+            "k": requested.k,
+            "blocks": requested.blocks,
+            "fingerprinter": requested_settings,
+            "tables": requested_tables,
+        },
+    )
     return params
+
+
+def _layout_tables(layout: Any, k: int | None) -> tuple[int, tuple[Table, ...], dict[str, Any] | None]:
+    """``(k, tables, spec)`` of a user-supplied layout, checked to be exact."""
+    from simstore.plan import covers
+
+    layout_k = getattr(layout, "k", k)
+    tables = tuple(getattr(layout, "tables", layout))
+    if not tables or not all(isinstance(table, Table) for table in tables):
+        raise InvalidTypeError("layout must be a simstore.plan.Layout or a sequence of simstore.Table")
+    if layout_k is None:
+        raise InvalidValueError("a layout given as bare tables needs k=")
+    if k is not None and k != layout_k:
+        raise InvalidValueError(f"k={k} but the layout was planned for k={layout_k}")
+    if not covers(tables, layout_k):
+        raise InvalidValueError(
+            f"the layout's tables do not guarantee finding every fingerprint within k={layout_k} bits"
+        )
+    spec = getattr(layout, "spec", None)
+    return layout_k, tables, dict(spec) if spec is not None else None
 
 
 def _read_meta(env: _lmdb.Environment, path: str) -> bytes | None:
@@ -1131,17 +1303,36 @@ def _read_meta(env: _lmdb.Environment, path: str) -> bytes | None:
     return raw
 
 
-def _create(
-    env: _lmdb.Environment, k: int | None, blocks: int | None, fingerprinter: Fingerprinter | None
-) -> StoredParams:
-    chosen_k = DEFAULT_K if k is None else k
-    chosen_blocks = default_blocks(chosen_k) if blocks is None else blocks
+def _choose_layout(requested: _Requested) -> tuple[int, tuple[Table, ...], dict[str, Any], int | None]:
+    """``(k, tables, layout description, blocks)`` for a new set of tables."""
+    if requested.layout is not None and requested.blocks is not None:
+        raise InvalidValueError("pass either blocks= or layout=, not both")
+    if requested.layout is not None:
+        chosen_k, tables, spec = _layout_tables(requested.layout, requested.k)
+        layout_spec = spec if spec is not None else {"kind": "custom"}
+        blocks = layout_spec.get("blocks")
+        return chosen_k, tables, layout_spec, blocks if isinstance(blocks, int) else None
+    if requested.blocks is None and requested.expected_docs is not None:
+        from simstore.plan import best_layout
+
+        planned = best_layout(DEFAULT_K if requested.k is None else requested.k, requested.expected_docs)
+        layout_spec = dict(planned.spec)
+        blocks = layout_spec.get("blocks")
+        return planned.k, tuple(planned.tables), layout_spec, blocks if isinstance(blocks, int) else None
+    chosen_k = DEFAULT_K if requested.k is None else requested.k
+    chosen_blocks = default_blocks(chosen_k) if requested.blocks is None else requested.blocks
     tables = tuple(one_level_tables(chosen_k, chosen_blocks))
+    return chosen_k, tables, {"kind": "one-level", "blocks": chosen_blocks}, chosen_blocks
+
+
+def _create(env: _lmdb.Environment, requested: _Requested) -> StoredParams:
+    chosen_k, tables, layout_spec, chosen_blocks = _choose_layout(requested)
     params = StoredParams(
         k=chosen_k,
         blocks=chosen_blocks,
         tables=tables,
-        fingerprinter=(fingerprinter or Fingerprinter()).settings(),
+        layout=layout_spec,
+        fingerprinter=(requested.fingerprinter or Fingerprinter()).settings(),
         segmenter=segmenter_info(),
     )
 
