@@ -392,8 +392,10 @@ class Store(BatchMixin):
                 delta.clear()
             for doc_id in change.removed:
                 delta.discard(doc_id)
-            for doc_id, fingerprint in change.puts:
-                delta.put(doc_id, fingerprint)
+            if change.puts:
+                doc_ids = [doc_id for doc_id, _ in change.puts]
+                fingerprints = np.array([fingerprint for _, fingerprint in change.puts], dtype=np.uint64)
+                delta.put_many(doc_ids, fingerprints)
             delta.adopt(new_state)
             return result
 
@@ -497,6 +499,7 @@ class Store(BatchMixin):
         k = self._check_k(k)
         packed = pack_key(key)
         packed_meta = pack_meta(meta)
+
         def body(txn: _lmdb.Txn, state: State) -> tuple[list[Match], State, _Change]:
             permuted = [table.permute(fp) for table in self._tables]
             found = self._find(txn, permuted, fp, k)
