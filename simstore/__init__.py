@@ -9,6 +9,7 @@ fingerprints, stored in one LMDB file.
 [Match(key='a', distance=1, fingerprint=11, meta=None)]
 """
 
+from simstore.batch import Cluster, Pair
 from simstore.errors import (
     CorruptStoreError,
     FormatVersionError,
@@ -39,6 +40,7 @@ from simstore.store import (
 )
 
 __all__ = [
+    "Cluster",
     "CorruptStoreError",
     "Fingerprinter",
     "FormatVersionError",
@@ -48,6 +50,7 @@ __all__ = [
     "Match",
     "NotAStoreError",
     "Options",
+    "Pair",
     "ParameterMismatchError",
     "ReadOnlyError",
     "Record",

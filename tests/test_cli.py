@@ -1,4 +1,5 @@
-"""The command line: `stats`, `check` and `merge` through simstore.cli.main(argv)."""
+"""The command line, every verb through simstore.cli.main(argv): stats, check, merge,
+add, query, dedup, remove, export, import; exit statuses, progress, bad input."""
 
 from __future__ import annotations
 
@@ -114,7 +115,15 @@ def test_foreign_file_exits_1(store_path: str, verb: str, capsys: pytest.Capture
         ["check"],
         ["merge"],
         ["stats", "a", "b"],
-        ["check", "--json", "x"],
+        ["check", "--nope", "x"],
+        ["dedup", "in.jsonl"],
+        ["query"],
+        ["remove", "x"],
+        ["add", "x"],
+        ["dedup", "a", "-o", "b", "--store", "s", "--against", "t"],
+        ["dedup", "a", "-o", "b", "--pairs", "--clusters"],
+        ["add", "s", "f", "--on-error", "ignore"],
+        ["query", "s", "--fingerprint", "xyz"],
         ["stats", "--nope", "x"],
     ],
 )
@@ -176,3 +185,383 @@ def test_check_reports_problems_and_exits_1(good_store: str, capsys: pytest.Capt
     assert "table 0" in out
     assert "problem" in err
     assert "Traceback" not in err
+
+
+# ---------------------------------------------------------------- new verbs
+
+CORPUS = os.path.join(os.path.dirname(__file__), os.pardir, "examples", "corpus", "kjv_near_duplicates.jsonl")
+
+BASE = (
+    "In the beginning God created the heaven and the earth. And the earth was without form, and void; "
+    "and darkness was upon the face of the deep. And the Spirit of God moved upon the face of the waters."
+)
+OTHER = (
+    "Blessed is the man that walketh not in the counsel of the ungodly, nor standeth in the way of sinners, "
+    "nor sitteth in the seat of the scornful. But his delight is in the law of the LORD."
+)
+THIRD = (
+    "The LORD is my shepherd; I shall not want. He maketh me to lie down in green pastures: "
+    "he leadeth me beside the still waters. He restoreth my soul."
+)
+
+
+def write_jsonl(path: str, records: list[dict[str, object]]) -> str:
+    with open(path, "w", encoding="utf-8") as handle:
+        for record in records:
+            handle.write(json.dumps(record) + "\n")
+    return path
+
+
+@pytest.fixture
+def corpus_file(tmp_path: object) -> str:
+    """Five documents: a base, a case-only copy, a copy with extra spaces, and two others."""
+    return write_jsonl(
+        os.path.join(str(tmp_path), "in.jsonl"),
+        [
+            {"id": "a", "text": BASE, "url": "https://a"},
+            {"id": "b", "text": OTHER},
+            {"id": "a2", "text": BASE.upper()},
+            {"id": "c", "text": THIRD},
+            {"id": "a3", "text": BASE.replace(" ", "   ") + " !!"},
+        ],
+    )
+
+
+def read_jsonl(path: str) -> list[dict[str, object]]:
+    with open(path, encoding="utf-8") as handle:
+        return [json.loads(line) for line in handle]
+
+
+def test_add_then_query_text_file_and_fingerprint(
+    store_path: str, corpus_file: str, tmp_path: object, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """`add` stores JSONL with meta fields and lengths; `query` by text, --file and
+    --fingerprint, plain and --json."""
+    assert main(["add", store_path, corpus_file, "--meta-field", "url", "-q"]) == 0
+    assert "added 5 documents" in capsys.readouterr().out
+    with simstore.open(store_path, "r") as store:
+        assert len(store) == 5
+        record = store.get("a")
+        assert record is not None
+        assert record.meta == {"url": "https://a", "length": len(BASE)}
+        fingerprint = record.fingerprint
+    assert main(["query", store_path, BASE, "-k", "0"]) == 0
+    out = capsys.readouterr().out
+    assert out.splitlines()[:2] == ["0\ta", "0\ta2"]
+    query_file = os.path.join(str(tmp_path), "q.txt")
+    with open(query_file, "w", encoding="utf-8") as handle:
+        handle.write(OTHER)
+    assert main(["query", store_path, "--file", query_file, "--json", "--meta"]) == 0
+    result = json.loads(capsys.readouterr().out)
+    assert [match["key"] for match in result["matches"]] == ["b"]
+    assert result["matches"][0]["meta"] == {"length": len(OTHER)}
+    assert main(["query", store_path, "--fingerprint", f"{fingerprint:x}", "--json"]) == 0
+    keys = [match["key"] for match in json.loads(capsys.readouterr().out)["matches"]]
+    assert keys[:2] == ["a", "a2"]
+    assert main(["query", store_path, "--fingerprint", "0x1"]) == 0
+    out, err = capsys.readouterr()
+    assert out == ""
+    assert "no document" in err
+
+
+def test_query_needs_exactly_one_source(store_path: str, capsys: pytest.CaptureFixture[str]) -> None:
+    with simstore.open(store_path):
+        pass
+    for argv in (["query", store_path], ["query", store_path, "x", "--fingerprint", "1"]):
+        with pytest.raises(SystemExit) as caught:
+            main(argv)
+        assert caught.value.code == 2
+    assert "exactly one" in capsys.readouterr().err
+
+
+def test_add_reads_every_format(
+    store_path: str, tmp_path: object, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """CSV, TSV, plain text (one document a line), a directory and stdin."""
+    folder = str(tmp_path)
+    with open(os.path.join(folder, "d.csv"), "w", encoding="utf-8", newline="") as handle:
+        handle.write('id,text\nc1,"' + BASE.replace('"', "") + '"\nc2,' + OTHER.replace(",", "") + "\n")
+    with open(os.path.join(folder, "d.tsv"), "w", encoding="utf-8") as handle:
+        handle.write("key\tbody\nt1\t" + THIRD + "\n")
+    with open(os.path.join(folder, "lines.txt"), "w", encoding="utf-8") as handle:
+        handle.write(BASE + "\n\n" + OTHER + "\n")
+    pages = os.path.join(folder, "pages")
+    os.makedirs(os.path.join(pages, "sub"))
+    with open(os.path.join(pages, "sub", "p.txt"), "w", encoding="utf-8") as handle:
+        handle.write(THIRD)
+    assert main(["add", store_path, os.path.join(folder, "d.csv"), "-q"]) == 0
+    argv = [
+        "add",
+        store_path,
+        os.path.join(folder, "d.tsv"),
+        "--id-field",
+        "key",
+        "--text-field",
+        "body",
+        "-q",
+    ]
+    assert main(argv) == 0
+    assert main(["add", store_path, os.path.join(folder, "lines.txt"), pages, "-q"]) == 0
+    capsys.readouterr()
+    with simstore.open(store_path, "r") as store:
+        keys = set(store.keys())
+    lines = os.path.join(folder, "lines.txt")
+    assert keys == {"c1", "c2", "t1", f"{lines}:1", f"{lines}:3", "sub/p.txt"}
+
+
+def test_add_from_stdin(
+    store_path: str, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
+) -> None:
+    import io
+
+    data = json.dumps({"id": 7, "text": BASE}) + "\n" + json.dumps({"id": 8, "text": OTHER}) + "\n"
+    monkeypatch.setattr(sys, "stdin", io.TextIOWrapper(io.BytesIO(data.encode())))
+    assert main(["add", store_path, "-", "--json"]) == 0
+    assert json.loads(capsys.readouterr().out)["added"] == 2
+    with simstore.open(store_path, "r") as store:
+        assert sorted(store.keys()) == [7, 8]  # JSON integer ids stay ints
+
+
+def test_bad_lines_fail_before_anything_is_written(
+    store_path: str, tmp_path: object, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """--on-error fail (the default): exit 1 naming FILE:LINE, and the store is untouched;
+    --on-error skip: each bad line reported, the good ones added."""
+    bad = os.path.join(str(tmp_path), "bad.jsonl")
+    with open(bad, "w", encoding="utf-8") as handle:
+        handle.write(json.dumps({"id": "ok", "text": BASE}) + "\n")
+        handle.write("{not json\n")
+        handle.write(json.dumps({"id": "empty", "text": "   "}) + "\n")
+        handle.write(json.dumps({"id": [1], "text": OTHER}) + "\n")
+        handle.write(json.dumps({"id": "punct", "text": "!!! ???"}) + "\n")
+        handle.write(json.dumps({"id": "fine", "text": OTHER}) + "\n")
+    assert main(["add", store_path, bad]) == 1
+    out, err = capsys.readouterr()
+    assert err.startswith("simstore: error: ")
+    assert f"{bad}:2: not valid JSON" in err
+    assert "Traceback" not in err
+    assert not os.path.exists(store_path) or len(simstore.open(store_path, "r")) == 0
+    assert main(["add", store_path, bad, "--on-error", "skip"]) == 0
+    out, err = capsys.readouterr()
+    for line in (2, 3, 4, 5):
+        assert f"{bad}:{line}:" in err
+    assert "skipped 4 bad lines" in out
+    with simstore.open(store_path, "r") as store:
+        assert sorted(store.keys()) == ["fine", "ok"]
+
+
+def test_add_batches_report_what_was_committed(
+    store_path: str, tmp_path: object, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """--batch-size commits earlier batches; a later bad line says how many were committed."""
+    path = os.path.join(str(tmp_path), "many.jsonl")
+    records: list[dict[str, object]] = [{"id": f"d{i}", "text": f"{BASE} {i}"} for i in range(5)]
+    write_jsonl(path, records)
+    with open(path, "a", encoding="utf-8") as handle:
+        handle.write("oops\n")
+    import simstore.cli as cli
+
+    original = cli.FINGERPRINT_CHUNK_DOCS
+    cli.FINGERPRINT_CHUNK_DOCS = 2
+    try:
+        assert main(["add", store_path, path, "--batch-size", "2", "-q"]) == 1
+    finally:
+        cli.FINGERPRINT_CHUNK_DOCS = original
+    err = capsys.readouterr().err
+    assert "4 documents of earlier batches were committed" in err
+    with simstore.open(store_path, "r") as store:
+        assert len(store) == 4
+
+
+def test_add_to_missing_input_file(store_path: str, capsys: pytest.CaptureFixture[str]) -> None:
+    assert main(["add", store_path, "/nonexistent/in.jsonl"]) == 1
+    assert "no such file" in capsys.readouterr().err
+
+
+def test_dedup_keeps_one_per_cluster(
+    corpus_file: str, tmp_path: object, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """Without --store: a temporary store, the kept documents in the input's format, a summary."""
+    out_path = os.path.join(str(tmp_path), "kept.jsonl")
+    assert main(["dedup", corpus_file, "--output", out_path, "-q"]) == 0
+    summary = dict(
+        line.split(None, 1)
+        for line in capsys.readouterr().out.replace("largest cluster", "largest_cluster").splitlines()
+    )
+    kept = read_jsonl(out_path)
+    assert [record["id"] for record in kept] == ["a", "b", "c"]
+    assert kept[0] == {"id": "a", "text": BASE, "url": "https://a"}
+    assert summary["documents"] == "5"
+    assert summary["duplicates"] == "2"
+    assert summary["clusters"] == "1"
+    assert summary["largest_cluster"] == "3"
+    assert summary["kept"] == "3"
+    assert not [name for name in os.listdir(str(tmp_path)) if name.startswith(".simstore-")]
+
+
+def test_dedup_keep_longest_pairs_clusters_json(
+    corpus_file: str, tmp_path: object, capsys: pytest.CaptureFixture[str]
+) -> None:
+    folder = str(tmp_path)
+    kept_path = os.path.join(folder, "kept.jsonl")
+    assert main(["dedup", corpus_file, "-o", kept_path, "--keep", "longest", "--json", "-q"]) == 0
+    assert json.loads(capsys.readouterr().out)["kept"] == 3
+    assert [record["id"] for record in read_jsonl(kept_path)] == ["b", "c", "a3"]
+    pairs_path = os.path.join(folder, "pairs.jsonl")
+    assert main(["dedup", corpus_file, "-o", pairs_path, "--pairs", "--json", "-q"]) == 0
+    summary = json.loads(capsys.readouterr().out)
+    assert "kept" not in summary
+    pairs = {(p["a"], p["b"]) for p in read_jsonl(pairs_path)}
+    assert ("a", "a2") in pairs
+    assert all(isinstance(p["distance"], int) for p in read_jsonl(pairs_path))
+    clusters_path = os.path.join(folder, "clusters.jsonl")
+    assert main(["dedup", corpus_file, "-o", clusters_path, "--clusters", "-q"]) == 0
+    capsys.readouterr()
+    (cluster,) = read_jsonl(clusters_path)
+    assert cluster["representative"] == "a"
+    assert cluster["members"] == ["a", "a2", "a3"]
+    assert cluster["size"] == 3
+    assert cluster["cluster"] == 0
+
+
+def test_dedup_into_a_store_then_against_it(
+    corpus_file: str, tmp_path: object, store_path: str, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """--store keeps the documents; --against matches new ones without inserting."""
+    folder = str(tmp_path)
+    assert (
+        main(["dedup", corpus_file, "-o", os.path.join(folder, "k.jsonl"), "--store", store_path, "-q"]) == 0
+    )
+    capsys.readouterr()
+    with simstore.open(store_path, "r") as store:
+        assert len(store) == 5
+    new = write_jsonl(
+        os.path.join(folder, "new.jsonl"),
+        [{"id": "n1", "text": BASE.lower()}, {"id": "n2", "text": "A new thing under the sun " * 4}],
+    )
+    matches_path = os.path.join(folder, "m.jsonl")
+    assert main(["dedup", new, "--against", store_path, "-o", matches_path, "--pairs", "--json", "-q"]) == 0
+    summary = json.loads(capsys.readouterr().out)
+    assert summary["duplicates"] == 1
+    assert "clusters" not in summary
+    matches = read_jsonl(matches_path)
+    assert {(m["key"], m["match"]) for m in matches} == {("n1", "a"), ("n1", "a2"), ("n1", "a3")}
+    kept_path = os.path.join(folder, "new_kept.jsonl")
+    assert main(["dedup", new, "--against", store_path, "-o", kept_path, "-q"]) == 0
+    assert [record["id"] for record in read_jsonl(kept_path)] == ["n2"]
+    with simstore.open(store_path, "r") as store:
+        assert len(store) == 5  # nothing inserted
+
+
+def test_dedup_text_from_stdin_to_stdout(
+    monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """Plain text on stdin, kept lines on stdout, the summary on stderr."""
+    import io
+
+    data = "\n".join([BASE, OTHER, BASE.upper(), THIRD]) + "\n"
+    monkeypatch.setattr(sys, "stdin", io.TextIOWrapper(io.BytesIO(data.encode())))
+    assert main(["dedup", "-", "-o", "-", "-q"]) == 0
+    out, err = capsys.readouterr()
+    assert out.splitlines() == [BASE, OTHER, THIRD]
+    assert "duplicates       1" in err
+
+
+def test_dedup_repeated_keys_are_bad_lines(tmp_path: object, capsys: pytest.CaptureFixture[str]) -> None:
+    path = write_jsonl(
+        os.path.join(str(tmp_path), "r.jsonl"), [{"id": "x", "text": BASE}, {"id": "x", "text": OTHER}]
+    )
+    assert main(["dedup", path, "-o", os.path.join(str(tmp_path), "o.jsonl")]) == 1
+    assert f"{path}:2: key 'x' repeats (first at {path}:1)" in capsys.readouterr().err
+    assert not os.path.exists(os.path.join(str(tmp_path), "o.jsonl"))
+
+
+def test_dedup_the_shipped_corpus(tmp_path: object, capsys: pytest.CaptureFixture[str]) -> None:
+    """The README's first command: a base passage and its cosmetic variants (identical
+    once normalised) keep at most one document between them; every family keeps one."""
+    out_path = os.path.join(str(tmp_path), "kept.jsonl")
+    assert main(["dedup", CORPUS, "--output", out_path, "--json", "-q"]) == 0
+    summary = json.loads(capsys.readouterr().out)
+    records = read_jsonl(CORPUS)
+    kept_ids = {record["id"] for record in read_jsonl(out_path)}
+    assert summary["documents"] == len(records)
+    assert summary["kept"] == len(kept_ids) == len(records) - summary["duplicates"]
+    for base in (record["id"] for record in records if record["variant_of"] is None):
+        family = [r for r in records if r["variant_of"] == base]
+        cosmetic = {base} | {r["id"] for r in family if r["edit"] == "cosmetic"}
+        assert len(cosmetic & kept_ids) <= 1
+        assert len(({base} | {r["id"] for r in family}) & kept_ids) >= 1
+
+
+def test_remove_export_import_round_trip(
+    store_path: str, corpus_file: str, tmp_path: object, capsys: pytest.CaptureFixture[str]
+) -> None:
+    folder = str(tmp_path)
+    with simstore.open(store_path, k=3) as store:
+        store.add(b"\x00raw", fingerprint=5, meta={"blob": b"\x01\x02", "n": [1, 2]})
+        store.add(42, fingerprint=6)
+    assert main(["add", store_path, corpus_file, "-q"]) == 0
+    assert main(["remove", store_path, "b", "42"]) == 0  # "42" finds the int key
+    assert "removed 2" in capsys.readouterr().out
+    assert main(["remove", store_path, "a", "nope"]) == 1
+    assert "'nope'" in capsys.readouterr().err
+    with simstore.open(store_path, "r") as store:
+        assert "a" in store  # nothing removed when a key is missing
+    assert main(["remove", store_path, "nope", "--missing-ok"]) == 0
+    exported = os.path.join(folder, "export.jsonl")
+    assert main(["export", store_path, "-o", exported, "-q"]) == 0
+    lines = read_jsonl(exported)
+    assert lines[0] == {
+        "key": {"$bytes": "AHJhdw=="},
+        "fingerprint": "0000000000000005",
+        "meta": {"blob": {"$bytes": "AQI="}, "n": [1, 2]},
+    }
+    copy = os.path.join(folder, "copy.simstore")
+    assert main(["import", copy, exported, "-q"]) == 0
+    assert "imported 5" in capsys.readouterr().out
+    with simstore.open(store_path, "r") as original, simstore.open(copy, "r") as imported:
+        assert list(original.items()) == list(imported.items())
+        assert original.get(b"\x00raw") == imported.get(b"\x00raw")
+        assert original.get("a") == imported.get("a")
+    assert main(["export", store_path]) == 0
+    assert len(capsys.readouterr().out.splitlines()) == 5
+
+
+def test_import_bad_line(store_path: str, tmp_path: object, capsys: pytest.CaptureFixture[str]) -> None:
+    path = os.path.join(str(tmp_path), "e.jsonl")
+    with open(path, "w", encoding="utf-8") as handle:
+        handle.write('{"key": "a", "fingerprint": "ff"}\n{"key": "b", "fingerprint": 255}\n')
+    assert main(["import", store_path, path]) == 1
+    assert f"{path}:2: the fingerprint must be a hexadecimal string" in capsys.readouterr().err
+    assert not os.path.exists(store_path)
+    assert main(["import", store_path, path, "--on-error", "skip", "-q"]) == 0
+    with simstore.open(store_path, "r") as store:
+        assert list(store.items()) == [("a", 255)]
+
+
+def test_check_json(good_store: str, capsys: pytest.CaptureFixture[str]) -> None:
+    assert main(["check", good_store, "--json"]) == 0
+    assert json.loads(capsys.readouterr().out) == {"ok": True, "problems": []}
+
+
+def test_parameter_mismatch_is_exit_1(
+    good_store: str, corpus_file: str, capsys: pytest.CaptureFixture[str]
+) -> None:
+    assert main(["add", good_store, corpus_file, "-k", "2"]) == 1
+    err = capsys.readouterr().err
+    assert err.startswith("simstore: error:")
+    assert "Traceback" not in err
+
+
+def test_progress_bars_only_on_a_terminal(
+    corpus_file: str, tmp_path: object, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """stderr not a terminal: no bar; a terminal: bars on stderr; -q: none."""
+    out_path = os.path.join(str(tmp_path), "k.jsonl")
+    assert main(["dedup", corpus_file, "-o", out_path]) == 0
+    assert "reading" not in capsys.readouterr().err
+    monkeypatch.setattr(sys.stderr, "isatty", lambda: True)
+    assert main(["dedup", corpus_file, "-o", out_path]) == 0
+    assert "clustering" in capsys.readouterr().err
+    assert main(["dedup", corpus_file, "-o", out_path, "-q"]) == 0
+    assert "clustering" not in capsys.readouterr().err

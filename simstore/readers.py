@@ -1,0 +1,391 @@
+"""Input documents for the command line: JSON lines, CSV, TSV, plain text (one
+document per line), a directory of text files, or standard input; and writers
+that give the kept documents back in the format they came in.
+
+Every document carries where it came from (``source`` and 1-based ``line``),
+so a bad line is reported as ``FILE:LINE: what is wrong``. What happens then
+is the caller's ``on_error`` choice: ``"fail"`` raises :class:`InputError`,
+``"skip"`` reports the line and goes on.
+
+Formats (``--format auto`` picks by extension, after an optional ``.gz``):
+
+- ``jsonl`` (``.jsonl``, ``.ndjson``, ``.json``): one JSON object a line; the
+  text is in ``text_field`` (default ``"text"``), the key in ``id_field``
+  (default ``"id"``; a ``str`` or an ``int``).
+- ``csv`` (``.csv``) and ``tsv`` (``.tsv``, ``.tab``): a header row, then one
+  document a row, with the same two fields as columns.
+- ``text`` (anything else): one document per non-blank line.
+- a directory: every regular file below it, in sorted order, is one document
+  whose key is its path relative to the directory.
+- ``-``: standard input; ``auto`` reads JSON lines if the first non-blank line
+  starts with ``{`` and plain text otherwise.
+
+A document without an id field gets the key ``"SOURCE:LINE"`` (for example
+``corpus.txt:17``), which is unique within one run.
+"""
+
+from __future__ import annotations
+
+import codecs
+import csv
+import gzip
+import io
+import json
+import os
+import sys
+from collections.abc import Callable, Iterable, Iterator
+from dataclasses import dataclass, field
+from typing import IO, Any, TextIO, cast
+
+from simstore.errors import SimstoreError
+from simstore.records import Key
+
+FORMATS = ("auto", "jsonl", "csv", "tsv", "text")
+ON_ERROR = ("fail", "skip")
+STDIN = "-"
+STDIN_NAME = "<stdin>"
+DEFAULT_ID_FIELD = "id"
+DEFAULT_TEXT_FIELD = "text"
+
+_EXTENSIONS = {
+    ".jsonl": "jsonl",
+    ".ndjson": "jsonl",
+    ".json": "jsonl",
+    ".csv": "csv",
+    ".tsv": "tsv",
+    ".tab": "tsv",
+}
+
+
+class InputError(SimstoreError, ValueError):
+    """A bad input line (or file): ``source``, 1-based ``line`` (0 for the
+    whole file) and what is wrong with it."""
+
+    def __init__(self, source: str, line: int, message: str) -> None:
+        super().__init__(f"{source}:{line}: {message}" if line else f"{source}: {message}")
+        self.source = source
+        self.line = line
+        self.message = message
+
+
+@dataclass(frozen=True)
+class Document:
+    """One input document and where it came from.
+
+    ``record`` is what was read, for writing the document back out: the JSON
+    object or CSV row (a dict), or the line or file text (a str).
+    """
+
+    key: Key
+    text: str
+    source: str
+    line: int
+    record: Any
+    meta: dict[str, Any] | None = None
+
+
+@dataclass(frozen=True)
+class ReadOptions:
+    """How to read input files (the command line's input options)."""
+
+    format: str = "auto"
+    id_field: str | None = None
+    text_field: str = DEFAULT_TEXT_FIELD
+    meta_fields: tuple[str, ...] = ()
+    on_error: str = "fail"
+
+    def __post_init__(self) -> None:
+        if self.format not in FORMATS:
+            raise ValueError(f"format must be one of {', '.join(FORMATS)}, got {self.format!r}")
+        if self.on_error not in ON_ERROR:
+            raise ValueError(f"on_error must be 'fail' or 'skip', got {self.on_error!r}")
+
+
+@dataclass(frozen=True)
+class Input:
+    """One input as given on the command line: ``path`` to read and the
+    ``name`` used in keys and messages (``<stdin>`` for ``-``)."""
+
+    path: str
+    name: str = ""
+    format: str = "auto"
+
+    @property
+    def display(self) -> str:
+        return self.name or self.path
+
+
+@dataclass
+class ErrorCounter:
+    """Collects skipped lines; ``report`` prints each one (or is silent)."""
+
+    report: Callable[[InputError], None] | None = None
+    skipped: int = 0
+    first: list[InputError] = field(default_factory=list)
+
+    def __call__(self, error: InputError) -> None:
+        self.skipped += 1
+        if len(self.first) < 1:
+            self.first.append(error)
+        if self.report is not None:
+            self.report(error)
+
+
+def format_of(path: str, requested: str = "auto") -> str:
+    """The format a path is read as: ``requested`` unless ``"auto"``, else by
+    extension (``dir`` for a directory).
+
+    >>> format_of("a/b.jsonl.gz"), format_of("x.TSV"), format_of("notes")
+    ('jsonl', 'tsv', 'text')
+    """
+    if os.path.isdir(path):
+        return "dir"
+    if requested != "auto":
+        return requested
+    base = path[:-3] if path.lower().endswith(".gz") else path
+    return _EXTENSIONS.get(os.path.splitext(base)[1].lower(), "text")
+
+
+def read_documents(
+    inputs: Iterable[Input], options: ReadOptions, on_skip: Callable[[InputError], None]
+) -> Iterator[Document]:
+    """Every document of ``inputs`` in order.
+
+    A bad line raises :class:`InputError` when ``options.on_error`` is
+    ``"fail"``; with ``"skip"`` it is passed to ``on_skip`` and left out.
+    Errors that concern a whole file (a missing column, an unreadable file)
+    always raise.
+    """
+    for item in inputs:
+        for result in _read_one(item, options):
+            if isinstance(result, InputError):
+                if options.on_error == "fail":
+                    raise result
+                on_skip(result)
+            else:
+                yield result
+
+
+def _read_one(item: Input, options: ReadOptions) -> Iterator[Document | InputError]:
+    if item.path == STDIN:
+        yield from _read_stdin(item, options)
+        return
+    fmt = format_of(item.path, item.format if item.format != "auto" else options.format)
+    if fmt == "dir":
+        yield from _read_directory(item, options)
+        return
+    if not os.path.exists(item.path):
+        raise InputError(item.display, 0, "no such file")
+    with _open_binary(item.path) as stream:
+        yield from _read_stream(stream, fmt, item.display, options)
+
+
+def _open_binary(path: str) -> IO[bytes]:
+    if path.lower().endswith(".gz"):
+        return cast(IO[bytes], gzip.open(path, "rb"))
+    return open(path, "rb")
+
+
+def _read_stdin(item: Input, options: ReadOptions) -> Iterator[Document | InputError]:
+    raw: IO[bytes] | None = getattr(sys.stdin, "buffer", None)
+    stream: IO[bytes] = raw if raw is not None else io.BytesIO(sys.stdin.read().encode("utf-8"))
+    fmt = item.format if item.format != "auto" else options.format
+    name = item.name or STDIN_NAME
+    if fmt == "auto":
+        # Peek at the first non-blank line to tell JSON lines from text.
+        head: list[bytes] = []
+        for line in stream:
+            head.append(line)
+            if line.strip():
+                break
+        first = head[-1].lstrip(codecs.BOM_UTF8).lstrip() if head else b""
+        fmt = "jsonl" if first.startswith(b"{") else "text"
+        stream = cast(IO[bytes], io.BufferedReader(_Chained(head, stream)))
+    yield from _read_stream(stream, fmt, name, options)
+
+
+class _Chained(io.RawIOBase):
+    """Lines already read, then the rest of a stream, as one binary stream."""
+
+    def __init__(self, head: list[bytes], rest: IO[bytes]) -> None:
+        super().__init__()
+        self._head = list(head)
+        self._rest = rest
+
+    def readable(self) -> bool:
+        return True
+
+    def readinto(self, buffer: Any) -> int:
+        data = self._head.pop(0) if self._head else self._rest.read(len(buffer))
+        if not data:
+            return 0
+        if len(data) > len(buffer):
+            self._head.insert(0, data[len(buffer) :])
+            data = data[: len(buffer)]
+        buffer[: len(data)] = data
+        return len(data)
+
+
+def _read_stream(
+    stream: IO[bytes], fmt: str, name: str, options: ReadOptions
+) -> Iterator[Document | InputError]:
+    if fmt == "jsonl":
+        yield from _read_jsonl(stream, name, options)
+    elif fmt in ("csv", "tsv"):
+        yield from _read_delimited(stream, name, options, "," if fmt == "csv" else "\t")
+    else:
+        yield from _read_text(stream, name)
+
+
+def _decoded_lines(stream: Iterable[bytes], name: str) -> Iterator[tuple[int, str | InputError]]:
+    for number, raw in enumerate(stream, 1):
+        try:
+            line = raw.decode("utf-8")
+        except UnicodeDecodeError as exc:
+            yield number, InputError(name, number, f"not UTF-8 ({exc.reason} at byte {exc.start})")
+            continue
+        if number == 1:
+            line = line.removeprefix("\ufeff")
+        yield number, line
+
+
+def _read_text(stream: IO[bytes], name: str) -> Iterator[Document | InputError]:
+    for number, line in _decoded_lines(stream, name):
+        if isinstance(line, InputError):
+            yield line
+            continue
+        text = line.rstrip("\r\n")
+        if text.strip():
+            yield Document(f"{name}:{number}", text, name, number, text)
+
+
+def _read_jsonl(stream: IO[bytes], name: str, options: ReadOptions) -> Iterator[Document | InputError]:
+    for number, line in _decoded_lines(stream, name):
+        if isinstance(line, InputError):
+            yield line
+            continue
+        if not line.strip():
+            continue
+        try:
+            record = json.loads(line)
+        except json.JSONDecodeError as exc:
+            yield InputError(name, number, f"not valid JSON: {exc.msg} (column {exc.colno})")
+            continue
+        if not isinstance(record, dict):
+            yield InputError(name, number, f"expected a JSON object, got {type(record).__name__}")
+            continue
+        yield _document_from_fields(record, name, number, options)
+
+
+def _read_delimited(
+    stream: IO[bytes], name: str, options: ReadOptions, delimiter: str
+) -> Iterator[Document | InputError]:
+    text_stream = io.TextIOWrapper(stream, encoding="utf-8-sig", newline="")
+    # Documents are longer than the csv module's 128 KiB default field limit.
+    csv.field_size_limit(min(sys.maxsize, 2**31 - 1))
+    reader = csv.DictReader(text_stream, delimiter=delimiter)
+    try:
+        header = reader.fieldnames
+        if header is None:
+            return
+        if options.text_field not in header:
+            raise InputError(name, 1, f"no {options.text_field!r} column (columns: {', '.join(header)})")
+        if options.id_field is not None and options.id_field not in header:
+            raise InputError(name, 1, f"no {options.id_field!r} column (columns: {', '.join(header)})")
+        start = reader.line_num + 1
+        for row in reader:
+            number = start
+            start = reader.line_num + 1
+            if None in row:
+                yield InputError(name, number, f"more fields than the {len(header)} columns of the header")
+                continue
+            yield _document_from_fields(dict(row), name, number, options)
+    except UnicodeDecodeError as exc:
+        raise InputError(name, reader.line_num + 1, f"not UTF-8 ({exc.reason})") from exc
+    except csv.Error as exc:
+        raise InputError(name, reader.line_num, f"bad CSV: {exc}") from exc
+    finally:
+        text_stream.detach()
+
+
+def _document_from_fields(
+    record: dict[str, Any], name: str, number: int, options: ReadOptions
+) -> Document | InputError:
+    text = record.get(options.text_field)
+    if text is None:
+        return InputError(name, number, f"no {options.text_field!r} field")
+    if not isinstance(text, str):
+        return InputError(name, number, f"{options.text_field!r} is {type(text).__name__}, not a string")
+    if not text.strip():
+        return InputError(name, number, f"{options.text_field!r} is empty")
+    id_field = options.id_field or DEFAULT_ID_FIELD
+    key: Any = record.get(id_field)
+    if key is None:
+        if options.id_field is not None:
+            return InputError(name, number, f"no {id_field!r} field")
+        key = f"{name}:{number}"
+    elif isinstance(key, bool) or not isinstance(key, str | int):
+        return InputError(name, number, f"{id_field!r} must be a string or an integer, got {json.dumps(key)}")
+    elif isinstance(key, int) and not -(2**63) <= key < 2**64:
+        return InputError(name, number, f"{id_field!r} {key} is outside -2**63..2**64-1")
+    meta = {field_name: record[field_name] for field_name in options.meta_fields if field_name in record}
+    return Document(key, text, name, number, record, meta or None)
+
+
+def _read_directory(item: Input, options: ReadOptions) -> Iterator[Document | InputError]:
+    root = item.path
+    for folder, subfolders, files in os.walk(root):
+        subfolders.sort()
+        for file_name in sorted(files):
+            path = os.path.join(folder, file_name)
+            key = os.path.relpath(path, root).replace(os.sep, "/")
+            shown = os.path.join(item.display, key)
+            try:
+                with _open_binary(path) as stream:
+                    text = stream.read().decode("utf-8").removeprefix("\ufeff")
+            except UnicodeDecodeError as exc:
+                yield InputError(shown, 0, f"not UTF-8 ({exc.reason} at byte {exc.start})")
+                continue
+            except OSError as exc:
+                yield InputError(shown, 0, f"cannot read: {exc.strerror or exc}")
+                continue
+            if not text.strip():
+                yield InputError(shown, 0, "empty file")
+                continue
+            yield Document(key, text, shown, 1, text)
+
+
+# ------------------------------------------------------------------- writing
+
+
+class DocumentWriter:
+    """Writes documents back in an input format: ``jsonl`` writes the record
+    read (or ``{"id": key, "text": text}`` for text and directory inputs),
+    ``csv``/``tsv`` the row under the first file's header, ``text`` the line."""
+
+    def __init__(self, stream: TextIO, fmt: str) -> None:
+        self.stream = stream
+        self.format = fmt
+        self._csv: csv.DictWriter[str] | None = None
+
+    def write(self, document: Document) -> None:
+        if self.format in ("csv", "tsv") and isinstance(document.record, dict):
+            if self._csv is None:
+                self._csv = csv.DictWriter(
+                    self.stream,
+                    fieldnames=list(document.record),
+                    delimiter="," if self.format == "csv" else "\t",
+                    extrasaction="ignore",
+                    lineterminator="\n",
+                )
+                self._csv.writeheader()
+            self._csv.writerow(document.record)
+        elif self.format == "text":
+            self.stream.write(document.text.replace("\n", " ") + "\n")
+        else:
+            record = (
+                document.record
+                if isinstance(document.record, dict)
+                else {"id": document.key, "text": document.text}
+            )
+            self.stream.write(json.dumps(record, ensure_ascii=False) + "\n")

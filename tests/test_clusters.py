@@ -1,0 +1,158 @@
+"""Clusters: vectorised union-find against a plain one, and Store.clusters against
+union-find over the brute-force pairs."""
+
+from __future__ import annotations
+
+import os
+import tempfile
+from collections.abc import Iterator
+
+import numpy as np
+import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
+from test_pairs import planted
+
+import simstore
+from simstore.batch import Cluster
+from simstore.clusters import components, groups, pick_longest
+from simstore.pairs import brute_force_pairs
+
+
+def plain_union_find(node_count: int, edges: list[tuple[int, int]]) -> list[int]:
+    """The oracle: a dict-free textbook union-find, labels = smallest node of the component."""
+    parent = list(range(node_count))
+
+    def find(node: int) -> int:
+        while parent[node] != node:
+            node = parent[node]
+        return node
+
+    for a, b in edges:
+        root_a, root_b = find(a), find(b)
+        if root_a != root_b:
+            parent[max(root_a, root_b)] = min(root_a, root_b)
+    return [find(node) for node in range(node_count)]
+
+
+@settings(max_examples=100, deadline=None)
+@given(
+    node_count=st.integers(1, 60),
+    data=st.data(),
+)
+def test_components_equal_plain_union_find(node_count: int, data: st.DataObject) -> None:
+    edges = data.draw(
+        st.lists(st.tuples(st.integers(0, node_count - 1), st.integers(0, node_count - 1)), max_size=80)
+    )
+    left = np.array([a for a, _ in edges], dtype=np.int64)
+    right = np.array([b for _, b in edges], dtype=np.int64)
+    labels = components(node_count, left, right)
+    assert labels.tolist() == plain_union_find(node_count, edges)
+    expected_groups: dict[int, list[int]] = {}
+    for node, label in enumerate(labels.tolist()):
+        expected_groups.setdefault(label, []).append(node)
+    assert [g.tolist() for g in groups(labels)] == sorted(g for g in expected_groups.values() if len(g) > 1)
+
+
+def test_long_chain_is_one_component() -> None:
+    """A chain of 100,000 nodes given in reverse joins into one component quickly."""
+    count = 100_000
+    left = np.arange(count - 1, 0, -1)
+    labels = components(count, left, left - 1)
+    assert np.all(labels == 0)
+
+
+def test_pick_longest() -> None:
+    assert pick_longest([None, None]) == 0
+    assert pick_longest([1, 5, 5, 2]) == 1
+    assert pick_longest([True, 0]) == 0  # bools are not lengths
+
+
+@pytest.fixture
+def path() -> Iterator[str]:
+    with tempfile.TemporaryDirectory() as folder:
+        yield os.path.join(folder, "clusters.simstore")
+
+
+@settings(max_examples=20, deadline=None)
+@given(seed=st.integers(0, 2**32 - 1), k=st.integers(0, 3), repeats=st.integers(0, 4))
+def test_store_clusters_equal_union_find_over_brute_force_pairs(seed: int, k: int, repeats: int) -> None:
+    """Store.clusters(k) == the components (size > 1) of the brute-force pair graph,
+    members in the order added, cluster_id the first member's internal id."""
+    fingerprints = planted(seed, 50, 8, 5, 3)
+    if repeats:  # exact repeats of one fingerprint, the degenerate case
+        fingerprints = np.concatenate([fingerprints, np.repeat(fingerprints[:1], repeats)])
+    keys = [f"doc{index}" for index in range(len(fingerprints))]
+    edges = [(i, j) for i, j, _ in brute_force_pairs(fingerprints, k)]
+    labels = plain_union_find(len(keys), edges)
+    expected: dict[int, list[str]] = {}
+    for index, label in enumerate(labels):
+        expected.setdefault(label, []).append(keys[index])
+    expected_clusters = [members for _, members in sorted(expected.items()) if len(members) > 1]
+    with tempfile.TemporaryDirectory() as folder, simstore.open(os.path.join(folder, "s"), k=3) as store:
+        store.add_many(keys, fingerprints)
+        clusters = store.clusters(k=k)
+    assert [cluster.members for cluster in clusters] == expected_clusters
+    assert all(cluster.representative == cluster.members[0] for cluster in clusters)
+    # Internal ids are given in the order added, from 0.
+    assert [cluster.cluster_id for cluster in clusters] == [keys.index(m[0]) for m in expected_clusters]
+
+
+def test_chains_are_joined(path: str) -> None:
+    """A~B and B~C but A and C 4 bits apart: one cluster of three at k=2."""
+    with simstore.open(path, k=3) as store:
+        store.add_many(["A", "B", "C", "far"], [0b0000, 0b0011, 0b1111, 0xFFFF_0000_0000_0000])
+        assert simstore.hamming(0b0000, 0b1111) == 4
+        (cluster,) = store.clusters(k=2)
+    assert cluster.members == ["A", "B", "C"]
+    assert cluster.size == 3
+    assert cluster.duplicates == ["B", "C"]
+
+
+def test_keep_policies(path: str) -> None:
+    with simstore.open(path, k=3) as store:
+        store.add("short", fingerprint=1, meta={"length": 10})
+        store.add("long", fingerprint=3, meta={"length": 99})
+        store.add("none", fingerprint=7)
+        store.add("alone", fingerprint=0xF0F0_0000_0000_0000)
+        assert [c.representative for c in store.clusters()] == ["short"]
+        assert [c.representative for c in store.clusters(keep="longest")] == ["long"]
+        assert [c.representative for c in store.clusters(keep=lambda records: records[-1].key)] == ["none"]
+        assert [c.representative for c in store.clusters(keep=lambda records: records[1])] == ["long"]
+        seen: list[list[simstore.Record]] = []
+        store.clusters(keep=lambda records: seen.append(records) or records[0].key)
+        assert [record.meta for record in seen[0]] == [{"length": 10}, {"length": 99}, None]
+        with pytest.raises(simstore.InvalidValueError, match="not a member"):
+            store.clusters(keep=lambda records: "alone")
+        with pytest.raises(simstore.InvalidValueError, match="keep must be"):
+            store.clusters(keep="shortest")
+        with pytest.raises(simstore.InvalidTypeError):
+            store.clusters(keep=lambda records: 1.5)  # type: ignore[arg-type,return-value]
+
+
+def test_cluster_ids_are_stable(path: str) -> None:
+    """The same store gives the same ids after reopening and after unrelated adds and
+    removals; ids do not depend on which table found a pair first."""
+    with simstore.open(path, k=3) as store:
+        store.add_many(["x", "a", "b", "c", "d"], [0xF0F0_F0F0_F0F0_F0F0, 0, 1, 0xFF00, 0xFF01])
+        before = store.clusters()
+    with simstore.open(path) as store:
+        assert store.clusters() == before
+        store.add("y", fingerprint=0x0F0F_0F0F_0000_0000)
+        store.remove("x")
+        after = store.clusters()
+    assert after == before
+    assert [(c.cluster_id, c.members) for c in before] == [(1, ["a", "b"]), (3, ["c", "d"])]
+
+
+def test_empty_store_and_no_duplicates(path: str) -> None:
+    with simstore.open(path) as store:
+        assert store.clusters() == []
+        store.add_many(["a", "b"], [0, 1 << 63 | 1 << 62 | 1 << 61 | 1 << 60])
+        assert store.clusters() == []
+        assert isinstance(store.clusters(k=0), list)
+
+
+def test_cluster_is_a_named_tuple() -> None:
+    cluster = Cluster(4, "a", ["a", "b"])
+    assert cluster._asdict() == {"cluster_id": 4, "representative": "a", "members": ["a", "b"]}
