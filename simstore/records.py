@@ -108,14 +108,31 @@ def pack_meta(meta: object) -> bytes | None:
         raise InvalidValueError(f"meta cannot be stored as msgpack: {exc}") from exc
     if len(packed) > MAX_META_BYTES:
         raise InvalidValueError(f"meta is {len(packed)} bytes once encoded; the limit is {MAX_META_BYTES}")
+    try:
+        # What cannot be read back must not be stored: msgpack writes a tuple
+        # key as an array, which no dict can take as a key again.
+        unpack_meta(packed)
+    except CorruptStoreError as exc:
+        raise InvalidValueError(f"meta cannot be stored as msgpack: {exc}") from exc
     return packed
 
 
 def unpack_meta(raw: bytes | None) -> dict[str, Any] | None:
     if raw is None:
         return None
+    if len(raw) > MAX_META_BYTES:
+        raise CorruptStoreError(f"a document's metadata is {len(raw)} bytes, over the {MAX_META_BYTES} limit")
     try:
-        meta = msgpack.unpackb(raw, raw=False, strict_map_key=False, max_bin_len=MAX_META_BYTES)
+        meta = msgpack.unpackb(
+            raw,
+            raw=False,
+            strict_map_key=False,
+            max_str_len=MAX_META_BYTES,
+            max_bin_len=MAX_META_BYTES,
+            max_array_len=MAX_META_BYTES,
+            max_map_len=MAX_META_BYTES,
+            max_ext_len=MAX_META_BYTES,
+        )
     except Exception as exc:  # msgpack raises several unrelated types on bad input
         raise CorruptStoreError(f"a document's metadata is damaged: {exc}") from exc
     if not isinstance(meta, dict):

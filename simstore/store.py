@@ -15,6 +15,7 @@ import contextlib
 import os
 import threading
 import warnings
+import weakref
 from collections.abc import Callable, Iterable, Iterator, Mapping
 from dataclasses import dataclass, field
 from types import TracebackType
@@ -157,6 +158,20 @@ class _Batch:
         return None if self.metas is None else self.metas[position]
 
 
+# Every open Store, so that a forked child can give each a fresh lock: a lock
+# held by a thread of the parent would otherwise never be released in the
+# child, where that thread does not exist.
+_open_stores: weakref.WeakSet[Store] = weakref.WeakSet()
+
+
+def _after_fork_in_child() -> None:
+    for store in list(_open_stores):
+        store._lock = threading.RLock()
+
+
+os.register_at_fork(after_in_child=_after_fork_in_child)
+
+
 def _match_order(match: Match) -> tuple[int, tuple[int, Key]]:
     return (match.distance, sort_key(match.key))
 
@@ -179,12 +194,14 @@ class Store(BatchMixin):
     ) -> None:
         self.path = path
         self._env = env
+        self._readonly = env.readonly
         self._options = options
         self._fingerprinter: Fingerprinter | None = None
         self._adopt_layout(params, handles)
         self._lock = threading.RLock()
         self._closed = False
         self._pid = os.getpid()
+        _open_stores.add(self)
         with self._read():
             pass  # loads the delta from the log
 
@@ -202,16 +219,40 @@ class Store(BatchMixin):
         self._meta_raw = bytes(raw_meta)
 
     def _reload_layout(self) -> None:
-        """Another process re-laid the store out: read its new meta and tables."""
-        meta_db = self._env.open_meta_only()
-        if meta_db is None:
-            raise CorruptStoreError(f"{self.path} lost its meta sub-database")
-        with self._env.read() as txn:
-            raw_meta = txn.get(META_KEY, db=meta_db)
-        if raw_meta is None:
-            raise CorruptStoreError(f"{self.path} lost its meta record")
-        params = decode_meta(raw_meta)
-        self._adopt_layout(params, self._env.open_existing(len(params.tables), params.generation))
+        """Another process re-laid the store out: reopen the file and adopt
+        its new meta record and tables.
+
+        The environment is reopened rather than only the new tables opened,
+        because LMDB cannot close the handles of the dropped tables: a
+        long-lived store that followed many re-layouts would run out of them.
+        """
+        for _attempt in range(5):
+            self._env.close()
+            self._env = self._open_environment()
+            meta_db = self._env.open_meta_only()
+            if meta_db is None:
+                raise CorruptStoreError(f"{self.path} lost its meta sub-database")
+            with self._env.read() as txn:
+                raw_meta = txn.get(META_KEY, db=meta_db)
+            if raw_meta is None:
+                raise CorruptStoreError(f"{self.path} lost its meta record")
+            params = decode_meta(raw_meta)
+            try:
+                handles = self._env.open_existing(len(params.tables), params.generation)
+            except CorruptStoreError:
+                continue  # yet another re-layout dropped these tables meanwhile
+            self._adopt_layout(params, handles)
+            return
+        raise CorruptStoreError(f"{self.path}: the layout kept changing while it was being read")
+
+    def _open_environment(self) -> _lmdb.Environment:
+        return _lmdb.Environment(
+            self.path,
+            readonly=self.readonly,
+            sync=self._options.sync,
+            map_size=None,
+            max_map_size=self._options.max_map_size,
+        )
 
     # ------------------------------------------------------------------ basics
 
@@ -227,7 +268,7 @@ class Store(BatchMixin):
 
     @property
     def readonly(self) -> bool:
-        return self._env.readonly
+        return self._readonly
 
     @property
     def closed(self) -> bool:
@@ -280,17 +321,10 @@ class Store(BatchMixin):
             self._reopen_after_fork()
 
     def _reopen_after_fork(self) -> None:
-        # LMDB forbids using an environment across fork(); the child drops the
-        # inherited one unclosed (closing it could release the parent's reader
-        # slots) and opens the file afresh.
-        env = _lmdb.Environment(
-            self.path,
-            readonly=self.readonly,
-            sync=self._options.sync,
-            map_size=None,
-            max_map_size=self._options.max_map_size,
-        )
-        self._env = env
+        # LMDB forbids using an environment across fork(). The child closes
+        # the inherited one (safe: simstore keeps no transaction open between
+        # calls and no spare ones, so closing touches none of the parent's
+        # reader slots, and fcntl locks are not inherited) and opens afresh.
         self._pid = os.getpid()
         self._reload_layout()
 
@@ -352,11 +386,19 @@ class Store(BatchMixin):
                 raise
             return self.txn
 
-        def __exit__(self, *exc_info: object) -> None:
+        def __exit__(
+            self,
+            exc_type: type[BaseException] | None,
+            exc: BaseException | None,
+            traceback: TracebackType | None,
+        ) -> None:
             try:
                 self.txn.abort()
             finally:
                 self.store._lock.release()
+            if exc is not None and _lmdb.is_lmdb_error(exc):
+                # Cursor walks run in the caller's body; translate here, once.
+                raise _lmdb.translate(exc, self.store.path) from exc
 
     def _read(self) -> Store._Reading:
         """A read transaction with the delta in step with its snapshot."""
@@ -687,9 +729,9 @@ class Store(BatchMixin):
             KeyNotFoundError: no document has this key (also a ``KeyError``).
         """
         found_by = lookup_key(pack_key(key))
-        handles = self._handles
 
         def body(txn: _lmdb.Txn, state: State) -> tuple[None, State, _Change]:
+            handles = self._handles  # read inside: a retry may follow a re-layout
             id_bytes = txn.get(found_by, db=handles.keys)
             if id_bytes is None:
                 raise KeyNotFoundError(f"no document with key {key!r}")
@@ -1058,8 +1100,8 @@ class Store(BatchMixin):
         proportion to documents times tables.
         """
         problems: list[str] = []
-        handles = self._handles
         with self._read() as txn:
+            handles = self._handles
             state = State.decode(txn.get(STATE_KEY, db=handles.meta))
             replayed = Delta(self._tables)
             cursor = txn.cursor(handles.delta)
@@ -1201,7 +1243,9 @@ def open(  # noqa: A001 - mirrors dbm.open, deliberately
     exists = os.path.exists(path_str)
     if not exists and mode in ("r", "w"):
         raise StoreNotFoundError(2, f"no simstore store at {path_str} (use mode 'c' to create one)")
+    requested = _Requested(k, blocks, fingerprinter, layout, expected_docs)
     if exists and mode == "n":
+        _choose_layout(requested)  # refuse bad parameters before deleting anything
         _remove_store(path_str)
         exists = False
     if exists and os.path.getsize(path_str) == 0 and mode in ("r", "w"):
@@ -1211,7 +1255,6 @@ def open(  # noqa: A001 - mirrors dbm.open, deliberately
         path_str, readonly=readonly, sync=opts.sync, map_size=opts.map_size, max_map_size=opts.max_map_size
     )
     try:
-        requested = _Requested(k, blocks, fingerprinter, layout, expected_docs)
         params = _load_or_create(env, path_str, mode, requested)
         handles = env.open_existing(len(params.tables), params.generation)
     except BaseException:
