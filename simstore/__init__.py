@@ -27,6 +27,7 @@ from simstore.errors import (
 )
 from simstore.params import Options
 from simstore.permute import Table, hamming
+from simstore.planner import Layout, best_layout, plan
 from simstore.simhash import Fingerprinter, ShortTextWarning, fingerprint, fingerprint_vector
 from simstore.store import (
     Match,
@@ -47,6 +48,7 @@ __all__ = [
     "InvalidTypeError",
     "InvalidValueError",
     "KeyNotFoundError",
+    "Layout",
     "Match",
     "NotAStoreError",
     "Options",
@@ -66,8 +68,10 @@ __all__ = [
     "StoreNotFoundError",
     "Table",
     "__version__",
+    "best_layout",
     "fingerprint",
     "fingerprint_vector",
     "hamming",
     "open",
+    "plan",
 ]

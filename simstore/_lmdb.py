@@ -251,6 +251,9 @@ class Environment:
         txn = self._begin(write=False)
         try:
             yield txn
+        except lmdb.Error as exc:
+            # Cursor walks happen in the caller's body; translate them here, once.
+            raise translate(exc, self.path) from exc
         finally:
             txn.abort()
 

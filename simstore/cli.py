@@ -39,6 +39,7 @@ import numpy as np
 from simstore.batch import KEEP_POLICIES, LENGTH_FIELD
 from simstore.errors import InvalidValueError, SimstoreError
 from simstore.permute import MAX_FINGERPRINT
+from simstore.planner import format_plan, plan
 from simstore.readers import (
     FORMATS,
     ON_ERROR,
@@ -691,26 +692,90 @@ def write_kept(args: argparse.Namespace, inputs: list[Input], options: ReadOptio
 
 def configure_stats(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("store", help="the store file")
+    parser.add_argument(
+        "--skew",
+        action="store_true",
+        help="also measure per-table skew and degenerate fingerprints (reads every fingerprint)",
+    )
 
 
 def run_stats(args: argparse.Namespace) -> int:
     with open_store(args.store, "r") as store:
-        stats = store.stats()
-    summary = {
+        stats = store.stats(skew=args.skew)
+    summary: dict[str, Any] = {
         "path": stats.path,
         "docs": stats.docs,
         "delta_docs": stats.delta_docs,
         "k": stats.k,
+        "layout": stats.layout_name,
         "blocks": stats.blocks,
         "tables": stats.tables,
         "prefix_bits": list(stats.prefix_bits),
         "bytes_on_disk": stats.bytes_on_disk,
     }
+    if stats.skew is not None and stats.degenerate is not None:
+        summary["largest_range"] = [table.largest_range for table in stats.skew]
+        summary["p99_range"] = [table.p99_range for table in stats.skew]
+        summary["hot_prefixes"] = [
+            [[hex(prefix), size] for prefix, size in table.hot_prefixes] for table in stats.skew
+        ]
+        summary["zero_fingerprints"] = stats.degenerate.zeros
+        summary["all_ones_fingerprints"] = stats.degenerate.ones
+        summary["most_shared"] = [[hex_fingerprint(fp), docs] for fp, docs in stats.degenerate.shared]
     if args.json:
         print_json(summary)
     else:
         for name, value in summary.items():
-            print(f"{name:14} {value}")
+            print(f"{name:18} {value}")
+    return 0
+
+
+def configure_plan(parser: argparse.ArgumentParser) -> None:
+    parser.add_argument("-k", type=non_negative, default=3, help="largest Hamming distance (default 3)")
+    parser.add_argument("--docs", type=float, required=True, help="expected number of documents, e.g. 1e9")
+    parser.add_argument("--max-tables", type=non_negative, default=None, help="at most this many tables")
+    parser.add_argument("--limit", type=non_negative, default=None, help="show only the best N layouts")
+
+
+def run_plan(args: argparse.Namespace) -> int:
+    layouts = plan(args.k, args.docs, max_tables=args.max_tables)
+    if args.json:
+        print_json(
+            [
+                {
+                    "name": layout.name,
+                    "tables": layout.table_count,
+                    "prefix_bits": list(layout.prefix_bits),
+                    "expected_candidates": layout.expected_candidates,
+                    "bytes_per_doc": layout.bytes_per_doc,
+                    "query_us": layout.query_us,
+                    "insert_us": layout.insert_us,
+                    "spec": layout.spec,
+                }
+                for layout in layouts[: args.limit]
+            ]
+        )
+    else:
+        print(format_plan(layouts, limit=args.limit))
+    return 0
+
+
+def configure_relayout(parser: argparse.ArgumentParser) -> None:
+    parser.add_argument("store", help="the store file")
+    choice = parser.add_mutually_exclusive_group(required=True)
+    choice.add_argument("--docs", type=float, help="let the planner choose for this many documents")
+    choice.add_argument("--blocks", type=non_negative, help="Manku's one-level layout with this many blocks")
+    parser.add_argument("-k", type=non_negative, default=None, help="a new k (default: the store's)")
+
+
+def run_relayout(args: argparse.Namespace) -> int:
+    with open_store(args.store, "w") as store:
+        if args.docs is not None:
+            store.relayout(k=args.k, expected_docs=args.docs)
+        else:
+            store.relayout(k=args.k, blocks=args.blocks)
+        stats = store.stats()
+    note(args, f"{stats.path}: {stats.layout_name}, k={stats.k}, {stats.tables} tables")
     return 0
 
 
@@ -901,6 +966,8 @@ VERBS: dict[str, Verb] = {
         reads=True,
     ),
     "stats": Verb("print a store's size and layout", configure_stats, run_stats, reads=True),
+    "plan": Verb("rank the table layouts for k and a corpus size", configure_plan, run_plan, reads=True),
+    "relayout": Verb("rebuild a store's tables in another layout", configure_relayout, run_relayout),
     "check": Verb("verify a store's invariants", configure_check, run_check, reads=True),
     "merge": Verb("fold a store's delta into its tables", configure_merge, run_merge),
     "remove": Verb("remove documents by key", configure_remove, run_remove),

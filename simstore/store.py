@@ -34,11 +34,13 @@ from simstore.errors import (
     KeyNotFoundError,
     NotAStoreError,
     ReadOnlyError,
+    SimstoreError,
     StoreClosedError,
     StoreFullError,
     StoreNotFoundError,
 )
 from simstore.format import (
+    FORMAT_VERSION,
     META_KEY,
     STATE_KEY,
     State,
@@ -72,6 +74,7 @@ from simstore.records import (
     unpack_meta,
 )
 from simstore.simhash import Fingerprinter
+from simstore.skew import Degenerate, TableSkew, degenerate_fingerprints, table_skew
 from simstore.text import segmenter_info
 
 __version__ = "0.1.0"
@@ -133,6 +136,9 @@ class Stats:
     map_size: int
     format_version: int
     readonly: bool
+    layout_name: str = ""
+    skew: tuple[TableSkew, ...] | None = field(default=None, repr=False)
+    degenerate: Degenerate | None = None
 
 
 @dataclass
@@ -378,8 +384,10 @@ class Store(BatchMixin):
                         if attempt == 2:
                             raise CorruptStoreError(f"{store.path}: the layout keeps changing") from None
                         store._reload_layout()
-                    except BaseException:
+                    except BaseException as exc:
                         self.txn.abort()
+                        if _lmdb.is_lmdb_error(exc):
+                            raise _lmdb.translate(exc, store.path) from exc
                         raise
             except BaseException:
                 store._lock.release()
@@ -783,7 +791,7 @@ class Store(BatchMixin):
     ) -> None:
         """Rebuild the permutation tables in a new layout.
 
-        Give a :class:`simstore.plan.Layout`, or ``blocks`` for Manku's
+        Give a :class:`simstore.planner.Layout`, or ``blocks`` for Manku's
         one-level layout, or ``expected_docs`` to let the planner choose; ``k``
         may change too. The new tables are built beside the old ones in one
         write transaction, and that transaction's commit switches the meta
@@ -1070,12 +1078,29 @@ class Store(BatchMixin):
             raw_prefixes = b"".join(raw[:8] for raw in cursor.iternext(keys=False, values=True))
         return np.frombuffer(raw_prefixes, dtype=">u8").astype(np.uint64)
 
-    def stats(self) -> Stats:
-        """Sizes and layout, from one snapshot."""
+    def stats(self, *, skew: bool = False) -> Stats:
+        """Sizes and layout, from one snapshot.
+
+        Args:
+            skew: also measure how evenly each table's prefix ranges fill
+                (largest and 99th-percentile range, the hot prefixes) and find
+                degenerate fingerprints (all zeros, all ones, or shared by many
+                documents). This reads every fingerprint, so it takes time in
+                proportion to the store (about a second per million documents).
+        """
         with self._read() as txn:
             docs = int(txn.stat(self._handles.keys)["entries"])
             table_entries = tuple(int(txn.stat(db)["entries"]) for db in self._handles.tables)
             delta_docs = len(self._delta)
+            fingerprints = self._all_documents(txn)[1] if skew else None
+        table_skew_list = None
+        degenerate = None
+        if fingerprints is not None:
+            table_skew_list = tuple(
+                table_skew(np.sort(table.permute_array(fingerprints)), table.prefix_bits)
+                for table in self._tables
+            )
+            degenerate = degenerate_fingerprints(fingerprints)
         return Stats(
             path=self.path,
             docs=docs,
@@ -1089,8 +1114,11 @@ class Store(BatchMixin):
             bytes_on_disk=file_bytes(self.path),
             bytes_used=self._env.used_bytes(),
             map_size=self._env.map_size(),
-            format_version=1,
+            format_version=FORMAT_VERSION,
             readonly=self.readonly,
+            layout_name=_layout_name(self._params),
+            skew=table_skew_list,
+            degenerate=degenerate,
         )
 
     def check(self) -> list[str]:
@@ -1169,6 +1197,19 @@ def sorted_order(permuted: U64Array, doc_ids: U64Array) -> np.ndarray:
     return order
 
 
+def _layout_name(params: StoredParams) -> str:
+    """A readable name of the stored layout, e.g. ``1-level 5 blocks``."""
+    spec = params.layout or {}
+    if spec.get("kind") in ("one-level", "two-level"):
+        from simstore.planner import from_spec
+
+        try:
+            return from_spec(params.k, spec).name
+        except SimstoreError:
+            pass
+    return str(spec.get("kind", "custom"))
+
+
 def file_bytes(path: str) -> int:
     """Bytes the store file occupies on disk (allocated blocks, not its length)."""
     try:
@@ -1203,7 +1244,7 @@ def open(  # noqa: A001 - mirrors dbm.open, deliberately
         blocks: how many blocks the 64 bits are cut into, for Manku's
             one-level layout (default ``k + 2``, or the planner's choice when
             ``expected_docs`` is given).
-        layout: a :class:`simstore.plan.Layout` (from :func:`simstore.plan`)
+        layout: a :class:`simstore.planner.Layout` (from :func:`simstore.plan`)
             for a new store, instead of ``blocks``. On an existing store it
             must equal the stored layout.
         expected_docs: the corpus size a new store should be laid out for;
@@ -1305,12 +1346,12 @@ def _load_or_create(env: _lmdb.Environment, path: str, mode: str, requested: _Re
 
 def _layout_tables(layout: Any, k: int | None) -> tuple[int, tuple[Table, ...], dict[str, Any] | None]:
     """``(k, tables, spec)`` of a user-supplied layout, checked to be exact."""
-    from simstore.plan import covers
+    from simstore.planner import covers
 
     layout_k = getattr(layout, "k", k)
     tables = tuple(getattr(layout, "tables", layout))
     if not tables or not all(isinstance(table, Table) for table in tables):
-        raise InvalidTypeError("layout must be a simstore.plan.Layout or a sequence of simstore.Table")
+        raise InvalidTypeError("layout must be a simstore.planner.Layout or a sequence of simstore.Table")
     if layout_k is None:
         raise InvalidValueError("a layout given as bare tables needs k=")
     if k is not None and k != layout_k:
@@ -1359,7 +1400,7 @@ def _choose_layout(requested: _Requested) -> tuple[int, tuple[Table, ...], dict[
         blocks = layout_spec.get("blocks")
         return chosen_k, tables, layout_spec, blocks if isinstance(blocks, int) else None
     if requested.blocks is None and requested.expected_docs is not None:
-        from simstore.plan import best_layout
+        from simstore.planner import best_layout
 
         planned = best_layout(DEFAULT_K if requested.k is None else requested.k, requested.expected_docs)
         layout_spec = dict(planned.spec)

@@ -1,0 +1,61 @@
+"""Measured constants of the layout planner's cost model, in one place.
+
+:mod:`simstore.plan` estimates, for a layout of ``T`` tables whose query
+returns ``C`` candidates (entries walked in the prefix ranges, summed over the
+tables)::
+
+    query µs      = PER_QUERY_US + T * PER_PROBE_US + C * PER_CANDIDATE_US
+    insert µs/doc = PER_DOC_INSERT_US + T * PER_KEY_WRITE_US       (bulk add_many)
+    bytes/doc     = PER_DOC_BYTES + T * PER_ENTRY_BYTES
+
+The figures are least-squares fits over real simstore stores built with
+``simstore.open(path, "n", k=..., blocks=...)`` for several table counts and
+prefix lengths, N = 1,000,000 random fingerprints, single ``store.query``
+calls on a warm store opened read-only. They describe this machine; rerun
+the benchmark and edit the numbers by hand on another one.
+
+Measured by::
+
+    python benchmarks/bench_costs.py --output benchmarks/results/bench_costs_1M.md
+
+on 2026-11-22 02:19 UTC (2-core AMD EPYC VM shared with other jobs, load
+average 1.4-2.3; CPython 3.11.7, numpy 2.4.6, py-lmdb 3.0.0 / LMDB 0.9.36).
+The fit minimises relative errors with each layout weighing the same; the
+results file lists every layout's measured figures next to the fit's. On a
+quieter run the same layouts measured up to ~30% faster per probe, so treat
+the constants as +-20%.
+"""
+
+from __future__ import annotations
+
+# Query: fixed cost per query (transaction, delta check, result list).
+PER_QUERY_US = 5.1
+# Query: per table probed (permute, cursor, set_range, first-key test).
+# Measured on stores of 0.2-1.5 GB. It grows with the store's size (more
+# cache and TLB misses per B-tree descent): benchmarks/bench_layouts.py at
+# N = 1M measured ~2.9 µs per probe for a 1.5 GB store, ~3.4 for 2.3 GB and
+# ~4.3 for 4.4-13 GB; at N = 10M (bench_layouts_10M.md) ~3.8 for 3.2 GB.
+# So estimates for big stores are low by up to 2x; the ranking held (the
+# planner's pick was the measured best at 1M for k = 3, 6, 8 and at 10M for k = 3).
+PER_PROBE_US = 2.23
+# Query: per candidate walked in a prefix range (cursor step, XOR popcount).
+PER_CANDIDATE_US = 0.26
+
+# Bulk insert: fixed cost per document (key packing, record, id).
+PER_DOC_INSERT_US = 1.2
+# Bulk insert: per table entry written (permute, sort, putmulti). At N = 10M
+# one add_many measured 1.7-2.1x these estimates (larger sorts, deeper trees).
+PER_KEY_WRITE_US = 0.33
+
+# Size on disk: fixed bytes per document (key table, record) ...
+PER_DOC_BYTES = 56.0
+# ... and bytes per table entry (16-byte dupsort node plus page overhead).
+PER_ENTRY_BYTES = 26.5
+
+# numpy brute force (``np.bitwise_count(fps ^ q) <= k``), per stored document:
+# the scan a layout has to beat when every exact layout is expensive.
+BRUTE_FORCE_NS_PER_DOC = 0.48
+
+# The N at which the constants were measured; beyond a few times this, LMDB's
+# B-trees deepen and may leave RAM, so the estimates are optimistic.
+CALIBRATED_DOCS = 1_000_000

@@ -1,0 +1,58 @@
+"""The layout verbs of the command line (plan, relayout) and stats --skew."""
+
+from __future__ import annotations
+
+import json
+
+import numpy as np
+import pytest
+
+import simstore
+from simstore.cli import main
+
+
+def test_plan_prints_the_ranked_layouts(capsys: pytest.CaptureFixture[str]) -> None:
+    assert main(["plan", "-k", "3", "--docs", "1e9", "--json"]) == 0
+    layouts = json.loads(capsys.readouterr().out)
+    assert layouts == sorted(layouts, key=lambda layout: layout["query_us"])
+    assert {"1-level 5 blocks", "2-level 4x16 + 4x12"} <= {layout["name"] for layout in layouts}
+    assert main(["plan", "-k", "3", "--docs", "1e6", "--limit", "2"]) == 0
+    assert "1-level 5 blocks" in capsys.readouterr().out
+
+
+def test_plan_refuses_an_impossible_k(capsys: pytest.CaptureFixture[str]) -> None:
+    assert main(["plan", "-k", "40", "--docs", "1e6"]) == 1
+    assert "simstore: error:" in capsys.readouterr().err
+
+
+def test_relayout_changes_the_layout_and_keeps_the_documents(
+    store_path: str, capsys: pytest.CaptureFixture[str]
+) -> None:
+    fingerprints = np.random.default_rng(5).integers(0, 2**64, 300, dtype=np.uint64)
+    with simstore.open(store_path, k=3) as store:
+        store.add_many([f"d{i}" for i in range(300)], fingerprints)
+    assert main(["relayout", store_path, "--blocks", "6"]) == 0
+    with simstore.open(store_path, "r") as store:
+        assert (store.blocks, len(store.tables), len(store)) == (6, 20, 300)
+        assert store.check() == []
+    assert main(["relayout", store_path, "--docs", "1e6", "-q"]) == 0
+    assert main(["stats", store_path, "--json"]) == 0
+    assert json.loads(capsys.readouterr().out)["layout"] == "1-level 5 blocks"
+
+
+def test_stats_skew_reports_hot_prefixes_and_degenerate_fingerprints(
+    store_path: str, capsys: pytest.CaptureFixture[str]
+) -> None:
+    with simstore.open(store_path, k=3) as store:
+        store.add_many([f"z{i}" for i in range(20)], np.zeros(20, dtype=np.uint64))
+        store.add_many([f"r{i}" for i in range(50)], np.arange(1, 51, dtype=np.uint64) << np.uint64(40))
+        stats = store.stats(skew=True)
+    assert stats.degenerate is not None
+    assert stats.skew is not None
+    assert stats.degenerate.zeros == 20
+    assert stats.degenerate.shared[0] == (0, 20)
+    assert max(table.largest_range for table in stats.skew) >= 20
+    assert main(["stats", store_path, "--skew", "--json"]) == 0
+    summary = json.loads(capsys.readouterr().out)
+    assert summary["zero_fingerprints"] == 20
+    assert len(summary["hot_prefixes"]) == stats.tables
