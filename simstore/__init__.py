@@ -25,6 +25,7 @@ from simstore.errors import (
     StoreLockedError,
     StoreNotFoundError,
 )
+from simstore.opening import open
 from simstore.params import Options
 from simstore.permute import Table, hamming
 from simstore.planner import Layout, best_layout, plan
@@ -37,7 +38,6 @@ from simstore.store import (
     Store,
     StoreFullWarning,
     __version__,
-    open,
 )
 
 __all__ = [

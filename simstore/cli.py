@@ -38,6 +38,7 @@ import numpy as np
 
 from simstore.batch import KEEP_POLICIES, LENGTH_FIELD
 from simstore.errors import InvalidValueError, SimstoreError
+from simstore.opening import open as open_store
 from simstore.permute import MAX_FINGERPRINT
 from simstore.planner import format_plan, plan
 from simstore.readers import (
@@ -57,7 +58,6 @@ from simstore.readers import (
 from simstore.records import Key
 from simstore.simhash import ShortTextWarning
 from simstore.store import Store, __version__
-from simstore.store import open as open_store
 
 PROG = "simstore"
 #: Texts fingerprinted per call: enough characters for the fingerprinter to

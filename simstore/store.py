@@ -11,7 +11,6 @@ the snapshot before any table is consulted.
 
 from __future__ import annotations
 
-import contextlib
 import os
 import threading
 import warnings
@@ -25,19 +24,17 @@ import numpy as np
 
 from simstore import _lmdb
 from simstore.batch import BatchMixin
+from simstore.checking import check_store
+from simstore.choose import LayoutRequest, choose_layout, layout_name
 from simstore.delta import Delta, encode_add, encode_remove, encode_seq
 from simstore.errors import (
     CorruptStoreError,
-    FormatVersionError,
     InvalidTypeError,
     InvalidValueError,
     KeyNotFoundError,
-    NotAStoreError,
     ReadOnlyError,
-    SimstoreError,
     StoreClosedError,
     StoreFullError,
-    StoreNotFoundError,
 )
 from simstore.format import (
     FORMAT_VERSION,
@@ -45,7 +42,6 @@ from simstore.format import (
     STATE_KEY,
     State,
     StoredParams,
-    check_requested,
     decode_meta,
     encode_meta,
 )
@@ -56,7 +52,6 @@ from simstore.permute import (
     as_fingerprint_array,
     check_fingerprint,
     default_blocks,
-    one_level_tables,
     validate_k,
 )
 from simstore.query import permute_batch, scan_tables
@@ -79,8 +74,6 @@ from simstore.text import segmenter_info
 
 __version__ = "0.1.0"
 
-DEFAULT_K = 3
-MODES = ("r", "w", "c", "n")
 
 T = TypeVar("T")
 
@@ -803,7 +796,7 @@ class Store(BatchMixin):
         """
         if sum(option is not None for option in (layout, blocks, expected_docs)) > 1:
             raise InvalidValueError("pass one of layout=, blocks= or expected_docs=")
-        requested = _Requested(
+        requested = LayoutRequest(
             k if k is not None else (None if layout is not None else self.k),
             blocks,
             None,
@@ -811,8 +804,8 @@ class Store(BatchMixin):
             expected_docs,
         )
         if layout is None and blocks is None and expected_docs is None:
-            requested = _Requested(requested.k, default_blocks(requested.k or self.k), None, None, None)
-        chosen_k, tables, spec, chosen_blocks = _choose_layout(requested)
+            requested = LayoutRequest(requested.k, default_blocks(requested.k or self.k), None, None, None)
+        chosen_k, tables, spec, chosen_blocks = choose_layout(requested)
         self._reserve_for(len(self), 0, tables=len(tables))
 
         def body(txn: _lmdb.Txn, state: State) -> tuple[None, State, _Change]:
@@ -1116,7 +1109,7 @@ class Store(BatchMixin):
             map_size=self._env.map_size(),
             format_version=FORMAT_VERSION,
             readonly=self.readonly,
-            layout_name=_layout_name(self._params),
+            layout_name=layout_name(self._params.k, self._params.layout),
             skew=table_skew_list,
             degenerate=degenerate,
         )
@@ -1127,59 +1120,7 @@ class Store(BatchMixin):
         Reads every record and every table entry, so it takes time in
         proportion to documents times tables.
         """
-        problems: list[str] = []
-        with self._read() as txn:
-            handles = self._handles
-            state = State.decode(txn.get(STATE_KEY, db=handles.meta))
-            replayed = Delta(self._tables)
-            cursor = txn.cursor(handles.delta)
-            cursor.first()
-            try:
-                replayed.apply(cursor.iternext())
-            except CorruptStoreError as exc:
-                problems.append(f"delta log: {exc}")
-            if replayed.fingerprints != self._delta.fingerprints:
-                problems.append("the in-memory delta differs from the delta log")
-            fingerprint_of: dict[int, int] = {}
-            for id_bytes, raw in txn.cursor(handles.docs):
-                doc_id = decode_id(id_bytes)
-                try:
-                    fingerprint, packed = decode_record(raw)
-                    key_found_by = lookup_key(packed)
-                    unpack_key(packed)
-                except CorruptStoreError as exc:
-                    problems.append(f"document {doc_id}: {exc}")
-                    continue
-                fingerprint_of[doc_id] = fingerprint
-                if doc_id >= state.next_id:
-                    problems.append(f"document {doc_id} is not below next_id {state.next_id}")
-                if txn.get(key_found_by, db=handles.keys) != id_bytes:
-                    problems.append(f"document {doc_id}'s key does not map back to it")
-            key_count = int(txn.stat(handles.keys)["entries"])
-            if key_count != len(fingerprint_of):
-                problems.append(f"{key_count} keys but {len(fingerprint_of)} document records")
-            for doc_id, fingerprint in replayed.fingerprints.items():
-                if fingerprint_of.get(doc_id) != fingerprint:
-                    problems.append(f"delta document {doc_id} does not match its record")
-            expected_in_tables = {
-                doc_id: fp for doc_id, fp in fingerprint_of.items() if doc_id not in replayed.fingerprints
-            }
-            for index, (table, db) in enumerate(zip(self._tables, handles.tables, strict=True)):
-                seen: set[int] = set()
-                for permuted_bytes, id_bytes in txn.cursor(db):
-                    doc_id = decode_id(id_bytes)
-                    expected = expected_in_tables.get(doc_id)
-                    if expected is None:
-                        problems.append(f"table {index} holds document {doc_id}, which should not be there")
-                    elif table.unpermute(int.from_bytes(permuted_bytes, "big")) != expected:
-                        problems.append(f"table {index} holds document {doc_id} under a wrong key")
-                    if doc_id in seen:
-                        problems.append(f"table {index} holds document {doc_id} twice")
-                    seen.add(doc_id)
-                missing = len(expected_in_tables) - len(seen & expected_in_tables.keys())
-                if missing:
-                    problems.append(f"table {index} lacks {missing} documents")
-        return problems
+        return check_store(self)
 
 
 def sorted_order(permuted: U64Array, doc_ids: U64Array) -> np.ndarray:
@@ -1197,264 +1138,9 @@ def sorted_order(permuted: U64Array, doc_ids: U64Array) -> np.ndarray:
     return order
 
 
-def _layout_name(params: StoredParams) -> str:
-    """A readable name of the stored layout, e.g. ``1-level 5 blocks``."""
-    spec = params.layout or {}
-    if spec.get("kind") in ("one-level", "two-level"):
-        from simstore.planner import from_spec
-
-        try:
-            return from_spec(params.k, spec).name
-        except SimstoreError:
-            pass
-    return str(spec.get("kind", "custom"))
-
-
 def file_bytes(path: str) -> int:
     """Bytes the store file occupies on disk (allocated blocks, not its length)."""
     try:
         return os.stat(path).st_blocks * 512
     except OSError:
         return 0
-
-
-def open(  # noqa: A001 - mirrors dbm.open, deliberately
-    path: str | os.PathLike[str],
-    mode: str = "c",
-    *,
-    k: int | None = None,
-    blocks: int | None = None,
-    readonly: bool = False,
-    fingerprinter: Fingerprinter | None = None,
-    layout: Any = None,
-    expected_docs: int | None = None,
-    **options: Any,
-) -> Store:
-    """Open (or create) a store file.
-
-    Args:
-        path: the store file; LMDB's lock file sits beside it as ``path + "-lock"``.
-        mode: as for :func:`dbm.open`: ``"r"`` read-only, ``"w"`` an existing
-            store, ``"c"`` create if missing (the default), ``"n"`` always a
-            new, empty store (an existing simstore store is replaced; a file
-            that is not a store is refused, never deleted).
-        k: the largest Hamming distance the store answers (default 3 for a
-            new store). ``None`` on an existing store means "the file decides";
-            an explicit value that differs raises ``ParameterMismatchError``.
-        blocks: how many blocks the 64 bits are cut into, for Manku's
-            one-level layout (default ``k + 2``, or the planner's choice when
-            ``expected_docs`` is given).
-        layout: a :class:`simstore.planner.Layout` (from :func:`simstore.plan`)
-            for a new store, instead of ``blocks``. On an existing store it
-            must equal the stored layout.
-        expected_docs: the corpus size a new store should be laid out for;
-            the planner picks the layout with the lowest estimated query time.
-            Ignored for an existing store (its layout is in the file).
-        readonly: open without write access (implied by mode ``"r"``).
-        fingerprinter: the text fingerprinting settings (default
-            ``Fingerprinter()`` for a new store). They are stored in the file;
-            ``None`` on an existing store means "the file decides".
-        **options: per-open settings, see :class:`simstore.Options`.
-
-    Raises:
-        StoreNotFoundError: modes "r"/"w" and no file.
-        NotAStoreError: the file is not a simstore store (it is not modified).
-        FormatVersionError: the file was written by a newer format.
-        ParameterMismatchError: explicit parameters differ from stored ones.
-    """
-    if mode not in MODES:
-        raise InvalidValueError(f"mode must be one of 'r', 'w', 'c', 'n', got {mode!r}")
-    if not isinstance(readonly, bool):
-        raise InvalidTypeError(f"readonly must be True or False, got {readonly!r}")
-    readonly = readonly or mode == "r"
-    if readonly and mode == "n":
-        raise InvalidValueError("mode 'n' creates a new store and cannot be read-only")
-    if k is not None:
-        k = validate_k(k)
-    if fingerprinter is not None and not isinstance(fingerprinter, Fingerprinter):
-        raise InvalidTypeError(
-            f"fingerprinter must be a simstore.Fingerprinter, got {type(fingerprinter).__name__}"
-        )
-    opts = Options.from_kwargs(options)
-    path_str = os.fspath(path)
-    if not isinstance(path_str, str):
-        path_str = os.fsdecode(path_str)
-    if os.path.isdir(path_str):
-        raise NotAStoreError(f"{path_str} is a directory; a store is a single file")
-    exists = os.path.exists(path_str)
-    if not exists and mode in ("r", "w"):
-        raise StoreNotFoundError(2, f"no simstore store at {path_str} (use mode 'c' to create one)")
-    requested = _Requested(k, blocks, fingerprinter, layout, expected_docs)
-    if exists and mode == "n":
-        _choose_layout(requested)  # refuse bad parameters before deleting anything
-        _remove_store(path_str)
-        exists = False
-    if exists and os.path.getsize(path_str) == 0 and mode in ("r", "w"):
-        raise NotAStoreError(f"{path_str} is an empty file, not a simstore store")
-
-    env = _lmdb.Environment(
-        path_str, readonly=readonly, sync=opts.sync, map_size=opts.map_size, max_map_size=opts.max_map_size
-    )
-    try:
-        params = _load_or_create(env, path_str, mode, requested)
-        handles = env.open_existing(len(params.tables), params.generation)
-    except BaseException:
-        # A refused open leaves the folder as it found it: no new lock file,
-        # and no half-made store file where there was none.
-        env.fail_open()
-        if not exists:
-            with contextlib.suppress(OSError):
-                os.remove(path_str)
-        raise
-    return Store(path_str, env, handles, params, opts)
-
-
-@dataclass(frozen=True)
-class _Requested:
-    """What the caller of :func:`open` asked for; ``None`` lets the file decide."""
-
-    k: int | None
-    blocks: int | None
-    fingerprinter: Fingerprinter | None
-    layout: Any
-    expected_docs: int | None
-
-
-def _load_or_create(env: _lmdb.Environment, path: str, mode: str, requested: _Requested) -> StoredParams:
-    stored = _read_meta(env, path)
-    if stored is None:
-        if env.readonly or mode == "w":
-            raise NotAStoreError(f"{path} is an LMDB file that was never written, not a simstore store")
-        return _create(env, requested)
-    params = decode_meta(stored)
-    fingerprinter = requested.fingerprinter
-    requested_settings = fingerprinter.settings() if fingerprinter is not None else None
-    requested_tables = None
-    if requested.layout is not None:
-        requested_tables = tuple(_layout_tables(requested.layout, params.k)[1])
-    check_requested(
-        params,
-        {
-            "k": requested.k,
-            "blocks": requested.blocks,
-            "fingerprinter": requested_settings,
-            "tables": requested_tables,
-        },
-    )
-    return params
-
-
-def _layout_tables(layout: Any, k: int | None) -> tuple[int, tuple[Table, ...], dict[str, Any] | None]:
-    """``(k, tables, spec)`` of a user-supplied layout, checked to be exact."""
-    from simstore.planner import covers
-
-    layout_k = getattr(layout, "k", k)
-    tables = tuple(getattr(layout, "tables", layout))
-    if not tables or not all(isinstance(table, Table) for table in tables):
-        raise InvalidTypeError("layout must be a simstore.planner.Layout or a sequence of simstore.Table")
-    if layout_k is None:
-        raise InvalidValueError("a layout given as bare tables needs k=")
-    if k is not None and k != layout_k:
-        raise InvalidValueError(f"k={k} but the layout was planned for k={layout_k}")
-    if not covers(tables, layout_k):
-        raise InvalidValueError(
-            f"the layout's tables do not guarantee finding every fingerprint within k={layout_k} bits"
-        )
-    spec = getattr(layout, "spec", None)
-    return layout_k, tables, dict(spec) if spec is not None else None
-
-
-def _read_meta(env: _lmdb.Environment, path: str) -> bytes | None:
-    """The raw meta record, or ``None`` for an LMDB file no transaction ever
-    wrote (a store whose creation was interrupted, or a new file).
-
-    Raises:
-        NotAStoreError: the file holds data that is not a simstore store.
-    """
-    names = env.named_databases()
-    if not names:
-        # LMDB writes transaction 0 when it makes a file; anything later was
-        # someone's data, even if they deleted it again.
-        if env.last_txnid() == 0:
-            return None
-        raise NotAStoreError(f"{path} is an LMDB file written by another program, not a simstore store")
-    if _lmdb.DB_META not in names:
-        raise NotAStoreError(f"{path} is an LMDB file written by another program, not a simstore store")
-    meta_db = env.open_meta_only()
-    if meta_db is None:
-        raise NotAStoreError(f"{path} has no simstore meta record")
-    with env.read() as txn:
-        raw = txn.get(META_KEY, db=meta_db)
-    if raw is None:
-        raise NotAStoreError(f"{path} has no simstore meta record")
-    return raw
-
-
-def _choose_layout(requested: _Requested) -> tuple[int, tuple[Table, ...], dict[str, Any], int | None]:
-    """``(k, tables, layout description, blocks)`` for a new set of tables."""
-    if requested.layout is not None and requested.blocks is not None:
-        raise InvalidValueError("pass either blocks= or layout=, not both")
-    if requested.layout is not None:
-        chosen_k, tables, spec = _layout_tables(requested.layout, requested.k)
-        layout_spec = spec if spec is not None else {"kind": "custom"}
-        blocks = layout_spec.get("blocks")
-        return chosen_k, tables, layout_spec, blocks if isinstance(blocks, int) else None
-    if requested.blocks is None and requested.expected_docs is not None:
-        from simstore.planner import best_layout
-
-        planned = best_layout(DEFAULT_K if requested.k is None else requested.k, requested.expected_docs)
-        layout_spec = dict(planned.spec)
-        blocks = layout_spec.get("blocks")
-        return planned.k, tuple(planned.tables), layout_spec, blocks if isinstance(blocks, int) else None
-    chosen_k = DEFAULT_K if requested.k is None else requested.k
-    chosen_blocks = default_blocks(chosen_k) if requested.blocks is None else requested.blocks
-    tables = tuple(one_level_tables(chosen_k, chosen_blocks))
-    return chosen_k, tables, {"kind": "one-level", "blocks": chosen_blocks}, chosen_blocks
-
-
-def _create(env: _lmdb.Environment, requested: _Requested) -> StoredParams:
-    chosen_k, tables, layout_spec, chosen_blocks = _choose_layout(requested)
-    params = StoredParams(
-        k=chosen_k,
-        blocks=chosen_blocks,
-        tables=tables,
-        layout=layout_spec,
-        fingerprinter=(requested.fingerprinter or Fingerprinter()).settings(),
-        segmenter=segmenter_info(),
-    )
-
-    def body(txn: _lmdb.Txn) -> None:
-        handles = env.create_handles(txn, len(tables))
-        txn.put(META_KEY, encode_meta(params, version=__version__), db=handles.meta)
-        txn.put(STATE_KEY, State().encode(), db=handles.meta)
-
-    env.write(body)
-    return params
-
-
-def _remove_store(path: str) -> None:
-    """Delete an existing store for mode "n", refusing files that are not stores.
-
-    Only a file whose meta record names the simstore format (of any version)
-    or an LMDB file nothing was ever written to is deleted; a foreign or
-    unreadable file raises ``NotAStoreError`` and stays as it was.
-    """
-    if os.path.getsize(path) > 0:
-        env = _lmdb.Environment(path, readonly=True, sync=False, map_size=None, max_map_size=None)
-        try:
-            raw = _read_meta(env, path)
-            if raw is not None:
-                decode_meta(raw)
-        except FormatVersionError:
-            env.close()  # a newer simstore's store is still simstore's to replace
-        except (NotAStoreError, CorruptStoreError) as exc:
-            env.fail_open()
-            raise NotAStoreError(
-                f"{path} is not a readable simstore store; mode 'n' will not delete it"
-            ) from exc
-        else:
-            env.close()
-    os.remove(path)
-    lock = _lmdb.lock_path(path)
-    if os.path.exists(lock):
-        os.remove(lock)
