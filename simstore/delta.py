@@ -30,6 +30,9 @@ _ADD = struct.Struct(">cQQ")
 _REMOVE = struct.Struct(">cQ")
 _SEQ = struct.Struct(">Q")
 
+# Below this many documents a batch is indexed one document at a time.
+SMALL_BATCH = 32
+
 
 def encode_seq(seq: int) -> bytes:
     return _SEQ.pack(seq)
@@ -165,6 +168,11 @@ class Delta:
 
     def put_many(self, doc_ids: Sequence[int], fingerprints: U64Array) -> None:
         """:meth:`put` for a batch, with the prefixes computed in numpy."""
+        if len(doc_ids) < SMALL_BATCH:
+            # numpy's per-call overhead outweighs its speed for a few documents.
+            for doc_id, fingerprint in zip(doc_ids, fingerprints.tolist(), strict=True):
+                self.put(doc_id, fingerprint)
+            return
         for doc_id in doc_ids:
             self.discard(doc_id)
         self.fingerprints.update(zip(doc_ids, fingerprints.tolist(), strict=True))

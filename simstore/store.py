@@ -435,7 +435,9 @@ class Store(BatchMixin):
                 delta.clear()
             for doc_id in change.removed:
                 delta.discard(doc_id)
-            if change.puts:
+            if len(change.puts) == 1:
+                delta.put(*change.puts[0])
+            elif change.puts:
                 doc_ids = [doc_id for doc_id, _ in change.puts]
                 fingerprints = np.array([fingerprint for _, fingerprint in change.puts], dtype=np.uint64)
                 delta.put_many(doc_ids, fingerprints)
