@@ -37,6 +37,8 @@ else:
     Database = object
 
 DB_META = b"meta"
+# The key of the meta record inside DB_META (simstore.format.META_KEY).
+META_KEY_NAME = b"meta"
 DB_KEYS = b"keys"
 DB_DOCS = b"docs"
 DB_DOCMETA = b"docmeta"
@@ -171,10 +173,14 @@ class Environment:
 
     def _check_not_truncated(self, file_size: int) -> None:
         # Reading a page past the end of a truncated file would kill the
-        # process with SIGBUS, so refuse before any page is touched.
+        # process with SIGBUS, so refuse before any page is touched. The size
+        # is taken after the meta page is read: LMDB writes a commit's pages
+        # before its meta page, so a writer in another process can only make
+        # the file longer than the meta page needs, never shorter.
         info = self.env.info()
         page_size = self.env.stat()["psize"]
         needed = (info["last_pgno"] + 1) * page_size
+        file_size = os.path.getsize(self.path) if file_size else 0
         if file_size and file_size < needed:
             self.close()
             raise CorruptStoreError(
@@ -203,6 +209,42 @@ class Environment:
             raise CorruptStoreError(f"{self.path} lacks one of simstore's sub-databases") from exc
         except lmdb.IncompatibleError as exc:
             raise NotAStoreError(f"{self.path} holds sub-databases simstore did not write") from exc
+
+    def open_current(self, layout_of: Callable[[bytes], tuple[int, int]]) -> tuple[bytes, Handles]:
+        """The meta record and the handles of the tables it names, from one
+        consistent state of the file.
+
+        ``layout_of`` maps a raw meta record to ``(table_count, generation)``.
+        In a writable environment both are read inside one write transaction
+        (which commits nothing), so no re-layout can slip in between. Read-only
+        environments cannot do that; the caller retries if the tables vanished.
+        """
+        if self.readonly:
+            meta_db = self.open_meta_only()
+            if meta_db is None:
+                raise CorruptStoreError(f"{self.path} lost its meta sub-database")
+            with self.read() as read_txn:
+                raw_meta = read_txn.get(META_KEY_NAME, db=meta_db)
+            if raw_meta is None:
+                raise CorruptStoreError(f"{self.path} lost its meta record")
+            table_count, generation = layout_of(bytes(raw_meta))
+            return bytes(raw_meta), self.open_existing(table_count, generation)
+        txn = self._begin(write=True)
+        try:
+            meta_db = self.env.open_db(DB_META, txn=txn, create=False)
+            raw_meta = txn.get(META_KEY_NAME, db=meta_db)
+            if raw_meta is None:
+                raise CorruptStoreError(f"{self.path} lost its meta record")
+            table_count, generation = layout_of(bytes(raw_meta))
+            handles = self._open_handles(table_count, generation, create=False, txn=txn)
+            txn.commit()
+        except lmdb.NotFoundError as exc:
+            txn.abort()
+            raise CorruptStoreError(f"{self.path} lacks one of simstore's sub-databases") from exc
+        except BaseException:
+            txn.abort()
+            raise
+        return bytes(raw_meta), handles
 
     def create_handles(self, txn: Txn, table_count: int) -> Handles:
         """Create every sub-database inside the write transaction ``txn``."""

@@ -33,6 +33,7 @@ from simstore.store import Store, __version__
 from simstore.text import segmenter_info
 
 MODES = ("r", "w", "c", "n")
+OPEN_RETRIES = 3
 
 
 def open(  # noqa: A001 - mirrors dbm.open, deliberately
@@ -113,8 +114,16 @@ def open(  # noqa: A001 - mirrors dbm.open, deliberately
         path_str, readonly=readonly, sync=opts.sync, map_size=opts.map_size, max_map_size=opts.max_map_size
     )
     try:
-        params = _load_or_create(env, path_str, mode, requested)
-        handles = env.open_existing(len(params.tables), params.generation)
+        for attempt in range(1, OPEN_RETRIES + 1):
+            params, raw_meta = _load_or_create(env, path_str, mode, requested)
+            try:
+                handles = env.open_existing(len(params.tables), params.generation)
+                break
+            except CorruptStoreError:
+                # A re-layout by another process may have dropped these
+                # tables since the meta record was read; read it again.
+                if attempt == OPEN_RETRIES:
+                    raise
     except BaseException:
         # A refused open leaves the folder as it found it: no new lock file,
         # and no half-made store file where there was none.
@@ -123,10 +132,13 @@ def open(  # noqa: A001 - mirrors dbm.open, deliberately
             with contextlib.suppress(OSError):
                 os.remove(path_str)
         raise
-    return Store(path_str, env, handles, params, opts)
+    return Store(path_str, env, handles, params, opts, raw_meta)
 
 
-def _load_or_create(env: _lmdb.Environment, path: str, mode: str, requested: LayoutRequest) -> StoredParams:
+def _load_or_create(
+    env: _lmdb.Environment, path: str, mode: str, requested: LayoutRequest
+) -> tuple[StoredParams, bytes]:
+    """The stored parameters and the raw meta record they come from."""
     stored = _read_meta(env, path)
     if stored is None:
         if env.readonly or mode == "w":
@@ -147,7 +159,7 @@ def _load_or_create(env: _lmdb.Environment, path: str, mode: str, requested: Lay
             "tables": requested_tables,
         },
     )
-    return params
+    return params, stored
 
 
 def _read_meta(env: _lmdb.Environment, path: str) -> bytes | None:
@@ -176,7 +188,7 @@ def _read_meta(env: _lmdb.Environment, path: str) -> bytes | None:
     return raw
 
 
-def _create(env: _lmdb.Environment, requested: LayoutRequest) -> StoredParams:
+def _create(env: _lmdb.Environment, requested: LayoutRequest) -> tuple[StoredParams, bytes]:
     chosen_k, tables, layout_spec, chosen_blocks = choose_layout(requested)
     params = StoredParams(
         k=chosen_k,
@@ -187,13 +199,15 @@ def _create(env: _lmdb.Environment, requested: LayoutRequest) -> StoredParams:
         segmenter=segmenter_info(),
     )
 
+    raw_meta = encode_meta(params, version=__version__)
+
     def body(txn: _lmdb.Txn) -> None:
         handles = env.create_handles(txn, len(tables))
-        txn.put(META_KEY, encode_meta(params, version=__version__), db=handles.meta)
+        txn.put(META_KEY, raw_meta, db=handles.meta)
         txn.put(STATE_KEY, State().encode(), db=handles.meta)
 
     env.write(body)
-    return params
+    return params, raw_meta
 
 
 def _remove_store(path: str) -> None:

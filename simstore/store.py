@@ -13,6 +13,7 @@ from __future__ import annotations
 
 import os
 import threading
+import time
 import warnings
 import weakref
 from collections.abc import Callable, Iterable, Iterator, Mapping
@@ -76,6 +77,13 @@ __version__ = "0.1.0"
 
 
 T = TypeVar("T")
+
+
+# How often one call follows re-layouts by other processes before giving up.
+# Each retry waits for the re-layout in progress, so only a process that
+# re-lays the store out back to back, winning the writer lock every time,
+# can exhaust them.
+LAYOUT_RETRIES = 100
 
 
 class _LayoutChangedError(Exception):
@@ -171,6 +179,11 @@ def _after_fork_in_child() -> None:
 os.register_at_fork(after_in_child=_after_fork_in_child)
 
 
+def _table_count_and_generation(raw_meta: bytes) -> tuple[int, int]:
+    params = decode_meta(raw_meta)
+    return len(params.tables), params.generation
+
+
 def _match_order(match: Match) -> tuple[int, tuple[int, Key]]:
     return (match.distance, sort_key(match.key))
 
@@ -190,13 +203,15 @@ class Store(BatchMixin):
         handles: _lmdb.Handles,
         params: StoredParams,
         options: Options,
+        raw_meta: bytes,
     ) -> None:
         self.path = path
         self._env = env
         self._readonly = env.readonly
         self._options = options
         self._fingerprinter: Fingerprinter | None = None
-        self._adopt_layout(params, handles)
+        self._needs_reload = False
+        self._adopt_layout(params, handles, raw_meta)
         self._lock = threading.RLock()
         self._closed = False
         self._pid = os.getpid()
@@ -204,17 +219,18 @@ class Store(BatchMixin):
         with self._read():
             pass  # loads the delta from the log
 
-    def _adopt_layout(self, params: StoredParams, handles: _lmdb.Handles) -> None:
-        """Use ``params`` and ``handles`` from now on, with a delta to match."""
+    def _adopt_layout(self, params: StoredParams, handles: _lmdb.Handles, raw_meta: bytes) -> None:
+        """Use ``params`` (decoded from ``raw_meta``) and ``handles`` from now
+        on, with a delta to match.
+
+        ``raw_meta`` must be the very record ``params`` came from: reading it
+        again could see a later re-layout and pair new meta with old tables.
+        """
         self._params = params
         self._handles = handles
         self._tables: tuple[Table, ...] = params.tables
         self._suffix_bits = tuple(table.suffix_bits for table in self._tables)
         self._delta = Delta(self._tables)
-        with self._env.read() as txn:
-            raw_meta = txn.get(META_KEY, db=handles.meta)
-        if raw_meta is None:
-            raise CorruptStoreError(f"{self.path} lost its meta record")
         self._meta_raw = bytes(raw_meta)
 
     def _reload_layout(self) -> None:
@@ -224,25 +240,23 @@ class Store(BatchMixin):
         The environment is reopened rather than only the new tables opened,
         because LMDB cannot close the handles of the dropped tables: a
         long-lived store that followed many re-layouts would run out of them.
+        Until this succeeds the store stays marked for reloading, so a failure
+        here is retried by the next call instead of leaving a closed file.
         """
-        for _attempt in range(5):
-            self._env.close()
-            self._env = self._open_environment()
-            meta_db = self._env.open_meta_only()
-            if meta_db is None:
-                raise CorruptStoreError(f"{self.path} lost its meta sub-database")
-            with self._env.read() as txn:
-                raw_meta = txn.get(META_KEY, db=meta_db)
-            if raw_meta is None:
-                raise CorruptStoreError(f"{self.path} lost its meta record")
-            params = decode_meta(raw_meta)
+        self._needs_reload = True
+        self._env.close()
+        self._env = self._open_environment()
+        for attempt in range(1, LAYOUT_RETRIES + 1):
             try:
-                handles = self._env.open_existing(len(params.tables), params.generation)
+                raw_meta, handles = self._env.open_current(_table_count_and_generation)
             except CorruptStoreError:
-                continue  # yet another re-layout dropped these tables meanwhile
-            self._adopt_layout(params, handles)
+                if attempt == LAYOUT_RETRIES:
+                    raise
+                time.sleep(0.001 * attempt)  # a read-only store raced another re-layout
+                continue
+            self._adopt_layout(decode_meta(raw_meta), handles, raw_meta)
+            self._needs_reload = False
             return
-        raise CorruptStoreError(f"{self.path}: the layout kept changing while it was being read")
 
     def _open_environment(self) -> _lmdb.Environment:
         return _lmdb.Environment(
@@ -318,6 +332,8 @@ class Store(BatchMixin):
             raise StoreClosedError(f"the store {self.path!r} is closed")
         if os.getpid() != self._pid:
             self._reopen_after_fork()
+        elif self._needs_reload:
+            self._reload_layout()
 
     def _reopen_after_fork(self) -> None:
         # LMDB forbids using an environment across fork(). The child closes
@@ -367,14 +383,14 @@ class Store(BatchMixin):
             store._lock.acquire()
             try:
                 store._check_usable()
-                for attempt in (1, 2):
+                for attempt in range(1, LAYOUT_RETRIES + 1):
                     self.txn = store._env.begin_read()
                     try:
                         store._sync_delta(self.txn)
                         break
                     except _LayoutChangedError:
                         self.txn.abort()
-                        if attempt == 2:
+                        if attempt == LAYOUT_RETRIES:
                             raise CorruptStoreError(f"{store.path}: the layout keeps changing") from None
                         store._reload_layout()
                     except BaseException as exc:
@@ -425,11 +441,14 @@ class Store(BatchMixin):
                     txn.put(STATE_KEY, new_state.encode(), db=self._handles.meta)
                 return result, new_state, change
 
-            try:
-                result, new_state, change = self._env.write(in_txn)
-            except _LayoutChangedError:
-                self._reload_layout()
-                result, new_state, change = self._env.write(in_txn)
+            for attempt in range(1, LAYOUT_RETRIES + 1):
+                try:
+                    result, new_state, change = self._env.write(in_txn)
+                    break
+                except _LayoutChangedError:
+                    if attempt == LAYOUT_RETRIES:
+                        raise CorruptStoreError(f"{self.path}: the layout keeps changing") from None
+                    self._reload_layout()
             delta = self._delta
             if change.merged:
                 delta.clear()

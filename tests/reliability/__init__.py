@@ -1,0 +1,1 @@
+"""Reliability tests: crashes, concurrency, bad input, full disks, corruption, security."""
