@@ -10,7 +10,10 @@
 - :func:`percentiles` and :func:`summary` turn samples into medians and
   percentiles (never means), :func:`min_med_max` summarises repeats;
 - :class:`Report` prints markdown (headings, tables, notes) to stdout and
-  keeps it for ``--output``.
+  keeps it for ``--output``;
+- :class:`AnonPeakSampler` records the peak anonymous RSS of a block (memory
+  beyond the page cache), :func:`round_percentiles` gives percentiles per
+  timed pass, :func:`versions` the installed versions of named packages.
 
 Nothing here imports simstore, so any script can use it.
 """
@@ -296,3 +299,67 @@ class Stopwatch:
 
     def __exit__(self, *exc_info: object) -> None:
         self.seconds = time.perf_counter() - self._start
+
+
+class AnonPeakSampler:
+    """``with AnonPeakSampler() as sampler: ...`` then ``sampler.peak_mib``: the
+    largest anonymous RSS (``RssAnon``, Linux) seen while the block ran.
+
+    ``ru_maxrss`` counts touched pages of mmap'ed files, which the kernel may
+    drop at any time; anonymous pages are the memory a process really holds.
+    A thread samples ``/proc/self/status`` every ``interval`` seconds, so a
+    spike shorter than that may be missed.
+    """
+
+    def __init__(self, interval: float = 0.005) -> None:
+        import threading
+
+        self.interval = interval
+        self.peak_mib = 0.0
+        self._stop = threading.Event()
+        self._thread = threading.Thread(target=self._run, daemon=True)
+
+    def _sample(self) -> None:
+        anon = rss_breakdown_mib().get("anon")
+        if anon is not None and anon > self.peak_mib:
+            self.peak_mib = anon
+
+    def _run(self) -> None:
+        while not self._stop.wait(self.interval):
+            self._sample()
+
+    def __enter__(self) -> AnonPeakSampler:
+        self._sample()
+        self._thread.start()
+        return self
+
+    def __exit__(self, *exc_info: object) -> None:
+        self._stop.set()
+        self._thread.join()
+        self._sample()
+
+
+def round_percentiles(latencies_us: np.ndarray, rounds: int) -> dict[str, list[float]]:
+    """p50, p99 and p99.9 of each of ``rounds`` equal passes over the queries,
+    so that a figure can be given as median (min-max) over the passes."""
+    passes = np.array_split(np.asarray(latencies_us, dtype=np.float64), rounds)
+    found: dict[str, list[float]] = {"p50": [], "p99": [], "p99.9": []}
+    for samples in passes:
+        p50, p99, p999 = percentiles(samples)
+        found["p50"].append(p50)
+        found["p99"].append(p99)
+        found["p99.9"].append(p999)
+    return found
+
+
+def versions(*distributions: str) -> dict[str, str]:
+    """Installed versions of the named distributions (``-`` when missing)."""
+    from importlib import metadata
+
+    found = {}
+    for name in distributions:
+        try:
+            found[name] = metadata.version(name)
+        except metadata.PackageNotFoundError:
+            found[name] = "-"
+    return found

@@ -1,0 +1,337 @@
+"""Sustained online inserts, one document per call, into an index that already
+holds N documents: simstore (delta merges included) beside its peers.
+
+Run (from the repository root)::
+
+    python benchmarks/bench_online.py --n 1_000_000 --output benchmarks/results/online_1M.md
+    python benchmarks/bench_online.py --n 10_000_000 --repeats 2 --output benchmarks/results/online_10M.md
+
+``--store PATH`` reuses an existing simstore store of the same N random
+fingerprints (e.g. one left by ``bench_peers.py --keep-store``) instead of
+building one. Each N writes ``online_<N>.json`` beside ``--output``.
+
+Systems, each in its own process, all starting from the same N seeded random
+fingerprints (ids 0..N-1; ``bench_store.base_fingerprints``) and adding the
+same new ones (``bench_store.online_fingerprints``):
+
+- **simstore, sync=False**: a copy of the N-document store, opened ``"w"``
+  with the default ``merge_threshold`` and ``merge_on_close=False``;
+  ``store.add(key, fingerprint=fp)`` ``--adds`` times (default: twice the
+  threshold, so two automatic merges fall inside the timed calls). docs/s is
+  adds over the wall time of all of them, merges included; the merge pauses
+  are the ``merges`` slowest calls and are listed apart;
+- **simstore, sync=True** (the default: every ``add`` is durable against
+  power loss): ``--sync-adds`` single adds, fewer because each costs an
+  fsync; no merge falls inside them, so its docs/s adds the sync=False
+  run's median merge pause amortised over the threshold;
+- **raw py-lmdb floor**: one write transaction with 10 puts (one per table)
+  per document into the floor loaded with N (``bench_store.raw_floor``),
+  sync=False: what a direct LMDB table insert costs, without a delta;
+- **faiss** ``IndexBinaryMultiHash`` 4x16 / 2x32 and ``IndexBinaryFlat``:
+  ``index.add`` of one code per call, in memory (nothing persisted);
+- **simhash** ``SimhashIndex.add`` (pure Python, in memory), up to
+  ``--simhash-max-n``, in the ``simhash`` venv (see ``bench_peers.py``).
+
+Per-call latencies are p50 / p99 / p99.9 of the calls that did not merge.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import shutil
+import subprocess
+import sys
+import tempfile
+import time
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+
+sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
+sys.path.insert(0, str(Path(__file__).resolve().parent))
+
+from _common import Report, fmt_range, load_average, machine, run_isolated, source_state, summary, versions
+from bench_peers import SIMHASH_WORKER, _codes, _faiss_index
+from bench_store import base_fingerprints, online_fingerprints, raw_floor
+
+import simstore
+from simstore.params import Options
+
+ROOT = Path(__file__).resolve().parent.parent
+DEFAULT_THRESHOLD = Options().merge_threshold
+
+
+def build_store(path: str, n: int) -> float:
+    started = time.perf_counter()
+    with simstore.open(path, "n", sync=False) as store:
+        store.add_many(range(n), base_fingerprints(n))
+    return time.perf_counter() - started
+
+
+def simstore_adds(base_path: str, work_path: str, n: int, count: int, sync: bool) -> dict[str, Any]:
+    """Single adds into a copy of the N store; latencies in µs."""
+    shutil.copyfile(base_path, work_path)
+    new = online_fingerprints(count).tolist()
+    store = simstore.open(work_path, "w", sync=sync, merge_on_close=False)
+    threshold = store._options.merge_threshold
+    add = store.add
+    clock = time.perf_counter_ns
+    latencies = np.empty(count, dtype=np.int64)
+    started = time.perf_counter()
+    for offset, fingerprint in enumerate(new):
+        before = clock()
+        add(n + offset, fingerprint=fingerprint)
+        latencies[offset] = clock() - before
+    seconds = time.perf_counter() - started
+    delta_left = store.stats().delta_docs
+    store.close()
+    os.remove(work_path)
+    if os.path.exists(work_path + "-lock"):
+        os.remove(work_path + "-lock")
+    return {"seconds": seconds, "add us": latencies / 1000, "threshold": threshold, "delta left": delta_left}
+
+
+def floor_adds(path: str, n: int, count: int) -> dict[str, Any]:
+    queries = base_fingerprints(n)[:10]
+    found = raw_floor(path, n, queries, 1, 1, count)
+    for leftover in (path, path + "-lock"):
+        if os.path.exists(leftover):
+            os.remove(leftover)
+    return {"add us": found["insert us"], "seconds": float(found["insert us"].sum()) / 1e6}
+
+
+def faiss_adds(kind: str, n: int, count: int) -> dict[str, Any]:
+    import faiss
+
+    faiss.omp_set_num_threads(1)
+    index = _faiss_index(kind)
+    index.add(_codes(base_fingerprints(n)))
+    new = _codes(online_fingerprints(count))
+    rows = [new[position : position + 1] for position in range(count)]
+    add = index.add
+    clock = time.perf_counter_ns
+    latencies = np.empty(count, dtype=np.int64)
+    started = time.perf_counter()
+    for position, row in enumerate(rows):
+        before = clock()
+        add(row)
+        latencies[position] = clock() - before
+    return {"add us": latencies / 1000, "seconds": time.perf_counter() - started}
+
+
+def simhash_adds(python: str, work: str, n: int, count: int) -> dict[str, Any]:
+    data, new = os.path.join(work, "fps.npy"), os.path.join(work, "new.npy")
+    np.save(data, base_fingerprints(n))
+    np.save(new, online_fingerprints(count))
+    completed = subprocess.run(
+        [python, str(SIMHASH_WORKER), "online", "--data", data, "--new", new],
+        capture_output=True,
+        text=True,
+        check=True,
+    )
+    found = json.loads(completed.stdout)
+    latencies = np.asarray(found["add us"])
+    return {
+        "add us": latencies,
+        "seconds": float(latencies.sum()) / 1e6,
+        "peak RSS MiB": found["peak RSS MiB"],
+    }
+
+
+def row_of(
+    label: str, runs: list[dict[str, Any]], merges: int, count: int
+) -> tuple[list[object], dict[str, Any]]:
+    rates = [count / run["seconds"] for run in runs]
+    pauses: list[float] = []
+    steady: list[float] = []
+    tails: list[dict[str, float]] = []
+    for run in runs:
+        ordered = np.sort(run["add us"])
+        if merges:
+            pauses += (ordered[-merges:] / 1e6).tolist()
+            ordered = ordered[:-merges]
+        steady.append(count / (float(ordered.sum()) / 1e6) if len(ordered) else float("nan"))
+        tails.append(summary(ordered))
+    row = [
+        label,
+        count,
+        fmt_range(rates),
+        fmt_range(steady),
+        fmt_range([tail["p50"] for tail in tails]),
+        fmt_range([tail["p99"] for tail in tails]),
+        fmt_range([tail["p99.9"] for tail in tails]),
+        merges * len(runs) if merges else "-",
+        fmt_range(pauses) if pauses else "-",
+        runs[0].get("peak RSS MiB"),
+    ]
+    figures = {
+        "label": label,
+        "adds": count,
+        "docs/s": rates,
+        "docs/s without merges": steady,
+        "add us": {name: [tail[name] for tail in tails] for name in ("p50", "p99", "p99.9", "max")},
+        "merge pause s": pauses,
+        "peak RSS MiB": runs[0].get("peak RSS MiB"),
+    }
+    return row, figures
+
+
+def main() -> int:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--n", type=lambda value: int(value.replace("_", "")), default=1_000_000)
+    parser.add_argument("--adds", type=int, default=2 * DEFAULT_THRESHOLD)
+    parser.add_argument("--sync-adds", type=int, default=5_000)
+    parser.add_argument("--floor-adds", type=int, default=20_000)
+    parser.add_argument("--repeats", type=int, default=3)
+    parser.add_argument("--store", default=None, help="an existing store of the N base fingerprints")
+    parser.add_argument(
+        "--systems",
+        default="simstore,simstore-sync,lmdb-floor,faiss-mh-4x16,faiss-mh-2x32,faiss-flat,simhash",
+    )
+    parser.add_argument("--simhash-python", default="/tmp/simhash-venv/bin/python")
+    parser.add_argument("--simhash-max-n", type=int, default=1_000_000)
+    parser.add_argument("--dir", default=None)
+    parser.add_argument("--output", default=None)
+    args = parser.parse_args()
+    systems = [name.strip() for name in args.systems.split(",") if name.strip()]
+    n = args.n
+    work = tempfile.mkdtemp(prefix="bench_online_", dir=args.dir)
+    report = Report()
+    report.header(
+        f"Sustained online inserts into an index of {n:,}", data_dir=work, code=source_state(ROOT, "simstore")
+    )
+    rows: list[list[object]] = []
+    figures: dict[str, Any] = {}
+    load_at: dict[str, str] = {}
+    wall = time.perf_counter()
+    started_load = load_average()
+
+    def note(text: str) -> None:
+        print(f"  [{time.strftime('%H:%M:%S')}] {text} (load {load_average()})", file=sys.stderr)
+
+    try:
+        base_path = args.store
+        build_s = None
+        if base_path is None and {"simstore", "simstore-sync"} & set(systems):
+            base_path = os.path.join(work, "base.simstore")
+            note("building the base store")
+            build_s, _, _ = run_isolated(build_store, base_path, n)
+        work_path = os.path.join(work, "work.simstore")
+        merge_pause = None
+        for name in systems:
+            note(f"{name} ...")
+            load_at[name] = load_average()
+            runs: list[dict[str, Any]] = []
+            merges = 0
+            if name == "simstore":
+                for _ in range(args.repeats):
+                    found, peak, _ = run_isolated(simstore_adds, base_path, work_path, n, args.adds, False)
+                    runs.append({**found, "peak RSS MiB": peak})
+                merges = args.adds // runs[0]["threshold"]
+                row, fig = row_of("simstore `add`, sync=False (merges included)", runs, merges, args.adds)
+                if fig["merge pause s"]:
+                    merge_pause = float(np.median(fig["merge pause s"]))
+                    fig["threshold"] = runs[0]["threshold"]
+            elif name == "simstore-sync":
+                for _ in range(args.repeats):
+                    found, peak, _ = run_isolated(
+                        simstore_adds, base_path, work_path, n, args.sync_adds, True
+                    )
+                    runs.append({**found, "peak RSS MiB": peak})
+                row, fig = row_of(
+                    "simstore `add`, sync=True (default; no merge in the run)", runs, 0, args.sync_adds
+                )
+                if merge_pause is not None:
+                    threshold = runs[0]["threshold"]
+                    amortised = [
+                        1 / (1 / rate + merge_pause / threshold) for rate in fig["docs/s without merges"]
+                    ]
+                    fig["docs/s with amortised merge"] = amortised
+                    row[0] += f"; with the sync=False merge pause amortised: {fmt_range(amortised)} docs/s"
+            elif name == "lmdb-floor":
+                found, peak, _ = run_isolated(
+                    floor_adds, os.path.join(work, "floor.lmdb"), n, args.floor_adds
+                )
+                runs.append({**found, "peak RSS MiB": peak})
+                row, fig = row_of(
+                    "raw py-lmdb floor: 1 write txn + 10 puts per doc, sync=False", runs, 0, args.floor_adds
+                )
+            elif name.startswith("faiss"):
+                for _ in range(args.repeats):
+                    found, peak, _ = run_isolated(faiss_adds, name, n, args.adds)
+                    runs.append({**found, "peak RSS MiB": peak})
+                label = {
+                    "faiss-mh-4x16": "faiss IndexBinaryMultiHash 4x16 `add` (in memory)",
+                    "faiss-mh-2x32": "faiss IndexBinaryMultiHash 2x32 `add` (in memory)",
+                    "faiss-flat": "faiss IndexBinaryFlat `add` (in memory)",
+                }[name]
+                row, fig = row_of(label, runs, 0, args.adds)
+            elif name == "simhash":
+                if n > args.simhash_max_n or not os.path.exists(args.simhash_python):
+                    note(f"simhash skipped (N > {args.simhash_max_n:,} or no venv)")
+                    continue
+                runs.append(simhash_adds(args.simhash_python, work, n, args.adds))
+                row, fig = row_of("simhash SimhashIndex `add` (pure Python, in memory)", runs, 0, args.adds)
+            else:
+                parser.error(f"unknown system {name}")
+            row.append(load_at[name])
+            rows.append(row)
+            fig["load average at start"] = load_at[name]
+            figures[name] = fig
+            note(f"{name} done")
+    finally:
+        shutil.rmtree(work, ignore_errors=True)
+
+    report.add(
+        f"Versions: {', '.join(f'{k} {v}' for k, v in versions('faiss-cpu', 'lmdb', 'numpy').items())}\n"
+    )
+    report.heading(f"Single adds into an index of {n:,}")
+    report.table(
+        [
+            "system",
+            "adds per run",
+            "docs/s (all calls)",
+            "docs/s (without merge calls)",
+            "add p50 µs",
+            "add p99 µs",
+            "add p99.9 µs",
+            "merges",
+            "merge pause s",
+            "peak RSS MiB",
+            "load at start",
+        ],
+        rows,
+    )
+    report.add(
+        f"Median (min-max) over {args.repeats} runs (floor and simhash: 1 run). Percentiles exclude the "
+        "merge calls; merge pauses are listed apart. faiss and simhash are in memory: nothing is durable.\n"
+    )
+    report.add(
+        f"Total wall time {time.perf_counter() - wall:.0f} s; load average at the end {load_average()}."
+    )
+    result = {
+        "n": n,
+        "adds": args.adds,
+        "systems": figures,
+        "base store build s": build_s,
+        "load average": [started_load, load_average()],
+        "machine": machine(),
+        "versions": versions("simstore", "faiss-cpu", "lmdb", "numpy"),
+        "code": source_state(ROOT, "simstore"),
+        "command": " ".join([Path(sys.executable).name, *sys.argv]),
+        "date": time.strftime("%Y-%m-%d %H:%M:%S %Z"),
+    }
+    if args.output:
+        report.write(args.output)
+        label = f"{n // 1_000_000}M" if n % 1_000_000 == 0 else f"{n // 1000}K"
+        (Path(args.output).parent / f"online_{label}.json").write_text(
+            json.dumps(result, indent=1, default=float) + "\n"
+        )
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
