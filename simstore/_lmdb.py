@@ -25,6 +25,7 @@ from simstore.errors import (
     StoreLockedError,
     StoreNotFoundError,
 )
+from simstore.format import META_KEY
 from simstore.permute import MAX_TABLES
 
 if TYPE_CHECKING:
@@ -37,8 +38,6 @@ else:
     Database = object
 
 DB_META = b"meta"
-# The key of the meta record inside DB_META (simstore.format.META_KEY).
-META_KEY_NAME = b"meta"
 DB_KEYS = b"keys"
 DB_DOCS = b"docs"
 DB_DOCMETA = b"docmeta"
@@ -220,19 +219,15 @@ class Environment:
         environments cannot do that; the caller retries if the tables vanished.
         """
         if self.readonly:
-            meta_db = self.open_meta_only()
-            if meta_db is None:
-                raise CorruptStoreError(f"{self.path} lost its meta sub-database")
-            with self.read() as read_txn:
-                raw_meta = read_txn.get(META_KEY_NAME, db=meta_db)
+            raw_meta = self.read_meta_record()
             if raw_meta is None:
                 raise CorruptStoreError(f"{self.path} lost its meta record")
-            table_count, generation = layout_of(bytes(raw_meta))
-            return bytes(raw_meta), self.open_existing(table_count, generation)
+            table_count, generation = layout_of(raw_meta)
+            return raw_meta, self.open_existing(table_count, generation)
         txn = self._begin(write=True)
         try:
             meta_db = self.env.open_db(DB_META, txn=txn, create=False)
-            raw_meta = txn.get(META_KEY_NAME, db=meta_db)
+            raw_meta = txn.get(META_KEY, db=meta_db)
             if raw_meta is None:
                 raise CorruptStoreError(f"{self.path} lost its meta record")
             table_count, generation = layout_of(bytes(raw_meta))
@@ -273,6 +268,15 @@ class Environment:
                 open_db(table_db_name(index, generation), **TABLE_DB_FLAGS) for index in range(table_count)
             ],
         )
+
+    def read_meta_record(self) -> bytes | None:
+        """The raw meta record, or ``None`` if the file has no meta sub-database or record."""
+        meta_db = self.open_meta_only()
+        if meta_db is None:
+            return None
+        with self.read() as txn:
+            raw_meta = txn.get(META_KEY, db=meta_db)
+        return None if raw_meta is None else bytes(raw_meta)
 
     def open_meta_only(self) -> Database | None:
         """The meta sub-database, or ``None`` if the file has none."""

@@ -690,6 +690,11 @@ def write_kept(args: argparse.Namespace, inputs: list[Input], options: ReadOptio
     return kept
 
 
+def configure_store_only(parser: argparse.ArgumentParser) -> None:
+    """Options of a verb that takes only the store."""
+    parser.add_argument("store", help="the store file")
+
+
 def configure_stats(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("store", help="the store file")
     parser.add_argument(
@@ -779,10 +784,6 @@ def run_relayout(args: argparse.Namespace) -> int:
     return 0
 
 
-def configure_check(parser: argparse.ArgumentParser) -> None:
-    parser.add_argument("store", help="the store file")
-
-
 def run_check(args: argparse.Namespace) -> int:
     with open_store(args.store, "r") as store:
         problems = store.check()
@@ -797,10 +798,6 @@ def run_check(args: argparse.Namespace) -> int:
         print(f"{PROG}: error: {len(problems)} problem(s) found", file=sys.stderr)
         return 1
     return 0
-
-
-def configure_merge(parser: argparse.ArgumentParser) -> None:
-    parser.add_argument("store", help="the store file")
 
 
 def run_merge(args: argparse.Namespace) -> int:
@@ -968,8 +965,8 @@ VERBS: dict[str, Verb] = {
     "stats": Verb("print a store's size and layout", configure_stats, run_stats, reads=True),
     "plan": Verb("rank the table layouts for k and a corpus size", configure_plan, run_plan, reads=True),
     "relayout": Verb("rebuild a store's tables in another layout", configure_relayout, run_relayout),
-    "check": Verb("verify a store's invariants", configure_check, run_check, reads=True),
-    "merge": Verb("fold a store's delta into its tables", configure_merge, run_merge),
+    "check": Verb("verify a store's invariants", configure_store_only, run_check, reads=True),
+    "merge": Verb("fold a store's delta into its tables", configure_store_only, run_merge),
     "remove": Verb("remove documents by key", configure_remove, run_remove),
     "export": Verb("write a store's keys, fingerprints and metadata as JSONL", configure_export, run_export),
     "import": Verb("add documents from `simstore export` JSONL", configure_import, run_import),

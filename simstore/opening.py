@@ -178,11 +178,7 @@ def _read_meta(env: _lmdb.Environment, path: str) -> bytes | None:
         raise NotAStoreError(f"{path} is an LMDB file written by another program, not a simstore store")
     if _lmdb.DB_META not in names:
         raise NotAStoreError(f"{path} is an LMDB file written by another program, not a simstore store")
-    meta_db = env.open_meta_only()
-    if meta_db is None:
-        raise NotAStoreError(f"{path} has no simstore meta record")
-    with env.read() as txn:
-        raw = txn.get(META_KEY, db=meta_db)
+    raw = env.read_meta_record()
     if raw is None:
         raise NotAStoreError(f"{path} has no simstore meta record")
     return raw
