@@ -174,6 +174,7 @@ _open_stores: weakref.WeakSet[Store] = weakref.WeakSet()
 def _after_fork_in_child() -> None:
     for store in list(_open_stores):
         store._lock = threading.RLock()
+        store._needs_reload = True  # reopen the file at the child's first call
 
 
 os.register_at_fork(after_in_child=_after_fork_in_child)
@@ -330,10 +331,13 @@ class Store(BatchMixin):
     def _check_usable(self) -> None:
         if self._closed:
             raise StoreClosedError(f"the store {self.path!r} is closed")
-        if os.getpid() != self._pid:
-            self._reopen_after_fork()
-        elif self._needs_reload:
-            self._reload_layout()
+        # The fork hook sets _needs_reload in a child, so the common path
+        # tests one attribute instead of calling os.getpid() on every call.
+        if self._needs_reload:
+            if os.getpid() != self._pid:
+                self._reopen_after_fork()
+            else:
+                self._reload_layout()
 
     def _reopen_after_fork(self) -> None:
         # LMDB forbids using an environment across fork(). The child closes
