@@ -388,12 +388,6 @@ class Environment:
         """Bytes of the file in use by the latest snapshot."""
         return (int(self.env.info()["last_pgno"]) + 1) * self.page_size()
 
-    def sync(self) -> None:
-        try:
-            self.env.sync(True)
-        except lmdb.Error as exc:
-            raise translate(exc, self.path) from exc
-
 
 def _preallocate_lock(path: str) -> None:
     """Create the lock file with its blocks allocated.

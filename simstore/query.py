@@ -11,20 +11,10 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 
-import numpy as np
-
 from simstore.permute import MAX_FINGERPRINT, Table, U64Array
 
 # Compares greater than every 8-byte key: the end bound of the last prefix range.
 PAST_LAST_KEY = b"\xff" * 9
-
-
-def prefix_range(permuted: int, suffix_bits: int) -> tuple[bytes, bytes]:
-    """The ``[low, end)`` key bounds of the prefix range that holds ``permuted``."""
-    low = (permuted >> suffix_bits) << suffix_bits
-    end = low + (1 << suffix_bits)
-    end_key = end.to_bytes(8, "big") if end <= MAX_FINGERPRINT else PAST_LAST_KEY
-    return low.to_bytes(8, "big"), end_key
 
 
 def scan_tables(
@@ -65,9 +55,3 @@ def permute_batch(tables: Sequence[Table], fingerprints: U64Array) -> list[tuple
         return []
     per_table = [table.permute_array(fingerprints).tolist() for table in tables]
     return list(zip(*per_table, strict=True))
-
-
-def brute_force(fingerprints: U64Array, query: int, k: int) -> np.ndarray:
-    """Indices of ``fingerprints`` within ``k`` bits of ``query``: the oracle."""
-    distances = np.bitwise_count(fingerprints ^ np.uint64(query))
-    return np.flatnonzero(distances <= k)

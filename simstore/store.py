@@ -52,7 +52,6 @@ from simstore.permute import (
     U64Array,
     as_fingerprint_array,
     check_fingerprint,
-    default_blocks,
     validate_k,
 )
 from simstore.query import permute_batch, scan_tables
@@ -821,15 +820,10 @@ class Store(BatchMixin):
         """
         if sum(option is not None for option in (layout, blocks, expected_docs)) > 1:
             raise InvalidValueError("pass one of layout=, blocks= or expected_docs=")
-        requested = LayoutRequest(
-            k if k is not None else (None if layout is not None else self.k),
-            blocks,
-            None,
-            layout,
-            expected_docs,
-        )
-        if layout is None and blocks is None and expected_docs is None:
-            requested = LayoutRequest(requested.k, default_blocks(requested.k or self.k), None, None, None)
+        # A layout carries its own k; otherwise k stays unless given. With
+        # nothing else asked, choose_layout picks Manku's default blocks for k.
+        new_k = k if k is not None or layout is not None else self.k
+        requested = LayoutRequest(new_k, blocks, None, layout, expected_docs)
         chosen_k, tables, spec, chosen_blocks = choose_layout(requested)
         self._reserve_for(len(self), 0, tables=len(tables))
 
