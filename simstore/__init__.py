@@ -19,6 +19,7 @@ from simstore.errors import (
     NotAStoreError,
     ParameterMismatchError,
     ReadOnlyError,
+    ShardMismatchError,
     SimstoreError,
     StoreClosedError,
     StoreFullError,
@@ -29,6 +30,7 @@ from simstore.opening import open
 from simstore.params import Options
 from simstore.permute import Table, hamming
 from simstore.planner import Layout, best_layout, plan
+from simstore.sharded import ShardedStore
 from simstore.simhash import Fingerprinter, ShortTextWarning, fingerprint, fingerprint_vector
 from simstore.store import (
     Match,
@@ -57,6 +59,8 @@ __all__ = [
     "ReadOnlyError",
     "Record",
     "SegmenterChangedWarning",
+    "ShardMismatchError",
+    "ShardedStore",
     "ShortTextWarning",
     "SimstoreError",
     "Stats",

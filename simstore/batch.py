@@ -228,7 +228,7 @@ class BatchMixin:
                 else:
                     records = self._records_of(snapshot.txn, ids)
                     members = [record.key for record in records]
-                    representative = _choose(records, keep)
+                    representative = choose_representative(records, keep)
             clusters.append(Cluster(ids[0], representative, members))
         return clusters
 
@@ -304,8 +304,9 @@ def distinct(fingerprints: U64Array) -> tuple[U64Array, IntArray]:
     return unique, inverse.reshape(-1).astype(np.int64)
 
 
-def _choose(records: list[Record], keep: KeepPolicy) -> Key:
-    """The representative's key under a ``"longest"`` or callable policy."""
+def choose_representative(records: list[Record], keep: KeepPolicy) -> Key:
+    """The representative's key under a ``"longest"`` or callable policy;
+    ``records`` are the cluster's members in the order added."""
     if keep == "longest":
         lengths: list[Any] = [
             None if record.meta is None else record.meta.get(LENGTH_FIELD) for record in records

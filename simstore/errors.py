@@ -69,6 +69,20 @@ class ParameterMismatchError(SimstoreError, ValueError):
         )
 
 
+class ShardMismatchError(ParameterMismatchError):
+    """The shards given to :class:`simstore.ShardedStore` disagree on a
+    parameter that shapes answers. ``differences`` maps each parameter name to
+    ``(first shard's value, this shard's value)``."""
+
+    def __init__(self, path: str, first_path: str, differences: Mapping[str, tuple[Any, Any]]) -> None:
+        self.differences = dict(differences)
+        listed = "; ".join(
+            f"{name}: {first!r} in {first_path}, {this!r} here"
+            for name, (first, this) in sorted(self.differences.items())
+        )
+        SimstoreError.__init__(self, f"{path} cannot be a shard beside {first_path} ({listed})")
+
+
 class ReadOnlyError(SimstoreError, PermissionError):
     """A write was attempted on a store opened read-only."""
 

@@ -1,0 +1,237 @@
+"""Several store files answering as one: :class:`ShardedStore`.
+
+A corpus too large for one machine is split into shards by key (see
+:mod:`simstore.sharding`; ``simstore.dask.build_stores`` writes them). Every
+near-duplicate of a query may be in any shard, so a query asks every shard and
+merges the answers; a key lives in exactly one shard, so an add or a removal
+goes to that shard alone.
+"""
+
+from __future__ import annotations
+
+import os
+from collections.abc import Iterable, Iterator, Mapping, Sequence
+from types import TracebackType
+from typing import Any
+
+import numpy as np
+
+from simstore.errors import InvalidTypeError, InvalidValueError, ShardMismatchError
+from simstore.opening import open as open_store
+from simstore.permute import U64Array, check_fingerprint
+from simstore.records import Key, sort_key
+from simstore.sharding import shard_of, shards_of
+from simstore.simhash import Fingerprinter
+from simstore.store import Match, Record, Store
+
+
+def _match_order(match: Match) -> tuple[int, tuple[int, Key]]:
+    return (match.distance, sort_key(match.key))
+
+
+class ShardedStore:
+    """Query several simstore files as one store.
+
+    ``query`` and ``query_many`` ask every shard and merge the matches into
+    one list sorted by ``(distance, key)``: the same answer one store holding
+    every document would give. ``add``, ``add_many`` and ``remove`` go to the
+    shard :func:`simstore.sharding.shard_of` names, so ``paths`` must be in
+    shard order (as ``simstore.dask.build_stores`` returns them) for a
+    store that will be written to.
+
+    Every shard must have the same ``k`` and the same fingerprinter settings
+    (a text query is fingerprinted once, for all of them); otherwise opening
+    raises :class:`~simstore.ShardMismatchError`. Shards may have
+    different table layouts. Read-only by default, since the usual use is
+    serving stores that a batch job built.
+
+    Args:
+        paths: the shard files, in shard order.
+        readonly: open every shard read-only (the default).
+        **options: per-open settings for every shard, see :class:`simstore.Options`.
+    """
+
+    def __init__(
+        self, paths: Sequence[str | os.PathLike[str]], *, readonly: bool = True, **options: Any
+    ) -> None:
+        if isinstance(paths, str | bytes | os.PathLike) or not isinstance(paths, Sequence):
+            raise InvalidTypeError("paths must be a sequence of store paths, not a single path")
+        if not paths:
+            raise InvalidValueError("a ShardedStore needs at least one shard")
+        self.paths = tuple(os.fspath(path) for path in paths)
+        if len(set(map(os.path.realpath, self.paths))) != len(self.paths):
+            raise InvalidValueError(f"a shard is listed twice in {list(self.paths)}")
+        mode = "r" if readonly else "w"
+        shards: list[Store] = []
+        try:
+            for path in self.paths:
+                shards.append(open_store(path, mode, **options))
+            _check_alike(shards)
+        except BaseException:
+            for shard in shards:
+                shard.close()
+            raise
+        self.shards: tuple[Store, ...] = tuple(shards)
+
+    # --------------------------------------------------------------- lifecycle
+
+    def close(self) -> None:
+        """Close every shard. Safe to call more than once."""
+        for shard in self.shards:
+            shard.close()
+
+    def __enter__(self) -> ShardedStore:
+        return self
+
+    def __exit__(
+        self,
+        exc_type: type[BaseException] | None,
+        exc: BaseException | None,
+        traceback: TracebackType | None,
+    ) -> None:
+        self.close()
+
+    def __repr__(self) -> str:
+        return f"<simstore.ShardedStore {len(self.shards)} shards k={self.k}>"
+
+    @property
+    def k(self) -> int:
+        """The largest distance every shard answers."""
+        return self.shards[0].k
+
+    @property
+    def fingerprinter(self) -> Fingerprinter:
+        """The text fingerprinter every shard shares."""
+        return self.shards[0].fingerprinter
+
+    @property
+    def readonly(self) -> bool:
+        return self.shards[0].readonly
+
+    # ------------------------------------------------------------------ reads
+
+    def query(
+        self,
+        fingerprint: int | None = None,
+        *,
+        text: str | None = None,
+        k: int | None = None,
+        with_meta: bool = False,
+    ) -> list[Match]:
+        """Every document in any shard within ``k`` bits, sorted by ``(distance, key)``;
+        the arguments are :meth:`simstore.Store.query`'s."""
+        if (text is None) == (fingerprint is None):
+            raise InvalidTypeError("pass exactly one of text= or fingerprint=")
+        query = self.fingerprinter.fingerprint(text) if text is not None else check_fingerprint(fingerprint)
+        matches: list[Match] = []
+        for shard in self.shards:
+            matches.extend(shard.query(query, k=k, with_meta=with_meta))
+        matches.sort(key=_match_order)
+        return matches
+
+    def query_many(
+        self,
+        fingerprints: object = None,
+        *,
+        texts: Iterable[str] | None = None,
+        k: int | None = None,
+        with_meta: bool = False,
+    ) -> list[list[Match]]:
+        """:meth:`query` for a batch: one sorted list per query, each shard
+        answering the whole batch from one snapshot of its own."""
+        queries = self.shards[0]._fingerprints_of(texts, fingerprints)
+        merged: list[list[Match]] = [[] for _ in range(len(queries))]
+        for shard in self.shards:
+            for found, matches in zip(
+                merged, shard.query_many(queries, k=k, with_meta=with_meta), strict=True
+            ):
+                found.extend(matches)
+        for found in merged:
+            found.sort(key=_match_order)
+        return merged
+
+    def shard_for(self, key: Key) -> Store:
+        """The shard that holds (or would hold) ``key``."""
+        return self.shards[shard_of(key, len(self.shards))]
+
+    def get(self, key: Key, default: Record | None = None) -> Record | None:
+        """The record stored under ``key`` in its shard, or ``default``."""
+        return self.shard_for(key).get(key, default)
+
+    def __getitem__(self, key: Key) -> Record:
+        return self.shard_for(key)[key]
+
+    def __contains__(self, key: object) -> bool:
+        try:
+            shard = self.shard_for(key)  # type: ignore[arg-type]
+        except (InvalidTypeError, InvalidValueError):
+            return False
+        return key in shard
+
+    def __len__(self) -> int:
+        return sum(len(shard) for shard in self.shards)
+
+    def __iter__(self) -> Iterator[Key]:
+        for shard in self.shards:
+            yield from shard
+
+    # ----------------------------------------------------------------- writes
+
+    def add(
+        self,
+        key: Key,
+        text: str | None = None,
+        *,
+        fingerprint: int | None = None,
+        meta: Mapping[str, Any] | None = None,
+    ) -> int:
+        """Add (or replace) ``key`` in its shard, as :meth:`simstore.Store.add`
+        does; returns the fingerprint."""
+        return self.shard_for(key).add(key, text, fingerprint=fingerprint, meta=meta)
+
+    def add_many(
+        self,
+        keys: Iterable[Key],
+        fingerprints: object = None,
+        *,
+        texts: Iterable[str] | None = None,
+        metas: Iterable[Mapping[str, Any] | None] | None = None,
+    ) -> U64Array:
+        """Add many documents, each shard's share in one transaction of that
+        shard. A failure in one shard leaves the shards written before it
+        written: shards are separate files, with no transaction across them."""
+        if isinstance(keys, str | bytes) or not isinstance(keys, Iterable):
+            raise InvalidTypeError("keys must be an iterable of keys, not a single key")
+        key_list = list(keys)
+        fps = self.shards[0]._fingerprints_of(texts, fingerprints)
+        if len(key_list) != len(fps):
+            raise InvalidValueError(f"got {len(key_list)} keys but {len(fps)} fingerprints")
+        meta_list = None if metas is None else list(metas)
+        if meta_list is not None and len(meta_list) != len(key_list):
+            raise InvalidValueError(f"got {len(key_list)} keys but {len(meta_list)} metas")
+        owners = shards_of(key_list, len(self.shards))
+        for number in np.unique(owners).tolist():
+            rows = np.flatnonzero(owners == number).tolist()
+            self.shards[number].add_many(
+                [key_list[row] for row in rows],
+                fps[rows],
+                metas=None if meta_list is None else [meta_list[row] for row in rows],
+            )
+        return fps
+
+    def remove(self, key: Key) -> None:
+        """Remove ``key`` from its shard; ``KeyNotFoundError`` if it is not there."""
+        self.shard_for(key).remove(key)
+
+
+def _check_alike(shards: Sequence[Store]) -> None:
+    """Refuse shards that would answer differently for the same query."""
+    first = shards[0]
+    for shard in shards[1:]:
+        differences: dict[str, tuple[Any, Any]] = {}
+        if shard.k != first.k:
+            differences["k"] = (first.k, shard.k)
+        if shard.fingerprinter != first.fingerprinter:
+            differences["fingerprinter"] = (first.fingerprinter, shard.fingerprinter)
+        if differences:
+            raise ShardMismatchError(shard.path, first.path, differences)

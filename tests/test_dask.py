@@ -1,0 +1,209 @@
+"""simstore.dask on a distributed.LocalCluster (two worker processes with
+small memory limits): every result equals the single-machine one on the same
+data, and a worker killed mid-run does not change it."""
+
+from __future__ import annotations
+
+import logging
+import os
+import signal
+import sys
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+import pytest
+from test_pairs import planted
+
+dd = pytest.importorskip("dask.dataframe")
+distributed = pytest.importorskip("distributed")
+pd = pytest.importorskip("pandas")
+
+import cloudpickle  # noqa: E402  (installed with distributed)
+import dask  # noqa: E402
+import dask.bag as db  # noqa: E402
+
+import simstore  # noqa: E402
+import simstore.dask as sd  # noqa: E402
+
+# The workers must unpickle this module's helpers (the poisoned partition)
+# without importing it: send them by value.
+cloudpickle.register_pickle_by_value(sys.modules[__name__])
+
+
+@pytest.fixture(scope="module")
+def client() -> Iterator[Any]:
+    with (
+        distributed.LocalCluster(
+            n_workers=2,
+            threads_per_worker=1,
+            processes=True,
+            memory_limit="768MiB",
+            dashboard_address=":0",
+            silence_logs=logging.ERROR,
+        ) as cluster,
+        distributed.Client(cluster) as opened,
+    ):
+        yield opened
+
+
+def corpus(seed: int, n_singles: int = 1500) -> tuple[list[Any], np.ndarray, np.ndarray]:
+    """Keys, fingerprints (random, plus chains of near-duplicates and exact
+    copies) and lengths; keys mix str and int as a store allows."""
+    fingerprints = planted(seed, singles=n_singles, clusters=60, size=5, k=3)
+    keys: list[Any] = [f"doc-{i}" if i % 4 else i for i in range(len(fingerprints))]
+    lengths = np.random.default_rng(seed).integers(1, 50, len(fingerprints))
+    return keys, fingerprints, lengths
+
+
+def one_store(
+    tmp_path: Path, keys: list[Any], fingerprints: np.ndarray, lengths: np.ndarray
+) -> simstore.Store:
+    store = simstore.open(str(tmp_path / "one.simstore"), "n", k=3)
+    store.add_many(keys, fingerprints, metas=[{"length": int(length)} for length in lengths])
+    return store
+
+
+def frame(keys: list[Any], fingerprints: np.ndarray, lengths: np.ndarray, partitions: int = 5) -> Any:
+    table = pd.DataFrame(
+        {"key": pd.Series(keys, dtype=object), "fingerprint": fingerprints, "length": lengths}
+    )
+    # Dask turns object columns into Arrow strings by default, which would
+    # make the int keys str; keep them as the store keeps them.
+    with dask.config.set({"dataframe.convert-string": False}):
+        return dd.from_pandas(table, npartitions=partitions)
+
+
+def cluster_sets(clusters: list[simstore.Cluster]) -> set[tuple[Any, tuple[Any, ...]]]:
+    return {(cluster.representative, tuple(cluster.members)) for cluster in clusters}
+
+
+def dask_cluster_sets(result: Any) -> set[tuple[Any, tuple[Any, ...]]]:
+    found = set()
+    for _, members in result.groupby("cluster_id"):
+        members = members.sort_values("position")
+        assert members.representative.nunique() == 1
+        found.add((members.representative.iloc[0], tuple(members.key)))
+    return found
+
+
+@pytest.mark.parametrize("seed", [1, 2])
+def test_pairs_and_clusters_equal_one_store(client: Any, tmp_path: Path, seed: int) -> None:
+    keys, fingerprints, lengths = corpus(seed)
+    ddf = frame(keys, fingerprints, lengths)
+    with one_store(tmp_path, keys, fingerprints, lengths) as store:
+        for k in (0, 2, 3):
+            expected = {tuple(pair) for pair in store.near_duplicate_pairs(k)}
+            got = sd.near_duplicate_pairs(ddf, k=3 if k else 0, layout=None).compute()
+            if k:
+                got = got[got.distance <= k]
+            pairs = list(zip(got.key_a, got.key_b, got.distance.astype(int), strict=True))
+            assert len(pairs) == len(set(pairs))
+            assert set(pairs) == expected
+        assert len(expected) > 100  # the planted chains and copies were found
+        for keep in ("first", "longest", lambda records: records[-1].key):
+            expected_clusters = cluster_sets(store.clusters(3, keep=keep))
+            result = sd.clusters(ddf, k=3, keep=keep, length_column="length").compute()
+            assert dask_cluster_sets(result) == expected_clusters
+
+
+def test_two_level_layout_pairs(client: Any, tmp_path: Path) -> None:
+    keys, fingerprints, lengths = corpus(3, n_singles=800)
+    layout = simstore.planner.two_level(3, 4, 3, 4)
+    with one_store(tmp_path, keys, fingerprints, lengths) as store:
+        expected = {tuple(pair) for pair in store.near_duplicate_pairs()}
+    got = sd.near_duplicate_pairs(frame(keys, fingerprints, lengths), k=3, layout=layout).compute()
+    assert set(zip(got.key_a, got.key_b, got.distance.astype(int), strict=True)) == expected
+
+
+def poisoned(part: Any, marker: str, partition_info: dict[str, Any] | None = None) -> Any:
+    """Kill this worker process the first time partition 2 is computed."""
+    if partition_info is not None and partition_info["number"] == 2 and not os.path.exists(marker):
+        Path(marker).touch()
+        os.kill(os.getpid(), signal.SIGKILL)
+    return part
+
+
+def test_worker_killed_mid_run_changes_nothing(client: Any, tmp_path: Path) -> None:
+    keys, fingerprints, lengths = corpus(4)
+    ddf = frame(keys, fingerprints, lengths, partitions=6)
+    expected = sd.near_duplicate_pairs(ddf, k=3).compute()
+    marker = str(tmp_path / "killed")
+    doomed = ddf.map_partitions(poisoned, marker, meta=ddf._meta)
+    got = sd.near_duplicate_pairs(doomed, k=3).compute()
+    assert os.path.exists(marker)  # a worker really died
+    assert set(zip(got.key_a, got.key_b, got.distance, strict=True)) == set(
+        zip(expected.key_a, expected.key_b, expected.distance, strict=True)
+    )
+    client.wait_for_workers(2, timeout=60)
+
+
+def test_build_stores_sharded_store_and_against(client: Any, tmp_path: Path) -> None:
+    keys, fingerprints, lengths = corpus(5)
+    ddf = frame(keys, fingerprints, lengths)
+    template = str(tmp_path / "crawl-{shard:02d}.simstore")
+    paths = sd.build_stores(ddf, template, 3, meta_columns=["length"], k=3)
+    assert paths == [template.format(shard=number) for number in range(3)]
+    # A second run (as a retried task would) replaces the same keys: nothing changes.
+    assert sd.build_stores(ddf, template, 3, meta_columns=["length"]) == paths
+    rng = np.random.default_rng(5)
+    batch_fps = np.concatenate(
+        [fingerprints[:300] ^ np.uint64(1 << 7), rng.integers(0, 2**64, 200, dtype=np.uint64)]
+    )
+    batch_keys = [f"new-{i}" for i in range(len(batch_fps))]
+    with one_store(tmp_path, keys, fingerprints, lengths) as store, simstore.ShardedStore(paths) as sharded:
+        assert len(sharded) == len(store)
+        assert sharded.query_many(batch_fps) == store.query_many(batch_fps)
+        assert sharded.get(keys[7]) == store.get(keys[7])
+        batch = dd.from_pandas(pd.DataFrame({"key": batch_keys, "fingerprint": batch_fps}), npartitions=3)
+        got = sd.against(batch, paths).compute()
+        expected = {
+            (key, match.key, match.distance)
+            for key, matches in zip(batch_keys, store.query_many(batch_fps), strict=True)
+            for match in matches
+        }
+        assert set(zip(got.key, got.match_key, got.distance.astype(int), strict=True)) == expected
+        assert len(expected) >= 300
+
+
+def test_fingerprints_equal_fingerprint_many(client: Any) -> None:
+    texts = [f"桥 {i} bridge over the river number {i} 在北京 with many more words" for i in range(40)]
+    fingerprinter = simstore.Fingerprinter(ngrams=(1,))
+    expected = fingerprinter.fingerprint_many(texts).tolist()
+    texts_frame = dd.from_pandas(pd.DataFrame({"text": texts}), npartitions=3)
+    assert sd.fingerprint(texts_frame, "text", fingerprinter).compute().tolist() == expected
+    assert sd.fingerprint(texts_frame["text"], fingerprinter=fingerprinter).compute().tolist() == expected
+    bag = db.from_sequence([{"body": text} for text in texts], npartitions=4)
+    assert sd.fingerprint(bag, "body", fingerprinter).compute().tolist() == expected
+    assert sd.fingerprint(db.from_sequence(texts, npartitions=2)).compute().tolist() == (
+        simstore.Fingerprinter().fingerprint_many(texts).tolist()
+    )
+
+
+def test_bad_arguments_fail_before_any_work(tmp_path: Path) -> None:
+    keys, fingerprints, lengths = corpus(6, n_singles=10)
+    ddf = frame(keys, fingerprints, lengths)
+    with pytest.raises(simstore.InvalidValueError, match="no column 'url'"):
+        sd.near_duplicate_pairs(ddf, key_column="url")
+    with pytest.raises(simstore.InvalidValueError, match="k must be"):
+        sd.near_duplicate_pairs(ddf, k=99)
+    with pytest.raises(simstore.InvalidValueError, match="keep"):
+        sd.clusters(ddf, keep="shortest")
+    with pytest.raises(simstore.InvalidValueError, match="length_column"):
+        sd.clusters(ddf, keep="longest")
+    with pytest.raises(simstore.InvalidTypeError, match="Dask DataFrame"):
+        sd.near_duplicate_pairs(pd.DataFrame({"key": [], "fingerprint": []}))
+    with pytest.raises(simstore.InvalidValueError, match="shard"):
+        sd.build_stores(ddf, str(tmp_path / "same.simstore"), 2)
+    with pytest.raises(simstore.InvalidValueError, match="mode"):
+        sd.build_stores(ddf, str(tmp_path / "s{shard}.simstore"), 2, mode="r")
+    with pytest.raises(simstore.InvalidValueError, match="shards"):
+        sd.build_stores(ddf, str(tmp_path / "s{shard}.simstore"), 0)
+    assert list(tmp_path.iterdir()) == []  # nothing was written
+
+
+def test_bad_fingerprints_name_the_column(tmp_path: Path) -> None:
+    bad = dd.from_pandas(pd.DataFrame({"key": ["a", "b"], "fingerprint": [-1, 5]}), npartitions=1)
+    with pytest.raises(ValueError, match="column 'fingerprint'"):
+        sd.near_duplicate_pairs(bad).compute(scheduler="sync")
