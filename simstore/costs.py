@@ -4,7 +4,7 @@
 returns ``C`` candidates (entries walked in the prefix ranges, summed over the
 tables)::
 
-    query µs      = PER_QUERY_US + T * PER_PROBE_US + C * PER_CANDIDATE_US
+    query µs      = PER_QUERY_US + T * probe_us(store bytes) + C * PER_CANDIDATE_US
     insert µs/doc = PER_DOC_INSERT_US + T * PER_KEY_WRITE_US       (bulk add_many)
     bytes/doc     = PER_DOC_BYTES + T * PER_ENTRY_BYTES
 
@@ -28,16 +28,24 @@ the constants as +-20%.
 
 from __future__ import annotations
 
+import math
+
 # Query: fixed cost per query (transaction, delta check, result list).
 PER_QUERY_US = 5.1
-# Query: per table probed (permute, cursor, set_range, first-key test).
-# Measured on stores of 0.2-1.5 GB. It grows with the store's size (more
-# cache and TLB misses per B-tree descent): benchmarks/bench_layouts.py at
-# N = 1M measured ~2.9 µs per probe for a 1.5 GB store, ~3.4 for 2.3 GB and
-# ~4.3 for 4.4-13 GB; at N = 10M (bench_layouts_10M.md) ~3.8 for 3.2 GB.
-# So estimates for big stores are low by up to 2x; the ranking held (the
-# planner's pick was the measured best at 1M for k = 3, 6, 8 and at 10M for k = 3).
+# Query: per table probed (permute, cursor, set_range, first-key test), for
+# stores up to PROBE_BASE_BYTES. Measured on stores of 0.2-1.5 GB.
 PER_PROBE_US = 2.23
+# A probe costs more in a bigger store (more cache and TLB misses per B-tree
+# descent). Per-probe costs implied by benchmarks/bench_layouts.py (query p50
+# minus the fixed and per-candidate terms, over the tables), against the
+# store's size: ~2.4-2.6 µs up to 1.1 GB, 2.9 at 1.5 GB, 3.4 at 2.3 GB,
+# 3.6-3.7 at 3.2-5.9 GB (N = 10M), 4.2-4.4 at 4.4-13 GB (N = 1M, k = 8).
+# Modelled as PER_PROBE_US up to PROBE_BASE_BYTES, then PROBE_US_PER_DOUBLING
+# more per doubling of the size, at most MAX_PROBE_US: within 15% of each
+# of those points (see probe_us).
+PROBE_BASE_BYTES = 0.5e9
+PROBE_US_PER_DOUBLING = 0.55
+MAX_PROBE_US = 4.4
 # Query: per candidate walked in a prefix range (cursor step, XOR popcount).
 PER_CANDIDATE_US = 0.26
 
@@ -55,6 +63,19 @@ PER_ENTRY_BYTES = 26.5
 # numpy brute force (``np.bitwise_count(fps ^ q) <= k``), per stored document:
 # the scan a layout has to beat when every exact layout is expensive.
 BRUTE_FORCE_NS_PER_DOC = 0.48
+
+
+def probe_us(store_bytes: float) -> float:
+    """Estimated µs per table probed in a store of ``store_bytes`` on disk.
+
+    >>> probe_us(1e8) == PER_PROBE_US, round(probe_us(2.3e9), 2), probe_us(1e12) == MAX_PROBE_US
+    (True, 3.44, True)
+    """
+    if store_bytes <= PROBE_BASE_BYTES:
+        return PER_PROBE_US
+    doublings = math.log2(store_bytes / PROBE_BASE_BYTES)
+    return min(MAX_PROBE_US, PER_PROBE_US + PROBE_US_PER_DOUBLING * doublings)
+
 
 # The N at which the constants were measured; beyond a few times this, LMDB's
 # B-trees deepen and may leave RAM, so the estimates are optimistic.

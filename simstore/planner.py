@@ -97,12 +97,14 @@ class Layout:
         docs = _check_docs(expected_docs)
         candidates = docs * self.candidate_rate
         tables = self.table_count
+        bytes_per_doc = costs.PER_DOC_BYTES + tables * costs.PER_ENTRY_BYTES
+        probe_us = costs.probe_us(docs * bytes_per_doc)
         return dataclasses.replace(
             self,
             expected_docs=docs,
             expected_candidates=candidates,
-            bytes_per_doc=costs.PER_DOC_BYTES + tables * costs.PER_ENTRY_BYTES,
-            query_us=costs.PER_QUERY_US + tables * costs.PER_PROBE_US + candidates * costs.PER_CANDIDATE_US,
+            bytes_per_doc=bytes_per_doc,
+            query_us=costs.PER_QUERY_US + tables * probe_us + candidates * costs.PER_CANDIDATE_US,
             insert_us=costs.PER_DOC_INSERT_US + tables * costs.PER_KEY_WRITE_US,
         )
 
@@ -630,8 +632,8 @@ def format_plan(layouts: Sequence[Layout], *, limit: int | None = None) -> str:
         )
         if docs > 10 * costs.CALIBRATED_DOCS:
             lines.append(
-                "Beyond the calibrated size LMDB's trees deepen and may not fit in RAM: "
-                "treat the times as lower bounds."
+                "Beyond the calibrated size LMDB's trees deepen; the model charges bigger stores "
+                "more per probe, but a store larger than RAM is slower still."
             )
         brute_us = docs * costs.BRUTE_FORCE_NS_PER_DOC / 1000
         if first.query_us is not None and first.query_us > brute_us / 10:

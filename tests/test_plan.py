@@ -429,3 +429,24 @@ def test_format_plan_prints_a_ranked_table() -> None:
 def test_format_plan_says_when_large_k_is_costly() -> None:
     assert "Costly" in format_plan(plan(10, 1e9))
     assert "Costly" not in format_plan(plan(3, 1e6))
+
+
+def test_probe_cost_grows_with_the_store_size() -> None:
+    """Bigger stores cost more per table probed (measured in bench_layouts),
+    so the same layout's estimate per probe rises with N, up to a ceiling."""
+    small = one_level(3, 5).with_estimates(1e5)
+    large = one_level(3, 5).with_estimates(1e7)
+    assert small.query_us is not None
+    assert large.query_us is not None
+    per_probe_small = (
+        small.query_us - costs.PER_QUERY_US - (small.expected_candidates or 0) * costs.PER_CANDIDATE_US
+    ) / 10
+    per_probe_large = (
+        large.query_us - costs.PER_QUERY_US - (large.expected_candidates or 0) * costs.PER_CANDIDATE_US
+    ) / 10
+    assert per_probe_small == pytest.approx(costs.PER_PROBE_US)
+    assert costs.PER_PROBE_US < per_probe_large < costs.MAX_PROBE_US
+    sizes = [10.0**power for power in range(6, 14)]
+    probes = [costs.probe_us(size) for size in sizes]
+    assert probes == sorted(probes)
+    assert probes[-1] == costs.MAX_PROBE_US
