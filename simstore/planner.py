@@ -633,7 +633,7 @@ def format_plan(layouts: Sequence[Layout], *, limit: int | None = None) -> str:
         if docs > 10 * costs.CALIBRATED_DOCS:
             lines.append(
                 "Beyond the calibrated size LMDB's trees deepen; the model charges bigger stores "
-                "more per probe, but a store larger than RAM is slower still."
+                "more per probe; for a store larger than RAM treat the times as lower bounds."
             )
         brute_us = docs * costs.BRUTE_FORCE_NS_PER_DOC / 1000
         if first.query_us is not None and first.query_us > brute_us / 10:
