@@ -380,9 +380,11 @@ def snapshot_holder(cfg: dict[str, Any]) -> None:
         entries = txn.stat(keys_db)["entries"]
         last = txn.get(b"\xa8single-0")
         log.write("O")
+        log.write(f"H {time.monotonic()!r}")
         time.sleep(max(0.0, cfg["start_at"] + cfg["seconds"] - time.monotonic()))
         if txn.stat(keys_db)["entries"] != entries or txn.get(b"\xa8single-0") != last:
             log.write("X the held snapshot changed")
+        log.write(f"R {time.monotonic()!r}")
     env.close()
     log.write(f"C {entries}")
 

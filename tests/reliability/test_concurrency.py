@@ -87,8 +87,17 @@ def check_run(result: dict[str, Any]) -> None:
     }
     groups, slowest, _median = logs["writer"][-1].split()[1:]
     assert int(groups) == len(acked_at) >= 20
-    # Readers never block the writer: even its slowest write (a merge included) is quick.
-    assert float(slowest) < 1.5, f"the writer waited {slowest} s"
+    # Readers never block the writer: it kept committing while the holder held one
+    # snapshot open for the whole run (a blocked writer would commit nothing in
+    # between), ...
+    held = {
+        parts[0]: float(parts[1]) for parts in (line.split() for line in logs["holder"]) if parts[0] in "HR"
+    }
+    during_hold = sum(1 for at in acked_at.values() if held["H"] < at < held["R"])
+    assert during_hold >= 10, f"only {during_hold} groups committed while a snapshot was held"
+    # ... and no single write waited long: a generous bound, since the test shares
+    # two cores with four other processes (a block would last the whole run).
+    assert float(slowest) < 2.5, f"the writer waited {slowest} s"
     must_see = seen = queries = 0
     for name, lines in logs.items():
         if not name.startswith("reader"):
