@@ -164,19 +164,41 @@ class _Batch:
         return None if self.metas is None else self.metas[position]
 
 
-# Every open Store, so that a forked child can give each a fresh lock: a lock
-# held by a thread of the parent would otherwise never be released in the
-# child, where that thread does not exist.
+# Every open Store, so that fork() can wait for the calls in progress and a
+# forked child can give each store a fresh lock.
 _open_stores: weakref.WeakSet[Store] = weakref.WeakSet()
+# The locks _before_fork took, released again in the parent after fork().
+_held_over_fork: list[threading.RLock] = []
+
+
+def _before_fork() -> None:
+    # Wait for every call in progress in another thread to finish, and keep
+    # new ones out until fork() returns. A child forked in the middle of a
+    # call would inherit py-lmdb's count of operations in flight, which only
+    # that call (absent from the child) could bring back to zero, so the
+    # child's close of its inherited environment would wait for ever
+    # (tests/reliability/test_concurrency.py::test_fork_while_another_thread_is_inside_the_store).
+    # Locks are taken in one order (by id), so two forking threads cannot deadlock.
+    for store in sorted(_open_stores, key=id):
+        store._lock.acquire()
+        _held_over_fork.append(store._lock)
+
+
+def _after_fork_in_parent() -> None:
+    while _held_over_fork:
+        _held_over_fork.pop().release()
 
 
 def _after_fork_in_child() -> None:
+    _held_over_fork.clear()
     for store in list(_open_stores):
         store._lock = threading.RLock()
         store._needs_reload = True  # reopen the file at the child's first call
 
 
-os.register_at_fork(after_in_child=_after_fork_in_child)
+os.register_at_fork(
+    before=_before_fork, after_in_parent=_after_fork_in_parent, after_in_child=_after_fork_in_child
+)
 
 
 def _table_count_and_generation(raw_meta: bytes) -> tuple[int, int]:

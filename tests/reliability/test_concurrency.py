@@ -396,12 +396,6 @@ def test_fork_child_exiting_normally_leaves_the_parent_alone(tmp_path: Path) -> 
     assert completed.stdout.strip() == "ok"
 
 
-@pytest.mark.xfail(
-    reason="BUG: fork() while another thread is inside a Store call (a read transaction open): "
-    "the child's first call hangs in _lmdb.Environment.close(), called from _reload_layout() "
-    "in _reopen_after_fork(), on the inherited environment",
-    strict=True,
-)
 def test_fork_while_another_thread_is_inside_the_store(tmp_path: Path) -> None:
     """fork() while a parent thread is in the middle of a long Store call: the child's
     first use must not deadlock on the lock it inherited locked."""
