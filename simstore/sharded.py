@@ -19,14 +19,10 @@ import numpy as np
 from simstore.errors import InvalidTypeError, InvalidValueError, ShardMismatchError
 from simstore.opening import open as open_store
 from simstore.permute import U64Array, check_fingerprint
-from simstore.records import Key, sort_key
+from simstore.records import Key
 from simstore.sharding import shard_of, shards_of
 from simstore.simhash import Fingerprinter
-from simstore.store import Match, Record, Store
-
-
-def _match_order(match: Match) -> tuple[int, tuple[int, Key]]:
-    return (match.distance, sort_key(match.key))
+from simstore.store import Match, Record, Store, _match_order
 
 
 class ShardedStore:
