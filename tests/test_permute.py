@@ -15,11 +15,13 @@ from simstore.permute import (
     FINGERPRINT_BITS,
     MAX_FINGERPRINT,
     Table,
+    TablesPermuter,
     block_bit_numbers,
     block_sizes,
     default_blocks,
     one_level_tables,
 )
+from simstore.planner import two_level
 
 # (k, blocks) layouts exercised below; blocks=None means the default for k.
 LAYOUTS: list[tuple[int, int]] = [
@@ -245,3 +247,22 @@ def test_hamming_refuses_non_fingerprints(bad: object) -> None:
         simstore.hamming(bad, 0)  # type: ignore[arg-type]
     with pytest.raises((InvalidTypeError, InvalidValueError)):
         simstore.hamming(0, bad)  # type: ignore[arg-type]
+
+
+@settings(max_examples=200, deadline=None)
+@given(
+    k=st.integers(0, 8),
+    extra=st.integers(1, 3),
+    fingerprint=st.integers(0, 2**64 - 1),
+)
+def test_tables_permuter_equals_each_tables_permute(k: int, extra: int, fingerprint: int) -> None:
+    tables = one_level_tables(k, k + extra)
+    assert TablesPermuter(tables)(fingerprint) == [table.permute(fingerprint) for table in tables]
+
+
+def test_tables_permuter_two_level_layouts() -> None:
+    tables = two_level(3, 4, 3, 4).tables
+    rng = np.random.default_rng(3)
+    permuter = TablesPermuter(tables)
+    for fingerprint in [*rng.integers(0, 2**64, 200, dtype=np.uint64).tolist(), 0, 2**64 - 1]:
+        assert permuter(fingerprint) == [table.permute(fingerprint) for table in tables]
