@@ -359,7 +359,7 @@ def test_add_batches_report_what_was_committed(
     write_jsonl(path, records)
     with open(path, "a", encoding="utf-8") as handle:
         handle.write("oops\n")
-    import simstore.cli as cli
+    import simstore.cli_common as cli
 
     original = cli.FINGERPRINT_CHUNK_DOCS
     cli.FINGERPRINT_CHUNK_DOCS = 2

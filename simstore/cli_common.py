@@ -1,0 +1,332 @@
+"""What the ``simstore`` command line's verbs share: argument types, JSON
+output, input files, progress bars, and fingerprinting documents in chunks."""
+
+from __future__ import annotations
+
+import argparse
+import base64
+import contextlib
+import json
+import os
+import shutil
+import sys
+import tempfile
+import warnings
+from collections.abc import Callable, Iterable, Iterator, Sequence
+from dataclasses import dataclass, field
+from typing import Any, TextIO
+
+import numpy as np
+
+from simstore.batch import LENGTH_FIELD
+from simstore.errors import InvalidValueError, SimstoreError
+from simstore.permute import MAX_FINGERPRINT
+from simstore.readers import (
+    FORMATS,
+    ON_ERROR,
+    STDIN,
+    STDIN_NAME,
+    Document,
+    ErrorCounter,
+    Input,
+    InputError,
+    ReadOptions,
+)
+from simstore.records import Key
+from simstore.simhash import ShortTextWarning
+from simstore.store import Store
+
+PROG = "simstore"
+#: Texts fingerprinted per call: enough characters for the fingerprinter to
+#: use every core, few enough documents for a responsive progress bar.
+FINGERPRINT_CHUNK_DOCS = 20_000
+FINGERPRINT_CHUNK_CHARS = 16_000_000
+#: Queries per query_many call in ``dedup --against``.
+QUERY_CHUNK = 10_000
+DEFAULT_K = 3
+
+
+class CommandError(SimstoreError):
+    """A command cannot go on; its message is printed as ``simstore: error: ...``."""
+
+
+# ------------------------------------------------------------ shared helpers
+
+
+def progress(args: argparse.Namespace, **options: Any) -> Any:
+    """A tqdm bar on stderr, disabled by ``-q`` or when stderr is not a terminal."""
+    from tqdm import tqdm  # lazily: `simstore stats` should start fast
+
+    disabled = bool(getattr(args, "quiet", False)) or not sys.stderr.isatty()
+    return tqdm(file=sys.stderr, disable=disabled, dynamic_ncols=True, **options)
+
+
+def table_progress(args: argparse.Namespace, description: str) -> tuple[Any, Callable[[int, int], None]]:
+    bar = progress(args, desc=description, unit="table")
+
+    def update(done: int, total: int) -> None:
+        bar.total = total
+        bar.update(done - bar.n)
+
+    return bar, update
+
+
+def note(args: argparse.Namespace, message: str) -> None:
+    """A line on stderr unless ``-q``."""
+    if not getattr(args, "quiet", False):
+        print(f"{PROG}: {message}", file=sys.stderr)
+
+
+def key_to_json(key: Key) -> Any:
+    """Keys as JSON: str and int as themselves, bytes as ``{"$bytes": base64}``."""
+    if isinstance(key, bytes):
+        return {"$bytes": base64.b64encode(key).decode("ascii")}
+    return key
+
+
+def json_safe(value: Any) -> Any:
+    """Metadata as JSON: bytes anywhere become ``{"$bytes": base64}``."""
+    if isinstance(value, bytes):
+        return {"$bytes": base64.b64encode(value).decode("ascii")}
+    if isinstance(value, dict):
+        return {str(name): json_safe(item) for name, item in value.items()}
+    if isinstance(value, list | tuple):
+        return [json_safe(item) for item in value]
+    return value
+
+
+def from_json(value: Any) -> Any:
+    """The inverse of :func:`json_safe`."""
+    if isinstance(value, dict):
+        if len(value) == 1 and "$bytes" in value and isinstance(value["$bytes"], str):
+            return base64.b64decode(value["$bytes"], validate=True)
+        return {name: from_json(item) for name, item in value.items()}
+    if isinstance(value, list):
+        return [from_json(item) for item in value]
+    return value
+
+
+def show_key(key: Key) -> str:
+    return key if isinstance(key, str) else repr(key)
+
+
+def hex_fingerprint(value: int) -> str:
+    return f"{value:016x}"
+
+
+def parse_fingerprint(text: str) -> int:
+    """A fingerprint given as hex (``0x`` optional)."""
+    try:
+        value = int(text, 16)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"not a hexadecimal fingerprint: {text!r}") from None
+    if not 0 <= value <= MAX_FINGERPRINT:
+        raise argparse.ArgumentTypeError(f"a fingerprint has 64 bits; {text!r} is too large")
+    return value
+
+
+def non_negative(text: str) -> int:
+    try:
+        value = int(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"not an integer: {text!r}") from None
+    if value < 0:
+        raise argparse.ArgumentTypeError(f"must be 0 or more, got {value}")
+    return value
+
+
+def print_json(value: Any) -> None:
+    print(json.dumps(value, ensure_ascii=False))
+
+
+@contextlib.contextmanager
+def output_stream(path: str) -> Iterator[TextIO]:
+    """``path`` opened for writing (``-`` is stdout); a failed command leaves
+    no half-written file: it writes to a temporary file renamed at the end."""
+    if path == STDIN:
+        yield sys.stdout
+        sys.stdout.flush()
+        return
+    folder = os.path.dirname(os.path.abspath(path))
+    handle, temporary = tempfile.mkstemp(prefix=".simstore-", dir=folder)
+    try:
+        with os.fdopen(handle, "w", encoding="utf-8", newline="") as stream:
+            yield stream
+        os.replace(temporary, path)
+    except BaseException:
+        with contextlib.suppress(OSError):
+            os.remove(temporary)
+        raise
+
+
+# ------------------------------------------------------------------- inputs
+
+
+def add_input_options(parser: argparse.ArgumentParser) -> None:
+    group = parser.add_argument_group("input")
+    group.add_argument(
+        "--format",
+        choices=FORMATS,
+        default="auto",
+        help="input format (default: by extension; stdin: sniffed)",
+    )
+    group.add_argument(
+        "--id-field", help="JSONL field / CSV column holding the key (default: id, else FILE:LINE)"
+    )
+    group.add_argument(
+        "--text-field", default="text", help="JSONL field / CSV column holding the text (default: text)"
+    )
+    group.add_argument(
+        "--meta-field",
+        action="append",
+        default=[],
+        metavar="FIELD",
+        help="also store this field as metadata (repeatable)",
+    )
+    group.add_argument(
+        "--on-error",
+        choices=ON_ERROR,
+        default="fail",
+        help="a bad input line stops the command before anything is written (fail, the default) "
+        "or is reported and skipped (skip)",
+    )
+
+
+def read_options(args: argparse.Namespace) -> ReadOptions:
+    return ReadOptions(
+        format=args.format,
+        id_field=args.id_field,
+        text_field=args.text_field,
+        meta_fields=tuple(args.meta_field),
+        on_error=args.on_error,
+    )
+
+
+def inputs_of(paths: Sequence[str], spool_dir: str | None = None) -> list[Input]:
+    """Command-line paths as inputs; with ``spool_dir``, stdin is first copied
+    to a file there so that it can be read twice."""
+    if sum(path == STDIN for path in paths) > 1:
+        raise CommandError("standard input (-) may be given only once")
+    inputs = []
+    for path in paths:
+        if path == STDIN and spool_dir is not None:
+            spooled = os.path.join(spool_dir, "stdin")
+            with open(spooled, "wb") as copy:
+                source = getattr(sys.stdin, "buffer", None)
+                if source is not None:
+                    shutil.copyfileobj(source, copy)
+                else:
+                    copy.write(sys.stdin.read().encode("utf-8"))
+            inputs.append(Input(spooled, STDIN_NAME, format=_sniff_spooled(spooled)))
+        else:
+            inputs.append(Input(path, STDIN_NAME if path == STDIN else ""))
+    return inputs
+
+
+def _sniff_spooled(path: str) -> str:
+    with open(path, "rb") as stream:
+        for line in stream:
+            if line.strip():
+                return "jsonl" if line.lstrip(b"\xef\xbb\xbf").lstrip().startswith(b"{") else "text"
+    return "text"
+
+
+@dataclass
+class Collected:
+    """Documents read and fingerprinted: keys, fingerprints, metadata."""
+
+    keys: list[Key] = field(default_factory=list)
+    fingerprints: list[np.ndarray] = field(default_factory=list)
+    metas: list[dict[str, Any] | None] = field(default_factory=list)
+    read: int = 0
+
+    def fingerprint_array(self) -> np.ndarray:
+        if not self.fingerprints:
+            return np.zeros(0, dtype=np.uint64)
+        return np.concatenate(self.fingerprints)
+
+    def clear(self) -> None:
+        self.keys.clear()
+        self.fingerprints.clear()
+        self.metas.clear()
+
+
+def fingerprint_documents(
+    store: Store,
+    documents: Iterable[Document],
+    options: ReadOptions,
+    errors: ErrorCounter,
+    *,
+    with_length: bool,
+) -> Iterator[tuple[list[Document], np.ndarray]]:
+    """Fingerprint documents in chunks; a text the fingerprinter refuses is a
+    bad line like any other."""
+    fingerprinter = store.fingerprinter
+    chunk: list[Document] = []
+    characters = 0
+
+    def flush() -> Iterator[tuple[list[Document], np.ndarray]]:
+        with warnings.catch_warnings():
+            warnings.simplefilter("ignore", ShortTextWarning)
+            try:
+                values = fingerprinter.fingerprint_many([doc.text for doc in chunk])
+                yield list(chunk), values
+                return
+            except InvalidValueError:
+                pass
+            # Some text has no features: find which, one at a time.
+            good: list[Document] = []
+            good_values: list[int] = []
+            for doc in chunk:
+                try:
+                    good_values.append(fingerprinter.fingerprint(doc.text))
+                    good.append(doc)
+                except InvalidValueError as exc:
+                    error = InputError(doc.source, doc.line, str(exc))
+                    if options.on_error == "fail":
+                        raise error from None
+                    errors(error)
+            yield good, np.array(good_values, dtype=np.uint64)
+
+    for document in documents:
+        if with_length:
+            meta = dict(document.meta or {})
+            meta[LENGTH_FIELD] = len(document.text)
+            document = Document(
+                document.key, document.text, document.source, document.line, document.record, meta
+            )
+        chunk.append(document)
+        characters += len(document.text)
+        if len(chunk) >= FINGERPRINT_CHUNK_DOCS or characters >= FINGERPRINT_CHUNK_CHARS:
+            yield from flush()
+            chunk = []
+            characters = 0
+    if chunk:
+        yield from flush()
+
+
+def skip_reporter(args: argparse.Namespace) -> ErrorCounter:
+    def report(error: InputError) -> None:
+        if not args.quiet:
+            print(f"{PROG}: skipped {error}", file=sys.stderr)
+
+    return ErrorCounter(report)
+
+
+def unique_keys(
+    documents: Iterable[Document], options: ReadOptions, errors: ErrorCounter
+) -> Iterator[Document]:
+    """Documents with a key seen before are bad lines (``dedup`` needs unique keys)."""
+    first_seen: dict[Key, str] = {}
+    for document in documents:
+        seen = first_seen.get(document.key)
+        if seen is not None:
+            error = InputError(
+                document.source, document.line, f"key {document.key!r} repeats (first at {seen})"
+            )
+            if options.on_error == "fail":
+                raise error
+            errors(error)
+            continue
+        first_seen[document.key] = f"{document.source}:{document.line}"
+        yield document

@@ -1,0 +1,257 @@
+"""The ``simstore dedup`` verb: deduplicate files within themselves or
+against a store, keeping one document per cluster or listing pairs or
+clusters."""
+
+from __future__ import annotations
+
+import argparse
+import contextlib
+import json
+import os
+import sys
+import tempfile
+from dataclasses import dataclass
+
+from simstore.batch import KEEP_POLICIES
+from simstore.cli_common import (
+    DEFAULT_K,
+    QUERY_CHUNK,
+    Collected,
+    add_input_options,
+    fingerprint_documents,
+    inputs_of,
+    key_to_json,
+    non_negative,
+    output_stream,
+    print_json,
+    progress,
+    read_options,
+    skip_reporter,
+    table_progress,
+    unique_keys,
+)
+from simstore.opening import open as open_store
+from simstore.readers import (
+    STDIN,
+    DocumentWriter,
+    ErrorCounter,
+    Input,
+    ReadOptions,
+    format_of,
+    read_documents,
+)
+from simstore.records import Key
+from simstore.store import Store
+
+
+def configure_dedup(parser: argparse.ArgumentParser) -> None:
+    parser.add_argument("files", nargs="+", metavar="FILE", help="input files or directories; - for stdin")
+    parser.add_argument("-o", "--output", required=True, metavar="OUT", help="where to write (- for stdout)")
+    where = parser.add_mutually_exclusive_group()
+    where.add_argument(
+        "--store", metavar="STORE", help="add the documents to this store (default: a temporary one)"
+    )
+    where.add_argument(
+        "--against", metavar="STORE", help="match the documents against this store, inserting nothing"
+    )
+    parser.add_argument(
+        "-k", type=non_negative, help="largest distance of a duplicate (default: the store's k, or 3)"
+    )
+    what = parser.add_mutually_exclusive_group()
+    what.add_argument("--pairs", action="store_true", help="write the near-duplicate pairs as JSONL")
+    what.add_argument("--clusters", action="store_true", help="write the clusters as JSONL")
+    parser.add_argument(
+        "--keep",
+        choices=KEEP_POLICIES,
+        default="first",
+        help="which document of a cluster is kept: the first read (default) or the longest text",
+    )
+    add_input_options(parser)
+
+
+@dataclass
+class DedupSummary:
+    documents: int = 0
+    skipped: int = 0
+    duplicates: int = 0
+    clusters: int = 0
+    largest_cluster: int = 0
+    kept: int = 0
+    output: str = ""
+
+
+def run_dedup(args: argparse.Namespace) -> int:
+    if args.against is not None and args.clusters:
+        args.parser.error("--clusters needs the documents in a store; it cannot be used with --against")
+    if args.against is not None and args.keep != "first":
+        args.parser.error("--keep chooses within clusters; it cannot be used with --against")
+    options = read_options(args)
+    errors = skip_reporter(args)
+    summary = DedupSummary(output=args.output)
+    with tempfile.TemporaryDirectory(prefix="simstore-dedup-") as scratch:
+        inputs = inputs_of(args.files, spool_dir=scratch)
+        if args.against is not None:
+            with open_store(args.against, "r") as store:
+                dropped = dedup_against(args, store, inputs, options, errors, summary)
+        else:
+            if args.store is not None:
+                # An existing store keeps its k; -k then only narrows the distance.
+                new_k = args.k if not os.path.exists(args.store) else None
+                store = open_store(args.store, "c", k=new_k)
+            else:
+                store = open_store(
+                    os.path.join(scratch, "dedup.simstore"),
+                    "n",
+                    k=DEFAULT_K if args.k is None else args.k,
+                    sync=False,
+                    merge_on_close=False,
+                )
+            with store:
+                dropped = dedup_within(args, store, inputs, options, errors, summary)
+        summary.skipped = errors.skipped
+        if not (args.pairs or args.clusters):
+            summary.kept = write_kept(args, inputs, options, dropped)
+    report = vars(summary).copy()
+    if args.against is not None:
+        # Against a store, a duplicate is a document with a stored match; there are no clusters.
+        del report["clusters"], report["largest_cluster"]
+    if args.pairs or args.clusters:
+        del report["kept"]
+    if args.json:
+        print_json(report)
+    else:
+        stream = sys.stderr if args.output == STDIN else sys.stdout
+        for name, value in report.items():
+            print(f"{name.replace('_', ' '):16} {value}", file=stream)
+    return 0
+
+
+def _collect(
+    args: argparse.Namespace,
+    store: Store,
+    inputs: list[Input],
+    options: ReadOptions,
+    errors: ErrorCounter,
+    *,
+    with_length: bool,
+) -> Collected:
+    collected = Collected()
+    with progress(args, desc="reading", unit="doc") as bar:
+        documents = unique_keys(read_documents(inputs, options, errors), options, errors)
+        for chunk, values in fingerprint_documents(
+            store, documents, options, errors, with_length=with_length
+        ):
+            collected.keys.extend(doc.key for doc in chunk)
+            collected.metas.extend(doc.meta for doc in chunk)
+            collected.fingerprints.append(values)
+            bar.update(len(chunk))
+    collected.read = len(collected.keys)
+    return collected
+
+
+def dedup_within(
+    args: argparse.Namespace,
+    store: Store,
+    inputs: list[Input],
+    options: ReadOptions,
+    errors: ErrorCounter,
+    summary: DedupSummary,
+) -> set[Key]:
+    """Add the documents, cluster the store, write pairs or clusters if asked;
+    returns the keys of the documents not kept."""
+    persistent = args.store is not None
+    collected = _collect(
+        args, store, inputs, options, errors, with_length=persistent or args.keep == "longest"
+    )
+    summary.documents = collected.read
+    metas = collected.metas if any(meta is not None for meta in collected.metas) else None
+    if collected.keys:
+        with progress(args, desc="writing", total=1, unit="txn") as bar:
+            store.add_many(collected.keys, collected.fingerprint_array(), metas=metas)
+            bar.update(1)
+    bar, update = table_progress(args, "clustering")
+    with bar:
+        clusters = store.clusters(k=args.k, keep=args.keep, progress=update)
+    dropped: set[Key] = set()
+    for cluster in clusters:
+        dropped.update(cluster.duplicates)
+    summary.duplicates = len(dropped)
+    summary.clusters = len(clusters)
+    summary.largest_cluster = max((cluster.size for cluster in clusters), default=0)
+    if args.pairs:
+        bar, update = table_progress(args, "pairs")
+        with bar, output_stream(args.output) as stream:
+            for pair in store.near_duplicate_pairs(k=args.k, progress=update):
+                record = {
+                    "a": key_to_json(pair.key_a),
+                    "b": key_to_json(pair.key_b),
+                    "distance": pair.distance,
+                }
+                stream.write(json.dumps(record, ensure_ascii=False) + "\n")
+    elif args.clusters:
+        with output_stream(args.output) as stream:
+            for cluster in clusters:
+                record = {
+                    "cluster": cluster.cluster_id,
+                    "representative": key_to_json(cluster.representative),
+                    "size": cluster.size,
+                    "members": [key_to_json(key) for key in cluster.members],
+                }
+                stream.write(json.dumps(record, ensure_ascii=False) + "\n")
+    return dropped
+
+
+def dedup_against(
+    args: argparse.Namespace,
+    store: Store,
+    inputs: list[Input],
+    options: ReadOptions,
+    errors: ErrorCounter,
+    summary: DedupSummary,
+) -> set[Key]:
+    """Match every document against ``store``; returns the keys that matched."""
+    collected = _collect(args, store, inputs, options, errors, with_length=False)
+    summary.documents = collected.read
+    fingerprints = collected.fingerprint_array()
+    matched: set[Key] = set()
+    with contextlib.ExitStack() as stack:
+        stream = stack.enter_context(output_stream(args.output)) if args.pairs else None
+        bar = stack.enter_context(progress(args, desc="matching", total=len(fingerprints), unit="doc"))
+        for start in range(0, len(fingerprints), QUERY_CHUNK):
+            results = store.query_many(fingerprints[start : start + QUERY_CHUNK], k=args.k)
+            for key, matches in zip(collected.keys[start : start + QUERY_CHUNK], results, strict=True):
+                if not matches:
+                    continue
+                matched.add(key)
+                if stream is not None:
+                    for match in matches:
+                        record = {
+                            "key": key_to_json(key),
+                            "match": key_to_json(match.key),
+                            "distance": match.distance,
+                        }
+                        stream.write(json.dumps(record, ensure_ascii=False) + "\n")
+            bar.update(len(results))
+    summary.duplicates = len(matched)
+    return matched
+
+
+def write_kept(args: argparse.Namespace, inputs: list[Input], options: ReadOptions, dropped: set[Key]) -> int:
+    """Read the inputs again and write every document not dropped, in the
+    inputs' format (JSONL when they differ)."""
+    formats = {
+        format_of(item.path, item.format if item.format != "auto" else options.format) for item in inputs
+    }
+    output_format = formats.pop() if len(formats) == 1 else "jsonl"
+    if output_format == "dir":
+        output_format = "jsonl"
+    quiet = ErrorCounter(None)  # bad lines were reported by the first pass
+    again = ReadOptions(options.format, options.id_field, options.text_field, (), "skip")
+    kept = 0
+    with output_stream(args.output) as stream:
+        writer = DocumentWriter(stream, output_format)
+        for document in unique_keys(read_documents(inputs, again, quiet), again, quiet):
+            if document.key not in dropped:
+                writer.write(document)
+                kept += 1
+    return kept

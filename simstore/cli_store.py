@@ -1,0 +1,416 @@
+"""The ``simstore`` verbs that work on one store: ``add``, ``query``,
+``stats``, ``plan``, ``relayout``, ``check``, ``merge``, ``remove``,
+``export`` and ``import``."""
+
+from __future__ import annotations
+
+import argparse
+import json
+import sys
+import warnings
+from typing import Any
+
+import numpy as np
+
+from simstore.batch import LENGTH_FIELD
+from simstore.cli_common import (
+    PROG,
+    Collected,
+    CommandError,
+    add_input_options,
+    fingerprint_documents,
+    from_json,
+    hex_fingerprint,
+    inputs_of,
+    json_safe,
+    key_to_json,
+    non_negative,
+    note,
+    output_stream,
+    parse_fingerprint,
+    print_json,
+    progress,
+    read_options,
+    show_key,
+    skip_reporter,
+)
+from simstore.errors import SimstoreError
+from simstore.opening import open as open_store
+from simstore.planner import format_plan, plan
+from simstore.readers import (
+    ON_ERROR,
+    STDIN,
+    STDIN_NAME,
+    InputError,
+    read_documents,
+)
+from simstore.records import Key
+from simstore.simhash import ShortTextWarning
+from simstore.store import Store
+
+
+def configure_add(parser: argparse.ArgumentParser) -> None:
+    parser.add_argument("store", help="the store file (created if missing)")
+    parser.add_argument("files", nargs="+", metavar="FILE", help="input files or directories; - for stdin")
+    parser.add_argument(
+        "-k", type=non_negative, help="k of a new store (default 3); an existing store's must equal it"
+    )
+    parser.add_argument(
+        "--batch-size",
+        type=non_negative,
+        default=0,
+        metavar="N",
+        help="commit every N documents (default 0: everything in one transaction)",
+    )
+    parser.add_argument(
+        "--no-length", action="store_true", help=f"do not record each text's length as meta[{LENGTH_FIELD!r}]"
+    )
+    add_input_options(parser)
+
+
+def run_add(args: argparse.Namespace) -> int:
+    options = read_options(args)
+    errors = skip_reporter(args)
+    committed = 0
+    pending = Collected()
+    with open_store(args.store, "c", k=args.k) as store:
+
+        def commit() -> None:
+            nonlocal committed
+            if pending.keys:
+                metas = pending.metas if any(meta is not None for meta in pending.metas) else None
+                store.add_many(pending.keys, pending.fingerprint_array(), metas=metas)
+                committed += len(pending.keys)
+                pending.clear()
+
+        try:
+            with progress(args, desc="reading", unit="doc") as bar:
+                documents = read_documents(inputs_of(args.files), options, errors)
+                for chunk, values in fingerprint_documents(
+                    store, documents, options, errors, with_length=not args.no_length
+                ):
+                    pending.keys.extend(doc.key for doc in chunk)
+                    pending.metas.extend(doc.meta for doc in chunk)
+                    pending.fingerprints.append(values)
+                    pending.read += len(chunk)
+                    bar.update(len(chunk))
+                    if args.batch_size and len(pending.keys) >= args.batch_size:
+                        commit()
+            commit()
+        except (SimstoreError, KeyboardInterrupt) as exc:
+            if committed:
+                raise CommandError(
+                    f"{exc}; {committed} documents of earlier batches were committed "
+                    "(re-running the same input is safe: an existing key is replaced)"
+                ) from exc
+            raise
+        total = len(store)
+    summary = {"store": args.store, "added": committed, "skipped": errors.skipped, "docs": total}
+    if args.json:
+        print_json(summary)
+    else:
+        skipped = f", skipped {errors.skipped} bad lines" if errors.skipped else ""
+        print(f"added {committed} documents{skipped}; the store holds {total}")
+    return 0
+
+
+def configure_query(parser: argparse.ArgumentParser) -> None:
+    parser.add_argument("store", help="the store file")
+    parser.add_argument("text", nargs="?", help="the query text")
+    parser.add_argument("--file", metavar="F", help="read the query text from a file (- for stdin)")
+    parser.add_argument("--fingerprint", type=parse_fingerprint, metavar="HEX", help="query a fingerprint")
+    parser.add_argument("-k", type=non_negative, help="largest distance (default: the store's k)")
+    parser.add_argument("--meta", action="store_true", help="show each match's metadata")
+
+
+def run_query(args: argparse.Namespace) -> int:
+    given = [args.text is not None, args.file is not None, args.fingerprint is not None]
+    if sum(given) != 1:
+        args.parser.error("give exactly one of TEXT, --file F or --fingerprint HEX")
+    with open_store(args.store, "r") as store:
+        if args.fingerprint is not None:
+            query = args.fingerprint
+        else:
+            text = args.text
+            if args.file is not None:
+                if args.file == STDIN:
+                    text = sys.stdin.read()
+                else:
+                    with open(args.file, encoding="utf-8") as handle:
+                        text = handle.read()
+            with warnings.catch_warnings():
+                warnings.simplefilter("ignore", ShortTextWarning)
+                query = store.fingerprinter.fingerprint(text)
+        matches = store.query(fingerprint=query, k=args.k, with_meta=args.meta)
+    if args.json:
+        print_json(
+            {
+                "fingerprint": hex_fingerprint(query),
+                "matches": [
+                    {
+                        "key": key_to_json(match.key),
+                        "distance": match.distance,
+                        "fingerprint": hex_fingerprint(match.fingerprint),
+                        **({"meta": json_safe(match.meta)} if args.meta else {}),
+                    }
+                    for match in matches
+                ],
+            }
+        )
+        return 0
+    for match in matches:
+        line = f"{match.distance}\t{show_key(match.key)}"
+        if args.meta:
+            line += "\t" + json.dumps(json_safe(match.meta), ensure_ascii=False)
+        print(line)
+    if not matches:
+        note(args, f"no document within {store.k if args.k is None else args.k} bits")
+    return 0
+
+
+def configure_store_only(parser: argparse.ArgumentParser) -> None:
+    """Options of a verb that takes only the store."""
+    parser.add_argument("store", help="the store file")
+
+
+def configure_stats(parser: argparse.ArgumentParser) -> None:
+    parser.add_argument("store", help="the store file")
+    parser.add_argument(
+        "--skew",
+        action="store_true",
+        help="also measure per-table skew and degenerate fingerprints (reads every fingerprint)",
+    )
+
+
+def run_stats(args: argparse.Namespace) -> int:
+    with open_store(args.store, "r") as store:
+        stats = store.stats(skew=args.skew)
+    summary: dict[str, Any] = {
+        "path": stats.path,
+        "docs": stats.docs,
+        "delta_docs": stats.delta_docs,
+        "k": stats.k,
+        "layout": stats.layout_name,
+        "blocks": stats.blocks,
+        "tables": stats.tables,
+        "prefix_bits": list(stats.prefix_bits),
+        "bytes_on_disk": stats.bytes_on_disk,
+    }
+    if stats.skew is not None and stats.degenerate is not None:
+        summary["largest_range"] = [table.largest_range for table in stats.skew]
+        summary["p99_range"] = [table.p99_range for table in stats.skew]
+        summary["hot_prefixes"] = [
+            [[hex(prefix), size] for prefix, size in table.hot_prefixes] for table in stats.skew
+        ]
+        summary["zero_fingerprints"] = stats.degenerate.zeros
+        summary["all_ones_fingerprints"] = stats.degenerate.ones
+        summary["most_shared"] = [[hex_fingerprint(fp), docs] for fp, docs in stats.degenerate.shared]
+    if args.json:
+        print_json(summary)
+    else:
+        for name, value in summary.items():
+            print(f"{name:18} {value}")
+    return 0
+
+
+def configure_plan(parser: argparse.ArgumentParser) -> None:
+    parser.add_argument("-k", type=non_negative, default=3, help="largest Hamming distance (default 3)")
+    parser.add_argument("--docs", type=float, required=True, help="expected number of documents, e.g. 1e9")
+    parser.add_argument("--max-tables", type=non_negative, default=None, help="at most this many tables")
+    parser.add_argument("--limit", type=non_negative, default=None, help="show only the best N layouts")
+
+
+def run_plan(args: argparse.Namespace) -> int:
+    layouts = plan(args.k, args.docs, max_tables=args.max_tables)
+    if args.json:
+        print_json(
+            [
+                {
+                    "name": layout.name,
+                    "tables": layout.table_count,
+                    "prefix_bits": list(layout.prefix_bits),
+                    "expected_candidates": layout.expected_candidates,
+                    "bytes_per_doc": layout.bytes_per_doc,
+                    "query_us": layout.query_us,
+                    "insert_us": layout.insert_us,
+                    "spec": layout.spec,
+                }
+                for layout in layouts[: args.limit]
+            ]
+        )
+    else:
+        print(format_plan(layouts, limit=args.limit))
+    return 0
+
+
+def configure_relayout(parser: argparse.ArgumentParser) -> None:
+    parser.add_argument("store", help="the store file")
+    choice = parser.add_mutually_exclusive_group(required=True)
+    choice.add_argument("--docs", type=float, help="let the planner choose for this many documents")
+    choice.add_argument("--blocks", type=non_negative, help="Manku's one-level layout with this many blocks")
+    parser.add_argument("-k", type=non_negative, default=None, help="a new k (default: the store's)")
+
+
+def run_relayout(args: argparse.Namespace) -> int:
+    with open_store(args.store, "w") as store:
+        if args.docs is not None:
+            store.relayout(k=args.k, expected_docs=args.docs)
+        else:
+            store.relayout(k=args.k, blocks=args.blocks)
+        stats = store.stats()
+    note(args, f"{stats.path}: {stats.layout_name}, k={stats.k}, {stats.tables} tables")
+    return 0
+
+
+def run_check(args: argparse.Namespace) -> int:
+    with open_store(args.store, "r") as store:
+        problems = store.check()
+    if args.json:
+        print_json({"ok": not problems, "problems": problems})
+    else:
+        for problem in problems:
+            print(problem)
+        if not problems:
+            print("ok")
+    if problems:
+        print(f"{PROG}: error: {len(problems)} problem(s) found", file=sys.stderr)
+        return 1
+    return 0
+
+
+def run_merge(args: argparse.Namespace) -> int:
+    with open_store(args.store, "w") as store:
+        merged = store.merge()
+    print(f"merged {merged} documents")
+    return 0
+
+
+def configure_remove(parser: argparse.ArgumentParser) -> None:
+    parser.add_argument("store", help="the store file")
+    parser.add_argument(
+        "keys", nargs="+", metavar="KEY", help="keys to remove (a number also matches an int key)"
+    )
+    parser.add_argument("--missing-ok", action="store_true", help="ignore keys the store does not hold")
+
+
+def run_remove(args: argparse.Namespace) -> int:
+    with open_store(args.store, "w") as store:
+        # Resolve every key first, so that a missing one removes nothing.
+        resolved: list[Key] = []
+        missing: list[str] = []
+        for text in args.keys:
+            key = _stored_key(store, text)
+            if key is None:
+                missing.append(text)
+            else:
+                resolved.append(key)
+        if missing and not args.missing_ok:
+            raise CommandError(f"no document with key {', '.join(map(repr, missing))}; nothing was removed")
+        for key in dict.fromkeys(resolved):
+            store.remove(key)
+    print(f"removed {len(dict.fromkeys(resolved))} documents")
+    return 0
+
+
+def _stored_key(store: Store, text: str) -> Key | None:
+    """The stored key a command-line word names: the string, or else the
+    integer it spells (keys read from JSON ids may be ints)."""
+    if text in store:
+        return text
+    try:
+        number = int(text)
+    except ValueError:
+        return None
+    return number if number in store else None
+
+
+def configure_export(parser: argparse.ArgumentParser) -> None:
+    parser.add_argument("store", help="the store file")
+    parser.add_argument(
+        "-o", "--output", default=STDIN, metavar="OUT", help="where to write (default: stdout)"
+    )
+
+
+def run_export(args: argparse.Namespace) -> int:
+    with open_store(args.store, "r") as store:
+        items = list(store.items())
+        with (
+            output_stream(args.output) as stream,
+            progress(args, desc="exporting", total=len(items), unit="doc") as bar,
+        ):
+            for key, _fingerprint in items:
+                record = store.get(key)
+                if record is None:  # removed by another process since items()
+                    continue
+                line = {"key": key_to_json(key), "fingerprint": hex_fingerprint(record.fingerprint)}
+                if record.meta is not None:
+                    line["meta"] = json_safe(record.meta)
+                stream.write(json.dumps(line, ensure_ascii=False) + "\n")
+                bar.update(1)
+    return 0
+
+
+def configure_import(parser: argparse.ArgumentParser) -> None:
+    parser.add_argument("store", help="the store file (created if missing)")
+    parser.add_argument("file", metavar="FILE", help="JSONL written by `simstore export` (- for stdin)")
+    parser.add_argument("-k", type=non_negative, help="k for a new store (default 3)")
+    parser.add_argument(
+        "--on-error", choices=ON_ERROR, default="fail", help="stop at a bad line (default) or skip it"
+    )
+
+
+def run_import(args: argparse.Namespace) -> int:
+    errors = skip_reporter(args)
+    keys: list[Key] = []
+    fingerprints: list[int] = []
+    metas: list[dict[str, Any] | None] = []
+    stream = sys.stdin if args.file == STDIN else open(args.file, encoding="utf-8")  # noqa: SIM115
+    name = STDIN_NAME if args.file == STDIN else args.file
+    try:
+        for number, line in enumerate(stream, 1):
+            if not line.strip():
+                continue
+            try:
+                key, fingerprint, meta = _parse_export_line(line)
+            except ValueError as exc:
+                error = InputError(name, number, str(exc))
+                if args.on_error == "fail":
+                    raise error from None
+                errors(error)
+                continue
+            keys.append(key)
+            fingerprints.append(fingerprint)
+            metas.append(meta)
+    finally:
+        if stream is not sys.stdin:
+            stream.close()
+    with open_store(args.store, "c", k=args.k) as store:
+        if keys:
+            has_meta = any(meta is not None for meta in metas)
+            store.add_many(keys, np.array(fingerprints, dtype=np.uint64), metas=metas if has_meta else None)
+        total = len(store)
+    print(f"imported {len(keys)} documents; the store holds {total}")
+    return 0
+
+
+def _parse_export_line(line: str) -> tuple[Key, int, dict[str, Any] | None]:
+    try:
+        record = json.loads(line)
+    except json.JSONDecodeError as exc:
+        raise ValueError(f"not valid JSON: {exc.msg}") from None
+    if not isinstance(record, dict) or "key" not in record or "fingerprint" not in record:
+        raise ValueError('expected an object with "key" and "fingerprint"')
+    key = from_json(record["key"])
+    if isinstance(key, bool) or not isinstance(key, str | bytes | int):
+        raise ValueError(f"a key must be a string, an integer or {{'$bytes': ...}}, got {record['key']!r}")
+    raw_fingerprint = record["fingerprint"]
+    if not isinstance(raw_fingerprint, str):
+        raise ValueError("the fingerprint must be a hexadecimal string")
+    try:
+        fingerprint = parse_fingerprint(raw_fingerprint)
+    except argparse.ArgumentTypeError as exc:
+        raise ValueError(str(exc)) from None
+    meta = record.get("meta")
+    if meta is not None and not isinstance(meta, dict):
+        raise ValueError("meta must be an object")
+    return key, fingerprint, from_json(meta) if meta is not None else None
