@@ -35,6 +35,7 @@ from simstore.cli_common import (
     skip_reporter,
 )
 from simstore.errors import SimstoreError
+from simstore.isolated import check_in_child
 from simstore.opening import open as open_store
 from simstore.planner import format_plan, plan
 from simstore.readers import (
@@ -263,8 +264,11 @@ def run_relayout(args: argparse.Namespace) -> int:
 
 
 def run_check(args: argparse.Namespace) -> int:
-    with open_store(args.store, "r") as store:
-        problems = store.check()
+    # Open here first, so that a file that is not a store is refused as
+    # usual; the walk over every page runs in a child process that damage
+    # can kill without taking the command with it (simstore.isolated).
+    open_store(args.store, "r").close()
+    problems = check_in_child(args.store)
     if args.json:
         print_json({"ok": not problems, "problems": problems})
     else:

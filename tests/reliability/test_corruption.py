@@ -307,6 +307,16 @@ def test_damaged_document_meta_is_a_clear_error(good_store: str) -> None:
 # -- bit flips ------------------------------------------------------------------------------------
 
 
+def damage_randomly(path: str, seed: int) -> None:
+    """Overwrite 8 random runs of 1-15 bytes past the LMDB header with random bytes."""
+    rng = np.random.default_rng(seed)
+    size = os.path.getsize(path)
+    with open(path, "r+b") as handle:
+        for offset in rng.integers(8192, size, 8).tolist():
+            handle.seek(offset)
+            handle.write(rng.bytes(int(rng.integers(1, 16))))
+
+
 @pytest.mark.parametrize(
     "seed",
     [
@@ -314,8 +324,9 @@ def test_damaged_document_meta_is_a_clear_error(good_store: str) -> None:
         pytest.param(
             7,
             marks=pytest.mark.xfail(
-                reason="BUG: this damage makes LMDB abort the process (SIGABRT, assertion 'IS_LEAF' "
-                "failed in mdb_cursor_first) while check() walks a table",
+                reason="LMDB limitation: this damage makes LMDB abort the process (SIGABRT, "
+                "assertion 'IS_LEAF' failed in mdb_cursor_first) while check() walks a table; "
+                "`simstore check` survives it (test_simstore_check_reports_damage_that_aborts_lmdb)",
                 strict=True,
             ),
         ),
@@ -327,12 +338,7 @@ def test_random_byte_damage_never_crashes(zygote: Zygote, good_store: str, seed:
     store may open, open and report problems, or be refused, but the process never
     crashes or hangs. (LMDB has no page checksums, so damage inside a value can go
     unnoticed until check() compares records and tables.)"""
-    rng = np.random.default_rng(seed)
-    size = os.path.getsize(good_store)
-    with open(good_store, "r+b") as handle:
-        for offset in rng.integers(8192, size, 8).tolist():
-            handle.seek(offset)
-            handle.write(rng.bytes(int(rng.integers(1, 16))))
+    damage_randomly(good_store, seed)
     before = file_digest(good_store)
     (report,) = probe(zygote, good_store, "r")
     assert report["outcome"] in ("opened", "error")
@@ -340,6 +346,22 @@ def test_random_byte_damage_never_crashes(zygote: Zygote, good_store: str, seed:
         assert report["type"] in ("CorruptStoreError", "NotAStoreError", "SimstoreError"), report
     assert file_digest(good_store) == before
     COUNTS["corrupt_bitflip_outcome:" + report["outcome"]] += 1
+
+
+def test_simstore_check_reports_damage_that_aborts_lmdb(zygote: Zygote, good_store: str) -> None:
+    """Seed 7's damage makes LMDB abort any process that walks the damaged table (the
+    expected failure above: LMDB has no page checksums and asserts). `simstore check`
+    walks the tables in a child process, so it reports the damage (exit status 1, no
+    traceback) instead of dying of it."""
+    damage_randomly(good_store, 7)
+    before = file_digest(good_store)
+    (checked,) = probe(zygote, good_store, modes="", cli=True)
+    assert checked["cli"] == 1, checked
+    assert "damaged" in checked["stdout"], checked
+    assert "SIGABRT" in checked["stdout"], checked
+    assert checked["stderr"].startswith("simstore: error:"), checked
+    assert "Traceback" not in checked["stderr"]
+    assert file_digest(good_store) == before
 
 
 def test_a_copy_of_a_good_store_is_fine(zygote: Zygote, good_store: str, tmp_path: Path) -> None:
