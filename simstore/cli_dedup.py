@@ -55,7 +55,7 @@ def configure_dedup(parser: argparse.ArgumentParser) -> None:
         "--against", metavar="STORE", help="match the documents against this store, inserting nothing"
     )
     parser.add_argument(
-        "-k", type=non_negative, help="largest distance of a duplicate (default: the store's k, or 3)"
+        "-k", "--k", type=non_negative, help="largest distance of a duplicate (default: the store's k, or 3)"
     )
     what = parser.add_mutually_exclusive_group()
     what.add_argument("--pairs", action="store_true", help="write the near-duplicate pairs as JSONL")

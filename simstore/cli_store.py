@@ -54,7 +54,7 @@ def configure_add(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("store", help="the store file (created if missing)")
     parser.add_argument("files", nargs="+", metavar="FILE", help="input files or directories; - for stdin")
     parser.add_argument(
-        "-k", type=non_negative, help="k of a new store (default 3); an existing store's must equal it"
+        "-k", "--k", type=non_negative, help="k of a new store (default 3); an existing store's must equal it"
     )
     parser.add_argument(
         "--batch-size",
@@ -120,7 +120,7 @@ def configure_query(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("text", nargs="?", help="the query text")
     parser.add_argument("--file", metavar="F", help="read the query text from a file (- for stdin)")
     parser.add_argument("--fingerprint", type=parse_fingerprint, metavar="HEX", help="query a fingerprint")
-    parser.add_argument("-k", type=non_negative, help="largest distance (default: the store's k)")
+    parser.add_argument("-k", "--k", type=non_negative, help="largest distance (default: the store's k)")
     parser.add_argument("--meta", action="store_true", help="show each match's metadata")
 
 
@@ -215,7 +215,7 @@ def run_stats(args: argparse.Namespace) -> int:
 
 
 def configure_plan(parser: argparse.ArgumentParser) -> None:
-    parser.add_argument("-k", type=non_negative, default=3, help="largest Hamming distance (default 3)")
+    parser.add_argument("-k", "--k", type=non_negative, default=3, help="largest distance (default 3)")
     parser.add_argument("--docs", type=float, required=True, help="expected number of documents, e.g. 1e9")
     parser.add_argument("--max-tables", type=non_negative, default=None, help="at most this many tables")
     parser.add_argument("--limit", type=non_negative, default=None, help="show only the best N layouts")
@@ -249,7 +249,7 @@ def configure_relayout(parser: argparse.ArgumentParser) -> None:
     choice = parser.add_mutually_exclusive_group(required=True)
     choice.add_argument("--docs", type=float, help="let the planner choose for this many documents")
     choice.add_argument("--blocks", type=non_negative, help="Manku's one-level layout with this many blocks")
-    parser.add_argument("-k", type=non_negative, default=None, help="a new k (default: the store's)")
+    parser.add_argument("-k", "--k", type=non_negative, default=None, help="a new k (default: the store's)")
 
 
 def run_relayout(args: argparse.Namespace) -> int:
@@ -357,7 +357,7 @@ def run_export(args: argparse.Namespace) -> int:
 def configure_import(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("store", help="the store file (created if missing)")
     parser.add_argument("file", metavar="FILE", help="JSONL written by `simstore export` (- for stdin)")
-    parser.add_argument("-k", type=non_negative, help="k for a new store (default 3)")
+    parser.add_argument("-k", "--k", type=non_negative, help="k for a new store (default 3)")
     parser.add_argument(
         "--on-error", choices=ON_ERROR, default="fail", help="stop at a bad line (default) or skip it"
     )

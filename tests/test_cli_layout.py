@@ -56,3 +56,11 @@ def test_stats_skew_reports_hot_prefixes_and_degenerate_fingerprints(
     summary = json.loads(capsys.readouterr().out)
     assert summary["zero_fingerprints"] == 20
     assert len(summary["hot_prefixes"]) == stats.tables
+
+
+def test_k_is_spelled_either_way(capsys: pytest.CaptureFixture[str]) -> None:
+    """`simstore plan --k 3 --docs 1e9` (the issue's spelling) and `-k 3` are the same."""
+    assert main(["plan", "--k", "3", "--docs", "1e9", "--limit", "1"]) == 0
+    long_form = capsys.readouterr().out
+    assert main(["plan", "-k", "3", "--docs", "1e9", "--limit", "1"]) == 0
+    assert capsys.readouterr().out == long_form
