@@ -59,7 +59,6 @@ import os
 import warnings
 from collections import Counter
 from collections.abc import Iterable, Mapping, Sequence
-from itertools import repeat
 from typing import Any, Literal
 
 import numpy as np
@@ -259,11 +258,12 @@ class Fingerprinter:
         calling :meth:`fingerprint` on each.
 
         ``processes=1`` works in this process; ``processes=n`` spreads the
-        texts over ``n`` worker processes (started with ``spawn``, which is
-        safe with threads and open stores); ``None`` uses every available
-        core when the batch is big enough (a few MB) to pay for starting
-        them, and this process otherwise. One :class:`ShortTextWarning`
-        counts all short texts; an unusable text raises naming its index.
+        texts over this process and ``n - 1`` worker processes (started with
+        ``spawn``, which is safe with threads and open stores); ``None`` uses
+        every available core when the batch is big enough (a few MB) to pay
+        for starting workers, and this process alone otherwise. One
+        :class:`ShortTextWarning` counts all short texts; an unusable text
+        raises naming its index (the first one, whichever process found it).
         """
         batch = _as_text_list(texts)
         workers = _worker_count(processes, batch)
@@ -281,14 +281,44 @@ class Fingerprinter:
         return np.array(values, dtype=np.uint64)
 
     def _fingerprint_parallel(self, batch: list[str], workers: int) -> tuple[list[int], int]:
-        """Fingerprint ``batch`` in ``workers`` spawned processes, in order."""
+        """Fingerprint ``batch`` in this process and ``workers - 1`` spawned
+        ones, in order; an error names the first bad text of the batch."""
         starts = _chunk_starts(batch, workers)
-        chunks = [batch[a:b] for a, b in zip(starts, [*starts[1:], len(batch)], strict=True)]
+        ends = [*starts[1:], len(batch)]
+        results: list[tuple[list[int], int] | InvalidValueError | None] = [None] * len(starts)
         context = multiprocessing.get_context("spawn")
-        with concurrent.futures.ProcessPoolExecutor(workers, mp_context=context) as pool:
-            results = list(pool.map(_fingerprint_chunk, repeat(self), chunks, starts))
-        values = [v for chunk_values, _ in results for v in chunk_values]
-        return values, sum(short for _, short in results)
+        with concurrent.futures.ProcessPoolExecutor(workers - 1, mp_context=context) as pool:
+            futures = [
+                pool.submit(_fingerprint_chunk, self, batch[a:b], a)
+                for a, b in zip(starts, ends, strict=True)
+            ]
+            try:
+                # A spawned worker spends a second or two importing numpy and
+                # loading jieba's dictionary before its first chunk, so this
+                # process works too: it takes chunks from the back while the
+                # workers take them from the front, until they meet.
+                for index in reversed(range(len(futures))):
+                    if futures[index].cancel():
+                        try:
+                            chunk = batch[starts[index] : ends[index]]
+                            results[index] = _fingerprint_chunk(self, chunk, starts[index])
+                        except InvalidValueError as exc:
+                            results[index] = exc  # raised below, in batch order
+                values: list[int] = []
+                short = 0
+                for index, future in enumerate(futures):
+                    result = results[index]
+                    if result is None:
+                        result = future.result()
+                    if isinstance(result, InvalidValueError):
+                        raise result
+                    values.extend(result[0])
+                    short += result[1]
+            except BaseException:
+                for future in futures:
+                    future.cancel()  # leave nothing queued behind an error or Ctrl-C
+                raise
+        return values, short
 
     def _fingerprint_counted(self, text: str) -> tuple[int, int]:
         """Fingerprint of a validated ``text`` and its distinct-feature count."""
