@@ -525,3 +525,35 @@ def test_bad_vectors_are_refused(vectors: object, error: type[Exception], match:
 def test_bad_vector_seed_is_refused() -> None:
     with pytest.raises(InvalidValueError, match="seed"):
         fingerprint_vector([1.0, 2.0], seed=-1)
+
+
+# -- settings stored with a store ------------------------------------------------------------------
+
+
+def test_reopened_store_fingerprints_with_its_recorded_settings(store_path: str) -> None:
+    """A store keeps fingerprinting text with the settings it was made with,
+    whatever Fingerprinter() defaults to today, also in another process."""
+    import simstore
+
+    recorded = Fingerprinter(ngrams=(1,), weighting="binary", seed=7)
+    text = GOLDEN["english_paragraph"][0]
+    assert recorded.fingerprint(text) != Fingerprinter().fingerprint(text)
+    with simstore.open(store_path, "n", k=3, fingerprinter=recorded) as store:
+        store.add("doc", text=text)
+    with simstore.open(store_path, "w") as store:  # no fingerprinter: the file decides
+        assert store.fingerprinter == recorded
+        assert store.query(text=text, k=0)[0].fingerprint == recorded.fingerprint(text)
+        store.add("again", text=text)
+        assert store["again"].fingerprint == recorded.fingerprint(text)
+    with pytest.raises(simstore.ParameterMismatchError, match="fingerprinter"):
+        simstore.open(store_path, "w", fingerprinter=Fingerprinter())
+    code = (
+        "import sys, simstore\n"
+        "with simstore.open(sys.argv[1], 'r') as store:\n"
+        "    match = store.query(text=sys.argv[2], k=0)[0]\n"
+        "    print(store.fingerprinter.settings()['weighting'], match.distance)\n"
+    )
+    out = subprocess.run(
+        [sys.executable, "-c", code, store_path, text], capture_output=True, text=True, check=True
+    )
+    assert out.stdout.split() == ["binary", "0"]
