@@ -32,7 +32,8 @@ def check_store(store: Store) -> list[str]:
             replayed.apply(cursor.iternext())
         except CorruptStoreError as exc:
             problems.append(f"delta log: {exc}")
-        if replayed.fingerprints != store._delta.fingerprints:
+        replayed_delta = replayed.as_dict()
+        if replayed_delta != store._delta.as_dict():
             problems.append("the in-memory delta differs from the delta log")
         fingerprint_of: dict[int, int] = {}
         for id_bytes, raw in txn.cursor(handles.docs):
@@ -52,11 +53,11 @@ def check_store(store: Store) -> list[str]:
         key_count = int(txn.stat(handles.keys)["entries"])
         if key_count != len(fingerprint_of):
             problems.append(f"{key_count} keys but {len(fingerprint_of)} document records")
-        for doc_id, fingerprint in replayed.fingerprints.items():
+        for doc_id, fingerprint in replayed_delta.items():
             if fingerprint_of.get(doc_id) != fingerprint:
                 problems.append(f"delta document {doc_id} does not match its record")
         expected_in_tables = {
-            doc_id: fp for doc_id, fp in fingerprint_of.items() if doc_id not in replayed.fingerprints
+            doc_id: fp for doc_id, fp in fingerprint_of.items() if doc_id not in replayed_delta
         }
         for index, (table, db) in enumerate(zip(store._tables, handles.tables, strict=True)):
             seen: set[int] = set()

@@ -12,11 +12,31 @@ from typing import Any
 
 from simstore.errors import InvalidTypeError, InvalidValueError
 
-# Chosen by benchmarks/bench_store.py --merge-sweep on a 1M store: 50K gave
-# about 19% more sustained single-add throughput than 20K for the same merge
-# pause (~0.9 s), with no change in query latency; 100K doubled the pause and
-# the reopen time for a few percent more. See README "The delta".
+# The smallest automatic merge threshold. Chosen by benchmarks/bench_store.py
+# --merge-sweep on a 1M store: 50K gave about 19% more sustained single-add
+# throughput than 20K for the same merge pause (~0.9 s), with no change in
+# query latency; 100K doubled the pause and the reopen time for a few percent
+# more. See README "The delta".
 DEFAULT_MERGE_THRESHOLD = 50_000
+
+# Above DEFAULT_MERGE_THRESHOLD * MERGE_FRACTION documents in the tables, the
+# automatic threshold is that many documents divided by MERGE_FRACTION. A
+# merge of m random documents into tables of N rewrites most of their leaf
+# pages once m nears N / 100, so its cost grows with N, not with m: at 10M,
+# merging 50K cost 4.7-8.9 s (94-177 µs per document) and 1.25M cost
+# 11.7-14.8 s (9-12 µs per document), measured. Merging every N / 8 keeps the
+# amortised cost per add flat as the store grows, for a delta of at most an
+# eighth of the store (about 120 bytes a document in memory).
+MERGE_FRACTION = 8
+
+
+def auto_merge_threshold(tabled_docs: int) -> int:
+    """The automatic merge threshold for a store whose tables hold ``tabled_docs``.
+
+    >>> auto_merge_threshold(1_000), auto_merge_threshold(10_000_000)
+    (50000, 1250000)
+    """
+    return max(DEFAULT_MERGE_THRESHOLD, tabled_docs // MERGE_FRACTION)
 
 
 @dataclass(frozen=True)
@@ -31,8 +51,12 @@ class Options:
             loss or kernel crash may lose the most recent transactions (never
             corrupting the file).
         merge_threshold: merge the delta into the tables once it holds this
-            many documents. Larger deltas make single adds cheaper on average
-            and queries slightly dearer.
+            many documents. ``None`` (the default): 50,000, or an eighth of
+            the documents in the tables once that is more, so that merges
+            grow rarer as the store grows (see :func:`auto_merge_threshold`).
+            Larger deltas make single adds cheaper on average, queries
+            slightly dearer, merge pauses longer, and cost about 120 bytes
+            of memory per delta document in every process using the store.
         merge_on_close: merge a non-empty delta when the store is closed.
         map_size: initial LMDB map size in bytes (``None``: 1 GiB or twice the
             file, whichever is larger). The map grows on its own when full.
@@ -41,7 +65,7 @@ class Options:
     """
 
     sync: bool = True
-    merge_threshold: int = DEFAULT_MERGE_THRESHOLD
+    merge_threshold: int | None = None
     merge_on_close: bool = True
     map_size: int | None = None
     max_map_size: int | None = None
@@ -63,9 +87,11 @@ class Options:
         for name in ("sync", "merge_on_close"):
             if not isinstance(getattr(self, name), bool):
                 raise InvalidTypeError(f"{name} must be True or False, got {getattr(self, name)!r}")
-        if isinstance(self.merge_threshold, bool) or not isinstance(self.merge_threshold, int):
-            raise InvalidTypeError(f"merge_threshold must be an int, got {self.merge_threshold!r}")
-        if self.merge_threshold < 1:
+        if self.merge_threshold is None:
+            pass
+        elif isinstance(self.merge_threshold, bool) or not isinstance(self.merge_threshold, int):
+            raise InvalidTypeError(f"merge_threshold must be an int or None, got {self.merge_threshold!r}")
+        elif self.merge_threshold < 1:
             raise InvalidValueError(f"merge_threshold must be at least 1, got {self.merge_threshold}")
         for name in ("map_size", "max_map_size"):
             value = getattr(self, name)

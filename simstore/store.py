@@ -46,7 +46,7 @@ from simstore.format import (
     decode_meta,
     encode_meta,
 )
-from simstore.params import Options
+from simstore.params import DEFAULT_MERGE_THRESHOLD, Options, auto_merge_threshold
 from simstore.permute import (
     Table,
     U64Array,
@@ -254,6 +254,8 @@ class Store(BatchMixin):
         self._suffix_bits = tuple(table.suffix_bits for table in self._tables)
         self._delta = Delta(self._tables)
         self._meta_raw = bytes(raw_meta)
+        self._tabled_docs = 0
+        self._tabled_docs_epoch = -1  # no epoch: read the tables' size when needed
 
     def _reload_layout(self) -> None:
         """Another process re-laid the store out: reopen the file and adopt
@@ -624,9 +626,11 @@ class Store(BatchMixin):
             if old_fp == fp:
                 self._put_meta(txn, id_bytes, packed_meta)
                 return state, _Change([], [])
-            if doc_id not in self._delta.fingerprints:
+            if doc_id not in self._delta:
                 self._delete_from_tables(txn, doc_id, old_fp)
-        self._put_meta(txn, id_bytes, packed_meta)
+        if existing is not None or packed_meta is not None:
+            # A new id has no meta to delete: ids are never reused.
+            self._put_meta(txn, id_bytes, packed_meta)
         txn.put(encode_seq(state.next_seq), encode_add(doc_id, fp), db=handles.delta, append=True)
         return State(next_id, state.next_seq + 1, state.merge_epoch), _Change([(doc_id, fp)], [])
 
@@ -707,7 +711,7 @@ class Store(BatchMixin):
             self._put_meta(txn, id_bytes, batch.meta(position))
             if old_fp == new_fp:
                 continue
-            if doc_id in self._delta.fingerprints:
+            if doc_id in self._delta:
                 removed_from_delta.append(doc_id)
             else:
                 self._delete_from_tables(txn, doc_id, old_fp)
@@ -717,13 +721,15 @@ class Store(BatchMixin):
             placed_ids = np.concatenate([placed_ids, np.array(replaced_ids, dtype=np.uint64)])
             placed_fps = np.concatenate([placed_fps, np.array(replaced_fps, dtype=np.uint64)])
         delta = self._delta
-        if len(delta) + len(placed_ids) >= self._options.merge_threshold:
+        threshold = self._merge_threshold(int(txn.stat(handles.tables[0])["entries"]))
+        if len(delta) + len(placed_ids) >= threshold:
             # Big enough to go straight to the tables, together with the delta.
-            replaced = set(removed_from_delta)
-            carried = [doc_id for doc_id in delta.fingerprints if doc_id not in replaced]
-            carried_fps = [delta.fingerprints[doc_id] for doc_id in carried]
-            all_ids = np.concatenate([np.array(carried, dtype=np.uint64), placed_ids])
-            all_fps = np.concatenate([np.array(carried_fps, dtype=np.uint64), placed_fps])
+            carried_ids, carried_fps = delta.arrays()
+            if removed_from_delta:
+                kept = ~np.isin(carried_ids, np.array(removed_from_delta, dtype=np.uint64))
+                carried_ids, carried_fps = carried_ids[kept], carried_fps[kept]
+            all_ids = np.concatenate([carried_ids, placed_ids])
+            all_fps = np.concatenate([carried_fps, placed_fps])
             self._write_tables(txn, all_ids, all_fps)
             txn.drop(handles.delta, delete=False)
             merged = State(next_id, state.next_seq, state.merge_epoch + 1)
@@ -787,7 +793,7 @@ class Store(BatchMixin):
             txn.delete(found_by, db=handles.keys)
             txn.delete(id_bytes, db=handles.docs)
             txn.delete(id_bytes, db=handles.docmeta)
-            if doc_id in self._delta.fingerprints:
+            if doc_id in self._delta:
                 txn.put(encode_seq(state.next_seq), encode_remove(doc_id), db=handles.delta, append=True)
                 new_state = State(state.next_id, state.next_seq + 1, state.merge_epoch)
                 return None, new_state, _Change([], [doc_id])
@@ -908,7 +914,7 @@ class Store(BatchMixin):
         space must not make it look failed: the documents stay in the durable
         delta, queries still find them, and a later merge picks them up.
         """
-        if len(self._delta) >= self._options.merge_threshold:
+        if len(self._delta) >= self._current_merge_threshold():
             try:
                 self.merge()
             except StoreFullError as exc:
@@ -917,6 +923,27 @@ class Store(BatchMixin):
                     StoreFullWarning,
                     stacklevel=3,
                 )
+
+    def _merge_threshold(self, tabled_docs: int) -> int:
+        """The merge threshold for tables holding ``tabled_docs`` documents."""
+        explicit = self._options.merge_threshold
+        return auto_merge_threshold(tabled_docs) if explicit is None else explicit
+
+    def _current_merge_threshold(self) -> int:
+        """The delta size at which the next automatic merge happens."""
+        explicit = self._options.merge_threshold
+        if explicit is not None:
+            return explicit
+        if len(self._delta) < DEFAULT_MERGE_THRESHOLD:
+            return DEFAULT_MERGE_THRESHOLD  # the floor: no need to read the tables' size
+        epoch = self._delta.merge_epoch
+        if self._tabled_docs_epoch != epoch:
+            # The tables change size only in merges (and slightly in removals),
+            # so their size is read once per merge epoch.
+            with self._read() as txn:
+                self._tabled_docs = int(txn.stat(self._handles.tables[0])["entries"])
+                self._tabled_docs_epoch = self._delta.merge_epoch
+        return auto_merge_threshold(self._tabled_docs)
 
     def _write_tables(
         self,
