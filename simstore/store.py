@@ -461,16 +461,18 @@ class Store(BatchMixin):
             if self.readonly:
                 raise ReadOnlyError(f"the store {self.path!r} is open read-only")
 
-            def in_txn(txn: _lmdb.Txn) -> tuple[T, State, _Change]:
+            def in_txn(txn: _lmdb.Txn) -> tuple[T, State, bytes | None, _Change]:
                 state = self._sync_delta(txn)
                 result, new_state, change = body(txn, state)
-                if new_state != state:
-                    txn.put(STATE_KEY, new_state.encode(), db=self._handles.meta)
-                return result, new_state, change
+                if new_state == state:
+                    return result, new_state, None, change
+                raw_state = new_state.encode()
+                txn.put(STATE_KEY, raw_state, db=self._handles.meta)
+                return result, new_state, raw_state, change
 
             for attempt in range(1, LAYOUT_RETRIES + 1):
                 try:
-                    result, new_state, change = self._env.write(in_txn)
+                    result, new_state, raw_state, change = self._env.write(in_txn)
                     break
                 except _LayoutChangedError:
                     if attempt == LAYOUT_RETRIES:
@@ -487,7 +489,7 @@ class Store(BatchMixin):
                 doc_ids = [doc_id for doc_id, _ in change.puts]
                 fingerprints = np.array([fingerprint for _, fingerprint in change.puts], dtype=np.uint64)
                 delta.put_many(doc_ids, fingerprints)
-            delta.adopt(new_state)
+            delta.adopt(new_state, raw_state)
             return result
 
     # ------------------------------------------------------------------ writes
