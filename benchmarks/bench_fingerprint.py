@@ -13,7 +13,8 @@ Run (2-core x86-64 VM, Python 3.11, numpy 2.4, jieba 0.42.1, xxhash 4.1)::
     python benchmarks/bench_fingerprint.py --simhash-python /tmp/simhash-venv/bin/python
 
 The ``simhash`` comparison runs in the given interpreter (it needs
-numpy < 2) and is skipped if that does not exist.
+numpy < 2) and is skipped if that does not exist. ``--only many`` runs just
+the ``fingerprint_many`` part.
 """
 
 from __future__ import annotations
@@ -23,6 +24,7 @@ import gzip
 import json
 import os
 import re
+import resource
 import statistics
 import subprocess
 import sys
@@ -147,12 +149,27 @@ def many(args: argparse.Namespace) -> None:
     base = None
     cores = len(os.sched_getaffinity(0))
     for processes in sorted({1, 2, cores}):
+        own, children = resource.getrusage(resource.RUSAGE_SELF), resource.getrusage(resource.RUSAGE_CHILDREN)
         started = time.perf_counter()
         fp.fingerprint_many(texts, processes=processes)
         seconds = time.perf_counter() - started
         rate = size / seconds
         base = base or rate
-        print(f"  processes={processes}: {seconds:6.2f} s  {rate:6.2f} MB/s  speed-up {rate / base:4.2f}")
+        # CPU seconds by this process and by the (finished) workers: on a
+        # machine shared with other work the wall time says little, but how
+        # evenly the CPU time is split says what free cores would give.
+        own_cpu = _cpu(resource.getrusage(resource.RUSAGE_SELF)) - _cpu(own)
+        worker_cpu = _cpu(resource.getrusage(resource.RUSAGE_CHILDREN)) - _cpu(children)
+        print(
+            f"  processes={processes}: {seconds:6.2f} s  {rate:6.2f} MB/s  speed-up {rate / base:4.2f}"
+            f"   CPU: this process {own_cpu:5.2f} s, workers {worker_cpu:5.2f} s"
+            f"  (load average {os.getloadavg()[0]:.2f})"
+        )
+
+
+def _cpu(usage: resource.struct_rusage) -> float:
+    """User plus system CPU seconds of a getrusage() result."""
+    return usage.ru_utime + usage.ru_stime
 
 
 def main(argv: Sequence[str] | None = None) -> None:
@@ -163,9 +180,12 @@ def main(argv: Sequence[str] | None = None) -> None:
     parser.add_argument("--simhash-python", default="/tmp/simhash-venv/bin/python")
     parser.add_argument("--rounds", type=int, default=3)
     parser.add_argument("--repeat", type=int, default=12, help="copies of the corpora for fingerprint_many")
+    parser.add_argument("--only", choices=("single", "many"), help="run only one of the two parts")
     args = parser.parse_args(argv)
-    single_core(args)
-    many(args)
+    if args.only != "many":
+        single_core(args)
+    if args.only != "single":
+        many(args)
 
 
 if __name__ == "__main__":
