@@ -906,8 +906,20 @@ class Store(BatchMixin):
         estimate = 2 * (documents * (table_count * 24 + 64) + 2 * key_bytes)
         with self._lock:
             self._check_usable()
-            if not self.readonly:
-                self._env.reserve(estimate)
+            if self.readonly:
+                return
+            if tables is None and documents:
+                # Inserting into the store's tables copies every page it
+                # touches, and a full leaf page splits in two. Without this a
+                # merge of 1.25M into tables of 10M filled the map part-way
+                # and ran again from the start after the map grew (measured).
+                page_size = self._env.page_size()
+                with self._read() as txn:
+                    for db in self._handles.tables:
+                        table = txn.stat(db)
+                        touched = min(int(table["leaf_pages"]), documents) + int(table["branch_pages"])
+                        estimate += 2 * touched * page_size
+            self._env.reserve(estimate)
 
     def _merge_if_due(self) -> None:
         """Merge after a write that filled the delta.

@@ -4,6 +4,8 @@ with a tiny recent tier, so that the sorted tier carries real workloads."""
 
 from __future__ import annotations
 
+import os
+
 import numpy as np
 import pytest
 from hypothesis import HealthCheck, given, settings
@@ -13,6 +15,7 @@ from test_reopen import WRITER, run_child
 from test_state_machine import StoreMachine
 
 import simstore
+import simstore._lmdb
 import simstore.delta
 import simstore.params
 import simstore.store
@@ -263,3 +266,29 @@ def test_the_automatic_threshold_grows_with_the_tables(
 def test_options_accept_no_merge_threshold() -> None:
     assert simstore.Options().merge_threshold is None
     assert simstore.Options.from_kwargs({"merge_threshold": None}).merge_threshold is None
+
+
+def test_a_merge_reserves_its_map_space_up_front(store_path: str, monkeypatch: pytest.MonkeyPatch) -> None:
+    """A merge into full tables copies (and splits) every page it touches; the map is
+    grown for that before the transaction starts, so it never fills part-way and runs
+    again from the start."""
+    rng = np.random.default_rng(5)
+    grown: list[int] = []
+    original_grow = simstore._lmdb.Environment._grow
+
+    def counting_grow(environment: simstore._lmdb.Environment) -> None:
+        grown.append(environment.map_size())
+        original_grow(environment)
+
+    with simstore.open(store_path, k=3, merge_threshold=10**6, merge_on_close=False, sync=False) as store:
+        store.add_many(range(20_000), rng.integers(0, 2**64, size=20_000, dtype=np.uint64))
+        store.merge()
+        for key in range(20_000, 25_000):
+            store.add(key, fingerprint=int(rng.integers(0, 2**63)))
+    # A map no larger than the file: any room the merge needs must be made for it.
+    tight = os.path.getsize(store_path)
+    with simstore.open(store_path, map_size=tight, merge_threshold=10**6, sync=False) as store:
+        monkeypatch.setattr(simstore._lmdb.Environment, "_grow", counting_grow)
+        assert store.merge() == 5_000
+        assert grown == []
+        assert store.check() == []
