@@ -14,12 +14,16 @@ Systems, each in its own process, all starting from the same N seeded random
 fingerprints (ids 0..N-1; ``bench_store.base_fingerprints``) and adding the
 same new ones (``bench_store.online_fingerprints``):
 
-- **simstore, sync=False**: a copy of the N-document store, opened ``"w"``
-  with the default ``merge_threshold`` and ``merge_on_close=False``;
-  ``store.add(key, fingerprint=fp)`` ``--adds`` times (default: twice the
-  threshold, so two automatic merges fall inside the timed calls). docs/s is
-  adds over the wall time of all of them, merges included; the merge pauses
-  are the ``merges`` slowest calls and are listed apart;
+- **simstore, sync=False**: a copy of the N-document store (flushed to disk
+  before the clock starts, so that the kernel's write-back of the copy does
+  not land in the timed calls), opened ``"w"`` with the default
+  ``merge_threshold`` and ``merge_on_close=False``;
+  ``store.add(key, fingerprint=fp)`` ``--adds`` times (default: exactly
+  enough for ``--merges`` automatic merges, the last add triggering the last
+  merge, so the run holds whole merge cycles). docs/s is adds over the wall
+  time of all of them, merges included; the merge pauses are the ``merges``
+  slowest calls and are listed apart. The peak anonymous RSS (sampled every
+  0.1 s) and the delta's bytes per document at its fullest are recorded;
 - **simstore, sync=True** (the default: every ``add`` is durable against
   power loss): ``--sync-adds`` single adds, fewer because each costs an
   fsync; no merge falls inside them, so its docs/s adds the sync=False
@@ -40,6 +44,7 @@ from __future__ import annotations
 import argparse
 import json
 import os
+import resource
 import shutil
 import subprocess
 import sys
@@ -53,15 +58,36 @@ import numpy as np
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 
-from _common import Report, fmt_range, load_average, machine, run_isolated, source_state, summary, versions
+from _common import (
+    AnonPeakSampler,
+    Report,
+    fmt_range,
+    load_average,
+    machine,
+    run_isolated,
+    source_state,
+    summary,
+    versions,
+)
 from bench_peers import SIMHASH_WORKER, _codes, _faiss_index
 from bench_store import base_fingerprints, online_fingerprints, raw_floor
 
 import simstore
-from simstore.params import Options
+from simstore.params import Options, auto_merge_threshold
 
 ROOT = Path(__file__).resolve().parent.parent
-DEFAULT_THRESHOLD = Options().merge_threshold
+
+
+def merge_thresholds(n: int, merges: int) -> list[int]:
+    """The automatic merge thresholds of the first ``merges`` merges into a store of ``n``."""
+    explicit = Options().merge_threshold
+    thresholds: list[int] = []
+    tabled = n
+    for _ in range(merges):
+        threshold = explicit if explicit is not None else auto_merge_threshold(tabled)
+        thresholds.append(threshold)
+        tabled += threshold
+    return thresholds
 
 
 def build_store(path: str, n: int) -> float:
@@ -74,24 +100,46 @@ def build_store(path: str, n: int) -> float:
 def simstore_adds(base_path: str, work_path: str, n: int, count: int, sync: bool) -> dict[str, Any]:
     """Single adds into a copy of the N store; latencies in µs."""
     shutil.copyfile(base_path, work_path)
+    descriptor = os.open(work_path, os.O_RDONLY)
+    os.fsync(descriptor)
+    os.close(descriptor)
     new = online_fingerprints(count).tolist()
     store = simstore.open(work_path, "w", sync=sync, merge_on_close=False)
-    threshold = store._options.merge_threshold
+    threshold = store._current_merge_threshold()
+    first_epoch = store._delta.merge_epoch
     add = store.add
     clock = time.perf_counter_ns
     latencies = np.empty(count, dtype=np.int64)
-    started = time.perf_counter()
-    for offset, fingerprint in enumerate(new):
-        before = clock()
-        add(n + offset, fingerprint=fingerprint)
-        latencies[offset] = clock() - before
-    seconds = time.perf_counter() - started
+    largest_delta = (0, 0)
+    with AnonPeakSampler(interval=0.1) as sampler:
+        cpu_before = resource.getrusage(resource.RUSAGE_SELF)
+        started = time.perf_counter()
+        for offset, fingerprint in enumerate(new):
+            before = clock()
+            add(n + offset, fingerprint=fingerprint)
+            latencies[offset] = clock() - before
+            if offset % 65_536 == 65_535 and len(store._delta) > largest_delta[0]:
+                largest_delta = (len(store._delta), store._delta.sorted_bytes())
+        seconds = time.perf_counter() - started
+        cpu_after = resource.getrusage(resource.RUSAGE_SELF)
+    cpu_seconds = (cpu_after.ru_utime - cpu_before.ru_utime) + (cpu_after.ru_stime - cpu_before.ru_stime)
+    merges = store._delta.merge_epoch - first_epoch
     delta_left = store.stats().delta_docs
     store.close()
     os.remove(work_path)
     if os.path.exists(work_path + "-lock"):
         os.remove(work_path + "-lock")
-    return {"seconds": seconds, "add us": latencies / 1000, "threshold": threshold, "delta left": delta_left}
+    return {
+        "seconds": seconds,
+        "cpu seconds": cpu_seconds,
+        "add us": latencies / 1000,
+        "threshold": threshold,
+        "merges": merges,
+        "delta left": delta_left,
+        "peak anon MiB": sampler.peak_mib,
+        "largest delta": largest_delta[0],
+        "delta sorted-tier bytes per doc": largest_delta[1] / largest_delta[0] if largest_delta[0] else None,
+    }
 
 
 def floor_adds(path: str, n: int, count: int) -> dict[str, Any]:
@@ -182,7 +230,10 @@ def row_of(
 def main() -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--n", type=lambda value: int(value.replace("_", "")), default=1_000_000)
-    parser.add_argument("--adds", type=int, default=2 * DEFAULT_THRESHOLD)
+    parser.add_argument("--merges", type=int, default=2, help="automatic merges in a simstore run")
+    parser.add_argument(
+        "--adds", type=int, default=None, help="adds per run (default: --merges merges' worth)"
+    )
     parser.add_argument("--sync-adds", type=int, default=5_000)
     parser.add_argument("--floor-adds", type=int, default=20_000)
     parser.add_argument("--repeats", type=int, default=3)
@@ -198,6 +249,8 @@ def main() -> int:
     args = parser.parse_args()
     systems = [name.strip() for name in args.systems.split(",") if name.strip()]
     n = args.n
+    if args.adds is None:
+        args.adds = sum(merge_thresholds(n, args.merges))
     work = tempfile.mkdtemp(prefix="bench_online_", dir=args.dir)
     report = Report()
     report.header(
@@ -230,11 +283,19 @@ def main() -> int:
                 for _ in range(args.repeats):
                     found, peak, _ = run_isolated(simstore_adds, base_path, work_path, n, args.adds, False)
                     runs.append({**found, "peak RSS MiB": peak})
-                merges = args.adds // runs[0]["threshold"]
+                merges = runs[0]["merges"]
                 row, fig = row_of("simstore `add`, sync=False (merges included)", runs, merges, args.adds)
+                fig["threshold"] = runs[0]["threshold"]
+                fig["docs per CPU-second"] = [args.adds / run["cpu seconds"] for run in runs]
+                for name_of_figure in (
+                    "merges",
+                    "peak anon MiB",
+                    "largest delta",
+                    "delta sorted-tier bytes per doc",
+                ):
+                    fig[name_of_figure] = [run[name_of_figure] for run in runs]
                 if fig["merge pause s"]:
                     merge_pause = float(np.median(fig["merge pause s"]))
-                    fig["threshold"] = runs[0]["threshold"]
             elif name == "simstore-sync":
                 for _ in range(args.repeats):
                     found, peak, _ = run_isolated(
@@ -309,6 +370,20 @@ def main() -> int:
         f"Median (min-max) over {args.repeats} runs (floor and simhash: 1 run). Percentiles exclude the "
         "merge calls; merge pauses are listed apart. faiss and simhash are in memory: nothing is durable.\n"
     )
+    simstore_figures = figures.get("simstore")
+    if simstore_figures is not None:
+        per_doc = [value for value in simstore_figures["delta sorted-tier bytes per doc"] if value]
+        report.add(
+            f"simstore sync=False: first merge threshold {simstore_figures['threshold']:,} "
+            f"(planned thresholds {', '.join(f'{t:,}' for t in merge_thresholds(n, args.merges))}); "
+            f"merges per run {simstore_figures['merges']}; "
+            f"docs per CPU-second of the process (user + system; less sensitive to other load on "
+            f"the machine than wall time) {fmt_range(simstore_figures['docs per CPU-second'])}; "
+            f"peak anonymous RSS "
+            f"{fmt_range(simstore_figures['peak anon MiB'])} MiB; largest delta sampled "
+            f"{fmt_range(simstore_figures['largest delta'])} documents, its sorted tier "
+            f"{fmt_range(per_doc) if per_doc else '-'} bytes per document.\n"
+        )
     report.add(
         f"Total wall time {time.perf_counter() - wall:.0f} s; load average at the end {load_average()}."
     )
