@@ -11,6 +11,7 @@ from __future__ import annotations
 import contextlib
 import errno
 import os
+import time
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, TypeGuard, TypeVar
@@ -33,9 +34,14 @@ if TYPE_CHECKING:
     # never asks for buffers, so every value is bytes.
     Txn = lmdb.Transaction[bytes]
     Database = lmdb._Database
+    Cursor = lmdb.Cursor[bytes]
 else:
     Txn = lmdb.Transaction
     Database = object
+    Cursor = lmdb.Cursor
+
+#: How long an opener waits before measuring a short file again.
+PAD_RACE_SECONDS = 0.05
 
 DB_META = b"meta"
 DB_KEYS = b"keys"
@@ -175,16 +181,41 @@ class Environment:
         # process with SIGBUS, so refuse before any page is touched. The size
         # is taken after the meta page is read: LMDB writes a commit's pages
         # before its meta page, so a writer in another process can only make
-        # the file longer than the meta page needs, never shorter.
-        info = self.env.info()
-        page_size = self.env.stat()["psize"]
-        needed = (info["last_pgno"] + 1) * page_size
-        file_size = os.path.getsize(self.path) if file_size else 0
-        if file_size and file_size < needed:
-            self.close()
-            raise CorruptStoreError(
-                f"{self.path} is truncated: it holds {file_size} bytes but its pages need {needed}"
-            )
+        # the file longer than the meta page needs, never shorter; except for
+        # the few microseconds in which a simstore writer pads a commit that
+        # left its last pages unwritten (see _pad_to_last_page), so a short
+        # file is measured once more before it is called truncated.
+        if not file_size:
+            return
+        for attempt in range(2):
+            needed = self._pages_needed()
+            file_size = os.path.getsize(self.path)
+            if file_size >= needed:
+                return
+            if attempt == 0:
+                time.sleep(PAD_RACE_SECONDS)
+        self.close()
+        raise CorruptStoreError(
+            f"{self.path} is truncated: it holds {file_size} bytes but its pages need {needed}"
+        )
+
+    def _pages_needed(self) -> int:
+        """Bytes the last committed meta page says the file spans."""
+        return (int(self.env.info()["last_pgno"]) + 1) * int(self.env.stat()["psize"])
+
+    def _pad_to_last_page(self) -> None:
+        """Extend the file to the pages the commit just made claims.
+
+        A transaction that allocates pages at the end of the file and frees
+        them again before committing (LMDB's "loose" pages; a re-layout that
+        drops tables does) commits a last page number past the last page it
+        wrote, so the file ends short of it. Those pages are free, never
+        read, so zeros are as good as anything there; padding keeps "file
+        shorter than its pages" meaning "truncated" for the check above.
+        """
+        needed = self._pages_needed()
+        if os.path.getsize(self.path) < needed:
+            os.truncate(self.path, needed)
 
     def fail_open(self) -> None:
         """Close after an open that found a foreign file, removing the lock
@@ -316,6 +347,7 @@ class Environment:
             try:
                 result = body(txn)
                 txn.commit()
+                self._pad_to_last_page()
                 return result
             except lmdb.MapFullError:
                 txn.abort()

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 from typing import TYPE_CHECKING
 
+from simstore import _lmdb, occupancy
 from simstore.delta import Delta
 from simstore.errors import CorruptStoreError
 from simstore.format import STATE_KEY, State
@@ -61,8 +62,13 @@ def check_store(store: Store) -> list[str]:
         }
         for index, (table, db) in enumerate(zip(store._tables, handles.tables, strict=True)):
             seen: set[int] = set()
+            bitmap = _trusted_bitmap(store, txn, index, state.merge_epoch, problems)
             for permuted_bytes, id_bytes in txn.cursor(db):
                 doc_id = decode_id(id_bytes)
+                if bitmap is not None and not occupancy.may_hold(
+                    bitmap[0], bitmap[1], int.from_bytes(permuted_bytes, "big")
+                ):
+                    problems.append(f"table {index}'s occupancy bitmap lacks the prefix of document {doc_id}")
                 expected = expected_in_tables.get(doc_id)
                 if expected is None:
                     problems.append(f"table {index} holds document {doc_id}, which should not be there")
@@ -75,3 +81,20 @@ def check_store(store: Store) -> list[str]:
             if missing:
                 problems.append(f"table {index} lacks {missing} documents")
     return problems
+
+
+def _trusted_bitmap(
+    store: Store, txn: _lmdb.Txn, index: int, merge_epoch: int, problems: list[str]
+) -> tuple[bytes, int] | None:
+    """Table ``index``'s occupancy bitmap and shift if queries would trust it
+    (stamped with the current merge epoch), else ``None``; a damaged record
+    is a problem."""
+    raw = txn.get(occupancy.record_key(store._params.generation, index), db=store._handles.meta)
+    if raw is None:
+        return None
+    try:
+        bits, epoch, bitmap = occupancy.decode(raw)
+    except CorruptStoreError as exc:
+        problems.append(f"table {index}'s occupancy bitmap: {exc}")
+        return None
+    return (bitmap, 64 - bits) if epoch == merge_epoch else None

@@ -11,15 +11,23 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 
+from simstore._lmdb import Cursor, Database, Txn
 from simstore.permute import MAX_FINGERPRINT, Table, U64Array
 
 # Compares greater than every 8-byte key: the end bound of the last prefix range.
 PAST_LAST_KEY = b"\xff" * 9
 
 
+#: A table's occupancy bitmap and the shift that gives a key's slot in it, or
+#: ``None`` when the table has no usable bitmap and must always be probed.
+Occupancy = tuple[bytes, int] | None
+
+
 def scan_tables(
-    cursors: Sequence[object],
-    suffix_bits: Sequence[int],
+    txn: Txn,
+    databases: Sequence[Database],
+    cursors: list[Cursor | None],
+    plan: Sequence[tuple[int, Occupancy]],
     permuted: Sequence[int],
     k: int,
     found: dict[int, int],
@@ -27,21 +35,33 @@ def scan_tables(
     """Add every table entry within ``k`` bits of the query to ``found``.
 
     Args:
-        cursors: one LMDB cursor per table, in table order.
-        suffix_bits: bits after each table's prefix.
+        txn: the read transaction.
+        databases: the tables' databases, in table order.
+        cursors: one cursor per table, ``None`` until a probe needs it (and
+            then kept there, so that a batch of queries reuses them).
+        plan: per table, the bits after its prefix and its occupancy bitmap.
         permuted: the query's permuted key in each table.
         k: the largest distance kept.
         found: ``{doc_id: distance}``, updated in place.
     """
-    for cursor, suffix, query_key in zip(cursors, suffix_bits, permuted, strict=True):
+    for index, ((suffix, occupied), query_key) in enumerate(zip(plan, permuted, strict=True)):
+        if occupied is not None:
+            # Most prefixes are empty: a bit test instead of a B-tree descent.
+            bitmap, shift = occupied
+            slot = query_key >> shift
+            if not (bitmap[slot >> 3] >> (slot & 7)) & 1:
+                continue
+        cursor = cursors[index]
+        if cursor is None:
+            cursor = cursors[index] = txn.cursor(databases[index])
         low = (query_key >> suffix) << suffix
         end = low + (1 << suffix)
         end_key = end.to_bytes(8, "big") if end <= MAX_FINGERPRINT else PAST_LAST_KEY
         # Most probes find an empty range: test the first key before paying
         # for an iterator.
-        if not cursor.set_range(low.to_bytes(8, "big")) or cursor.key() >= end_key:  # type: ignore[attr-defined]
+        if not cursor.set_range(low.to_bytes(8, "big")) or cursor.key() >= end_key:
             continue
-        for stored_key, doc_id in cursor:  # type: ignore[attr-defined]
+        for stored_key, doc_id in cursor:
             if stored_key >= end_key:
                 break
             distance = (int.from_bytes(stored_key, "big") ^ query_key).bit_count()

@@ -23,7 +23,7 @@ from typing import Any, NamedTuple, TypeVar
 
 import numpy as np
 
-from simstore import _lmdb
+from simstore import _lmdb, occupancy
 from simstore.batch import BatchMixin
 from simstore.checking import check_store
 from simstore.choose import LayoutRequest, choose_layout, layout_name
@@ -49,12 +49,13 @@ from simstore.format import (
 from simstore.params import DEFAULT_MERGE_THRESHOLD, Options, auto_merge_threshold
 from simstore.permute import (
     Table,
+    TablesPermuter,
     U64Array,
     as_fingerprint_array,
     check_fingerprint,
     validate_k,
 )
-from simstore.query import permute_batch, scan_tables
+from simstore.query import Occupancy, permute_batch, scan_tables
 from simstore.records import (
     Key,
     decode_id,
@@ -252,7 +253,14 @@ class Store(BatchMixin):
         self._handles = handles
         self._tables: tuple[Table, ...] = params.tables
         self._suffix_bits = tuple(table.suffix_bits for table in self._tables)
+        self._permute_all = TablesPermuter(self._tables)
         self._delta = Delta(self._tables)
+        # Per table, (bitmap, shift) of its occupancy bitmap, or None to probe
+        # it always; loaded for the merge epoch in _occupancy_epoch.
+        self._occupancy_epoch = -1
+        self._scan_plan: tuple[tuple[int, Occupancy], ...] = tuple(
+            (suffix, None) for suffix in self._suffix_bits
+        )
         self._meta_raw = bytes(raw_meta)
         self._tabled_docs = 0
         self._tabled_docs_epoch = -1  # no epoch: read the tables' size when needed
@@ -377,6 +385,8 @@ class Store(BatchMixin):
         raw_state = txn.get(STATE_KEY, db=self._handles.meta)
         delta = self._delta
         if raw_state is not None and raw_state == delta.state_bytes:
+            if self._occupancy_epoch != delta.merge_epoch:
+                self._load_occupancy(txn, delta.merge_epoch)
             return delta.state  # the common case: nothing written since
         state = State.decode(raw_state)
         if txn.get(META_KEY, db=self._handles.meta) != self._meta_raw:
@@ -391,7 +401,28 @@ class Store(BatchMixin):
             if cursor.set_range(encode_seq(delta.next_seq)):
                 delta.apply(cursor.iternext())
         delta.adopt(state)
+        if self._occupancy_epoch != state.merge_epoch:
+            self._load_occupancy(txn, state.merge_epoch)
         return state
+
+    def _load_occupancy(self, txn: _lmdb.Txn, merge_epoch: int) -> None:
+        """Read every table's occupancy bitmap, trusting only those written at
+        ``merge_epoch`` (see :mod:`simstore.occupancy`)."""
+        loaded: list[Occupancy] = []
+        for index in range(len(self._tables)):
+            raw = txn.get(occupancy.record_key(self._params.generation, index), db=self._handles.meta)
+            entry: Occupancy = None
+            if raw is not None:
+                try:
+                    bits, epoch, bitmap = occupancy.decode(raw)
+                except CorruptStoreError:
+                    pass  # an unreadable bitmap only costs probes; check() reports it
+                else:
+                    if epoch == merge_epoch:
+                        entry = (bitmap, 64 - bits)
+            loaded.append(entry)
+        self._scan_plan = tuple(zip(self._suffix_bits, loaded, strict=True))
+        self._occupancy_epoch = merge_epoch
 
     class _Reading:
         """The read context: lock, fresh snapshot, delta in step with it.
@@ -732,7 +763,7 @@ class Store(BatchMixin):
                 carried_ids, carried_fps = carried_ids[kept], carried_fps[kept]
             all_ids = np.concatenate([carried_ids, placed_ids])
             all_fps = np.concatenate([carried_fps, placed_fps])
-            self._write_tables(txn, all_ids, all_fps)
+            self._write_tables(txn, all_ids, all_fps, state.merge_epoch)
             txn.drop(handles.delta, delete=False)
             merged = State(next_id, state.next_seq, state.merge_epoch + 1)
             return None, merged, _Change([], [], merged=True)
@@ -818,7 +849,7 @@ class Store(BatchMixin):
             if not count:
                 return 0, state, _Change([], [])
             doc_ids, fingerprints = self._delta.arrays()
-            self._write_tables(txn, doc_ids, fingerprints)
+            self._write_tables(txn, doc_ids, fingerprints, state.merge_epoch)
             txn.drop(self._handles.delta, delete=False)
             return (
                 count,
@@ -862,9 +893,12 @@ class Store(BatchMixin):
             databases = self._env.create_tables(txn, len(tables), generation)
             doc_ids, fingerprints = self._all_documents(txn)
             if len(doc_ids):
-                self._write_tables(txn, doc_ids, fingerprints, target=(tables, databases))
-            for db in self._handles.tables:
+                self._write_tables(
+                    txn, doc_ids, fingerprints, state.merge_epoch, target=(tables, databases, generation)
+                )
+            for index, db in enumerate(self._handles.tables):
                 txn.drop(db, delete=True)
+                txn.delete(occupancy.record_key(self._params.generation, index), db=self._handles.meta)
             txn.drop(self._handles.delta, delete=False)
             params = StoredParams(
                 k=chosen_k,
@@ -964,17 +998,25 @@ class Store(BatchMixin):
         txn: _lmdb.Txn,
         doc_ids: U64Array,
         fingerprints: U64Array,
-        target: tuple[tuple[Table, ...], list[_lmdb.Database]] | None = None,
+        merge_epoch: int,
+        target: tuple[tuple[Table, ...], list[_lmdb.Database], int] | None = None,
     ) -> None:
-        """Insert documents into every table in one sorted pass per table.
+        """Insert documents into every table in one sorted pass per table, and
+        bring the tables' occupancy bitmaps up to date.
 
-        ``target`` names other ``(tables, databases)`` than the store's own
-        (a re-layout fills a new set beside the old one).
+        ``merge_epoch`` is the stored state's epoch; the caller's commit must
+        move it on by exactly one, which the bitmaps are stamped with.
+        ``target`` names other ``(tables, databases, generation)`` than the
+        store's own (a re-layout fills a new set beside the old one).
         """
         count = len(doc_ids)
         big_endian_ids = doc_ids.astype(">u8")
-        tables, databases = target if target is not None else (self._tables, self._handles.tables)
-        for table, db in zip(tables, databases, strict=True):
+        if target is None:
+            tables, databases, generation = self._tables, self._handles.tables, self._params.generation
+        else:
+            tables, databases, generation = target
+        every_fingerprint: list[U64Array] = []
+        for index, (table, db) in enumerate(zip(tables, databases, strict=True)):
             permuted = table.permute_array(fingerprints)
             order = sorted_order(permuted, doc_ids)
             key_bytes = permuted[order].astype(">u8").view("V8").tolist()
@@ -987,6 +1029,51 @@ class Store(BatchMixin):
                 raise CorruptStoreError(
                     f"table {table!r} accepted {added} of {count} entries; the store may be damaged"
                 )
+            where = (generation, index)
+            self._write_occupancy(txn, where, table, db, permuted, empty, every_fingerprint, merge_epoch)
+
+    def _write_occupancy(
+        self,
+        txn: _lmdb.Txn,
+        where: tuple[int, int],
+        table: Table,
+        db: _lmdb.Database,
+        added: U64Array,
+        added_all: bool,
+        every_fingerprint: list[U64Array],
+        merge_epoch: int,
+    ) -> None:
+        """Mark the permuted keys just ``added`` to a table in its bitmap,
+        stamped ``merge_epoch + 1``. A stored bitmap that is missing, stale,
+        damaged or too small for the table's size is rebuilt: from ``added``
+        when ``added_all`` (the table held nothing else), else from every
+        document's fingerprint (a superset of the table's keys), read into
+        ``every_fingerprint`` at most once per write. ``where`` is
+        ``(generation, table index)``."""
+        meta = self._handles.meta
+        record_key = occupancy.record_key(*where)
+        bits = occupancy.bits_for(int(txn.stat(db)["entries"]), table.prefix_bits)
+        bitmap = None
+        raw = txn.get(record_key, db=meta)
+        if raw is not None:
+            try:
+                stored_bits, epoch, body = occupancy.decode(raw)
+            except CorruptStoreError:
+                pass  # rebuilt below
+            else:
+                if epoch == merge_epoch and stored_bits >= bits:
+                    bits = stored_bits
+                    bitmap = np.frombuffer(body, dtype=np.uint8).copy()
+                    occupancy.mark(bitmap, bits, added)
+        if bitmap is None:
+            if added_all:
+                every_key = added
+            else:
+                if not every_fingerprint:  # read once for all the tables of this write
+                    every_fingerprint.append(self._all_documents(txn)[1])
+                every_key = table.permute_array(every_fingerprint[0])
+            bitmap = occupancy.built(bits, every_key)
+        txn.put(record_key, occupancy.encode(bitmap, bits, merge_epoch + 1), db=meta)
 
     def _delete_from_tables(self, txn: _lmdb.Txn, doc_id: int, fingerprint: int) -> None:
         id_bytes = encode_id(doc_id)
@@ -1039,7 +1126,7 @@ class Store(BatchMixin):
         k = self._check_k(k)
         with self._read() as txn:
             # Permute inside the read: it may have adopted another process's new layout.
-            permuted = [table.permute(query) for table in self._tables]
+            permuted = self._permute_all(query)
             return self._resolve(txn, self._find(txn, permuted, query, k), with_meta)
 
     def query_many(
@@ -1064,18 +1151,18 @@ class Store(BatchMixin):
         results: list[list[Match]] = []
         with self._read() as txn:
             permuted_rows = permute_batch(self._tables, queries)
-            cursors = [txn.cursor(db) for db in self._handles.tables]
+            cursors: list[_lmdb.Cursor | None] = [None] * len(self._tables)
             for query, permuted in zip(queries.tolist(), permuted_rows, strict=True):
                 found = self._delta.matches(permuted, query, k)
-                scan_tables(cursors, self._suffix_bits, permuted, k, found)
+                scan_tables(txn, self._handles.tables, cursors, self._scan_plan, permuted, k, found)
                 results.append(self._resolve(txn, found, with_meta))
         return results
 
     def _find(self, txn: _lmdb.Txn, permuted: list[int], query: int, k: int) -> dict[int, int]:
         """``{doc_id: distance}`` of everything within ``k`` bits, delta included."""
         found = self._delta.matches(permuted, query, k)
-        cursors = [txn.cursor(db) for db in self._handles.tables]
-        scan_tables(cursors, self._suffix_bits, permuted, k, found)
+        cursors: list[_lmdb.Cursor | None] = [None] * len(self._tables)
+        scan_tables(txn, self._handles.tables, cursors, self._scan_plan, permuted, k, found)
         return found
 
     def _resolve(self, txn: _lmdb.Txn, found: dict[int, int], with_meta: bool = False) -> list[Match]:

@@ -10,6 +10,7 @@ from __future__ import annotations
 import json
 import os
 import shutil
+import signal
 from collections.abc import Callable
 from pathlib import Path
 from typing import Any
@@ -24,13 +25,23 @@ import simstore
 from .conftest import COUNTS, Worker, Zygote, file_digest
 
 
-def probe(zygote: Zygote, path: str, modes: str = "r", cli: bool = False) -> list[dict[str, Any]]:
+def probe(
+    zygote: Zygote, path: str, modes: str = "r", cli: bool = False, allow_lmdb_abort: bool = False
+) -> list[dict[str, Any]]:
     """Open, check and query ``path`` in a forked child, once per mode, then (with
     ``cli``) run `simstore check` there; the child's reports, after asserting it did
-    not crash."""
+    not crash. With ``allow_lmdb_abort``, a child ended by an LMDB assertion (SIGABRT)
+    returns no reports instead."""
     log = path + ".probe.log"
     worker = Worker({"worker": "probe_file", "path": path, "modes": modes, "cli": cli, "log": log}, zygote)
     code = worker.join()
+    if allow_lmdb_abort and code == -signal.SIGABRT:
+        errors = worker.errors()
+        assert "mdb.c" in errors, errors[-800:]
+        assert "Assertion" in errors, errors[-800:]
+        os.remove(log)
+        os.remove(log + ".err")
+        return []
     assert code == 0, f"the child died ({code}): {worker.errors()[-800:]}"
     COUNTS["corrupt_files_probed"] += len(modes)
     reports = [json.loads(line) for line in worker.lines()]
@@ -317,50 +328,33 @@ def damage_randomly(path: str, seed: int) -> None:
             handle.write(rng.bytes(int(rng.integers(1, 16))))
 
 
-@pytest.mark.parametrize(
-    "seed",
-    [
-        *range(7),
-        pytest.param(
-            7,
-            marks=pytest.mark.xfail(
-                reason="LMDB limitation: this damage makes LMDB abort the process (SIGABRT, "
-                "assertion 'IS_LEAF' failed in mdb_cursor_first) while check() walks a table; "
-                "`simstore check` survives it (test_simstore_check_reports_damage_that_aborts_lmdb)",
-                strict=True,
-            ),
-        ),
-        *range(8, 12),
-    ],
-)
+@pytest.mark.parametrize("seed", range(12))
 def test_random_byte_damage_never_crashes(zygote: Zygote, good_store: str, seed: int) -> None:
-    """Random bytes overwritten anywhere past the LMDB header (B-tree pages, records): the
-    store may open, open and report problems, or be refused, but the process never
-    crashes or hangs. (LMDB has no page checksums, so damage inside a value can go
-    unnoticed until check() compares records and tables.)"""
+    """Random bytes overwritten anywhere past the LMDB header (B-tree pages, records).
+
+    In the process that reads the file, the store may open, open and report problems,
+    or be refused; the one other outcome allowed is LMDB's own abort (SIGABRT on an
+    assertion in mdb.c) when a read meets a page damaged in certain ways: LMDB keeps no
+    page checksums and asserts in C, which simstore cannot catch (NOTES.md, bug 9).
+    Never a segfault, a bus error or a hang. `simstore check` must survive every seed:
+    it walks the tables in a child process and reports the damage."""
     damage_randomly(good_store, seed)
     before = file_digest(good_store)
-    (report,) = probe(zygote, good_store, "r")
-    assert report["outcome"] in ("opened", "error")
-    if report["outcome"] == "error":
-        assert report["type"] in ("CorruptStoreError", "NotAStoreError", "SimstoreError"), report
-    assert file_digest(good_store) == before
-    COUNTS["corrupt_bitflip_outcome:" + report["outcome"]] += 1
-
-
-def test_simstore_check_reports_damage_that_aborts_lmdb(zygote: Zygote, good_store: str) -> None:
-    """Seed 7's damage makes LMDB abort any process that walks the damaged table (the
-    expected failure above: LMDB has no page checksums and asserts). `simstore check`
-    walks the tables in a child process, so it reports the damage (exit status 1, no
-    traceback) instead of dying of it."""
-    damage_randomly(good_store, 7)
-    before = file_digest(good_store)
+    reports = probe(zygote, good_store, "r", allow_lmdb_abort=True)
+    if reports:
+        (report,) = reports
+        assert report["outcome"] in ("opened", "error")
+        if report["outcome"] == "error":
+            assert report["type"] in ("CorruptStoreError", "NotAStoreError", "SimstoreError"), report
+        COUNTS["corrupt_bitflip_outcome:" + report["outcome"]] += 1
+    else:
+        COUNTS["corrupt_bitflip_outcome:lmdb_abort"] += 1
     (checked,) = probe(zygote, good_store, modes="", cli=True)
-    assert checked["cli"] == 1, checked
-    assert "damaged" in checked["stdout"], checked
-    assert "SIGABRT" in checked["stdout"], checked
-    assert checked["stderr"].startswith("simstore: error:"), checked
+    assert checked["cli"] in (0, 1), checked
     assert "Traceback" not in checked["stderr"]
+    if not reports:  # the damage that aborted a reader is reported, not died of
+        assert checked["cli"] == 1, checked
+        assert "damaged" in checked["stdout"], checked
     assert file_digest(good_store) == before
 
 
