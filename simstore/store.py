@@ -949,10 +949,15 @@ class Store(BatchMixin):
                 # and ran again from the start after the map grew (measured).
                 page_size = self._env.page_size()
                 with self._read() as txn:
-                    for db in self._handles.tables:
+                    for db, layout_table in zip(self._handles.tables, self._tables, strict=True):
                         table = txn.stat(db)
                         touched = min(int(table["leaf_pages"]), documents) + int(table["branch_pages"])
                         estimate += 2 * touched * page_size
+                        # The table's occupancy bitmap is rewritten whole.
+                        bits = occupancy.bits_for(int(table["entries"]) + documents, layout_table.prefix_bits)
+                        estimate += 2 * (1 << bits) // 8
+            elif documents:
+                estimate += 2 * table_count * (1 << occupancy.MAX_BITS) // 8
             self._env.reserve(estimate)
 
     def _merge_if_due(self) -> None:
