@@ -967,7 +967,10 @@ class Store(BatchMixin):
         space must not make it look failed: the documents stay in the durable
         delta, queries still find them, and a later merge picks them up.
         """
-        if len(self._delta) >= self._current_merge_threshold():
+        count = len(self._delta)
+        if self._options.merge_threshold is None and count < DEFAULT_MERGE_THRESHOLD:
+            return  # below the automatic threshold's floor: no need to read the tables' size
+        if count >= self._current_merge_threshold():
             try:
                 self.merge()
             except StoreFullError as exc:
@@ -987,8 +990,6 @@ class Store(BatchMixin):
         explicit = self._options.merge_threshold
         if explicit is not None:
             return explicit
-        if len(self._delta) < DEFAULT_MERGE_THRESHOLD:
-            return DEFAULT_MERGE_THRESHOLD  # the floor: no need to read the tables' size
         epoch = self._delta.merge_epoch
         if self._tabled_docs_epoch != epoch:
             # The tables change size only in merges (and slightly in removals),

@@ -252,6 +252,7 @@ def test_the_automatic_threshold_grows_with_the_tables(
         assert store.stats().delta_docs == 0
         store.add_many(range(10, 810), rng.integers(0, 2**64, size=800, dtype=np.uint64))
         assert store.stats().table_entries[0] == 810  # a batch past the threshold goes straight in
+        assert store._current_merge_threshold() == 101  # what bench_online reports
         for key in range(810, 810 + 100):  # 810 // 8 = 101
             store.add(key, fingerprint=int(rng.integers(0, 2**63)))
         assert store.stats().delta_docs == 100
