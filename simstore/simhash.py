@@ -92,6 +92,18 @@ __all__ = [
 ALGORITHM = "simstore-text-simhash-1"
 #: The feature hash: XXH3 64-bit over the feature's UTF-8 bytes.
 FEATURE_HASH = "xxh3_64"
+#: The settings of format-1 stores whose meta records none (made before
+#: settings were recorded): frozen here, so that a change of the defaults can
+#: never silently change how such a store fingerprints text.
+UNRECORDED_SETTINGS: dict[str, object] = {
+    "algorithm": "simstore-text-simhash-1",
+    "hash": "xxh3_64",
+    "seed": 0,
+    "ngrams": [1, 2],
+    "weighting": "log",
+    "top_n": None,
+    "hmm": True,
+}
 #: Fewer distinct features than this gives a :class:`ShortTextWarning`.
 SHORT_TEXT_FEATURES = 8
 

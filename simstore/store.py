@@ -69,7 +69,7 @@ from simstore.records import (
     unpack_key,
     unpack_meta,
 )
-from simstore.simhash import Fingerprinter
+from simstore.simhash import UNRECORDED_SETTINGS, Fingerprinter
 from simstore.skew import Degenerate, TableSkew, degenerate_fingerprints, table_skew
 from simstore.text import segmenter_info
 
@@ -530,7 +530,7 @@ class Store(BatchMixin):
         """The text fingerprinter whose settings are stored in the file."""
         if self._fingerprinter is None:
             stored = self._params.fingerprinter
-            fingerprinter = Fingerprinter() if stored is None else Fingerprinter.from_settings(stored)
+            fingerprinter = Fingerprinter.from_settings(UNRECORDED_SETTINGS if stored is None else stored)
             self._warn_if_segmenter_changed()
             self._fingerprinter = fingerprinter
         return self._fingerprinter

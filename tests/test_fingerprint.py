@@ -557,3 +557,12 @@ def test_reopened_store_fingerprints_with_its_recorded_settings(store_path: str)
         [sys.executable, "-c", code, store_path, text], capture_output=True, text=True, check=True
     )
     assert out.stdout.split() == ["binary", "0"]
+
+
+def test_unrecorded_settings_are_frozen_to_the_first_defaults() -> None:
+    """A store whose meta records no fingerprinter settings fingerprints with the
+    frozen format-1 settings, which are today's defaults; if the defaults ever change,
+    this test fails and the frozen settings must stay as they are."""
+    from simstore.simhash import UNRECORDED_SETTINGS, Fingerprinter
+
+    assert Fingerprinter.from_settings(UNRECORDED_SETTINGS) == Fingerprinter()
