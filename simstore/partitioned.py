@@ -105,20 +105,24 @@ def bucket_pairs(entries: pd.DataFrame, tables: Sequence[Table], k: int) -> pd.D
     :func:`simstore.pairs.run_pairs`.
     """
     masks = prefix_masks(tables)
-    table_column = entries["table"].to_numpy()
+    order = _table_prefix_order(entries, tables)
+    table_column = entries["table"].to_numpy()[order]
+    prefixes = entries["prefix"].to_numpy()[order]
+    row_positions = entries["position"].to_numpy()[order]
+    fingerprints = entries["fingerprint"].to_numpy()[order]
+    # One pass over all entries sorted by (table, prefix): each table is one slice.
+    bounds = np.flatnonzero(np.r_[True, table_column[1:] != table_column[:-1], True])
     found_a: list[IntArray] = []
     found_b: list[IntArray] = []
     found_distance: list[np.ndarray] = []
-    for table_number in np.unique(table_column).tolist():
-        rows = table_column == table_number
-        prefixes = entries["prefix"].to_numpy()[rows]
-        row_positions = entries["position"].to_numpy()[rows]
-        fingerprints = entries["fingerprint"].to_numpy()[rows]
-        order = np.lexsort((row_positions, prefixes))
-        prefixes, row_positions, fingerprints = prefixes[order], row_positions[order], fingerprints[order]
-        for left, right, distance in run_pairs(prefixes, fingerprints, k, masks[:table_number]):
-            found_a.append(np.minimum(row_positions[left], row_positions[right]))
-            found_b.append(np.maximum(row_positions[left], row_positions[right]))
+    for start, end in zip(bounds[:-1].tolist(), bounds[1:].tolist(), strict=True):
+        table_number = int(table_column[start])
+        positions_here = row_positions[start:end]
+        for left, right, distance in run_pairs(
+            prefixes[start:end], fingerprints[start:end], k, masks[:table_number]
+        ):
+            found_a.append(np.minimum(positions_here[left], positions_here[right]))
+            found_b.append(np.maximum(positions_here[left], positions_here[right]))
             found_distance.append(distance)
     if not found_a:
         return empty_frame(PAIR_COLUMNS)
@@ -129,6 +133,32 @@ def bucket_pairs(entries: pd.DataFrame, tables: Sequence[Table], k: int) -> pd.D
             "distance": np.concatenate(found_distance).astype(np.uint8),
         }
     )
+
+
+def _table_prefix_order(entries: pd.DataFrame, tables: Sequence[Table]) -> IntArray:
+    """The entries' order by (table, prefix).
+
+    Packing (table, prefix, row) into one uint64 and sorting values is ~8x
+    faster than ``np.lexsort`` over the columns (measured on the shape of a
+    10M-document run); a layout whose prefixes are too long to pack falls
+    back to lexsort.
+    """
+    count = len(entries)
+    table_column = entries["table"].to_numpy()
+    prefixes = entries["prefix"].to_numpy()
+    prefix_bits = max(table.prefix_bits for table in tables)
+    row_bits = max(1, int(count - 1).bit_length())
+    table_bits = max(1, int(len(tables) - 1).bit_length())
+    if table_bits + prefix_bits + row_bits > 64:
+        by_columns: IntArray = np.lexsort((prefixes, table_column)).astype(np.int64)
+        return by_columns
+    packed = (table_column.astype(np.uint64) << np.uint64(prefix_bits + row_bits)) | (
+        prefixes << np.uint64(row_bits)
+    )
+    packed |= np.arange(count, dtype=np.uint64)
+    packed.sort()
+    by_packed: IntArray = (packed & np.uint64((1 << row_bits) - 1)).astype(np.int64)
+    return by_packed
 
 
 def sorted_distinct(values: IntArray) -> IntArray:
