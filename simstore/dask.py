@@ -43,6 +43,8 @@ try:
 except ImportError as exc:  # pragma: no cover - exercised only without the extra
     raise ImportError("simstore.dask needs Dask: pip install 'simstore[dask]'") from exc
 
+import numpy as np
+
 from simstore.batch import KEEP_POLICIES, KeepPolicy
 from simstore.choose import DEFAULT_K, LayoutRequest, choose_layout
 from simstore.errors import InvalidTypeError, InvalidValueError
@@ -54,6 +56,7 @@ from simstore.partitioned import (
     ENTRY_COLUMNS,
     FOREST_COLUMNS,
     PAIR_COLUMNS,
+    ROW_BITS,
     bucket_pairs,
     checked_fingerprints,
     combine_forests,
@@ -179,22 +182,62 @@ def near_duplicate_pairs(
     _check_columns(ddf, [key_column, fingerprint_column])
     positioned = _positioned(ddf, {fingerprint_column: "fingerprint"})
     found = _position_pairs(positioned, tables, k, _shuffle_partitions(ddf, tables, npartitions))
-    keyed = _positioned(ddf, {key_column: "key"})
-    with_a = found.merge(keyed.rename(columns={"position": "position_a", "key": "key_a"}), on="position_a")
-    with_b = with_a.merge(keyed.rename(columns={"position": "position_b", "key": "key_b"}), on="position_b")
-    return with_b[["key_a", "key_b", "distance"]].map_partitions(
-        _unpack_pair_keys, meta=empty_frame(_PAIRS_META)
+    keys = ddf[[key_column]]
+    with_a = _route_to_rows(found, "position_a", keys, key_column, "key_a", packed=True)
+    with_b = _route_to_rows(with_a, "position_b", keys, key_column, "key_b", packed=False)
+    return with_b.map_partitions(_finish_pairs, meta=empty_frame(_PAIRS_META))
+
+
+def _route_to_rows(
+    pairs: dd.DataFrame, position_column: str, keys: dd.DataFrame, key_column: str, name: str, *, packed: bool
+) -> dd.DataFrame:
+    """``pairs`` with the key of the row at ``position_column`` added as ``name``.
+
+    A position names its input partition (``position >> ROW_BITS``), so the
+    pairs (few) travel to the partitions holding their rows, where each key
+    is one array lookup; the keys (every row) never move. ``packed`` keeps
+    the key msgpack-encoded for a shuffle still to come.
+    """
+    partitions = int(keys.npartitions)
+    routed = pairs.assign(partition=pairs[position_column] // (1 << ROW_BITS)).set_index(
+        "partition", divisions=list(range(partitions + 1))
+    )
+    meta = pairs._meta.assign(**{name: pd.Series(dtype=object)})
+    return dd.map_partitions(
+        _look_up_keys,
+        routed,
+        keys,
+        position_column,
+        key_column,
+        name,
+        packed,
+        meta=meta,
+        align_dataframes=False,
     )
 
 
-def _unpack_pair_keys(pairs: pd.DataFrame) -> pd.DataFrame:
+def _look_up_keys(
+    pairs: pd.DataFrame, keys: pd.DataFrame, position_column: str, key_column: str, name: str, packed: bool
+) -> pd.DataFrame:
+    rows = (pairs[position_column].to_numpy() & ((1 << ROW_BITS) - 1)).astype(np.int64)
+    found = keys[key_column].to_numpy(dtype=object)[rows]
+    values = pack_keys(pd.Series(found, dtype=object)) if packed else pd.Series(found, dtype=object)
+    return pairs.reset_index(drop=True).assign(**{name: values.to_numpy(dtype=object)})
+
+
+def _finish_pairs(pairs: pd.DataFrame) -> pd.DataFrame:
     return pd.DataFrame(
         {
             "key_a": pd.Series(unpack_keys(pairs["key_a"]), dtype=object),
-            "key_b": pd.Series(unpack_keys(pairs["key_b"]), dtype=object),
+            "key_b": pd.Series([_plain_key(key) for key in pairs["key_b"].tolist()], dtype=object),
             "distance": pairs["distance"].to_numpy(dtype="uint8"),
         }
     )
+
+
+def _plain_key(key: Any) -> Any:
+    """A key as the store would give it back (numpy ints as Python ints)."""
+    return key.item() if isinstance(key, np.generic) else key
 
 
 def _position_pairs(
