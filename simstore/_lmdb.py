@@ -159,6 +159,8 @@ class Environment:
             self._drop_new_lock(lock_existed)
             raise translate(exc, path) from exc
         self._lock_existed = lock_existed
+        self._psize = 0  # the page size, read once
+        self._known_size = 0  # bytes the data file is known to hold at least
         self._check_not_truncated(file_size)
         # A killed process leaves its reader slot behind; reclaim such slots
         # now, or enough kills would make every later open fail.
@@ -201,7 +203,9 @@ class Environment:
 
     def _pages_needed(self) -> int:
         """Bytes the last committed meta page says the file spans."""
-        return (int(self.env.info()["last_pgno"]) + 1) * int(self.env.stat()["psize"])
+        if not self._psize:
+            self._psize = int(self.env.stat()["psize"])
+        return (int(self.env.info()["last_pgno"]) + 1) * self._psize
 
     def _pad_to_last_page(self) -> None:
         """Extend the file to the pages the commit just made claims.
@@ -214,8 +218,13 @@ class Environment:
         shorter than its pages" meaning "truncated" for the check above.
         """
         needed = self._pages_needed()
-        if os.path.getsize(self.path) < needed:
+        if needed <= self._known_size:
+            return  # the common case, for ~1 µs: LMDB never shrinks the file
+        size = os.path.getsize(self.path)
+        if size < needed:
             os.truncate(self.path, needed)
+            size = needed
+        self._known_size = size
 
     def fail_open(self) -> None:
         """Close after an open that found a foreign file, removing the lock
