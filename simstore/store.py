@@ -1063,13 +1063,13 @@ class Store(BatchMixin):
         raw = txn.get(record_key, db=meta)
         if raw is not None:
             try:
-                stored_bits, epoch, body = occupancy.decode(raw)
+                stored_bits, epoch, stored = occupancy.decode(raw)
             except CorruptStoreError:
                 pass  # rebuilt below
             else:
                 if epoch == merge_epoch and stored_bits >= bits:
                     bits = stored_bits
-                    bitmap = np.frombuffer(body, dtype=np.uint8).copy()
+                    bitmap = occupancy.as_array(stored, bits)
                     occupancy.mark(bitmap, bits, added)
         if bitmap is None:
             if added_all:

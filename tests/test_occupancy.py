@@ -48,13 +48,14 @@ def test_sizing_keeps_bitmaps_sparse() -> None:
 def test_records_round_trip_and_refuse_damage() -> None:
     bitmap = occupancy.built(12, np.array([1 << 63], dtype=np.uint64))
     raw = occupancy.encode(bitmap, 12, 77)
-    assert occupancy.decode(raw) == (12, 77, bitmap.tobytes())
+    assert occupancy.decode(raw) == (12, 77, raw)
+    assert raw.startswith(bitmap.tobytes())  # the record is the bitmap, then its trailer
     with pytest.raises(CorruptStoreError):
         occupancy.decode(raw[:-1])
     with pytest.raises(CorruptStoreError):
         occupancy.decode(raw[:4])
     with pytest.raises(CorruptStoreError):
-        occupancy.decode(bytes([40]) + raw[1:])
+        occupancy.decode(raw[:-9] + bytes([40]) + raw[-8:])
     assert occupancy.record_key(3, 7) == b"occupancy:3:007"
 
 
