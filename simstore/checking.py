@@ -90,11 +90,8 @@ def _trusted_bitmap(
     (stamped with the current merge epoch), else ``None``; a damaged record
     is a problem."""
     raw = txn.get(occupancy.record_key(store._params.generation, index), db=store._handles.meta)
-    if raw is None:
-        return None
     try:
-        bits, epoch, bitmap = occupancy.decode(raw)
+        return occupancy.trusted(raw, merge_epoch)
     except CorruptStoreError as exc:
         problems.append(f"table {index}'s occupancy bitmap: {exc}")
         return None
-    return (bitmap, 64 - bits) if epoch == merge_epoch else None

@@ -63,6 +63,7 @@ from simstore.partitioned import (
     empty_frame,
     pack_keys,
     pairs_forest,
+    plain_key,
     plain_value,
     positions,
     representatives,
@@ -229,15 +230,10 @@ def _finish_pairs(pairs: pd.DataFrame) -> pd.DataFrame:
     return pd.DataFrame(
         {
             "key_a": pd.Series(unpack_keys(pairs["key_a"]), dtype=object),
-            "key_b": pd.Series([_plain_key(key) for key in pairs["key_b"].tolist()], dtype=object),
+            "key_b": pd.Series([plain_key(key) for key in pairs["key_b"].tolist()], dtype=object),
             "distance": pairs["distance"].to_numpy(dtype="uint8"),
         }
     )
-
-
-def _plain_key(key: Any) -> Any:
-    """A key as the store would give it back (numpy ints as Python ints)."""
-    return key.item() if isinstance(key, np.generic) else key
 
 
 def _position_pairs(

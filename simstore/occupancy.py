@@ -123,6 +123,16 @@ def decode(raw: bytes) -> tuple[int, int, bytes]:
     return bits, merge_epoch, raw
 
 
+def trusted(raw: bytes | None, merge_epoch: int) -> tuple[bytes, int] | None:
+    """``(bitmap, shift)`` of a stored record that queries may trust (written
+    at ``merge_epoch``), or ``None``: no record, or one another writer left
+    behind. Raises :class:`CorruptStoreError` for a damaged record."""
+    if raw is None:
+        return None
+    bits, epoch, bitmap = decode(raw)
+    return (bitmap, FINGERPRINT_BITS - bits) if epoch == merge_epoch else None
+
+
 def bitmap_bytes(bits: int) -> int:
     """Bytes of a bitmap of ``2**bits`` bits."""
     return max(1, (1 << bits) // 8)

@@ -66,8 +66,13 @@ def pack_keys(keys: pd.Series) -> pd.Series:
     """Keys as their msgpack encoding, the store's own: bytes, one type that
     Arrow (and so Dask's shuffle) carries whatever mix of str, bytes and int
     the keys are, and that decodes back to exactly the keys given."""
-    packed = [pack_key(key.item() if isinstance(key, np.generic) else key) for key in keys.tolist()]
+    packed = [pack_key(plain_key(key)) for key in keys.tolist()]
     return pd.Series(packed, index=keys.index, dtype=object)
+
+
+def plain_key(key: Any) -> Any:
+    """A key as the store would give it back (numpy ints as Python ints)."""
+    return key.item() if isinstance(key, np.generic) else key
 
 
 def unpack_keys(packed: pd.Series) -> list[Key]:

@@ -11,6 +11,7 @@ the snapshot before any table is consulted.
 
 from __future__ import annotations
 
+import contextlib
 import os
 import threading
 import time
@@ -412,14 +413,8 @@ class Store(BatchMixin):
         for index in range(len(self._tables)):
             raw = txn.get(occupancy.record_key(self._params.generation, index), db=self._handles.meta)
             entry: Occupancy = None
-            if raw is not None:
-                try:
-                    bits, epoch, bitmap = occupancy.decode(raw)
-                except CorruptStoreError:
-                    pass  # an unreadable bitmap only costs probes; check() reports it
-                else:
-                    if epoch == merge_epoch:
-                        entry = (bitmap, 64 - bits)
+            with contextlib.suppress(CorruptStoreError):  # it only costs probes; check() reports it
+                entry = occupancy.trusted(raw, merge_epoch)
             loaded.append(entry)
         self._scan_plan = tuple(zip(self._suffix_bits, loaded, strict=True))
         self._occupancy_epoch = merge_epoch
@@ -625,7 +620,7 @@ class Store(BatchMixin):
         packed_meta = pack_meta(meta)
 
         def body(txn: _lmdb.Txn, state: State) -> tuple[list[Match], State, _Change]:
-            permuted = [table.permute(fp) for table in self._tables]
+            permuted = self._permute_all(fp)
             found = self._find(txn, permuted, fp, k)
             if found:
                 return self._resolve(txn, found, with_meta), state, _Change([], [])
