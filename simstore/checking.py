@@ -62,13 +62,19 @@ def check_store(store: Store) -> list[str]:
         }
         for index, (table, db) in enumerate(zip(store._tables, handles.tables, strict=True)):
             seen: set[int] = set()
-            bitmap = _trusted_bitmap(store, txn, index, state.merge_epoch, problems)
+            bitmaps = _trusted_bitmaps(store, txn, index, state.merge_epoch, problems)
+            previous_slot = -1
             for permuted_bytes, id_bytes in txn.cursor(db):
                 doc_id = decode_id(id_bytes)
-                if bitmap is not None and not occupancy.may_hold(
-                    bitmap[0], bitmap[1], int.from_bytes(permuted_bytes, "big")
-                ):
-                    problems.append(f"table {index}'s occupancy bitmap lacks the prefix of document {doc_id}")
+                if bitmaps is not None:
+                    bitmap, crowded, shift = bitmaps
+                    slot = int.from_bytes(permuted_bytes, "big") >> shift
+                    if not occupancy.is_set(bitmap, slot):
+                        problems.append(f"table {index}'s occupancy bitmap lacks document {doc_id}'s slot")
+                    # Keys come sorted, so a slot's entries are adjacent.
+                    if crowded is not None and slot == previous_slot and not occupancy.is_set(crowded, slot):
+                        problems.append(f"table {index}'s crowded bitmap lacks document {doc_id}'s slot")
+                    previous_slot = slot
                 expected = expected_in_tables.get(doc_id)
                 if expected is None:
                     problems.append(f"table {index} holds document {doc_id}, which should not be there")
@@ -83,15 +89,13 @@ def check_store(store: Store) -> list[str]:
     return problems
 
 
-def _trusted_bitmap(
+def _trusted_bitmaps(
     store: Store, txn: _lmdb.Txn, index: int, merge_epoch: int, problems: list[str]
-) -> tuple[bytes, int] | None:
-    """Table ``index``'s occupancy bitmap and shift if queries would trust it
-    (stamped with the current merge epoch), else ``None``; a damaged record
-    is a problem."""
-    raw = txn.get(occupancy.record_key(store._params.generation, index), db=store._handles.meta)
+) -> tuple[bytes, bytes | None, int] | None:
+    """Table ``index``'s bitmaps as queries would trust them (see
+    :func:`occupancy.trusted_pair`); a damaged record is a problem."""
     try:
-        return occupancy.trusted(raw, merge_epoch)
+        return occupancy.trusted_pair(store._stored_bitmaps(txn, index), merge_epoch)
     except CorruptStoreError as exc:
-        problems.append(f"table {index}'s occupancy bitmap: {exc}")
+        problems.append(f"table {index}'s bitmaps: {exc}")
         return None

@@ -18,16 +18,45 @@ from simstore.permute import MAX_FINGERPRINT, Table, U64Array
 PAST_LAST_KEY = b"\xff" * 9
 
 
-#: A table's occupancy bitmap and the shift that gives a key's slot in it, or
-#: ``None`` when the table has no usable bitmap and must always be probed.
-Occupancy = tuple[bytes, int] | None
+#: Per table, the bits after its prefix and, when it has trusted bitmaps,
+#: ``(occupancy bitmap, crowded bitmap or None, shift, slot masks)``: a key's
+#: slot in the bitmaps is ``key >> shift``, and ``slot masks[a]`` is the bits
+#: of that slot seen in table ``a``'s permuted keys.
+TableScan = tuple[int, tuple[bytes, bytes | None, int, tuple[int, ...]] | None]
+ScanPlan = tuple[TableScan, ...]
+
+# Entries examined in one query that later probes may be skipped for; past
+# this many (a big bucket) the rest are not remembered, which only costs probes.
+SEEN_LIMIT = 16
+
+
+def scan_plan(tables: Sequence[Table], bitmaps: Sequence[tuple[bytes, bytes | None, int] | None]) -> ScanPlan:
+    """The :data:`ScanPlan` of ``tables`` given each one's trusted bitmaps
+    (``(bitmap, crowded, shift)`` or ``None``).
+
+    >>> from simstore.permute import one_level_tables
+    >>> tables = one_level_tables(3, 5)
+    >>> plan = scan_plan(tables, [(b"", None, 40)] + [None] * 9)
+    >>> plan[0][1][3][0] == MAX_FINGERPRINT >> 40 << 40, plan[1]
+    (True, (38, None))
+    """
+    plan: list[TableScan] = []
+    for table, entry in zip(tables, bitmaps, strict=True):
+        if entry is None:
+            plan.append((table.suffix_bits, None))
+            continue
+        bitmap, crowded, shift = entry
+        slot_bits = table.unpermute(MAX_FINGERPRINT >> shift << shift)
+        slot_masks = tuple(other.permute(slot_bits) for other in tables)
+        plan.append((table.suffix_bits, (bitmap, crowded, shift, slot_masks)))
+    return tuple(plan)
 
 
 def scan_tables(
     txn: Txn,
     databases: Sequence[Database],
     cursors: list[Cursor | None],
-    plan: Sequence[tuple[int, Occupancy]],
+    plan: ScanPlan,
     permuted: Sequence[int],
     k: int,
     found: dict[int, int],
@@ -39,17 +68,31 @@ def scan_tables(
         databases: the tables' databases, in table order.
         cursors: one cursor per table, ``None`` until a probe needs it (and
             then kept there, so that a batch of queries reuses them).
-        plan: per table, the bits after its prefix and its occupancy bitmap.
+        plan: per table, the bits after its prefix and its bitmaps.
         permuted: the query's permuted key in each table.
         k: the largest distance kept.
         found: ``{doc_id: distance}``, updated in place.
     """
-    for index, ((suffix, occupied), query_key) in enumerate(zip(plan, permuted, strict=True)):
-        if occupied is not None:
+    # (table, stored key ^ query key) of the entries examined so far. Every
+    # document is in every table, so an entry seen in table a that shares the
+    # query's slot in table b, where that slot holds one entry, is all that b
+    # could return: b's probe is skipped.
+    seen: list[tuple[int, int]] = []
+    for index, ((suffix, bitmaps), query_key) in enumerate(zip(plan, permuted, strict=True)):
+        if bitmaps is not None:
             # Most prefixes are empty: a bit test instead of a B-tree descent.
-            bitmap, shift = occupied
+            bitmap, crowded, shift, slot_masks = bitmaps
             slot = query_key >> shift
-            if not (bitmap[slot >> 3] >> (slot & 7)) & 1:
+            byte = slot >> 3
+            bit = 1 << (slot & 7)
+            if not bitmap[byte] & bit:
+                continue
+            if (
+                seen
+                and crowded is not None
+                and not crowded[byte] & bit
+                and any(not difference & slot_masks[table] for table, difference in seen)
+            ):
                 continue
         cursor = cursors[index]
         if cursor is None:
@@ -64,7 +107,10 @@ def scan_tables(
         for stored_key, doc_id in cursor:
             if stored_key >= end_key:
                 break
-            distance = (int.from_bytes(stored_key, "big") ^ query_key).bit_count()
+            difference = int.from_bytes(stored_key, "big") ^ query_key
+            if len(seen) < SEEN_LIMIT:
+                seen.append((index, difference))
+            distance = difference.bit_count()
             if distance <= k:
                 found[int.from_bytes(doc_id, "big")] = distance
 

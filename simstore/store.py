@@ -56,7 +56,7 @@ from simstore.permute import (
     check_fingerprint,
     validate_k,
 )
-from simstore.query import Occupancy, permute_batch, scan_tables
+from simstore.query import ScanPlan, permute_batch, scan_plan, scan_tables
 from simstore.records import (
     Key,
     decode_id,
@@ -256,12 +256,14 @@ class Store(BatchMixin):
         self._suffix_bits = tuple(table.suffix_bits for table in self._tables)
         self._permute_all = TablesPermuter(self._tables)
         self._delta = Delta(self._tables)
-        # Per table, (bitmap, shift) of its occupancy bitmap, or None to probe
-        # it always; loaded for the merge epoch in _occupancy_epoch.
+        # The snapshot (LMDB transaction id) a read last brought the delta up
+        # to; a read of the same snapshot skips the sync.
+        self._synced_snapshot = -1
+        # Per table, its occupancy and crowded bitmaps (see query.ScanPlan),
+        # or None to probe it always; loaded for the merge epoch in
+        # _occupancy_epoch.
         self._occupancy_epoch = -1
-        self._scan_plan: tuple[tuple[int, Occupancy], ...] = tuple(
-            (suffix, None) for suffix in self._suffix_bits
-        )
+        self._scan_plan: ScanPlan = scan_plan(self._tables, [None] * len(self._tables))
         self._meta_raw = bytes(raw_meta)
         self._tabled_docs = 0
         self._tabled_docs_epoch = -1  # no epoch: read the tables' size when needed
@@ -409,15 +411,23 @@ class Store(BatchMixin):
     def _load_occupancy(self, txn: _lmdb.Txn, merge_epoch: int) -> None:
         """Read every table's occupancy bitmap, trusting only those written at
         ``merge_epoch`` (see :mod:`simstore.occupancy`)."""
-        loaded: list[Occupancy] = []
+        loaded: list[tuple[bytes, bytes | None, int] | None] = []
         for index in range(len(self._tables)):
-            raw = txn.get(occupancy.record_key(self._params.generation, index), db=self._handles.meta)
-            entry: Occupancy = None
+            entry = None
             with contextlib.suppress(CorruptStoreError):  # it only costs probes; check() reports it
-                entry = occupancy.trusted(raw, merge_epoch)
+                entry = occupancy.trusted_pair(self._stored_bitmaps(txn, index), merge_epoch)
             loaded.append(entry)
-        self._scan_plan = tuple(zip(self._suffix_bits, loaded, strict=True))
+        self._scan_plan = scan_plan(self._tables, loaded)
         self._occupancy_epoch = merge_epoch
+
+    def _stored_bitmaps(
+        self, txn: _lmdb.Txn, index: int, generation: int | None = None
+    ) -> occupancy.StoredPair:
+        """Table ``index``'s occupancy and crowded bitmap records, as stored."""
+        occupied_key, crowded_key = occupancy.record_keys(
+            self._params.generation if generation is None else generation, index
+        )
+        return txn.get(occupied_key, db=self._handles.meta), txn.get(crowded_key, db=self._handles.meta)
 
     class _Reading:
         """The read context: lock, fresh snapshot, delta in step with it.
@@ -437,9 +447,13 @@ class Store(BatchMixin):
             try:
                 store._check_usable()
                 for attempt in range(1, LAYOUT_RETRIES + 1):
-                    self.txn = store._env.begin_read()
+                    self.txn = txn = store._env.begin_read()
+                    snapshot = txn.id()
+                    if snapshot == store._synced_snapshot:
+                        break  # no commit since the last read: nothing to sync
                     try:
-                        store._sync_delta(self.txn)
+                        store._sync_delta(txn)
+                        store._synced_snapshot = snapshot
                         break
                     except _LayoutChangedError:
                         self.txn.abort()
@@ -893,7 +907,8 @@ class Store(BatchMixin):
                 )
             for index, db in enumerate(self._handles.tables):
                 txn.drop(db, delete=True)
-                txn.delete(occupancy.record_key(self._params.generation, index), db=self._handles.meta)
+                for record_key in occupancy.record_keys(self._params.generation, index):
+                    txn.delete(record_key, db=self._handles.meta)
             txn.drop(self._handles.delta, delete=False)
             params = StoredParams(
                 k=chosen_k,
@@ -948,11 +963,11 @@ class Store(BatchMixin):
                         table = txn.stat(db)
                         touched = min(int(table["leaf_pages"]), documents) + int(table["branch_pages"])
                         estimate += 2 * touched * page_size
-                        # The table's occupancy bitmap is rewritten whole.
+                        # The table's two bitmaps are rewritten whole.
                         bits = occupancy.bits_for(int(table["entries"]) + documents, layout_table.prefix_bits)
-                        estimate += 2 * (1 << bits) // 8
+                        estimate += 4 * (1 << bits) // 8
             elif documents:
-                estimate += 2 * table_count * (1 << occupancy.MAX_BITS) // 8
+                estimate += 4 * table_count * (1 << occupancy.MAX_BITS) // 8
             self._env.reserve(estimate)
 
     def _merge_if_due(self) -> None:
@@ -1044,37 +1059,33 @@ class Store(BatchMixin):
         every_fingerprint: list[U64Array],
         merge_epoch: int,
     ) -> None:
-        """Mark the permuted keys just ``added`` to a table in its bitmap,
-        stamped ``merge_epoch + 1``. A stored bitmap that is missing, stale,
-        damaged or too small for the table's size is rebuilt: from ``added``
-        when ``added_all`` (the table held nothing else), else from every
-        document's fingerprint (a superset of the table's keys), read into
-        ``every_fingerprint`` at most once per write. ``where`` is
-        ``(generation, table index)``."""
-        meta = self._handles.meta
-        record_key = occupancy.record_key(*where)
+        """Mark the permuted keys just ``added`` to a table in its occupancy
+        and crowded bitmaps, stamped ``merge_epoch + 1``. Stored bitmaps that
+        are missing, stale, damaged or too small for the table's size are
+        rebuilt: from ``added`` when ``added_all`` (the table held nothing
+        else), else from every document's fingerprint (a superset of the
+        table's keys), read into ``every_fingerprint`` at most once per write.
+        ``where`` is ``(generation, table index)``."""
         bits = occupancy.bits_for(int(txn.stat(db)["entries"]), table.prefix_bits)
-        bitmap = None
-        raw = txn.get(record_key, db=meta)
-        if raw is not None:
-            try:
-                stored_bits, epoch, stored = occupancy.decode(raw)
-            except CorruptStoreError:
-                pass  # rebuilt below
-            else:
-                if epoch == merge_epoch and stored_bits >= bits:
-                    bits = stored_bits
-                    bitmap = occupancy.as_array(stored, bits)
-                    occupancy.mark(bitmap, bits, added)
-        if bitmap is None:
+        generation, index = where
+        try:
+            kept = occupancy.updatable(self._stored_bitmaps(txn, index, generation), merge_epoch, bits)
+        except CorruptStoreError:
+            kept = None  # rebuilt below
+        if kept is not None:
+            bits, bitmap, crowded = kept
+            occupancy.mark_with_crowded(bitmap, crowded, bits, added)
+            bitmaps = (bitmap, crowded)
+        else:
             if added_all:
                 every_key = added
             else:
                 if not every_fingerprint:  # read once for all the tables of this write
                     every_fingerprint.append(self._all_documents(txn)[1])
                 every_key = table.permute_array(every_fingerprint[0])
-            bitmap = occupancy.built(bits, every_key)
-        txn.put(record_key, occupancy.encode(bitmap, bits, merge_epoch + 1), db=meta)
+            bitmaps = occupancy.built_with_crowded(bits, every_key)
+        for key, bitmap in zip(occupancy.record_keys(generation, index), bitmaps, strict=True):
+            txn.put(key, occupancy.encode(bitmap, bits, merge_epoch + 1), db=self._handles.meta)
 
     def _delete_from_tables(self, txn: _lmdb.Txn, doc_id: int, fingerprint: int) -> None:
         id_bytes = encode_id(doc_id)
@@ -1180,7 +1191,8 @@ class Store(BatchMixin):
             fingerprint, packed = decode_record(raw)
             meta = unpack_meta(txn.get(id_bytes, db=docmeta)) if with_meta else None
             matches.append(Match(unpack_key(packed), distance, fingerprint, meta))
-        matches.sort(key=_match_order)
+        if len(matches) > 1:
+            matches.sort(key=_match_order)
         return matches
 
     def get(self, key: Key, default: Record | None = None) -> Record | None:

@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+from collections import Counter
+
 import numpy as np
 import pytest
 from hypothesis import given, settings
@@ -10,6 +12,7 @@ from hypothesis import strategies as st
 import simstore
 from simstore import occupancy
 from simstore.errors import CorruptStoreError
+from simstore.query import scan_tables
 
 
 @settings(max_examples=200, deadline=None)
@@ -33,6 +36,56 @@ def test_marking_in_steps_equals_building_at_once() -> None:
     for chunk in np.array_split(keys, 7):
         occupancy.mark(stepwise, 16, chunk)
     assert np.array_equal(stepwise, occupancy.built(16, keys))
+
+
+@settings(max_examples=200, deadline=None)
+@given(
+    keys=st.lists(st.integers(0, 2**64 - 1), max_size=80),
+    bits=st.integers(1, 9),
+    splits=st.lists(st.integers(0, 80), max_size=4),
+)
+def test_crowded_marks_exactly_the_slots_of_several_keys(
+    keys: list[int], bits: int, splits: list[int]
+) -> None:
+    shift = 64 - bits
+    counts = Counter(key >> shift for key in keys)
+    array = np.array(keys, dtype=np.uint64)
+    bitmap, crowded = occupancy.built_with_crowded(bits, array)
+    assert np.array_equal(bitmap, occupancy.built(bits, array))
+    for slot in range(1 << bits):
+        assert occupancy.is_set(bitmap.tobytes(), slot) == (counts[slot] >= 1)
+        assert occupancy.is_set(crowded.tobytes(), slot) == (counts[slot] >= 2)
+    # Marked batch by batch (as merges do), the same bitmaps come out.
+    stepwise, stepwise_crowded = occupancy.empty(bits), occupancy.empty(bits)
+    for chunk in np.split(array, sorted(min(split, len(keys)) for split in splits)):
+        occupancy.mark_with_crowded(stepwise, stepwise_crowded, bits, chunk)
+    assert np.array_equal(stepwise, bitmap)
+    assert np.array_equal(stepwise_crowded, crowded)
+
+
+def test_a_crowded_bitmap_is_trusted_only_beside_a_current_occupancy_bitmap() -> None:
+    keys = np.array([1 << 63, (1 << 63) + 1, 5 << 52], dtype=np.uint64)
+    bitmap, crowded = occupancy.built_with_crowded(12, keys)
+    raw, raw_crowded = occupancy.encode(bitmap, 12, 5), occupancy.encode(crowded, 12, 5)
+    assert occupancy.trusted_pair((raw, raw_crowded), 5) == (raw, raw_crowded, 52)
+    assert occupancy.trusted_pair((raw, None), 5) == (raw, None, 52)  # written by an older simstore
+    assert occupancy.trusted_pair((raw, occupancy.encode(crowded, 12, 4)), 5) == (raw, None, 52)
+    other_size = occupancy.encode(occupancy.empty(13), 13, 5)
+    assert occupancy.trusted_pair((raw, other_size), 5) == (raw, None, 52)
+    assert occupancy.trusted_pair((occupancy.encode(bitmap, 12, 4), raw_crowded), 5) is None
+    with pytest.raises(CorruptStoreError):
+        occupancy.trusted_pair((raw, raw_crowded[:-1]), 5)
+
+    kept = occupancy.updatable((raw, raw_crowded), 5, 12)
+    assert kept is not None
+    assert kept[0] == 12
+    assert np.array_equal(kept[1], bitmap)
+    assert np.array_equal(kept[2], crowded)
+    assert occupancy.updatable((raw, raw_crowded), 5, 13) is None  # too small for the table now
+    assert occupancy.updatable((raw, raw_crowded), 6, 12) is None  # stale
+    assert occupancy.updatable((raw, occupancy.encode(crowded, 12, 4)), 5, 12) is None
+    assert occupancy.updatable((raw, None), 5, 12) is None
+    assert occupancy.crowded_record_key(3, 7) == b"crowded:3:007"
 
 
 def test_sizing_keeps_bitmaps_sparse() -> None:
@@ -144,4 +197,103 @@ def test_relayout_replaces_the_bitmaps(store_path: str) -> None:
         keys = bitmap_records(store)
         assert len(keys) == len(store.tables) == 20
         assert all(key.startswith(f"occupancy:{old_generation + 1}:".encode()) for key in keys)
+        assert store.check() == []
+
+
+class CountingCursor:
+    """An LMDB cursor that counts its probes (``set_range`` calls)."""
+
+    def __init__(self, cursor: object, probes: list[int]) -> None:
+        self.cursor = cursor
+        self.probes = probes
+
+    def set_range(self, key: bytes) -> bool:
+        self.probes[0] += 1
+        return self.cursor.set_range(key)  # type: ignore[attr-defined,no-any-return]
+
+    def key(self) -> bytes:
+        return self.cursor.key()  # type: ignore[attr-defined,no-any-return]
+
+    def __iter__(self) -> object:
+        return iter(self.cursor)  # type: ignore[call-overload]
+
+
+class CountingTxn:
+    def __init__(self, txn: object) -> None:
+        self.txn = txn
+        self.probes = [0]
+
+    def cursor(self, db: object) -> CountingCursor:
+        return CountingCursor(self.txn.cursor(db), self.probes)  # type: ignore[attr-defined]
+
+
+def test_near_duplicate_queries_skip_tables_whose_slot_holds_only_what_they_found(store_path: str) -> None:
+    rng = np.random.default_rng(8)
+    fps = rng.integers(0, 2**64, 3000, dtype=np.uint64)
+    with simstore.open(store_path, "n", k=3) as store:
+        store.add_many(list(range(3000)), fps)
+        store.merge()
+        with store._read() as txn:
+            plan = store._scan_plan
+            assert all(entry is not None and entry[1] is not None for _, entry in plan)
+            without_crowded = tuple(
+                (suffix, None if entry is None else (entry[0], None, entry[2], entry[3]))
+                for suffix, entry in plan
+            )
+            probes = {"with": 0, "without": 0}
+            for index in range(300):
+                # One flipped bit: the document shares the query's prefix in 6 of the 10 tables.
+                query = int(fps[index]) ^ (1 << int(rng.integers(64)))
+                expected = sorted(d for d in np.bitwise_count(fps ^ np.uint64(query)).tolist() if d <= 3)
+                for label, scan in (("with", plan), ("without", without_crowded)):
+                    counting, found = CountingTxn(txn), {}
+                    permuted = store._permute_all(query)
+                    tables = store._handles.tables
+                    scan_tables(counting, tables, [None] * len(plan), scan, permuted, 3, found)  # type: ignore[arg-type]
+                    assert sorted(found.values()) == expected
+                    probes[label] += counting.probes[0]
+        assert probes["without"] >= 6 * 300
+        assert probes["with"] * 2 < probes["without"], probes
+
+
+def test_check_finds_a_crowded_slot_the_bitmap_lacks_and_queries_survive_missing_ones(
+    store_path: str,
+) -> None:
+    rng = np.random.default_rng(9)
+    fps = rng.integers(0, 2**64, 400, dtype=np.uint64)
+    fps[200:] = fps[:200]  # exact copies: every one of their slots is crowded
+    model = {f"d{i}": int(fp) for i, fp in enumerate(fps.tolist())}
+    with simstore.open(store_path, "n", k=3) as store:
+        store.add_many(list(model), fps)
+        store.merge()
+        assert store.check() == []
+        generation, epoch = store._params.generation, store._delta.merge_epoch
+
+        def rewrite(blank: bool) -> None:
+            def body(txn: object) -> None:
+                meta = store._handles.meta
+                for index in range(len(store.tables)):
+                    key = occupancy.crowded_record_key(generation, index)
+                    if blank:
+                        bits = occupancy.decode(txn.get(key, db=meta))[0]  # type: ignore[attr-defined]
+                        blank_record = occupancy.encode(occupancy.empty(bits), bits, epoch)
+                        txn.put(key, blank_record, db=meta)  # type: ignore[attr-defined]
+                    else:
+                        txn.delete(key, db=meta)  # type: ignore[attr-defined]
+
+            store._env.write(body)
+            store._occupancy_epoch = -1  # make this process read them again
+            store._synced_snapshot = -1
+
+        rewrite(blank=True)  # current but wrong: check() must say so
+        assert any("crowded bitmap lacks" in problem for problem in store.check())
+        rewrite(blank=False)  # missing, as an older simstore leaves them: queries probe instead
+        assert store.check() == []
+        for key in ("d3", "d250"):
+            query = model[key] ^ 1
+            assert [(m.distance, m.key) for m in store.query(fingerprint=query)] == brute(model, query, 3)
+        store.add("extra", fingerprint=int(fps[0]))
+        store.merge()  # the next write to the tables rebuilds them
+        assert store.query(fingerprint=int(fps[0]), k=0)[0].distance == 0  # loads them
+        assert all(entry is not None and entry[1] is not None for _, entry in store._scan_plan)
         assert store.check() == []
