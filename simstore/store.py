@@ -56,7 +56,7 @@ from simstore.permute import (
     check_fingerprint,
     validate_k,
 )
-from simstore.query import ScanPlan, permute_batch, scan_plan, scan_tables
+from simstore.query import ScanPlan, permute_batch, scan_plan, scan_tables, table_scan
 from simstore.records import (
     Key,
     decode_id,
@@ -85,6 +85,10 @@ T = TypeVar("T")
 # re-lays the store out back to back, winning the writer lock every time,
 # can exhaust them.
 LAYOUT_RETRIES = 100
+
+# A query_many of at least this many queries reads every table's bitmaps
+# before it starts (single queries read one table's after their answer).
+BATCH_READS_BITMAPS = 64
 
 
 class _LayoutChangedError(Exception):
@@ -260,10 +264,11 @@ class Store(BatchMixin):
         # to; a read of the same snapshot skips the sync.
         self._synced_snapshot = -1
         # Per table, its occupancy and crowded bitmaps (see query.ScanPlan),
-        # or None to probe it always; loaded for the merge epoch in
-        # _occupancy_epoch.
+        # or None to probe it always; for the merge epoch in _occupancy_epoch.
+        # The tables in _bitmaps_unread have not had theirs read yet.
         self._occupancy_epoch = -1
         self._scan_plan: ScanPlan = scan_plan(self._tables, [None] * len(self._tables))
+        self._bitmaps_unread: list[int] = []
         self._meta_raw = bytes(raw_meta)
         self._tabled_docs = 0
         self._tabled_docs_epoch = -1  # no epoch: read the tables' size when needed
@@ -389,7 +394,7 @@ class Store(BatchMixin):
         delta = self._delta
         if raw_state is not None and raw_state == delta.state_bytes:
             if self._occupancy_epoch != delta.merge_epoch:
-                self._load_occupancy(txn, delta.merge_epoch)
+                self._forget_bitmaps(delta.merge_epoch)
             return delta.state  # the common case: nothing written since
         state = State.decode(raw_state)
         if txn.get(META_KEY, db=self._handles.meta) != self._meta_raw:
@@ -405,20 +410,34 @@ class Store(BatchMixin):
                 delta.apply(cursor.iternext())
         delta.adopt(state)
         if self._occupancy_epoch != state.merge_epoch:
-            self._load_occupancy(txn, state.merge_epoch)
+            self._forget_bitmaps(state.merge_epoch)
         return state
 
-    def _load_occupancy(self, txn: _lmdb.Txn, merge_epoch: int) -> None:
-        """Read every table's occupancy bitmap, trusting only those written at
-        ``merge_epoch`` (see :mod:`simstore.occupancy`)."""
-        loaded: list[tuple[bytes, bytes | None, int] | None] = []
-        for index in range(len(self._tables)):
+    def _forget_bitmaps(self, merge_epoch: int) -> None:
+        """Drop the bitmaps of another merge epoch; ``merge_epoch``'s are read
+        later, a table at a time (see :meth:`_read_bitmaps`)."""
+        self._scan_plan = scan_plan(self._tables, [None] * len(self._tables))
+        self._bitmaps_unread = list(range(len(self._tables)))
+        self._occupancy_epoch = merge_epoch
+
+    def _read_bitmaps(self, txn: _lmdb.Txn, tables: int = 1) -> None:
+        """Read the bitmaps of up to ``tables`` more tables, trusting only
+        those written at the current merge epoch (see :mod:`simstore.occupancy`).
+
+        A table at a time, after a query has its answer: at 10M documents
+        the bitmaps are 80 MiB, and reading them all (~50 ms here, mostly
+        page faults) would delay a reopened store's first answer and every
+        reader's first query after another process merges. Until a table's
+        bitmaps are read, queries probe it, which is slower but exact.
+        """
+        plan = list(self._scan_plan)
+        for _ in range(min(tables, len(self._bitmaps_unread))):
+            index = self._bitmaps_unread.pop()
             entry = None
             with contextlib.suppress(CorruptStoreError):  # it only costs probes; check() reports it
-                entry = occupancy.trusted_pair(self._stored_bitmaps(txn, index), merge_epoch)
-            loaded.append(entry)
-        self._scan_plan = scan_plan(self._tables, loaded)
-        self._occupancy_epoch = merge_epoch
+                entry = occupancy.trusted_pair(self._stored_bitmaps(txn, index), self._occupancy_epoch)
+            plan[index] = table_scan(self._tables, index, entry)
+        self._scan_plan = tuple(plan)
 
     def _stored_bitmaps(
         self, txn: _lmdb.Txn, index: int, generation: int | None = None
@@ -636,6 +655,8 @@ class Store(BatchMixin):
         def body(txn: _lmdb.Txn, state: State) -> tuple[list[Match], State, _Change]:
             permuted = self._permute_all(fp)
             found = self._find(txn, permuted, fp, k)
+            if self._bitmaps_unread:
+                self._read_bitmaps(txn)
             if found:
                 return self._resolve(txn, found, with_meta), state, _Change([], [])
             new_state, change = self._put_one(txn, state, packed, fp, packed_meta)
@@ -1139,7 +1160,10 @@ class Store(BatchMixin):
         with self._read() as txn:
             # Permute inside the read: it may have adopted another process's new layout.
             permuted = self._permute_all(query)
-            return self._resolve(txn, self._find(txn, permuted, query, k), with_meta)
+            matches = self._resolve(txn, self._find(txn, permuted, query, k), with_meta)
+            if self._bitmaps_unread:
+                self._read_bitmaps(txn)
+            return matches
 
     def query_many(
         self,
@@ -1162,6 +1186,8 @@ class Store(BatchMixin):
         k = self._check_k(k)
         results: list[list[Match]] = []
         with self._read() as txn:
+            # A batch may as well read every table's bitmaps first.
+            self._read_bitmaps(txn, len(self._tables) if len(queries) >= BATCH_READS_BITMAPS else 1)
             permuted_rows = permute_batch(self._tables, queries)
             cursors: list[_lmdb.Cursor | None] = [None] * len(self._tables)
             for query, permuted in zip(queries.tolist(), permuted_rows, strict=True):

@@ -234,6 +234,7 @@ def test_near_duplicate_queries_skip_tables_whose_slot_holds_only_what_they_foun
         store.add_many(list(range(3000)), fps)
         store.merge()
         with store._read() as txn:
+            store._read_bitmaps(txn, len(store.tables))
             plan = store._scan_plan
             assert all(entry is not None and entry[1] is not None for _, entry in plan)
             without_crowded = tuple(
@@ -294,6 +295,30 @@ def test_check_finds_a_crowded_slot_the_bitmap_lacks_and_queries_survive_missing
             assert [(m.distance, m.key) for m in store.query(fingerprint=query)] == brute(model, query, 3)
         store.add("extra", fingerprint=int(fps[0]))
         store.merge()  # the next write to the tables rebuilds them
-        assert store.query(fingerprint=int(fps[0]), k=0)[0].distance == 0  # loads them
+        with store._read() as txn:
+            store._read_bitmaps(txn, len(store.tables))
         assert all(entry is not None and entry[1] is not None for _, entry in store._scan_plan)
         assert store.check() == []
+
+
+def test_a_reopened_store_reads_its_bitmaps_a_table_per_query(store_path: str) -> None:
+    rng = np.random.default_rng(10)
+    fps = rng.integers(0, 2**64, 5000, dtype=np.uint64)
+    model = {f"d{i}": fp for i, fp in enumerate(fps.tolist())}
+    with simstore.open(store_path, "n", k=3) as store:
+        store.add_many(list(model), fps)
+        store.merge()
+        tables = len(store.tables)
+    with simstore.open(store_path, "r") as store:
+        loaded = []
+        for index in range(tables + 3):
+            query = int(fps[index]) ^ (1 << index)
+            assert [(m.distance, m.key) for m in store.query(fingerprint=query)] == brute(model, query, 3)
+            loaded.append(sum(entry is not None for _, entry in store._scan_plan))
+        assert loaded == [*range(1, tables + 1), tables, tables, tables]
+    with simstore.open(store_path, "r") as store:
+        queries = fps[:100] ^ np.uint64(6)
+        results = store.query_many(queries)  # a batch reads them all first
+        assert all(entry is not None for _, entry in store._scan_plan)
+        for query, matches in zip(queries.tolist(), results, strict=True):
+            assert [(m.distance, m.key) for m in matches] == brute(model, query, 3)
