@@ -231,6 +231,8 @@ def hamming(a: int, b: int) -> int:
 
 def check_fingerprint(value: object) -> int:
     """Return ``value`` as an int if it is a valid 64-bit fingerprint, else raise."""
+    if type(value) is int and 0 <= value <= MAX_FINGERPRINT:
+        return value  # the common case, first: this is on every query's path
     if isinstance(value, bool) or not isinstance(value, int | np.integer):
         raise InvalidTypeError(f"a fingerprint must be an int in 0..2**64-1, got {type(value).__name__}")
     fingerprint = int(value)

@@ -18,11 +18,12 @@ from simstore.permute import MAX_FINGERPRINT, Table, U64Array
 PAST_LAST_KEY = b"\xff" * 9
 
 
-#: Per table, the bits after its prefix and, when it has trusted bitmaps,
-#: ``(occupancy bitmap, crowded bitmap or None, shift, slot masks)``: a key's
-#: slot in the bitmaps is ``key >> shift``, and ``slot masks[a]`` is the bits
-#: of that slot seen in table ``a``'s permuted keys.
-TableScan = tuple[int, tuple[bytes, bytes | None, int, tuple[int, ...]] | None]
+#: Per table, flat for the hot loop: the bits after its prefix, its occupancy
+#: bitmap (``None`` when it has no trusted one), its crowded bitmap (or
+#: ``None``), the shift that gives a key's slot in them (``key >> shift``),
+#: and slot masks: ``slot_masks[a]`` is the bits of that slot as they lie in
+#: table ``a``'s permuted keys.
+TableScan = tuple[int, bytes | None, bytes | None, int, tuple[int, ...]]
 ScanPlan = tuple[TableScan, ...]
 
 # Entries examined in one query that later probes may be skipped for; past
@@ -37,19 +38,23 @@ def scan_plan(tables: Sequence[Table], bitmaps: Sequence[tuple[bytes, bytes | No
     >>> from simstore.permute import one_level_tables
     >>> tables = one_level_tables(3, 5)
     >>> plan = scan_plan(tables, [(b"", None, 40)] + [None] * 9)
-    >>> plan[0][1][3][0] == MAX_FINGERPRINT >> 40 << 40, plan[1]
-    (True, (38, None))
+    >>> plan[0][4][0] == MAX_FINGERPRINT >> 40 << 40, plan[1]
+    (True, (38, None, None, 0, ()))
     """
-    plan: list[TableScan] = []
-    for table, entry in zip(tables, bitmaps, strict=True):
-        if entry is None:
-            plan.append((table.suffix_bits, None))
-            continue
-        bitmap, crowded, shift = entry
-        slot_bits = table.unpermute(MAX_FINGERPRINT >> shift << shift)
-        slot_masks = tuple(other.permute(slot_bits) for other in tables)
-        plan.append((table.suffix_bits, (bitmap, crowded, shift, slot_masks)))
-    return tuple(plan)
+    return tuple(table_scan(tables, index, entry) for index, entry in enumerate(bitmaps))
+
+
+def table_scan(
+    tables: Sequence[Table], index: int, bitmaps: tuple[bytes, bytes | None, int] | None
+) -> TableScan:
+    """Table ``index``'s entry of a :data:`ScanPlan`."""
+    table = tables[index]
+    if bitmaps is None:
+        return table.suffix_bits, None, None, 0, ()
+    bitmap, crowded, shift = bitmaps
+    slot_bits = table.unpermute(MAX_FINGERPRINT >> shift << shift)
+    slot_masks = tuple(other.permute(slot_bits) for other in tables)
+    return table.suffix_bits, bitmap, crowded, shift, slot_masks
 
 
 def scan_tables(
@@ -78,19 +83,17 @@ def scan_tables(
     # query's slot in table b, where that slot holds one entry, is all that b
     # could return: b's probe is skipped.
     seen: list[tuple[int, int]] = []
-    for index, ((suffix, bitmaps), query_key) in enumerate(zip(plan, permuted, strict=True)):
-        if bitmaps is not None:
+    for index, query_key in enumerate(permuted):
+        suffix, bitmap, crowded, shift, slot_masks = plan[index]
+        if bitmap is not None:
             # Most prefixes are empty: a bit test instead of a B-tree descent.
-            bitmap, crowded, shift, slot_masks = bitmaps
             slot = query_key >> shift
-            byte = slot >> 3
-            bit = 1 << (slot & 7)
-            if not bitmap[byte] & bit:
+            if not (bitmap[slot >> 3] >> (slot & 7)) & 1:
                 continue
             if (
                 seen
                 and crowded is not None
-                and not crowded[byte] & bit
+                and not (crowded[slot >> 3] >> (slot & 7)) & 1
                 and any(not difference & slot_masks[table] for table, difference in seen)
             ):
                 continue

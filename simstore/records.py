@@ -33,6 +33,7 @@ MAX_INT_KEY = (1 << 64) - 1
 MAX_META_BYTES = 64 * 1024
 
 _U64 = struct.Struct(">Q")
+_KEY_TYPES = (str, bytes, int)
 encode_id = _U64.pack
 
 # A reused Packer is six times faster than msgpack.packb per call (measured:
@@ -79,9 +80,9 @@ def unpack_key(packed_key: bytes) -> Key:
         key = msgpack.unpackb(packed_key, raw=False)
     except Exception as exc:  # msgpack raises several unrelated types on bad input
         raise CorruptStoreError(f"a stored key is damaged: {exc}") from exc
-    if isinstance(key, bool) or not isinstance(key, str | bytes | int):
+    if type(key) not in _KEY_TYPES:  # exact types: a bool is not a key
         raise CorruptStoreError(f"a stored key has type {type(key).__name__}")
-    return key
+    return key  # type: ignore[no-any-return]
 
 
 def encode_record(fingerprint: int, packed_key: bytes) -> bytes:

@@ -236,10 +236,9 @@ def test_near_duplicate_queries_skip_tables_whose_slot_holds_only_what_they_foun
         with store._read() as txn:
             store._read_bitmaps(txn, len(store.tables))
             plan = store._scan_plan
-            assert all(entry is not None and entry[1] is not None for _, entry in plan)
+            assert all(entry[1] is not None and entry[2] is not None for entry in plan)
             without_crowded = tuple(
-                (suffix, None if entry is None else (entry[0], None, entry[2], entry[3]))
-                for suffix, entry in plan
+                (suffix, bitmap, None, shift, slot_masks) for suffix, bitmap, _, shift, slot_masks in plan
             )
             probes = {"with": 0, "without": 0}
             for index in range(300):
@@ -297,7 +296,7 @@ def test_check_finds_a_crowded_slot_the_bitmap_lacks_and_queries_survive_missing
         store.merge()  # the next write to the tables rebuilds them
         with store._read() as txn:
             store._read_bitmaps(txn, len(store.tables))
-        assert all(entry is not None and entry[1] is not None for _, entry in store._scan_plan)
+        assert all(entry[1] is not None and entry[2] is not None for entry in store._scan_plan)
         assert store.check() == []
 
 
@@ -314,11 +313,11 @@ def test_a_reopened_store_reads_its_bitmaps_a_table_per_query(store_path: str) -
         for index in range(tables + 3):
             query = int(fps[index]) ^ (1 << index)
             assert [(m.distance, m.key) for m in store.query(fingerprint=query)] == brute(model, query, 3)
-            loaded.append(sum(entry is not None for _, entry in store._scan_plan))
+            loaded.append(sum(entry[1] is not None for entry in store._scan_plan))
         assert loaded == [*range(1, tables + 1), tables, tables, tables]
     with simstore.open(store_path, "r") as store:
         queries = fps[:100] ^ np.uint64(6)
         results = store.query_many(queries)  # a batch reads them all first
-        assert all(entry is not None for _, entry in store._scan_plan)
+        assert all(entry[1] is not None for entry in store._scan_plan)
         for query, matches in zip(queries.tolist(), results, strict=True):
             assert [(m.distance, m.key) for m in matches] == brute(model, query, 3)
