@@ -12,12 +12,13 @@ read-only and queried with random fingerprints (single ``store.query`` calls,
 ``--rounds`` timed rounds after a warm-up; each query's time is its fastest
 round, which filters out the other jobs on a shared machine). Each query's
 candidate count (entries in its prefix ranges, summed over the tables) is
-computed exactly with numpy from the same fingerprints. Then three
-least-squares fits (of relative errors, each layout weighing the same) give
-the constants:
+and its B-tree descents (tables whose occupancy bitmap holds the query's
+slot, at the bitmap size the store uses) are computed exactly with numpy from
+the same fingerprints. Then three least-squares fits (of relative errors,
+each layout weighing the same) give the constants:
 
-- query µs  = PER_QUERY_US + tables * PER_PROBE_US + candidates * PER_CANDIDATE_US
-  (over every query of every layout);
+- query µs  = PER_QUERY_US + tables * PER_TABLE_US + descents * PER_PROBE_US
+  + candidates * PER_CANDIDATE_US (over every query of every layout);
 - bulk insert µs/doc = PER_DOC_INSERT_US + tables * PER_KEY_WRITE_US;
 - bytes/doc (``stats().bytes_on_disk / N``) = PER_DOC_BYTES + tables * PER_ENTRY_BYTES;
 
@@ -47,6 +48,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parent))
 from _common import Report, load_average, percentiles, source_state
 
 import simstore
+from simstore import occupancy
 from simstore.permute import Table
 from simstore.planner import one_level
 
@@ -76,6 +78,18 @@ def candidates_per_query(tables: Sequence[Table], fps: U64, queries: U64) -> npt
         total += np.searchsorted(prefixes, wanted, side="right") - np.searchsorted(
             prefixes, wanted, side="left"
         )
+    return total
+
+
+def descents_per_query(tables: Sequence[Table], fps: U64, queries: U64) -> npt.NDArray[np.int64]:
+    """Tables whose occupancy bitmap (as a store of ``fps`` sizes it) holds
+    each query's slot, i.e. the B-tree descents the query makes."""
+    total = np.zeros(len(queries), dtype=np.int64)
+    for table in tables:
+        shift = np.uint64(64 - occupancy.bits_for(len(fps), table.prefix_bits))
+        slots = np.sort(table.permute_array(fps) >> shift)
+        wanted = table.permute_array(queries) >> shift
+        total += np.searchsorted(slots, wanted, side="right") > np.searchsorted(slots, wanted, side="left")
     return total
 
 
@@ -188,6 +202,7 @@ def run(args: argparse.Namespace, work_dir: str, report: Report) -> None:
     rows: list[dict[str, Any]] = []
     query_tables: list[npt.NDArray[np.float64]] = []
     query_candidates: list[npt.NDArray[np.float64]] = []
+    query_descents: list[npt.NDArray[np.float64]] = []
     query_times: list[npt.NDArray[np.float64]] = []
     for k, blocks in CONFIGS:
         layout = one_level(k, blocks)
@@ -195,6 +210,7 @@ def run(args: argparse.Namespace, work_dir: str, report: Report) -> None:
         mean_candidates = max(float(candidates.mean()), 1.0)
         count = int(min(len(all_queries), max(100, MAX_CANDIDATES_PER_CONFIG / mean_candidates)))
         queries, candidates = all_queries[:count], candidates[:count]
+        descents = descents_per_query(layout.tables, fps, queries)
         load = bulk_load(path, fps, k=k, blocks=blocks)
         times, _ = time_queries(path, queries, args.rounds)
         os.remove(path)
@@ -202,6 +218,7 @@ def run(args: argparse.Namespace, work_dir: str, report: Report) -> None:
             os.remove(path + "-lock")
         query_tables.append(np.full(count, layout.table_count, dtype=np.float64))
         query_candidates.append(candidates.astype(np.float64))
+        query_descents.append(descents.astype(np.float64))
         query_times.append(times)
         p50, p99 = percentiles(times, (50, 99))
         rows.append(
@@ -210,6 +227,7 @@ def run(args: argparse.Namespace, work_dir: str, report: Report) -> None:
                 "tables": layout.table_count,
                 "prefix bits": bits_label(layout.prefix_bits),
                 "queries": count,
+                "descents/query (mean)": float(descents.mean()),
                 "candidates/query (mean)": float(candidates.mean()),
                 "query p50 µs": p50,
                 "query p99 µs": p99,
@@ -220,8 +238,8 @@ def run(args: argparse.Namespace, work_dir: str, report: Report) -> None:
         )
         print(f"  {rows[-1]['layout']}: p50 {p50:.1f} µs, load {load['add_many s']:.1f} s", file=sys.stderr)
 
-    per_query, per_probe, per_candidate = fit(
-        [np.concatenate(query_tables), np.concatenate(query_candidates)],
+    per_query, per_table, per_probe, per_candidate = fit(
+        [np.concatenate(query_tables), np.concatenate(query_descents), np.concatenate(query_candidates)],
         np.concatenate(query_times),
         groups=np.concatenate([np.full(len(times), index) for index, times in enumerate(query_times)]),
     )
@@ -236,7 +254,10 @@ def run(args: argparse.Namespace, work_dir: str, report: Report) -> None:
     )
     for row in rows:
         row["predicted query µs"] = (
-            per_query + per_probe * row["tables"] + per_candidate * row["candidates/query (mean)"]
+            per_query
+            + per_table * row["tables"]
+            + per_probe * row["descents/query (mean)"]
+            + per_candidate * row["candidates/query (mean)"]
         )
         row["predicted insert µs/doc"] = per_doc_insert + per_key_write * row["tables"]
         row["predicted bytes/doc"] = per_doc_bytes + per_entry_bytes * row["tables"]
@@ -244,6 +265,7 @@ def run(args: argparse.Namespace, work_dir: str, report: Report) -> None:
     report.table(headers, [[row[name] for name in headers] for row in rows])
     constants = (
         f"PER_QUERY_US = {per_query:.2f}\n"
+        f"PER_TABLE_US = {per_table:.3f}\n"
         f"PER_PROBE_US = {per_probe:.3f}\n"
         f"PER_CANDIDATE_US = {per_candidate:.4f}\n"
         f"PER_DOC_INSERT_US = {per_doc_insert:.2f}\n"

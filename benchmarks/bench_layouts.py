@@ -226,7 +226,8 @@ def run(args: argparse.Namespace, work_dir: str, report: Report) -> int:
         f"N = {n:,} fingerprints ({1 - PLANTED_SHARE:.0%} random, {PLANTED_SHARE:.0%} planted near copies "
         f"at 1..k bits); {args.queries:,} queries (half random, half stored fingerprints with 0..k bits "
         f"flipped); {args.rounds} timed rounds, interleaved across each group's layouts; predictions from "
-        f"simstore/costs.py (PER_QUERY_US={costs.PER_QUERY_US}, PER_PROBE_US={costs.PER_PROBE_US}, "
+        f"simstore/costs.py (PER_QUERY_US={costs.PER_QUERY_US}, PER_TABLE_US={costs.PER_TABLE_US}, "
+        f"PER_PROBE_US={costs.PER_PROBE_US}, "
         f"PER_CANDIDATE_US={costs.PER_CANDIDATE_US}, PER_KEY_WRITE_US={costs.PER_KEY_WRITE_US}). "
         "Predicted candidates are for random queries; a planted query also walks its neighbours.\n"
     )

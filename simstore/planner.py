@@ -37,7 +37,7 @@ from typing import Any
 
 import numpy as np
 
-from simstore import costs
+from simstore import costs, occupancy
 from simstore.errors import InvalidTypeError, InvalidValueError
 from simstore.permute import (
     FINGERPRINT_BITS,
@@ -99,12 +99,19 @@ class Layout:
         tables = self.table_count
         bytes_per_doc = costs.PER_DOC_BYTES + tables * costs.PER_ENTRY_BYTES
         probe_us = costs.probe_us(docs * bytes_per_doc)
+        descents = sum(occupancy.expected_descents(docs, bits) for bits in self.prefix_bits)
+        query_us = (
+            costs.PER_QUERY_US
+            + tables * costs.PER_TABLE_US
+            + descents * probe_us
+            + candidates * costs.PER_CANDIDATE_US
+        )
         return dataclasses.replace(
             self,
             expected_docs=docs,
             expected_candidates=candidates,
             bytes_per_doc=bytes_per_doc,
-            query_us=costs.PER_QUERY_US + tables * probe_us + candidates * costs.PER_CANDIDATE_US,
+            query_us=query_us,
             insert_us=costs.PER_DOC_INSERT_US + tables * costs.PER_KEY_WRITE_US,
         )
 

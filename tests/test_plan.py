@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import itertools
+import math
 from pathlib import Path
 
 import msgpack
@@ -12,7 +13,7 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 import simstore
-from simstore import costs
+from simstore import costs, occupancy
 from simstore.errors import InvalidTypeError, InvalidValueError
 from simstore.permute import MAX_TABLES, Table, one_level_tables
 from simstore.planner import (
@@ -317,8 +318,14 @@ def test_estimates_follow_the_cost_model() -> None:
     rate = sum(2.0**-bits for bits in layout.prefix_bits)
     assert estimated.expected_docs == 1_000_000
     assert estimated.expected_candidates == pytest.approx(1e6 * rate)
+    # The occupancy bitmaps (23 bits at 1M) rule out all but ~11% of a random query's descents.
+    descents = sum(-math.expm1(-1e6 / 2**23) for _ in layout.prefix_bits)
+    assert descents == pytest.approx(1.12, abs=0.01)
     assert estimated.query_us == pytest.approx(
-        costs.PER_QUERY_US + 10 * costs.PER_PROBE_US + 1e6 * rate * costs.PER_CANDIDATE_US
+        costs.PER_QUERY_US
+        + 10 * costs.PER_TABLE_US
+        + descents * costs.PER_PROBE_US
+        + 1e6 * rate * costs.PER_CANDIDATE_US
     )
     assert estimated.insert_us == pytest.approx(costs.PER_DOC_INSERT_US + 10 * costs.PER_KEY_WRITE_US)
     assert estimated.bytes_per_doc == pytest.approx(costs.PER_DOC_BYTES + 10 * costs.PER_ENTRY_BYTES)
@@ -438,12 +445,16 @@ def test_probe_cost_grows_with_the_store_size() -> None:
     large = one_level(3, 5).with_estimates(1e7)
     assert small.query_us is not None
     assert large.query_us is not None
-    per_probe_small = (
-        small.query_us - costs.PER_QUERY_US - (small.expected_candidates or 0) * costs.PER_CANDIDATE_US
-    ) / 10
-    per_probe_large = (
-        large.query_us - costs.PER_QUERY_US - (large.expected_candidates or 0) * costs.PER_CANDIDATE_US
-    ) / 10
+
+    def per_probe(layout: Layout, docs: float) -> float:
+        assert layout.query_us is not None
+        descents = sum(occupancy.expected_descents(docs, bits) for bits in layout.prefix_bits)
+        rest = costs.PER_QUERY_US + 10 * costs.PER_TABLE_US
+        rest += (layout.expected_candidates or 0) * costs.PER_CANDIDATE_US
+        return (layout.query_us - rest) / descents
+
+    per_probe_small = per_probe(small, 1e5)
+    per_probe_large = per_probe(large, 1e7)
     assert per_probe_small == pytest.approx(costs.PER_PROBE_US)
     assert costs.PER_PROBE_US < per_probe_large < costs.MAX_PROBE_US
     sizes = [10.0**power for power in range(6, 14)]
