@@ -32,7 +32,7 @@ import simstore
 def main(path: str) -> None:
     rng = np.random.default_rng(11)
     with simstore.open(path, "r") as store:
-        stored = store.fingerprints()[:200_000]
+        stored = store.fingerprints()  # near-duplicates of any document: their records are cold too
         near = stored[rng.integers(0, len(stored), 4000)].copy()
         for index in range(len(near)):
             for bit in rng.choice(64, size=1 + index % 3, replace=False):
