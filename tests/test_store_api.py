@@ -11,9 +11,12 @@ from typing import Any
 
 import numpy as np
 import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
 
 import simstore
-from simstore.records import MAX_DIRECT_KEY_BYTES, pack_key
+from simstore.errors import SimstoreError
+from simstore.records import MAX_DIRECT_KEY_BYTES, pack_key, pack_keys
 
 Key = str | bytes | int
 
@@ -130,6 +133,44 @@ def test_keys_either_side_of_the_digest_threshold(store: simstore.Store) -> None
     for index, key in enumerate(keys):
         assert store[key].fingerprint == index
     assert store.check() == []
+
+
+def _packed_or_error(keys: list[Any]) -> object:
+    try:
+        return [pack_key(key) for key in keys]
+    except SimstoreError as exc:
+        return type(exc)
+
+
+_any_key = st.one_of(
+    st.text(),
+    st.binary(),
+    st.integers(-(2**63), 2**64 - 1),
+    st.integers(),  # out of range ones too
+    st.booleans(),
+    st.floats(allow_nan=False),
+    st.just("\ud800"),  # a lone surrogate: not encodable
+)
+
+
+@settings(max_examples=300, deadline=None)
+@given(
+    keys=st.one_of(
+        st.lists(st.text(), max_size=20),
+        st.lists(st.binary(), max_size=20),
+        st.lists(st.integers(-(2**64), 2**65), max_size=20),
+        st.lists(_any_key, max_size=20),
+    )
+)
+def test_pack_keys_packs_and_refuses_exactly_as_pack_key_does(keys: list[Any]) -> None:
+    """The batch path (C-level loops for a batch of one plain type) must agree with
+    the key-at-a-time path on every key, and refuse the same batches with the same error."""
+    expected = _packed_or_error(keys)
+    if isinstance(expected, list):
+        assert pack_keys(keys) == expected
+    else:
+        with pytest.raises(expected):  # type: ignore[call-overload]
+            pack_keys(keys)
 
 
 # -- fingerprints and replacement -------------------------------------------------------------
