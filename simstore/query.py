@@ -11,6 +11,8 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 
+import numpy as np
+
 from simstore._lmdb import Cursor, Database, Txn
 from simstore.permute import MAX_FINGERPRINT, Table, U64Array
 
@@ -57,6 +59,35 @@ def table_scan(
     return table.suffix_bits, bitmap, crowded, shift, slot_masks
 
 
+def occupied_tables(plan: ScanPlan, permuted_columns: Sequence[U64Array]) -> list[list[int]]:
+    """For each query of a batch, the tables whose occupancy bitmap does not
+    rule its prefix out (every table without a bitmap): the bit tests of
+    :func:`scan_tables`, done for the whole batch with numpy.
+
+    Args:
+        plan: the scan plan.
+        permuted_columns: per table, the batch's permuted keys.
+
+    >>> from simstore.permute import one_level_tables
+    >>> tables = one_level_tables(1, 2)
+    >>> plan = scan_plan(tables, [(bytes([0b10]), None, 61), None])
+    >>> keys = np.array([1 << 61, 2 << 61], dtype=np.uint64)
+    >>> occupied_tables(plan, [keys, keys])
+    [[0, 1], [1]]
+    """
+    count = len(permuted_columns[0]) if permuted_columns else 0
+    occupied = np.ones((count, len(plan)), dtype=bool)
+    for index, ((_, bitmap, _, shift, _), column) in enumerate(zip(plan, permuted_columns, strict=True)):
+        if bitmap is not None:
+            slots = column >> np.uint64(shift)
+            held = np.frombuffer(bitmap, dtype=np.uint8)[(slots >> np.uint64(3)).astype(np.intp)]
+            occupied[:, index] = (held >> (slots & np.uint64(7)).astype(np.uint8)) & 1
+    rows, columns = np.nonzero(occupied)  # row-major: by query, then table
+    bounds = np.searchsorted(rows, np.arange(count + 1)).tolist()
+    table_list = columns.tolist()
+    return [table_list[bounds[row] : bounds[row + 1]] for row in range(count)]
+
+
 def scan_tables(
     txn: Txn,
     databases: Sequence[Database],
@@ -65,6 +96,7 @@ def scan_tables(
     permuted: Sequence[int],
     k: int,
     found: dict[int, int],
+    tables: Sequence[int] | None = None,
 ) -> None:
     """Add every table entry within ``k`` bits of the query to ``found``.
 
@@ -77,18 +109,22 @@ def scan_tables(
         permuted: the query's permuted key in each table.
         k: the largest distance kept.
         found: ``{doc_id: distance}``, updated in place.
+        tables: the tables to scan, in order, when their occupancy bitmaps
+            were tested already (:func:`occupied_tables`); ``None``: test
+            every table's here.
     """
     # (table, stored key ^ query key) of the entries examined so far. Every
     # document is in every table, so an entry seen in table a that shares the
     # query's slot in table b, where that slot holds one entry, is all that b
     # could return: b's probe is skipped.
     seen: list[tuple[int, int]] = []
-    for index, query_key in enumerate(permuted):
+    for index in range(len(plan)) if tables is None else tables:
         suffix, bitmap, crowded, shift, slot_masks = plan[index]
+        query_key = permuted[index]
         if bitmap is not None:
             # Most prefixes are empty: a bit test instead of a B-tree descent.
             slot = query_key >> shift
-            if not (bitmap[slot >> 3] >> (slot & 7)) & 1:
+            if tables is None and not (bitmap[slot >> 3] >> (slot & 7)) & 1:
                 continue
             if (
                 seen
@@ -118,9 +154,13 @@ def scan_tables(
                 found[int.from_bytes(doc_id, "big")] = distance
 
 
-def permute_batch(tables: Sequence[Table], fingerprints: U64Array) -> list[tuple[int, ...]]:
-    """Every query's permuted key in every table: one tuple per query."""
-    if fingerprints.size == 0:
+def permute_columns(tables: Sequence[Table], fingerprints: U64Array) -> list[U64Array]:
+    """Per table, every query's permuted key."""
+    return [table.permute_array(fingerprints) for table in tables]
+
+
+def rows_of(columns: Sequence[U64Array]) -> list[tuple[int, ...]]:
+    """Per-table columns of keys as one tuple of Python ints per query."""
+    if not columns or not len(columns[0]):
         return []
-    per_table = [table.permute_array(fingerprints).tolist() for table in tables]
-    return list(zip(*per_table, strict=True))
+    return list(zip(*(column.tolist() for column in columns), strict=True))

@@ -57,7 +57,15 @@ from simstore.permute import (
     check_fingerprint,
     validate_k,
 )
-from simstore.query import ScanPlan, permute_batch, scan_plan, scan_tables, table_scan
+from simstore.query import (
+    ScanPlan,
+    occupied_tables,
+    permute_columns,
+    rows_of,
+    scan_plan,
+    scan_tables,
+    table_scan,
+)
 from simstore.records import (
     Key,
     decode_id,
@@ -1189,11 +1197,14 @@ class Store(BatchMixin):
         with self._read() as txn:
             # A batch may as well read every table's bitmaps first.
             self._read_bitmaps(txn, len(self._tables) if len(queries) >= BATCH_READS_BITMAPS else 1)
-            permuted_rows = permute_batch(self._tables, queries)
+            plan = self._scan_plan
+            columns = permute_columns(self._tables, queries)
+            # The occupancy bit tests of the whole batch at once, with numpy.
+            occupied = occupied_tables(plan, columns)
             cursors: list[_lmdb.Cursor | None] = [None] * len(self._tables)
-            for query, permuted in zip(queries.tolist(), permuted_rows, strict=True):
+            for query, permuted, tables in zip(queries.tolist(), rows_of(columns), occupied, strict=True):
                 found = self._delta.matches(permuted, query, k)
-                scan_tables(txn, self._handles.tables, cursors, self._scan_plan, permuted, k, found)
+                scan_tables(txn, self._handles.tables, cursors, plan, permuted, k, found, tables)
                 results.append(self._resolve(txn, found, with_meta))
         return results
 

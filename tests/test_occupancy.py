@@ -12,7 +12,8 @@ from hypothesis import strategies as st
 import simstore
 from simstore import occupancy
 from simstore.errors import CorruptStoreError
-from simstore.query import scan_tables
+from simstore.permute import one_level_tables
+from simstore.query import occupied_tables, permute_columns, scan_plan, scan_tables
 
 
 @settings(max_examples=200, deadline=None)
@@ -86,6 +87,37 @@ def test_a_crowded_bitmap_is_trusted_only_beside_a_current_occupancy_bitmap() ->
     assert occupancy.updatable((raw, occupancy.encode(crowded, 12, 4)), 5, 12) is None
     assert occupancy.updatable((raw, None), 5, 12) is None
     assert occupancy.crowded_record_key(3, 7) == b"crowded:3:007"
+
+
+@settings(max_examples=100, deadline=None)
+@given(
+    stored=st.lists(st.integers(0, 2**64 - 1), min_size=1, max_size=200),
+    queries=st.lists(st.integers(0, 2**64 - 1), max_size=50),
+    bits=st.integers(1, 14),
+    without=st.sets(st.integers(0, 9), max_size=3),
+)
+def test_batch_bit_tests_equal_the_single_query_ones(
+    stored: list[int], queries: list[int], bits: int, without: set[int]
+) -> None:
+    """occupied_tables (numpy, for query_many) must name exactly the tables the
+    single-query loop would not rule out, tables without a bitmap included."""
+    tables = one_level_tables(3, 5)
+    stored_keys = permute_columns(tables, np.array(stored, dtype=np.uint64))
+    bitmaps = [
+        None if index in without else (occupancy.built(bits, keys).tobytes(), None, 64 - bits)
+        for index, keys in enumerate(stored_keys)
+    ]
+    query_array = np.array(stored[:5] + queries, dtype=np.uint64)
+    columns = permute_columns(tables, query_array)
+    expected = [
+        [
+            index
+            for index, entry in enumerate(bitmaps)
+            if entry is None or occupancy.may_hold(entry[0], entry[2], int(columns[index][row]))
+        ]
+        for row in range(len(query_array))
+    ]
+    assert occupied_tables(scan_plan(tables, bitmaps), columns) == expected
 
 
 def test_sizing_keeps_bitmaps_sparse() -> None:
