@@ -96,6 +96,47 @@ def brute(fps: U64, query: int, k: int) -> list[int]:
     return np.flatnonzero(np.bitwise_count(fps ^ np.uint64(query)) <= k).tolist()
 
 
+def remove_store(path: str) -> None:
+    for leftover in (path, path + "-lock"):
+        if os.path.exists(leftover):
+            os.remove(leftover)
+
+
+def time_stores(
+    paths: list[str],
+    results: list[dict[str, Any]],
+    query_list: list[int],
+    expected: list[list[int]],
+    rounds: int,
+) -> None:
+    """Verify and time every store, the rounds interleaved across them."""
+    # Every store stays open across the rounds, as in a long-running
+    # service: reopening would map the file afresh and make each round pay
+    # a page fault on the first touch of every page again.
+    stores = [simstore.open(path, "r") for path in paths]
+    try:
+        clock = time.perf_counter_ns
+        for round_index in range(rounds + 1):  # round 0 warms up and verifies
+            for store, result in zip(stores, results, strict=True):
+                if round_index == 0:
+                    got = [
+                        sorted(int(match.key) for match in store.query(fingerprint=query))
+                        for query in query_list[: len(expected)]
+                    ]
+                    result["exact"] = got == expected
+                    for query in query_list:
+                        store.query(fingerprint=query)
+                    continue
+                samples = result["samples"]
+                for query in query_list:
+                    started = clock()
+                    store.query(fingerprint=query)
+                    samples.append((clock() - started) / 1000)
+    finally:
+        for store in stores:
+            store.close()
+
+
 def measure_group(
     k: int, layouts: list[Layout], n: int, args: argparse.Namespace, work_dir: str
 ) -> list[dict[str, Any]]:
@@ -129,37 +170,16 @@ def measure_group(
                 f"{load['bytes_on_disk'] / n:.0f} B/doc",
                 file=sys.stderr,
             )
-        # Every store stays open across the rounds, as in a long-running
-        # service: reopening would map the file afresh and make each round pay
-        # a page fault on the first touch of every page again.
-        stores = [simstore.open(path, "r") for path in paths]
-        try:
-            clock = time.perf_counter_ns
-            for round_index in range(args.rounds + 1):  # round 0 warms up and verifies
-                for store, result in zip(stores, results, strict=True):
-                    if round_index == 0:
-                        got = [
-                            sorted(int(match.key) for match in store.query(fingerprint=query))
-                            for query in query_list[: args.verify]
-                        ]
-                        result["exact"] = got == expected
-                        for query in query_list:
-                            store.query(fingerprint=query)
-                        continue
-                    samples = result["samples"]
-                    for query in query_list:
-                        started = clock()
-                        store.query(fingerprint=query)
-                        samples.append((clock() - started) / 1000)
-                print(f"  k={k} round {round_index} done", file=sys.stderr)
-        finally:
-            for store in stores:
-                store.close()
+            if args.one_at_a_time:
+                # Measured and deleted before the next is built: the group's
+                # stores need not fit on the disk (or in RAM) together.
+                time_stores([path], results[-1:], query_list, expected, args.rounds)
+                remove_store(path)
+        if not args.one_at_a_time:
+            time_stores(paths, results, query_list, expected, args.rounds)
     finally:
         for path in paths:
-            for leftover in (path, path + "-lock"):
-                if os.path.exists(leftover):
-                    os.remove(leftover)
+            remove_store(path)
     rows = []
     for result in results:
         layout: Layout = result["layout"]
@@ -197,6 +217,12 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
     parser.add_argument("--queries", type=int, default=1000)
     parser.add_argument("--rounds", type=int, default=3)
     parser.add_argument("--verify", type=int, default=200, help="queries checked against brute force")
+    parser.add_argument(
+        "--one-at-a-time",
+        action="store_true",
+        help="build, time and delete each layout's store before the next (for groups too big for the disk "
+        "together; rounds are then not interleaved across layouts)",
+    )
     parser.add_argument("--dir", default=None, help="folder for the store files (default: temp)")
     parser.add_argument("--output", default=None, help="write the markdown report here")
     return parser.parse_args(argv)
@@ -222,10 +248,15 @@ def main(argv: list[str] | None = None) -> int:
 def run(args: argparse.Namespace, work_dir: str, report: Report) -> int:
     wall = time.perf_counter()
     n = args.n
+    timing = (
+        "each layout on its own (--one-at-a-time)"
+        if args.one_at_a_time
+        else "interleaved across each group's layouts"
+    )
     report.add(
         f"N = {n:,} fingerprints ({1 - PLANTED_SHARE:.0%} random, {PLANTED_SHARE:.0%} planted near copies "
         f"at 1..k bits); {args.queries:,} queries (half random, half stored fingerprints with 0..k bits "
-        f"flipped); {args.rounds} timed rounds, interleaved across each group's layouts; predictions from "
+        f"flipped); {args.rounds} timed rounds, {timing}; predictions from "
         f"simstore/costs.py (PER_QUERY_US={costs.PER_QUERY_US}, PER_TABLE_US={costs.PER_TABLE_US}, "
         f"PER_PROBE_US={costs.PER_PROBE_US}, "
         f"PER_CANDIDATE_US={costs.PER_CANDIDATE_US}, PER_KEY_WRITE_US={costs.PER_KEY_WRITE_US}). "
