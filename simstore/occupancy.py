@@ -80,15 +80,6 @@ def empty(bits: int) -> Bitmap:
     return np.zeros(bitmap_bytes(bits), dtype=np.uint8)
 
 
-def mark(bitmap: Bitmap, bits: int, permuted: U64Array) -> None:
-    """Set the bits of the leading ``bits`` bits of every permuted key, in place."""
-    if not len(permuted):
-        return
-    # np.sort, not np.unique: numpy 2.4's unique of a million uint64 takes
-    # seconds (measured), a sort ~0.1 s; repeats are harmless here.
-    _set(bitmap, np.sort(permuted >> np.uint64(FINGERPRINT_BITS - bits)))
-
-
 def _set(bitmap: Bitmap, sorted_slots: npt.NDArray[np.unsignedinteger]) -> None:
     """Set the bits of ``sorted_slots`` (ascending, repeats allowed) in place."""
     if not len(sorted_slots):
@@ -116,13 +107,14 @@ def built_with_crowded(bits: int, permuted: U64Array) -> tuple[Bitmap, Bitmap]:
 
 
 def mark_with_crowded(bitmap: Bitmap, crowded: Bitmap, bits: int, permuted: U64Array) -> None:
-    """:func:`mark` the keys of ``permuted``, and mark as crowded every slot
+    """Mark the keys of ``permuted`` in ``bitmap``, and mark as crowded every slot
     they fall in that was occupied already or that several of them share."""
     if not len(permuted):
         return
+    # np.sort, not np.unique: numpy 2.4's unique of a million uint64 takes
+    # seconds (measured), a sort ~0.1 s; repeats are harmless to _set.
     slots = np.sort((permuted >> np.uint64(FINGERPRINT_BITS - bits)).astype(np.uint32))
-    byte_index = slots >> np.uint32(3)
-    held = ((bitmap[byte_index] >> (slots & np.uint32(7)).astype(np.uint8)) & 1).astype(bool)
+    held = are_set(bitmap, slots)
     repeated = np.zeros(len(slots), dtype=bool)
     repeated[1:] = slots[1:] == slots[:-1]
     _set(crowded, slots[held | repeated])
@@ -145,6 +137,13 @@ def _from_slots(bits: int, slots: npt.NDArray[np.unsignedinteger]) -> Bitmap:
 def is_set(bitmap: bytes, slot: int) -> bool:
     """Whether ``slot``'s bit is set."""
     return bool((bitmap[slot >> 3] >> (slot & 7)) & 1)
+
+
+def are_set(bitmap: Bitmap | bytes, slots: npt.NDArray[np.unsignedinteger]) -> npt.NDArray[np.bool_]:
+    """Whether each slot's bit is set (``bitmap`` may be a stored record,
+    read in place)."""
+    held = np.frombuffer(bitmap, dtype=np.uint8)[(slots >> 3).astype(np.intp)]
+    return ((held >> (slots & 7).astype(np.uint8)) & 1).astype(bool)
 
 
 def may_hold(bitmap: bytes, shift: int, permuted_key: int) -> bool:

@@ -13,6 +13,7 @@ from collections.abc import Sequence
 
 import numpy as np
 
+from simstore import occupancy
 from simstore._lmdb import Cursor, Database, Txn
 from simstore.permute import MAX_FINGERPRINT, Table, U64Array
 
@@ -79,9 +80,7 @@ def occupied_tables(plan: ScanPlan, permuted_columns: Sequence[U64Array]) -> lis
     occupied = np.ones((count, len(plan)), dtype=bool)
     for index, ((_, bitmap, _, shift, _), column) in enumerate(zip(plan, permuted_columns, strict=True)):
         if bitmap is not None:
-            slots = column >> np.uint64(shift)
-            held = np.frombuffer(bitmap, dtype=np.uint8)[(slots >> np.uint64(3)).astype(np.intp)]
-            occupied[:, index] = (held >> (slots & np.uint64(7)).astype(np.uint8)) & 1
+            occupied[:, index] = occupancy.are_set(bitmap, column >> np.uint64(shift))
     rows, columns = np.nonzero(occupied)  # row-major: by query, then table
     bounds = np.searchsorted(rows, np.arange(count + 1)).tolist()
     table_list = columns.tolist()

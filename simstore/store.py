@@ -268,7 +268,6 @@ class Store(BatchMixin):
         self._params = params
         self._handles = handles
         self._tables: tuple[Table, ...] = params.tables
-        self._suffix_bits = tuple(table.suffix_bits for table in self._tables)
         self._permute_all = TablesPermuter(self._tables)
         self._delta = Delta(self._tables)
         # The snapshot (LMDB transaction id) a read last brought the delta up

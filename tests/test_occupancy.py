@@ -33,9 +33,9 @@ def test_may_hold_is_exactly_prefix_membership(keys: list[int], probes: list[int
 def test_marking_in_steps_equals_building_at_once() -> None:
     rng = np.random.default_rng(1)
     keys = rng.integers(0, 2**64, 5000, dtype=np.uint64)
-    stepwise = occupancy.empty(16)
+    stepwise, crowded = occupancy.empty(16), occupancy.empty(16)
     for chunk in np.array_split(keys, 7):
-        occupancy.mark(stepwise, 16, chunk)
+        occupancy.mark_with_crowded(stepwise, crowded, 16, chunk)
     assert np.array_equal(stepwise, occupancy.built(16, keys))
 
 
