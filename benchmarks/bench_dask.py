@@ -477,22 +477,19 @@ def main() -> None:
         run = timed_dask(cluster_options, lambda: dask_frame(args).map_partitions(len), prefixes["generate"])
         run["rows"] = int(run.pop("result").sum())
         dask_runs["generate"].append(run)
-    for _ in range(args.repeats):
-        run = timed_dask(
-            cluster_options,
-            lambda: sdask.near_duplicate_pairs(dask_frame(args), k=K, npartitions=shuffle_partitions),
-            prefixes["pairs"],
-        )
-        run["digest"] = dask_pairs_digest(run.pop("result"))
-        dask_runs["pairs"].append(run)
-    for _ in range(args.repeats):
-        run = timed_dask(
-            cluster_options,
-            lambda: sdask.clusters(dask_frame(args), k=K, npartitions=shuffle_partitions),
-            prefixes["clusters"],
-        )
-        run["digest"] = dask_clusters_digest(run.pop("result"))
-        dask_runs["clusters"].append(run)
+    jobs = (
+        ("pairs", sdask.near_duplicate_pairs, dask_pairs_digest),
+        ("clusters", sdask.clusters, dask_clusters_digest),
+    )
+    for name, job, digest in jobs:
+        for _ in range(args.repeats):
+            run = timed_dask(
+                cluster_options,
+                lambda job=job: job(dask_frame(args), k=K, npartitions=shuffle_partitions),
+                prefixes[name],
+            )
+            run["digest"] = digest(run.pop("result"))
+            dask_runs[name].append(run)
     for repeat in range(args.repeats if args.shards else 0):
         template = os.path.join(folder, f"shards{repeat}", "shard-{shard:03d}.simstore")
         os.makedirs(os.path.dirname(template), exist_ok=True)
