@@ -86,7 +86,7 @@ def descents_per_query(tables: Sequence[Table], fps: U64, queries: U64) -> npt.N
     each query's slot, i.e. the B-tree descents the query makes."""
     total = np.zeros(len(queries), dtype=np.int64)
     for table in tables:
-        shift = np.uint64(64 - occupancy.bits_for(len(fps), table.prefix_bits))
+        shift = np.uint64(64 - occupancy.bits_for(len(fps), table.prefix_bits, len(tables)))
         slots = np.sort(table.permute_array(fps) >> shift)
         wanted = table.permute_array(queries) >> shift
         total += np.searchsorted(slots, wanted, side="right") > np.searchsorted(slots, wanted, side="left")

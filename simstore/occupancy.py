@@ -43,7 +43,11 @@ from simstore.errors import CorruptStoreError
 from simstore.permute import FINGERPRINT_BITS, U64Array
 
 MIN_BITS = 12
-MAX_BITS = 25
+MAX_BITS = 26
+#: Where bitmaps stop in a store of so many tables that ``MAX_BITS`` would
+#: take its two bitmaps per table past ``BITMAP_BUDGET_BYTES``.
+BUDGETED_MAX_BITS = 25
+BITMAP_BUDGET_BYTES = 256 << 20
 #: Aim for at most one set bit in 2**SPARSITY_BITS.
 SPARSITY_BITS = 3
 
@@ -54,24 +58,39 @@ _TRAILER = struct.Struct(">BQ")  # bits, merge epoch
 Bitmap = npt.NDArray[np.uint8]
 
 
-def bits_for(entries: int, prefix_bits: int) -> int:
-    """Bitmap bits for a table of ``entries`` entries with ``prefix_bits``-bit prefixes.
+def max_bits(tables: int) -> int:
+    """The most bits a bitmap of a store of ``tables`` tables grows to.
 
-    >>> bits_for(1_000_000, 26), bits_for(10, 26), bits_for(10**9, 40), bits_for(10**6, 16)
-    (23, 12, 25, 16)
+    >>> max_bits(10), max_bits(16), max_bits(17), max_bits(210)
+    (26, 26, 25, 25)
+    """
+    if tables * 2 * bitmap_bytes(MAX_BITS) <= BITMAP_BUDGET_BYTES:
+        return MAX_BITS
+    return BUDGETED_MAX_BITS
+
+
+def bits_for(entries: int, prefix_bits: int, tables: int) -> int:
+    """Bitmap bits for a table of ``entries`` entries with ``prefix_bits``-bit
+    prefixes, in a store of ``tables`` tables.
+
+    >>> bits_for(1_000_000, 26, 10), bits_for(10, 26, 10), bits_for(10**9, 40, 10)
+    (23, 12, 26)
+    >>> bits_for(10**7, 25, 10), bits_for(10**7, 26, 210), bits_for(10**6, 16, 10)
+    (25, 25, 16)
     """
     wanted = max(MIN_BITS, max(entries, 1).bit_length() + SPARSITY_BITS)
-    return min(wanted, MAX_BITS, prefix_bits)
+    return min(wanted, max_bits(tables), prefix_bits)
 
 
-def expected_descents(entries: float, prefix_bits: int) -> float:
+def expected_descents(entries: float, prefix_bits: int, tables: int) -> float:
     """The chance that a random query's slot is occupied in the bitmap of a
-    table of ``entries`` random entries, i.e. that the query descends into it.
+    table of ``entries`` random entries (one of ``tables`` tables), i.e. that
+    the query descends into it.
 
-    >>> round(expected_descents(1e6, 26), 3), expected_descents(1e6, 12)
+    >>> round(expected_descents(1e6, 26, 10), 3), expected_descents(1e6, 12, 10)
     (0.112, 1.0)
     """
-    bits = bits_for(int(entries), prefix_bits)
+    bits = bits_for(int(entries), prefix_bits, tables)
     return -math.expm1(-entries / 2.0**bits)
 
 

@@ -99,7 +99,7 @@ class Layout:
         tables = self.table_count
         bytes_per_doc = costs.PER_DOC_BYTES + tables * costs.PER_ENTRY_BYTES
         probe_us = costs.probe_us(docs * bytes_per_doc)
-        descents = sum(occupancy.expected_descents(docs, bits) for bits in self.prefix_bits)
+        descents = sum(occupancy.expected_descents(docs, bits, tables) for bits in self.prefix_bits)
         query_us = (
             costs.PER_QUERY_US
             + tables * costs.PER_TABLE_US

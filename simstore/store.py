@@ -435,7 +435,7 @@ class Store(BatchMixin):
         those written at the current merge epoch (see :mod:`simstore.occupancy`).
 
         A table at a time, after a query has its answer: at 10M documents
-        the bitmaps are 80 MiB, and reading them all (~50 ms here, mostly
+        the default layout's bitmaps are 128 MiB, and reading them all (~50 ms here, mostly
         page faults) would delay a reopened store's first answer and every
         reader's first query after another process merges. Until a table's
         bitmaps are read, queries probe it, which is slower but exact.
@@ -995,7 +995,9 @@ class Store(BatchMixin):
                         touched = min(int(table["leaf_pages"]), documents) + int(table["branch_pages"])
                         estimate += 2 * touched * page_size
                         # The table's two bitmaps are rewritten whole.
-                        bits = occupancy.bits_for(int(table["entries"]) + documents, layout_table.prefix_bits)
+                        bits = occupancy.bits_for(
+                            int(table["entries"]) + documents, layout_table.prefix_bits, table_count
+                        )
                         estimate += 4 * (1 << bits) // 8
             elif documents:
                 estimate += 4 * table_count * (1 << occupancy.MAX_BITS) // 8
@@ -1077,27 +1079,27 @@ class Store(BatchMixin):
                     f"table {table!r} accepted {added} of {count} entries; the store may be damaged"
                 )
             where = (generation, index)
-            self._write_occupancy(txn, where, table, db, permuted, empty, every_fingerprint, merge_epoch)
+            bits = occupancy.bits_for(int(txn.stat(db)["entries"]), table.prefix_bits, len(tables))
+            self._write_occupancy(txn, where, table, bits, permuted, empty, every_fingerprint, merge_epoch)
 
     def _write_occupancy(
         self,
         txn: _lmdb.Txn,
         where: tuple[int, int],
         table: Table,
-        db: _lmdb.Database,
+        bits: int,
         added: U64Array,
         added_all: bool,
         every_fingerprint: list[U64Array],
         merge_epoch: int,
     ) -> None:
         """Mark the permuted keys just ``added`` to a table in its occupancy
-        and crowded bitmaps, stamped ``merge_epoch + 1``. Stored bitmaps that
-        are missing, stale, damaged or too small for the table's size are
+        and crowded bitmaps of ``bits`` bits, stamped ``merge_epoch + 1``.
+        Stored bitmaps that are missing, stale, damaged or of fewer bits are
         rebuilt: from ``added`` when ``added_all`` (the table held nothing
         else), else from every document's fingerprint (a superset of the
         table's keys), read into ``every_fingerprint`` at most once per write.
         ``where`` is ``(generation, table index)``."""
-        bits = occupancy.bits_for(int(txn.stat(db)["entries"]), table.prefix_bits)
         generation, index = where
         try:
             kept = occupancy.updatable(self._stored_bitmaps(txn, index, generation), merge_epoch, bits)

@@ -123,11 +123,20 @@ def test_batch_bit_tests_equal_the_single_query_ones(
 def test_sizing_keeps_bitmaps_sparse() -> None:
     rng = np.random.default_rng(2)
     for entries in (1_000, 100_000, 1_000_000):
-        bits = occupancy.bits_for(entries, 64)
+        bits = occupancy.bits_for(entries, 64, 10)
         bitmap = occupancy.built(bits, rng.integers(0, 2**64, entries, dtype=np.uint64))
         assert occupancy.fill_ratio(bitmap) <= 2.0**-occupancy.SPARSITY_BITS
-    assert occupancy.bits_for(10**12, 64) == occupancy.MAX_BITS
-    assert occupancy.bits_for(10**6, 9) == 9  # never past the table's prefix
+    assert occupancy.bits_for(10**12, 64, 10) == occupancy.MAX_BITS
+    assert occupancy.bits_for(10**6, 9, 10) == 9  # never past the table's prefix
+
+
+def test_many_tables_keep_their_bitmaps_within_the_budget() -> None:
+    for tables in (1, 10, 16, 17, 84, 210, 495):
+        bits = occupancy.bits_for(10**12, 64, tables)
+        assert bits in (occupancy.MAX_BITS, occupancy.BUDGETED_MAX_BITS)
+        full_size_fits = tables * 2 * occupancy.bitmap_bytes(occupancy.MAX_BITS) <= occupancy.BITMAP_BUDGET_BYTES
+        # The full size whenever it fits the budget; the budgeted size only when it does not.
+        assert full_size_fits == (bits == occupancy.MAX_BITS)
 
 
 def test_records_round_trip_and_refuse_damage() -> None:

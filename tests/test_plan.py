@@ -448,7 +448,9 @@ def test_probe_cost_grows_with_the_store_size() -> None:
 
     def per_probe(layout: Layout, docs: float) -> float:
         assert layout.query_us is not None
-        descents = sum(occupancy.expected_descents(docs, bits) for bits in layout.prefix_bits)
+        descents = sum(
+            occupancy.expected_descents(docs, bits, layout.table_count) for bits in layout.prefix_bits
+        )
         rest = costs.PER_QUERY_US + 10 * costs.PER_TABLE_US
         rest += (layout.expected_candidates or 0) * costs.PER_CANDIDATE_US
         return (layout.query_us - rest) / descents
