@@ -723,6 +723,7 @@ def main() -> int:
     sizes = [int(value.replace("_", "")) for value in args.n.split(",")]
 
     base_dir = args.dir or tempfile.gettempdir()
+    os.makedirs(base_dir, exist_ok=True)
     work = tempfile.mkdtemp(prefix="bench_peers_", dir=base_dir) if not args.keep_store else base_dir
     report = Report()
     report.header("simstore and its peers", data_dir=work, code=source_state(ROOT, "simstore"))
