@@ -12,6 +12,7 @@ the snapshot before any table is consulted.
 from __future__ import annotations
 
 import contextlib
+import itertools
 import operator
 import os
 import threading
@@ -68,6 +69,8 @@ from simstore.query import (
 )
 from simstore.records import (
     Key,
+    big_endian_bytes,
+    big_endian_pairs,
     decode_id,
     decode_record,
     encode_id,
@@ -77,6 +80,8 @@ from simstore.records import (
     pack_key,
     pack_keys,
     pack_meta,
+    record_pairs,
+    sliced,
     sort_key,
     unpack_key,
     unpack_meta,
@@ -743,6 +748,7 @@ class Store(BatchMixin):
             if len(meta_list) != len(key_list):
                 raise InvalidValueError(f"got {len(key_list)} keys but {len(meta_list)} metas")
         packed_keys = pack_keys(key_list)
+        del key_list  # the packed keys replace it: ~36 MiB per million int keys from a range
         lookups = lookup_keys(packed_keys)
         # dict() keeps the last position of a repeated key, as dict.update does.
         position_of = dict(zip(lookups, range(len(lookups)), strict=True))
@@ -774,7 +780,7 @@ class Store(BatchMixin):
         removed_from_delta: list[int] = []
         replaced_ids: list[int] = []
         replaced_fps: list[int] = []
-        fp_list = batch.fingerprints.tolist()
+        fp_list = batch.fingerprints.tolist() if existing else []
         for found_by, id_bytes in existing.items():
             position = batch.position_of[found_by]
             doc_id = decode_id(id_bytes)
@@ -828,23 +834,25 @@ class Store(BatchMixin):
     ) -> None:
         """Write key-table entries, records and metadata of new documents."""
         handles = self._handles
-        id_bytes = doc_ids.astype(">u8").view("V8").tolist()
-        fingerprint_bytes = fingerprints.astype(">u8").view("V8").tolist()
         lookups = list(batch.position_of) if len(positions) == len(batch.position_of) else None
         if lookups is None:
             lookups = [lookup_key(batch.packed_keys[position]) for position in positions]
-        key_entries = sorted(zip(lookups, id_bytes, strict=True))
-        # Into an empty key table, sorted entries may be appended without a search.
+        # Sorting positions, not (key, id) tuples, keeps one int an entry alive;
+        # into an empty key table, sorted entries may be appended without a search.
+        key_order = sorted(range(len(lookups)), key=lookups.__getitem__)
+        take_lookup = lookups.__getitem__
+        key_entries = itertools.chain.from_iterable(
+            zip(map(take_lookup, key_order[part]), big_endian_bytes(doc_ids[key_order[part]]), strict=True)
+            for part in sliced(len(key_order))
+        )
         txn.cursor(handles.keys).putmulti(key_entries, append=append_keys)
-        packed_keys = batch.packed_keys
-        # C-level loops: a million records take ~0.1 s less than a comprehension.
-        records = list(map(operator.add, fingerprint_bytes, map(packed_keys.__getitem__, positions)))
-        txn.cursor(handles.docs).putmulti(zip(id_bytes, records, strict=True), append=True)
+        records = record_pairs(doc_ids, fingerprints, batch.packed_keys, positions)
+        txn.cursor(handles.docs).putmulti(records, append=True)
         if batch.metas is not None:
-            for doc_id_bytes, position in zip(id_bytes, positions, strict=True):
+            for doc_id, position in zip(doc_ids.tolist(), positions, strict=True):
                 packed_meta = batch.metas[position]
                 if packed_meta is not None:
-                    txn.put(doc_id_bytes, packed_meta, db=handles.docmeta)
+                    txn.put(encode_id(doc_id), packed_meta, db=handles.docmeta)
 
     def remove(self, key: Key) -> None:
         """Remove the document stored under ``key``.
@@ -1059,7 +1067,6 @@ class Store(BatchMixin):
         store's own (a re-layout fills a new set beside the old one).
         """
         count = len(doc_ids)
-        big_endian_ids = doc_ids.astype(">u8")
         if target is None:
             tables, databases, generation = self._tables, self._handles.tables, self._params.generation
         else:
@@ -1068,12 +1075,11 @@ class Store(BatchMixin):
         for index, (table, db) in enumerate(zip(tables, databases, strict=True)):
             permuted = table.permute_array(fingerprints)
             order = sorted_order(permuted, doc_ids)
-            key_bytes = permuted[order].astype(">u8").view("V8").tolist()
-            id_bytes = big_endian_ids[order].view("V8").tolist()
             # Append mode skips LMDB's search for each key, but only an empty
             # table may take it: appended keys must follow every stored key.
             empty = txn.stat(db)["entries"] == 0
-            _, added = txn.cursor(db).putmulti(zip(key_bytes, id_bytes, strict=True), append=empty)
+            entries = big_endian_pairs(permuted[order], doc_ids[order])
+            _, added = txn.cursor(db).putmulti(entries, append=empty)
             if added != count:
                 raise CorruptStoreError(
                     f"table {table!r} accepted {added} of {count} entries; the store may be damaged"

@@ -8,6 +8,7 @@ import threading
 from collections.abc import Callable
 from math import comb
 from typing import Any
+from unittest import mock
 
 import numpy as np
 import pytest
@@ -15,6 +16,7 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 import simstore
+from simstore import records
 from simstore.errors import SimstoreError
 from simstore.records import MAX_DIRECT_KEY_BYTES, pack_key, pack_keys
 
@@ -171,6 +173,69 @@ def test_pack_keys_packs_and_refuses_exactly_as_pack_key_does(keys: list[Any]) -
     else:
         with pytest.raises(expected):  # type: ignore[call-overload]
             pack_keys(keys)
+
+
+_u64s = st.integers(0, 2**64 - 1)
+
+
+@settings(max_examples=100, deadline=None)
+@given(
+    pairs=st.lists(st.tuples(_u64s, _u64s), max_size=40),
+    slice_size=st.integers(1, 9),
+)
+def test_bulk_write_pairs_are_the_big_endian_columns_whatever_the_slice(
+    pairs: list[tuple[int, int]], slice_size: int
+) -> None:
+    """Bulk writes make their LMDB pairs a slice at a time; slicing must not
+    drop, repeat or reorder a pair, at any slice size."""
+    keys = np.array([key for key, _ in pairs], dtype=np.uint64)
+    values = np.array([value for _, value in pairs], dtype=np.uint64)
+    expected = [(key.to_bytes(8, "big"), value.to_bytes(8, "big")) for key, value in pairs]
+    packed = [pack_key(f"key{index}") for index in range(len(pairs))]
+    positions = list(range(len(pairs)))[::-1]
+    expected_records = [
+        (key.to_bytes(8, "big"), value.to_bytes(8, "big") + packed[position])
+        for (key, value), position in zip(pairs, positions, strict=True)
+    ]
+    with mock.patch.object(records, "WRITE_SLICE", slice_size):
+        assert list(records.big_endian_pairs(keys, values)) == expected
+        assert list(records.record_pairs(keys, values, packed, positions)) == expected_records
+
+
+@pytest.mark.parametrize("slice_size", [1, 7, 64])
+def test_bulk_adds_written_in_slices_are_found_exactly(tmp_path: Any, slice_size: int) -> None:
+    """Bulk adds (straight into the tables, and into a store that holds
+    documents, with keys repeated) written a few entries per slice leave a
+    store whose answers are brute force's and whose check() is clean."""
+    rng = np.random.default_rng(slice_size)
+    base = rng.integers(0, 2**64, 300, dtype=np.uint64)
+    near = base[:100] ^ (np.uint64(1) << rng.integers(0, 64, 100).astype(np.uint64))
+    stored: dict[Key, int] = {}
+    path = str(tmp_path / "s.simstore")
+    with (
+        mock.patch.object(records, "WRITE_SLICE", slice_size),
+        simstore.open(path, "n", merge_threshold=50) as store,
+    ):
+        # Out of sorted order, as LMDB compares them (the key table is sorted before it is written).
+        keys: list[Key] = [f"doc{index * 7919 % 1009}" for index in range(300)]
+        store.add_many(keys, base)
+        stored.update(zip(keys, base.tolist(), strict=True))
+        # Repeats within the batch and of stored keys, new int keys, metadata.
+        more_keys: list[Key] = ["doc5", "doc5", *range(100), keys[7]]
+        more_fps = np.concatenate([near[:2], near, near[2:3]])
+        metas = [{"n": index} for index in range(len(more_keys))]
+        store.add_many(more_keys, more_fps, metas=metas)
+        stored.update(zip(more_keys, more_fps.tolist(), strict=True))
+        assert store.check() == []
+        assert len(store) == len(stored)
+        assert store.get("doc5").meta == {"n": 1}  # type: ignore[union-attr]
+        fps = np.array(list(stored.values()), dtype=np.uint64)
+        names = list(stored)
+        for query in np.concatenate([base[::7], near[::5]]).tolist():
+            distances = np.bitwise_count(fps ^ np.uint64(query))
+            expected = sorted((int(d), str(names[i])) for i, d in enumerate(distances) if d <= 3)
+            got = sorted((match.distance, str(match.key)) for match in store.query(query))
+            assert got == expected
 
 
 # -- fingerprints and replacement -------------------------------------------------------------
