@@ -20,6 +20,7 @@ import time
 import warnings
 import weakref
 from collections.abc import Callable, Iterable, Iterator, Mapping
+from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
 from types import TracebackType
 from typing import Any, NamedTuple, TypeVar
@@ -1072,21 +1073,26 @@ class Store(BatchMixin):
         else:
             tables, databases, generation = target
         every_fingerprint: list[U64Array] = []
-        for index, (table, db) in enumerate(zip(tables, databases, strict=True)):
-            permuted = table.permute_array(fingerprints)
-            order = sorted_order(permuted, doc_ids)
-            # Append mode skips LMDB's search for each key, but only an empty
-            # table may take it: appended keys must follow every stored key.
-            empty = txn.stat(db)["entries"] == 0
-            entries = big_endian_pairs(permuted[order], doc_ids[order])
-            _, added = txn.cursor(db).putmulti(entries, append=empty)
-            if added != count:
-                raise CorruptStoreError(
-                    f"table {table!r} accepted {added} of {count} entries; the store may be damaged"
+        # numpy permutes and sorts the next table's entries (without the GIL,
+        # on the other core) while LMDB writes this table's.
+        with ThreadPoolExecutor(max_workers=1, thread_name_prefix="simstore-sort") as sorter:
+            upcoming = sorter.submit(sorted_entries, tables[0], fingerprints, doc_ids)
+            for index, (table, db) in enumerate(zip(tables, databases, strict=True)):
+                permuted, ids = upcoming.result()
+                if index + 1 < len(tables):
+                    upcoming = sorter.submit(sorted_entries, tables[index + 1], fingerprints, doc_ids)
+                # Append mode skips LMDB's search for each key, but only an empty
+                # table may take it: appended keys must follow every stored key.
+                empty = txn.stat(db)["entries"] == 0
+                _, added = txn.cursor(db).putmulti(big_endian_pairs(permuted, ids), append=empty)
+                if added != count:
+                    raise CorruptStoreError(
+                        f"table {table!r} accepted {added} of {count} entries; the store may be damaged"
+                    )
+                bits = occupancy.bits_for(int(txn.stat(db)["entries"]), table.prefix_bits, len(tables))
+                self._write_occupancy(
+                    txn, (generation, index), table, bits, permuted, empty, every_fingerprint, merge_epoch
                 )
-            where = (generation, index)
-            bits = occupancy.bits_for(int(txn.stat(db)["entries"]), table.prefix_bits, len(tables))
-            self._write_occupancy(txn, where, table, bits, permuted, empty, every_fingerprint, merge_epoch)
 
     def _write_occupancy(
         self,
@@ -1350,6 +1356,13 @@ class Store(BatchMixin):
         proportion to documents times tables.
         """
         return check_store(self)
+
+
+def sorted_entries(table: Table, fingerprints: U64Array, doc_ids: U64Array) -> tuple[U64Array, U64Array]:
+    """``(permuted keys, doc ids)`` of a batch in ``table``, sorted as the table keeps them."""
+    permuted = table.permute_array(fingerprints)
+    order = sorted_order(permuted, doc_ids)
+    return permuted[order], doc_ids[order]
 
 
 def sorted_order(permuted: U64Array, doc_ids: U64Array) -> np.ndarray:
