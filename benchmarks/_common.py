@@ -20,6 +20,7 @@ Nothing here imports simstore, so any script can use it.
 
 from __future__ import annotations
 
+import json
 import multiprocessing
 import os
 import platform
@@ -363,3 +364,20 @@ def versions(*distributions: str) -> dict[str, str]:
         except metadata.PackageNotFoundError:
             found[name] = "-"
     return found
+
+
+def write_result_json(path: Path, result: dict[str, Any], *, update: bool) -> None:
+    """Write a run's ``result`` to ``path``. With ``update``, an existing file
+    keeps the systems not measured now (those measured now replace theirs),
+    and the run is listed in its ``updates``."""
+    if update and path.exists():
+        previous: dict[str, Any] = json.loads(path.read_text())
+        previous["systems"].update(result["systems"])
+        previous.setdefault("updates", []).append(
+            {key: result[key] for key in ("command", "date", "code", "load average") if key in result}
+            | {"systems": sorted(result["systems"])}
+        )
+        if "exact" in result:
+            previous["exact"] = previous.get("exact", True) and result["exact"]
+        result = previous
+    path.write_text(json.dumps(result, indent=1, default=float) + "\n")

@@ -68,6 +68,7 @@ from _common import (
     source_state,
     summary,
     versions,
+    write_result_json,
 )
 from bench_peers import SIMHASH_WORKER, _codes, _faiss_index
 from bench_store import base_fingerprints, online_fingerprints, raw_floor
@@ -246,6 +247,11 @@ def main() -> int:
     parser.add_argument("--simhash-max-n", type=int, default=1_000_000)
     parser.add_argument("--dir", default=None)
     parser.add_argument("--output", default=None)
+    parser.add_argument(
+        "--update",
+        action="store_true",
+        help="merge the systems measured now into an existing online_<N>.json instead of replacing it",
+    )
     args = parser.parse_args()
     systems = [name.strip() for name in args.systems.split(",") if name.strip()]
     n = args.n
@@ -402,9 +408,7 @@ def main() -> int:
     if args.output:
         report.write(args.output)
         label = f"{n // 1_000_000}M" if n % 1_000_000 == 0 else f"{n // 1000}K"
-        (Path(args.output).parent / f"online_{label}.json").write_text(
-            json.dumps(result, indent=1, default=float) + "\n"
-        )
+        write_result_json(Path(args.output).parent / f"online_{label}.json", result, update=args.update)
     return 0
 
 

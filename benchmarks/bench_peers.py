@@ -98,6 +98,7 @@ from _common import (
     run_isolated,
     source_state,
     versions,
+    write_result_json,
 )
 from bench_store import base_fingerprints, brute_result, raw_floor
 
@@ -751,17 +752,7 @@ def main() -> int:
             label = f"{n // 1_000_000}M" if n % 1_000_000 == 0 else f"{n // 1000}K"
             out_dir.mkdir(parents=True, exist_ok=True)
             json_path = out_dir / f"peers_{label}.json"
-            if args.update and json_path.exists():
-                # Re-measured systems replace their old figures; the rest stay.
-                previous = json.loads(json_path.read_text())
-                previous["systems"].update(result["systems"])
-                previous.setdefault("updates", []).append(
-                    {key: result[key] for key in ("command", "date", "code", "load average") if key in result}
-                    | {"systems": sorted(result["systems"])}
-                )
-                previous["exact"] = previous.get("exact", True) and result["exact"]
-                result = previous
-            json_path.write_text(json.dumps(result, indent=1, default=float) + "\n")
+            write_result_json(json_path, result, update=args.update)
             if args.output:
                 report.write(args.output)
     finally:

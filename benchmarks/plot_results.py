@@ -284,8 +284,9 @@ def write_results(peers: list[dict[str, Any]], online: list[dict[str, Any]], pat
     parts.append("## Runs\n")
     rows = []
     updates = [
-        {**update, "n": run["n"], "kind": f"peers update ({', '.join(update['systems'])})"}
-        for run in peers
+        {**update, "n": run["n"], "kind": f"{kind} update ({', '.join(update['systems'])})"}
+        for kind, runs in (("peers", peers), ("online", online))
+        for run in runs
         for update in run.get("updates", [])
     ]
     for run in peers + online + updates:
