@@ -19,7 +19,7 @@ import threading
 import time
 import warnings
 import weakref
-from collections.abc import Callable, Iterable, Iterator, Mapping
+from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
 from types import TracebackType
@@ -175,10 +175,12 @@ class _Change:
 
 @dataclass
 class _Batch:
-    """A validated add_many batch; ``position_of`` maps each distinct lookup
-    key to the position of its last occurrence."""
+    """A validated add_many batch: each distinct lookup key once, in
+    ``lookups``, with the position of its last occurrence in the batch at the
+    same index of ``positions`` (``range(len(batch))`` when no key repeats)."""
 
-    position_of: dict[bytes, int]
+    lookups: list[bytes]
+    positions: Sequence[int]
     packed_keys: list[bytes]
     fingerprints: U64Array
     metas: list[bytes | None] | None
@@ -751,12 +753,17 @@ class Store(BatchMixin):
         packed_keys = pack_keys(key_list)
         del key_list  # the packed keys replace it: ~36 MiB per million int keys from a range
         lookups = lookup_keys(packed_keys)
-        # dict() keeps the last position of a repeated key, as dict.update does.
-        position_of = dict(zip(lookups, range(len(lookups)), strict=True))
-        if not position_of:
+        if not lookups:
             return fps
-        batch = _Batch(position_of, packed_keys, fps, meta_list)
-        self._reserve_for(len(position_of), sum(map(len, packed_keys)))
+        positions: Sequence[int] = range(len(lookups))
+        # A set is the cheap test for repeats (~50 MiB less than a dict of
+        # positions per million keys, and its int objects); a dict keeps a
+        # repeated key's last position, as dict.update does.
+        if len(set(lookups)) != len(lookups):
+            position_of = dict(zip(lookups, positions, strict=True))
+            lookups, positions = list(position_of), list(position_of.values())
+        batch = _Batch(lookups, positions, packed_keys, fps, meta_list)
+        self._reserve_for(len(lookups), sum(map(len, packed_keys)))
         self._write(lambda txn, state: self._add_batch(txn, state, batch))
         self._merge_if_due()
         return fps
@@ -765,25 +772,34 @@ class Store(BatchMixin):
         handles = self._handles
         existing: dict[bytes, bytes] = {}
         if state.next_id:
-            existing = dict(txn.cursor(handles.keys).getmulti(list(batch.position_of)))
+            existing = dict(txn.cursor(handles.keys).getmulti(batch.lookups))
+        new_lookups, new_positions = batch.lookups, batch.positions
+        position_of: dict[bytes, int] = {}
         if existing:
-            new_positions = [
-                position for found_by, position in batch.position_of.items() if found_by not in existing
-            ]
-        else:
-            new_positions = list(batch.position_of.values())
+            new_lookups, new_positions = [], []
+            for lookup, position in zip(batch.lookups, batch.positions, strict=True):
+                if lookup in existing:
+                    position_of[lookup] = position
+                else:
+                    new_lookups.append(lookup)
+                    new_positions.append(position)
         first_id = state.next_id
         next_id = first_id + len(new_positions)
         placed_ids = np.arange(first_id, next_id, dtype=np.uint64)
-        placed_fps = batch.fingerprints[new_positions]
+        if isinstance(new_positions, range):  # every document, in order
+            placed_fps = batch.fingerprints[new_positions.start : new_positions.stop]
+        else:
+            placed_fps = batch.fingerprints[new_positions]
         if new_positions:
-            self._insert_new(txn, batch, new_positions, placed_ids, placed_fps, append_keys=not state.next_id)
+            self._insert_new(
+                txn, batch, new_lookups, new_positions, placed_ids, placed_fps, append_keys=not state.next_id
+            )
         removed_from_delta: list[int] = []
         replaced_ids: list[int] = []
         replaced_fps: list[int] = []
         fp_list = batch.fingerprints.tolist() if existing else []
         for found_by, id_bytes in existing.items():
-            position = batch.position_of[found_by]
+            position = position_of[found_by]
             doc_id = decode_id(id_bytes)
             new_fp = fp_list[position]
             old_fp = self._record_fingerprint(txn, doc_id)
@@ -827,17 +843,16 @@ class Store(BatchMixin):
         self,
         txn: _lmdb.Txn,
         batch: _Batch,
-        positions: list[int],
+        lookups: list[bytes],
+        positions: Sequence[int],
         doc_ids: U64Array,
         fingerprints: U64Array,
         *,
         append_keys: bool,
     ) -> None:
-        """Write key-table entries, records and metadata of new documents."""
+        """Write key-table entries, records and metadata of new documents:
+        those at ``positions`` of ``batch``, found by ``lookups``."""
         handles = self._handles
-        lookups = list(batch.position_of) if len(positions) == len(batch.position_of) else None
-        if lookups is None:
-            lookups = [lookup_key(batch.packed_keys[position]) for position in positions]
         # Sorting positions, not (key, id) tuples, keeps one int an entry alive;
         # into an empty key table, sorted entries may be appended without a search.
         key_order = sorted(range(len(lookups)), key=lookups.__getitem__)
