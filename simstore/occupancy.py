@@ -17,10 +17,16 @@ queries probed 4.9 tables each without it, 2.1 with it. Crowded bits are never c
 "not crowded" is only ever claimed of a slot that truly holds one entry.
 
 Sizing: ``bits`` grows with the table so that at most about one bitmap bit
-in ``2**SPARSITY_BITS`` is set, between ``MIN_BITS`` and ``MAX_BITS`` (4 MiB a
-table) and never past the table's own prefix. 4 MiB a table keeps a 10-table
-store's two bitmaps at 80 MiB, which a store reads (one copy) a table at a
-time, one table after each query, so that a reopened store answers at once.
+in ``2**SPARSITY_BITS`` is set, from ``MIN_BITS`` up to ``MAX_BITS`` (8 MiB a
+bitmap) and never past the table's own prefix. A store of so many tables that
+its bitmaps at ``MAX_BITS`` would pass ``BITMAP_BUDGET_BYTES`` stops at
+``BUDGETED_MAX_BITS`` (4 MiB) instead. The default 10-table layout's bitmaps
+come to 128 MiB at 10M documents and beyond: 26 bits for its six tables with
+26-bit prefixes, 25 for the rest. At 25 bits they were a quarter full at 10M,
+and 26 bits cut a 10M store's p50 by about 3 µs for near-duplicate and for
+random queries (``benchmarks/ab_bitmap_bits.py``). A store reads its bitmaps
+(one copy) a table at a time, one table after each query, so that a reopened
+store answers at once.
 
 Validity: each stored bitmap carries the merge epoch it was written at.
 Every write to the tables (merge, bulk add, re-layout) moves the epoch on and
