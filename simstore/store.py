@@ -443,9 +443,10 @@ class Store(BatchMixin):
         those written at the current merge epoch (see :mod:`simstore.occupancy`).
 
         A table at a time, after a query has its answer: at 10M documents
-        the default layout's bitmaps are 128 MiB, and reading them all (~50 ms here, mostly
-        page faults) would delay a reopened store's first answer and every
-        reader's first query after another process merges. Until a table's
+        the default layout's bitmaps are 128 MiB, and reading them all (~50 ms
+        for 80 MiB here, mostly page faults) would delay a reopened store's
+        first answer and every reader's first query after another process
+        merges. Until a table's
         bitmaps are read, queries probe it, which is slower but exact.
         """
         plan = list(self._scan_plan)
