@@ -122,11 +122,17 @@ def built(bits: int, permuted: U64Array) -> Bitmap:
     return _from_slots(bits, permuted >> np.uint64(FINGERPRINT_BITS - bits))
 
 
+def _sorted_slots(bits: int, permuted: U64Array) -> npt.NDArray[np.uint32]:
+    """The slots of ``permuted`` in a bitmap of ``bits`` bits, sorted, repeats
+    kept (adjacent). np.sort, not np.unique: numpy 2.4's unique of a million
+    uint64 takes seconds (measured); a sort of 10M uint32 takes ~60 ms here."""
+    return np.sort((permuted >> np.uint64(FINGERPRINT_BITS - bits)).astype(np.uint32))
+
+
 def built_with_crowded(bits: int, permuted: U64Array) -> tuple[Bitmap, Bitmap]:
     """The occupancy bitmap of ``permuted`` and its crowded bitmap: the slots
     that more than one key falls in."""
-    # A sort finds the repeats: numpy's sort of 10M uint32 takes ~60 ms here.
-    slots = np.sort((permuted >> np.uint64(FINGERPRINT_BITS - bits)).astype(np.uint32))
+    slots = _sorted_slots(bits, permuted)
     repeated = slots[1:][slots[1:] == slots[:-1]]
     return _from_slots(bits, slots), _from_slots(bits, repeated)
 
@@ -136,9 +142,7 @@ def mark_with_crowded(bitmap: Bitmap, crowded: Bitmap, bits: int, permuted: U64A
     they fall in that was occupied already or that several of them share."""
     if not len(permuted):
         return
-    # np.sort, not np.unique: numpy 2.4's unique of a million uint64 takes
-    # seconds (measured), a sort ~0.1 s; repeats are harmless to _set.
-    slots = np.sort((permuted >> np.uint64(FINGERPRINT_BITS - bits)).astype(np.uint32))
+    slots = _sorted_slots(bits, permuted)
     held = are_set(bitmap, slots)
     repeated = np.zeros(len(slots), dtype=bool)
     repeated[1:] = slots[1:] == slots[:-1]
