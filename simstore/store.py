@@ -446,8 +446,8 @@ class Store(BatchMixin):
         the default layout's bitmaps are 128 MiB, and reading them all (~50 ms
         for 80 MiB here, mostly page faults) would delay a reopened store's
         first answer and every reader's first query after another process
-        merges. Until a table's
-        bitmaps are read, queries probe it, which is slower but exact.
+        merges. Until a table's bitmaps are read, queries probe it, which is
+        slower but exact.
         """
         plan = list(self._scan_plan)
         for _ in range(min(tables, len(self._bitmaps_unread))):
@@ -1099,13 +1099,14 @@ class Store(BatchMixin):
                     upcoming = sorter.submit(sorted_entries, tables[index + 1], fingerprints, doc_ids)
                 # Append mode skips LMDB's search for each key, but only an empty
                 # table may take it: appended keys must follow every stored key.
-                empty = txn.stat(db)["entries"] == 0
+                entries_before = int(txn.stat(db)["entries"])
+                empty = entries_before == 0
                 _, added = txn.cursor(db).putmulti(big_endian_pairs(permuted, ids), append=empty)
                 if added != count:
                     raise CorruptStoreError(
                         f"table {table!r} accepted {added} of {count} entries; the store may be damaged"
                     )
-                bits = occupancy.bits_for(int(txn.stat(db)["entries"]), table.prefix_bits, len(tables))
+                bits = occupancy.bits_for(entries_before + count, table.prefix_bits, len(tables))
                 self._write_occupancy(
                     txn, (generation, index), table, bits, permuted, empty, every_fingerprint, merge_epoch
                 )
