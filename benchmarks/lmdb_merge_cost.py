@@ -53,6 +53,7 @@ def main() -> int:
     parser.add_argument("--passes", type=int, default=4)
     parser.add_argument("--fallocate", action="store_true")
     parser.add_argument("--per-table-first", action="store_true", help="start with a txn-per-table pass")
+    parser.add_argument("--writemap", action="store_true", help="open with MDB_WRITEMAP (dirty pages in the map)")
     parser.add_argument("--dir", default=None)
     args = parser.parse_args()
     print(f"Command: `{command_line()}`\n")
@@ -63,7 +64,7 @@ def main() -> int:
     try:
         # Virtual only (no writemap): generous, so that no pass stops part-way.
         map_size = max(1 << 30, 200 * (args.n + args.m) * args.tables)
-        env = lmdb.open(work, map_size=map_size, max_dbs=args.tables, sync=False)
+        env = lmdb.open(work, map_size=map_size, max_dbs=args.tables, sync=False, writemap=args.writemap)
         dbs = [env.open_db(b"t%d" % index, dupsort=True, dupfixed=True) for index in range(args.tables)]
         ids = big_endian_bytes(np.arange(args.n, dtype=np.uint64))
         started = time.perf_counter()

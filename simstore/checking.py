@@ -20,7 +20,8 @@ def check_store(store: Store) -> list[str]:
     Every key maps to a record whose key maps back; ids are below the next
     id; the delta log replays to the in-memory delta and matches the
     records; every document outside the delta is in every table exactly
-    once, under its permuted fingerprint, and nothing else is.
+    once, under its permuted fingerprint, and nothing else is; while a merge
+    is under way, the tables it has written hold the delta's documents too.
     """
     problems: list[str] = []
     with store._read() as txn:
@@ -61,6 +62,7 @@ def check_store(store: Store) -> list[str]:
             doc_id: fp for doc_id, fp in fingerprint_of.items() if doc_id not in replayed_delta
         }
         for index, (table, db) in enumerate(zip(store._tables, handles.tables, strict=True)):
+            expected_here = fingerprint_of if index < state.merged_tables else expected_in_tables
             seen: set[int] = set()
             bitmaps = _trusted_bitmaps(store, txn, index, state.merge_epoch, problems)
             previous_slot = -1
@@ -75,7 +77,7 @@ def check_store(store: Store) -> list[str]:
                     if crowded is not None and slot == previous_slot and not occupancy.is_set(crowded, slot):
                         problems.append(f"table {index}'s crowded bitmap lacks document {doc_id}'s slot")
                     previous_slot = slot
-                expected = expected_in_tables.get(doc_id)
+                expected = expected_here.get(doc_id)
                 if expected is None:
                     problems.append(f"table {index} holds document {doc_id}, which should not be there")
                 elif table.unpermute(int.from_bytes(permuted_bytes, "big")) != expected:
@@ -83,7 +85,7 @@ def check_store(store: Store) -> list[str]:
                 if doc_id in seen:
                     problems.append(f"table {index} holds document {doc_id} twice")
                 seen.add(doc_id)
-            missing = len(expected_in_tables) - len(seen & expected_in_tables.keys())
+            missing = len(expected_here) - len(seen & expected_here.keys())
             if missing:
                 problems.append(f"table {index} lacks {missing} documents")
     return problems

@@ -52,6 +52,9 @@ class StoredParams:
 
 
 _STATE_STRUCT = struct.Struct(">QQQ")
+# While a merge is under way the state carries a fourth counter. A store at
+# rest keeps the three-counter record, byte for byte as before.
+_MERGING_STATE_STRUCT = struct.Struct(">QQQQ")
 
 
 class State(NamedTuple):
@@ -60,6 +63,8 @@ class State(NamedTuple):
     ``next_id`` is the next internal document id; ``next_seq`` the next delta
     log sequence number; ``merge_epoch`` counts merges, so another process can
     tell that the delta log was folded into the tables and must be re-read.
+    ``merged_tables`` is how many tables a merge under way has written (a
+    merge writes a table per transaction, see ``Store.merge``); 0 at rest.
 
     A named tuple rather than a frozen dataclass: every single add makes one,
     and a frozen dataclass takes several times longer to build.
@@ -68,16 +73,20 @@ class State(NamedTuple):
     next_id: int = 0
     next_seq: int = 0
     merge_epoch: int = 0
+    merged_tables: int = 0
 
     def encode(self) -> bytes:
+        if self.merged_tables:
+            return _MERGING_STATE_STRUCT.pack(*self)
         return _STATE_STRUCT.pack(self.next_id, self.next_seq, self.merge_epoch)
 
     @classmethod
     def decode(cls, raw: bytes | None) -> State:
-        if raw is None or len(raw) != _STATE_STRUCT.size:
-            raise CorruptStoreError("the store's state record is missing or damaged")
-        next_id, next_seq, merge_epoch = _STATE_STRUCT.unpack(raw)
-        return cls(next_id, next_seq, merge_epoch)
+        if raw is not None and len(raw) == _STATE_STRUCT.size:
+            return cls(*_STATE_STRUCT.unpack(raw))
+        if raw is not None and len(raw) == _MERGING_STATE_STRUCT.size:
+            return cls(*_MERGING_STATE_STRUCT.unpack(raw))
+        raise CorruptStoreError("the store's state record is missing or damaged")
 
 
 def encode_meta(params: StoredParams, *, version: str) -> bytes:

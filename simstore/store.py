@@ -50,6 +50,7 @@ from simstore.format import (
     decode_meta,
     encode_meta,
 )
+from simstore.merging import TableWrites
 from simstore.params import DEFAULT_MERGE_THRESHOLD, Options, auto_merge_threshold
 from simstore.permute import (
     Table,
@@ -111,6 +112,11 @@ BATCH_READS_BITMAPS = 64
 class _LayoutChangedError(Exception):
     """Internal: the snapshot's meta record differs from the one this Store
     uses, because another process re-laid the store out."""
+
+
+class _MergePendingError(Exception):
+    """Internal: the snapshot has a merge under way (``State.merged_tables``),
+    which every other write waits for and helps finish (see ``Store.merge``)."""
 
 
 class SegmenterChangedWarning(UserWarning):
@@ -526,13 +532,16 @@ class Store(BatchMixin):
         """A read transaction with the delta in step with its snapshot."""
         return Store._Reading(self)
 
-    def _write(self, body: Callable[[_lmdb.Txn, State], tuple[T, State, _Change]]) -> T:
+    def _write(
+        self, body: Callable[[_lmdb.Txn, State], tuple[T, State, _Change]], *, merge_step: bool = False
+    ) -> T:
         """Run ``body`` in one write transaction, then apply its delta change.
 
         ``body`` gets the transaction and the stored state, and returns its
         result, the state to store, and the change to the delta. It may run
         more than once (the map may have to grow), so it must not touch the
-        in-memory delta.
+        in-memory delta. If a merge is under way, it is finished first (see
+        :meth:`merge`); only the merge's own steps pass ``merge_step``.
         """
         with self._lock:
             self._check_usable()
@@ -541,6 +550,8 @@ class Store(BatchMixin):
 
             def in_txn(txn: _lmdb.Txn) -> tuple[T, State, bytes | None, _Change]:
                 state = self._sync_delta(txn)
+                if state.merged_tables and not merge_step:
+                    raise _MergePendingError
                 result, new_state, change = body(txn, state)
                 if new_state == state:
                     return result, new_state, None, change
@@ -548,14 +559,18 @@ class Store(BatchMixin):
                 txn.put(STATE_KEY, raw_state, db=self._handles.meta)
                 return result, new_state, raw_state, change
 
-            for attempt in range(1, LAYOUT_RETRIES + 1):
+            attempt = 0
+            while True:
                 try:
                     result, new_state, raw_state, change = self._env.write(in_txn)
                     break
                 except _LayoutChangedError:
+                    attempt += 1
                     if attempt == LAYOUT_RETRIES:
                         raise CorruptStoreError(f"{self.path}: the layout keeps changing") from None
                     self._reload_layout()
+                except _MergePendingError:
+                    self._run_merge(start=False)
             delta = self._delta
             if change.merged:
                 delta.clear()
@@ -901,26 +916,90 @@ class Store(BatchMixin):
     def merge(self) -> int:
         """Fold the delta into the permutation tables now.
 
+        The merge writes one table per write transaction: into a large store
+        that is several times cheaper for LMDB than one transaction for all
+        (``benchmarks/lmdb_merge_cost.py``). Until the last table's commit,
+        which also empties the delta, the delta stays the authority: queries
+        (which count a document once however many tables and the delta hold
+        it) give the same answers throughout, and are not held up between
+        the steps. Every other write, in any process, finishes the merge
+        first, so the delta cannot change half-way; a merge cut short by a
+        crash is finished by the next write.
+
         Returns:
             The number of documents merged.
         """
-
         self._reserve_for(len(self._delta), 0)
+        return self._run_merge(start=True)
 
-        def body(txn: _lmdb.Txn, state: State) -> tuple[int, State, _Change]:
-            count = len(self._delta)
-            if not count:
-                return 0, state, _Change([], [])
-            doc_ids, fingerprints = self._delta.arrays()
-            self._write_tables(txn, doc_ids, fingerprints, state.merge_epoch)
+    def _run_merge(self, *, start: bool) -> int:
+        """Write the tables of the merge under way, one transaction each, or
+        of a new one if ``start``; the number of documents it merged."""
+        # The merge's documents and the (next_seq, merge_epoch, generation)
+        # they were read at: the delta cannot change while a merge is under
+        # way, but it may between reading it and the first step.
+        work: list[tuple[tuple[int, int, int], TableWrites]] = []
+        started = False
+
+        def step(txn: _lmdb.Txn, state: State) -> tuple[bool, State, _Change]:
+            """Write the next table; ``True`` once no merge is left to do."""
+            if not state.merged_tables and (started or not start or not len(self._delta)):
+                return True, state, _Change([], [])  # finished, here or by another writer
+            snapshot = (state.next_seq, state.merge_epoch, self._params.generation)
+            if not work or work[0][0] != snapshot:
+                work[:] = [(snapshot, TableWrites(*self._delta.arrays(), self._tables, sorter))]
+            index = state.merged_tables
+            target = (self._tables, self._handles.tables, self._params.generation)
+            self._write_table(txn, work[0][1], index, state.merge_epoch, target)
+            if index + 1 < len(self._tables):
+                return False, state._replace(merged_tables=index + 1), _Change([], [])
             txn.drop(self._handles.delta, delete=False)
-            return (
-                count,
-                State(state.next_id, state.next_seq, state.merge_epoch + 1),
-                _Change([], [], merged=True),
-            )
+            merged = State(state.next_id, state.next_seq, state.merge_epoch + 1)
+            return True, merged, _Change([], [], merged=True)
 
-        return self._write(body)
+        with ThreadPoolExecutor(max_workers=1, thread_name_prefix="simstore-sort") as sorter:
+            # A write transaction per step, and the lock taken per step: queries
+            # in other threads are answered between the tables.
+            try:
+                while not self._write(step, merge_step=True):
+                    started = True
+            except StoreFullError as exc:
+                # Left half-done, the merge would hold up every later write
+                # (each must finish it first) until room is found, even the
+                # removals that would make room. Taken back out, it leaves
+                # the store as it was, the documents in the delta.
+                self._undo_merge()
+                if start:
+                    raise
+                warnings.warn(
+                    f"{self.path}: a merge left unfinished could not be finished ({exc}) and was "
+                    "undone; its documents stay in the delta",
+                    StoreFullWarning,
+                    stacklevel=4,
+                )
+        return len(work[0][1].doc_ids) if work else 0
+
+    def _undo_merge(self) -> None:
+        """Delete the delta's documents from the tables the merge under way
+        has written, so that no merge is under way, in one transaction.
+
+        The bitmaps those tables' steps wrote are left: stamped with the next
+        epoch, they are not trusted, so queries probe those tables until the
+        next merge rebuilds them.
+        """
+
+        def body(txn: _lmdb.Txn, state: State) -> tuple[None, State, _Change]:
+            if not state.merged_tables:
+                return None, state, _Change([], [])
+            doc_ids, fingerprints = self._delta.arrays()
+            for table, db in zip(self._tables[: state.merged_tables], self._handles.tables, strict=False):
+                cursor = txn.cursor(db)
+                for key, value in big_endian_pairs(table.permute_array(fingerprints), doc_ids):
+                    if cursor.set_key_dup(key, value):
+                        cursor.delete()
+            return None, state._replace(merged_tables=0), _Change([], [])
+
+        self._write(body, merge_step=True)
 
     def relayout(
         self,
@@ -1076,40 +1155,49 @@ class Store(BatchMixin):
         target: tuple[tuple[Table, ...], list[_lmdb.Database], int] | None = None,
     ) -> None:
         """Insert documents into every table in one sorted pass per table, and
-        bring the tables' occupancy bitmaps up to date.
+        bring the tables' occupancy bitmaps up to date (see :meth:`_write_table`).
 
-        ``merge_epoch`` is the stored state's epoch; the caller's commit must
-        move it on by exactly one, which the bitmaps are stamped with.
         ``target`` names other ``(tables, databases, generation)`` than the
         store's own (a re-layout fills a new set beside the old one).
         """
-        count = len(doc_ids)
         if target is None:
-            tables, databases, generation = self._tables, self._handles.tables, self._params.generation
-        else:
-            tables, databases, generation = target
-        every_fingerprint: list[U64Array] = []
-        # numpy permutes and sorts the next table's entries (without the GIL,
-        # on the other core) while LMDB writes this table's.
+            target = (self._tables, self._handles.tables, self._params.generation)
         with ThreadPoolExecutor(max_workers=1, thread_name_prefix="simstore-sort") as sorter:
-            upcoming = sorter.submit(sorted_entries, tables[0], fingerprints, doc_ids)
-            for index, (table, db) in enumerate(zip(tables, databases, strict=True)):
-                permuted, ids = upcoming.result()
-                if index + 1 < len(tables):
-                    upcoming = sorter.submit(sorted_entries, tables[index + 1], fingerprints, doc_ids)
-                # Append mode skips LMDB's search for each key, but only an empty
-                # table may take it: appended keys must follow every stored key.
-                entries_before = int(txn.stat(db)["entries"])
-                empty = entries_before == 0
-                _, added = txn.cursor(db).putmulti(big_endian_pairs(permuted, ids), append=empty)
-                if added != count:
-                    raise CorruptStoreError(
-                        f"table {table!r} accepted {added} of {count} entries; the store may be damaged"
-                    )
-                bits = occupancy.bits_for(entries_before + count, table.prefix_bits, len(tables))
-                self._write_occupancy(
-                    txn, (generation, index), table, bits, permuted, empty, every_fingerprint, merge_epoch
-                )
+            writes = TableWrites(doc_ids, fingerprints, target[0], sorter)
+            for index in range(len(target[0])):
+                self._write_table(txn, writes, index, merge_epoch, target)
+
+    def _write_table(
+        self,
+        txn: _lmdb.Txn,
+        writes: TableWrites,
+        index: int,
+        merge_epoch: int,
+        target: tuple[tuple[Table, ...], list[_lmdb.Database], int],
+    ) -> None:
+        """Insert ``writes``' documents into table ``index`` of ``target``
+        (``(tables, databases, generation)``) and update its bitmaps.
+
+        ``merge_epoch`` is the stored state's epoch; the bitmaps are stamped
+        with the next, so the commit that moves the epoch on by exactly one
+        makes them trusted.
+        """
+        tables, databases, generation = target
+        table, db = tables[index], databases[index]
+        permuted, ids = writes.entries(index)
+        # Append mode skips LMDB's search for each key, but only an empty
+        # table may take it: appended keys must follow every stored key.
+        entries_before = int(txn.stat(db)["entries"])
+        empty = entries_before == 0
+        _, added = txn.cursor(db).putmulti(big_endian_pairs(permuted, ids), append=empty)
+        if added != len(ids):
+            raise CorruptStoreError(
+                f"table {table!r} accepted {added} of {len(ids)} entries; the store may be damaged"
+            )
+        bits = occupancy.bits_for(entries_before + len(ids), table.prefix_bits, len(tables))
+        self._write_occupancy(
+            txn, (generation, index), table, bits, permuted, empty, writes.every_fingerprint, merge_epoch
+        )
 
     def _write_occupancy(
         self,
@@ -1373,28 +1461,6 @@ class Store(BatchMixin):
         proportion to documents times tables.
         """
         return check_store(self)
-
-
-def sorted_entries(table: Table, fingerprints: U64Array, doc_ids: U64Array) -> tuple[U64Array, U64Array]:
-    """``(permuted keys, doc ids)`` of a batch in ``table``, sorted as the table keeps them."""
-    permuted = table.permute_array(fingerprints)
-    order = sorted_order(permuted, doc_ids)
-    return permuted[order], doc_ids[order]
-
-
-def sorted_order(permuted: U64Array, doc_ids: U64Array) -> np.ndarray:
-    """The order that sorts entries by ``(permuted key, doc id)``, as dupsort
-    tables keep them.
-
-    Equal permuted keys are rare, so an unstable sort (five times faster than
-    a stable one for a million keys, measured) is tried first and the full
-    two-key sort is paid for only when a key repeats.
-    """
-    order = np.argsort(permuted)
-    ordered = permuted[order]
-    if ordered.size > 1 and bool(np.any(ordered[1:] == ordered[:-1])):
-        return np.lexsort((doc_ids, permuted))
-    return order
 
 
 def file_bytes(path: str) -> int:

@@ -10,6 +10,7 @@ from typing import Any
 
 import numpy as np
 import pytest
+from _merge_faults import StepInterruptedError, failing_after, merged_tables
 from hypothesis import HealthCheck, settings
 from hypothesis import strategies as st
 from hypothesis.stateful import RuleBasedStateMachine, initialize, invariant, precondition, rule
@@ -178,6 +179,29 @@ class StoreMachine(RuleBasedStateMachine):
         before = self.live.stats().delta_docs
         assert self.live.merge() == before
         assert self.live.stats().delta_docs == 0
+
+    @precondition(
+        lambda self: len(self.live.tables) - merged_tables(self.live) > 1 and self.live.stats().delta_docs > 0
+    )
+    @rule(data=st.data(), for_room=st.booleans())
+    def merge_cut_short(self, data: st.DataObject, for_room: bool) -> None:
+        """A merge stopped after some of its per-table steps: by a crash or Ctrl-C (left
+        under way, finished by the next write) or for lack of room (undone at once, with
+        any merge left under way before it). A merge under way resumes where it stopped."""
+        tables = len(self.live.tables)
+        already = merged_tables(self.live)
+        written = data.draw(st.integers(0 if for_room else 1, tables - 1 - already), label="tables written")
+        error = simstore.StoreFullError("no room") if for_room else StepInterruptedError()
+        before = self.live.stats()
+        with failing_after(written, error), pytest.raises(type(error)):
+            self.live.merge()
+        after = self.live.stats()
+        assert after.delta_docs == before.delta_docs
+        if for_room:
+            assert merged_tables(self.live) == 0
+            assert after.table_entries == (before.table_entries[-1],) * tables
+        else:
+            assert merged_tables(self.live) == already + written
 
     @rule(merge_on_close=st.booleans(), reopen_merge_on_close=st.booleans())
     def reopen(self, merge_on_close: bool, reopen_merge_on_close: bool) -> None:
