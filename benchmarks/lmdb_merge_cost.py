@@ -19,7 +19,9 @@ table inserted, in passes that alternate:
 Every pass commits (sync off), so the tables grow by M entries a pass (the
 keys shifted by the pass number, so that no entry repeats); the first pass is
 the first to touch the tables' pages in this process. ``--fallocate``
-first extends the file by 4 GiB with ``posix_fallocate``. Prints µs per
+first extends the file by 4 GiB with ``posix_fallocate``; ``--writemap`` opens
+with ``MDB_WRITEMAP`` (measured: the one-transaction passes cost the same,
+2.05 and 1.24 µs per entry; the per-table ones 0.69 and 0.47). Prints µs per
 inserted entry spent in ``putmulti`` and in the whole pass (commits included),
 and each pass's wall time.
 """
@@ -53,7 +55,7 @@ def main() -> int:
     parser.add_argument("--passes", type=int, default=4)
     parser.add_argument("--fallocate", action="store_true")
     parser.add_argument("--per-table-first", action="store_true", help="start with a txn-per-table pass")
-    parser.add_argument("--writemap", action="store_true", help="open with MDB_WRITEMAP (dirty pages in the map)")
+    parser.add_argument("--writemap", action="store_true", help="open with MDB_WRITEMAP")
     parser.add_argument("--dir", default=None)
     args = parser.parse_args()
     print(f"Command: `{command_line()}`\n")

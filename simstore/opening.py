@@ -116,6 +116,8 @@ def open(  # noqa: A001 - mirrors dbm.open, deliberately
     try:
         for attempt in range(1, OPEN_RETRIES + 1):
             params, raw_meta = _load_or_create(env, path_str, mode, requested)
+            if attempt == 1:
+                env.use_writable_map()  # a store now: it may be extended
             try:
                 handles = env.open_existing(len(params.tables), params.generation)
                 break

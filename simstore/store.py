@@ -323,13 +323,19 @@ class Store(BatchMixin):
             return
 
     def _open_environment(self) -> _lmdb.Environment:
-        return _lmdb.Environment(
+        env = _lmdb.Environment(
             self.path,
             readonly=self.readonly,
             sync=self._options.sync,
             map_size=None,
             max_map_size=self._options.max_map_size,
         )
+        try:
+            env.use_writable_map()  # the file is this store's
+        except BaseException:
+            env.close()
+            raise
+        return env
 
     # ------------------------------------------------------------------ basics
 

@@ -512,11 +512,13 @@ def test_directory_is_not_a_store(tmp_path: Path, mode: str) -> None:
 
 
 def test_truncated_store_is_corrupt_not_a_crash(store_path: str) -> None:
-    """A store cut to half its length raises CorruptStoreError (checked in a child process,
-    so that a SIGBUS would fail this test rather than kill the test run)."""
+    """A store cut to half the length of its pages in use raises CorruptStoreError (checked
+    in a child process, so that a SIGBUS would fail this test rather than kill the test
+    run). The file itself runs on to the end of the writer's map."""
     with simstore.open(store_path, k=3) as store:
         store.add_many([f"k{i}" for i in range(5000)], np.arange(5000, dtype=np.uint64) * 7919)
-    size = os.path.getsize(store_path)
+        size = store.stats().bytes_used
+    assert os.path.getsize(store_path) > size
     with open(store_path, "r+b") as handle:
         handle.truncate(size // 2)
     outcome = run_child(
@@ -605,3 +607,34 @@ def test_mode_n_cannot_be_read_only(store_path: str) -> None:
     with pytest.raises(ValueError, match="read-only"):
         simstore.open(store_path, "n", readonly=True)
     assert not os.path.exists(store_path)
+
+
+def test_a_writers_file_is_allocated_to_the_end_of_its_map(tmp_path: Path) -> None:
+    """Writes go through LMDB's writable map, so every block of the map must be allocated
+    (a write into a hole on a full disk is a SIGBUS, not an error): as the map grows, and
+    for the file another process reopens. A reader changes nothing."""
+    path = str(tmp_path / "allocated.simstore")
+
+    def allocated(expected_map: int) -> None:
+        info = os.stat(path)
+        assert info.st_size == expected_map
+        assert info.st_blocks * 512 >= info.st_size
+
+    with simstore.open(path, k=3, map_size=1 << 20, sync=False) as store:
+        allocated(store.stats().map_size)
+        for start in range(0, 60_000, 20_000):  # grows the map on the way
+            store.add_many(
+                range(start, start + 20_000), np.arange(start, start + 20_000, dtype=np.uint64) * 7919
+            )
+            allocated(store.stats().map_size)
+        assert store.stats().map_size > 1 << 20
+        for key in range(200):  # single adds that fill the map grow it too
+            store.add(f"single-{key}", fingerprint=key)
+        allocated(store.stats().map_size)
+    grown = os.path.getsize(path)  # after the merge on close
+    with simstore.open(path, "r") as reader:
+        assert len(reader) == 60_200
+    assert os.path.getsize(path) == grown
+    with simstore.open(path, "w") as store:
+        allocated(store.stats().map_size)
+        assert store.stats().map_size >= grown
