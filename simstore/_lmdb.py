@@ -58,9 +58,9 @@ FIXED_DB_NAMES = (DB_META, DB_KEYS, DB_DOCS, DB_DOCMETA, DB_DELTA)
 TABLE_DB_FLAGS = {"dupsort": True, "dupfixed": True}
 
 # A writer's file is as long as its map and every block of it is allocated
-# (see Environment._reopen_with_writable_map), so the map starts small and
+# (see Environment.use_writable_map), so the map starts small and
 # keeps a quarter of the data as headroom when reopened.
-INITIAL_MAP_SIZE = 32 << 20
+INITIAL_MAP_SIZE = 1 << 20
 MIN_MAP_SIZE = 1 << 20
 MAP_HEADROOM_FRACTION = 4
 # The lock file LMDB makes for 126 readers (measured: 8192 bytes).
@@ -206,10 +206,12 @@ class Environment:
         with self._resizing():
             if self._requested_map is not None:
                 wanted = self._requested_map
+            elif used > INITIAL_MAP_SIZE:
+                # No headroom here: an open that is then refused (a damaged
+                # store) must leave the file as it was. Writes grow the map.
+                wanted = used
             else:
-                wanted = max(INITIAL_MAP_SIZE, used + used // MAP_HEADROOM_FRACTION)
-                if self.max_map_size is not None:
-                    wanted = min(wanted, max(self.max_map_size, used))
+                wanted = INITIAL_MAP_SIZE
             # Never shorter than the file: another process may be using its end.
             file_size = os.path.getsize(self.path)
             allocated = self._allocate(max(wanted, file_size), least=file_size)

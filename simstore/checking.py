@@ -67,6 +67,10 @@ def check_store(store: Store) -> list[str]:
             bitmaps = _trusted_bitmaps(store, txn, index, state.merge_epoch, problems)
             previous_slot = -1
             for permuted_bytes, id_bytes in txn.cursor(db):
+                if len(permuted_bytes) != 8 or len(id_bytes) != 8:
+                    sizes = f"{len(permuted_bytes)} and {len(id_bytes)}"
+                    problems.append(f"table {index} holds an entry of {sizes} bytes, not 8 and 8")
+                    continue
                 doc_id = decode_id(id_bytes)
                 if bitmaps is not None:
                     bitmap, crowded, shift = bitmaps

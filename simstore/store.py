@@ -1119,7 +1119,9 @@ class Store(BatchMixin):
                     )
                     estimate += (2 if first_load else 4) * (1 << bits) // 8
             elif documents:
-                estimate += 4 * table_count * (1 << occupancy.MAX_BITS) // 8
+                # New tables' bitmaps (an upper bound: prefixes of 64 bits).
+                bits = occupancy.bits_for(documents, 64, table_count)
+                estimate += 2 * table_count * (1 << bits) // 8
             self._env.reserve(estimate)
 
     def _merge_if_due(self) -> None:
