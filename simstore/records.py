@@ -24,6 +24,7 @@ from collections.abc import Iterable, Iterator, Mapping, Sequence
 from typing import Any
 
 import msgpack
+import numpy as np
 
 from simstore.errors import CorruptStoreError, InvalidTypeError, InvalidValueError
 from simstore.permute import U64Array
@@ -104,7 +105,10 @@ def decode_id(raw: bytes) -> int:
 
 
 def pack_key(key: object) -> bytes:
-    """The msgpack encoding of a user key, after checking its type."""
+    """The msgpack encoding of a user key, after checking its type. A numpy
+    integer is its Python int (and comes back as one)."""
+    if isinstance(key, np.integer):
+        key = int(key)
     if isinstance(key, bool) or not isinstance(key, str | bytes | int):
         raise InvalidTypeError(f"a key must be str, bytes or int, got {type(key).__name__}")
     if isinstance(key, int) and not MIN_INT_KEY <= key <= MAX_INT_KEY:

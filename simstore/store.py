@@ -763,7 +763,8 @@ class Store(BatchMixin):
         """
         if isinstance(keys, str | bytes) or not isinstance(keys, Iterable):
             raise InvalidTypeError("keys must be an iterable of keys, not a single key")
-        key_list = list(keys)
+        # A numpy array of ids (np.arange, a column) becomes Python ints in C.
+        key_list = keys.tolist() if isinstance(keys, np.ndarray) else list(keys)
         fps = self._fingerprints_of(texts, fingerprints)
         if len(key_list) != len(fps):
             raise InvalidValueError(f"got {len(key_list)} keys but {len(fps)} fingerprints")

@@ -4,6 +4,7 @@ closing, map growth, the map ceiling and use from several threads."""
 from __future__ import annotations
 
 import contextlib
+import pathlib
 import threading
 from collections.abc import Callable
 from math import comb
@@ -697,3 +698,22 @@ def test_check_detects_damage(store_path: str, damage: str) -> None:
     with simstore.open(store_path, "r") as store:
         problems = store.check()
     assert problems != []
+
+
+def test_numpy_integer_keys_are_their_python_ints(tmp_path: pathlib.Path) -> None:
+    """Keys from numpy (an id column, np.arange) work wherever an int key does, and come
+    back as Python ints; a numpy bool is still refused like a bool."""
+    with simstore.open(str(tmp_path / "np.simstore"), k=3, sync=False) as store:
+        fingerprints = np.arange(5, dtype=np.uint64) << np.uint64(20)
+        store.add_many(np.arange(5, dtype=np.int64), fingerprints=fingerprints)
+        store.add_many(np.array([7, 2**64 - 1], dtype=np.uint64), fingerprints=[1, 2])
+        store.add(np.int32(9), fingerprint=3)
+        assert list(store) == [0, 1, 2, 3, 4, 7, 2**64 - 1, 9]
+        assert all(type(key) is int for key in store)
+        assert np.int64(3) in store
+        assert store[np.uint8(9)].fingerprint == 3
+        store.remove(np.int16(4))
+        assert 4 not in store
+        assert [match.key for match in store.query(3 << 20, k=0)] == [3]
+        with pytest.raises(simstore.InvalidTypeError):
+            store.add(np.bool_(True), fingerprint=1)
