@@ -87,7 +87,10 @@ metas = st.one_of(st.none(), st.dictionaries(hashable, anything, max_size=4), an
 
 
 def key_problem(key: object) -> bool:
-    """True if ``key`` is not a valid key (str, bytes or int in range, encodable)."""
+    """True if ``key`` is not a valid key (str, bytes or int in range, encodable; a
+    numpy integer counts as its int)."""
+    if isinstance(key, np.integer):
+        key = int(key)
     if isinstance(key, bool) or not isinstance(key, str | bytes | int):
         return True
     if isinstance(key, int):
