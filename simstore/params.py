@@ -59,7 +59,7 @@ class Options:
             of memory per delta document in every process using the store.
         merge_on_close: merge a non-empty delta when the store is closed.
         map_size: initial LMDB map size in bytes (``None``: 1 MiB, or the
-            data with a quarter as headroom, and never less than the file). A
+            pages in use, and never less than the file). A
             writer's file is allocated to the end of its map. The map grows
             on its own when full.
         max_map_size: never grow the map beyond this many bytes; a write that
