@@ -58,8 +58,8 @@ FIXED_DB_NAMES = (DB_META, DB_KEYS, DB_DOCS, DB_DOCMETA, DB_DELTA)
 TABLE_DB_FLAGS = {"dupsort": True, "dupfixed": True}
 
 # A writer's file is as long as its map and every block of it is allocated
-# (see Environment.use_writable_map), so the map starts small and
-# keeps a quarter of the data as headroom when reopened.
+# (see Environment.use_writable_map), so the map starts small, grows by half
+# when full, and a reservation adds a quarter of the map beyond its need.
 INITIAL_MAP_SIZE = 1 << 20
 MIN_MAP_SIZE = 1 << 20
 MAP_HEADROOM_FRACTION = 4
@@ -212,9 +212,7 @@ class Environment:
                 wanted = used
             else:
                 wanted = INITIAL_MAP_SIZE
-            # Never shorter than the file: another process may be using its end.
-            file_size = os.path.getsize(self.path)
-            allocated = self._allocate(max(wanted, file_size), least=file_size)
+            allocated = self._allocate_map(wanted, least=used)
             self.env = self._open_lmdb(readonly=False, sync=self._sync, map_size=allocated, writemap=True)
 
     @contextlib.contextmanager
@@ -234,10 +232,17 @@ class Environment:
         finally:
             os.close(descriptor)  # releases the flock
 
-    def _allocate(self, size: int, least: int) -> int:
-        """Allocate the file's blocks up to ``size`` bytes, or failing that
-        (a full disk) the most that fits of halving steps down to ``least``;
-        the size allocated. Called with :meth:`_resizing` held."""
+    def _allocate_map(self, size: int, least: int) -> int:
+        """Allocate the file's blocks for a map of ``size`` bytes (whole
+        pages), or failing that (a full disk) the most that fits of halving
+        steps down to ``least``; the size allocated, to map. Never shorter
+        than the file, on a full disk too: another process may be using its
+        end, and LMDB would cut the file to the map. Called with
+        :meth:`_resizing` held."""
+        page = self.page_size()
+        file_size = os.path.getsize(self.path)
+        size = max(-(-size // page) * page, file_size)
+        least = max(least, file_size)
         descriptor = os.open(self.path, os.O_RDWR)
         try:
             while True:
@@ -278,7 +283,7 @@ class Environment:
         if not file_size:
             return
         for attempt in range(2):
-            needed = self._pages_needed()
+            needed = self.used_bytes()
             file_size = os.path.getsize(self.path)
             if file_size >= needed:
                 return
@@ -288,12 +293,6 @@ class Environment:
         raise CorruptStoreError(
             f"{self.path} is truncated: it holds {file_size} bytes but its pages need {needed}"
         )
-
-    def _pages_needed(self) -> int:
-        """Bytes the last committed meta page says the file spans."""
-        if not self._psize:
-            self._psize = int(self.env.stat()["psize"])
-        return (int(self.env.info()["last_pgno"]) + 1) * self._psize
 
     def fail_open(self) -> None:
         """Close after an open that found a foreign file, removing the lock
@@ -485,11 +484,8 @@ class Environment:
     def _set_map_size(self, size: int, least: int) -> None:
         """Allocate the file up to ``size`` bytes (down to ``least`` on a full
         disk, else ``StoreFullError``) and map that much."""
-        page = self.page_size()
-        size = -(-size // page) * page  # whole pages
         with self._resizing():
-            file_size = os.path.getsize(self.path)
-            allocated = self._allocate(max(size, file_size), least=max(least, min(size, file_size)))
+            allocated = self._allocate_map(size, least)
             try:
                 self.env.set_mapsize(allocated)
             except lmdb.Error as exc:
@@ -503,10 +499,13 @@ class Environment:
         return int(self.env.info()["map_size"])
 
     def page_size(self) -> int:
-        return int(self.env.stat()["psize"])
+        if not self._psize:  # a file's page size never changes
+            self._psize = int(self.env.stat()["psize"])
+        return self._psize
 
     def used_bytes(self) -> int:
-        """Bytes of the file in use by the latest snapshot."""
+        """Bytes of the file in use by the latest snapshot: what the last
+        committed meta page says the file spans."""
         return (int(self.env.info()["last_pgno"]) + 1) * self.page_size()
 
 
