@@ -126,7 +126,11 @@ def _sorted_slots(bits: int, permuted: U64Array) -> npt.NDArray[np.uint32]:
     """The slots of ``permuted`` in a bitmap of ``bits`` bits, sorted, repeats
     kept (adjacent). np.sort, not np.unique: numpy 2.4's unique of a million
     uint64 takes seconds (measured); a sort of 10M uint32 takes ~60 ms here."""
-    return np.sort((permuted >> np.uint64(FINGERPRINT_BITS - bits)).astype(np.uint32))
+    # Shifted straight into uint32 and sorted in place: no uint64 temporary.
+    slots = np.empty(permuted.shape, dtype=np.uint32)
+    np.right_shift(permuted, np.uint64(FINGERPRINT_BITS - bits), out=slots, casting="unsafe")
+    slots.sort()
+    return slots
 
 
 def built_with_crowded(bits: int, permuted: U64Array) -> tuple[Bitmap, Bitmap]:

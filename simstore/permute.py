@@ -68,9 +68,12 @@ class Table:
     def permute_array(self, fingerprints: U64Array) -> U64Array:
         """The permuted keys of a uint64 array, vectorised."""
         permuted = np.zeros(fingerprints.shape, dtype=np.uint64)
+        moved = np.empty_like(permuted)  # one scratch array, not a temporary per operation
         for source_shift, mask, target_shift in self.runs:
-            moved = (fingerprints >> np.uint64(source_shift)) & np.uint64(mask)
-            permuted |= moved << np.uint64(target_shift)
+            np.right_shift(fingerprints, np.uint64(source_shift), out=moved)
+            np.bitwise_and(moved, np.uint64(mask), out=moved)
+            np.left_shift(moved, np.uint64(target_shift), out=moved)
+            permuted |= moved
         return permuted
 
     def unpermute(self, permuted: int) -> int:

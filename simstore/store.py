@@ -51,6 +51,7 @@ from simstore.format import (
     encode_meta,
 )
 from simstore.merging import TableWrites
+from simstore.packed import PackedKeys
 from simstore.params import DEFAULT_MERGE_THRESHOLD, Options, auto_merge_threshold
 from simstore.permute import (
     Table,
@@ -73,14 +74,13 @@ from simstore.records import (
     Key,
     big_endian_bytes,
     big_endian_pairs,
+    big_endian_sliced,
     decode_id,
     decode_record,
     encode_id,
     encode_record,
     lookup_key,
-    lookup_keys,
     pack_key,
-    pack_keys,
     pack_meta,
     record_pairs,
     sliced,
@@ -181,13 +181,12 @@ class _Change:
 
 @dataclass
 class _Batch:
-    """A validated add_many batch: each distinct lookup key once, in
-    ``lookups``, with the position of its last occurrence in the batch at the
-    same index of ``positions`` (``range(len(batch))`` when no key repeats)."""
+    """A validated add_many batch: ``positions`` holds the position of each
+    distinct key's last occurrence in the batch (``range(len(batch))`` when
+    no key repeats)."""
 
-    lookups: list[bytes]
+    packed_keys: PackedKeys
     positions: Sequence[int]
-    packed_keys: list[bytes]
     fingerprints: U64Array
     metas: list[bytes | None] | None
 
@@ -750,7 +749,9 @@ class Store(BatchMixin):
         A key that appears more than once keeps its last fingerprint (and
         meta). Large batches (together with the delta, at least
         ``merge_threshold`` documents) are written straight into the tables
-        in one sorted pass per table.
+        in one sorted pass per table. Int keys counting up (``range(n)``, a
+        sorted id column) are the cheapest: they need neither the test for
+        repeats nor a sort, and are never all held as objects at once.
 
         Args:
             keys: the documents' keys.
@@ -763,30 +764,30 @@ class Store(BatchMixin):
         """
         if isinstance(keys, str | bytes) or not isinstance(keys, Iterable):
             raise InvalidTypeError("keys must be an iterable of keys, not a single key")
-        # A numpy array of ids (np.arange, a column) becomes Python ints in C.
-        key_list = keys.tolist() if isinstance(keys, np.ndarray) else list(keys)
+        if isinstance(keys, np.ndarray) and keys.ndim != 1:
+            raise InvalidTypeError(f"keys must be a one-dimensional array, got {keys.ndim} dimensions")
+        packed_keys = PackedKeys.of(keys)
         fps = self._fingerprints_of(texts, fingerprints)
-        if len(key_list) != len(fps):
-            raise InvalidValueError(f"got {len(key_list)} keys but {len(fps)} fingerprints")
+        if len(packed_keys) != len(fps):
+            raise InvalidValueError(f"got {len(packed_keys)} keys but {len(fps)} fingerprints")
         meta_list: list[bytes | None] | None = None
         if metas is not None:
             meta_list = [pack_meta(meta) for meta in metas]
-            if len(meta_list) != len(key_list):
-                raise InvalidValueError(f"got {len(key_list)} keys but {len(meta_list)} metas")
-        packed_keys = pack_keys(key_list)
-        del key_list  # the packed keys replace it: ~36 MiB per million int keys from a range
-        lookups = lookup_keys(packed_keys)
-        if not lookups:
+            if len(meta_list) != len(packed_keys):
+                raise InvalidValueError(f"got {len(packed_keys)} keys but {len(meta_list)} metas")
+        if not len(packed_keys):
             return fps
-        positions: Sequence[int] = range(len(lookups))
-        # A set is the cheap test for repeats (~50 MiB less than a dict of
-        # positions per million keys, and its int objects); a dict keeps a
-        # repeated key's last position, as dict.update does.
-        if len(set(lookups)) != len(lookups):
-            position_of = dict(zip(lookups, positions, strict=True))
-            lookups, positions = list(position_of), list(position_of.values())
-        batch = _Batch(lookups, positions, packed_keys, fps, meta_list)
-        self._reserve_for(len(lookups), sum(map(len, packed_keys)))
+        positions: Sequence[int] = range(len(packed_keys))
+        if not packed_keys.ascending:
+            # A set is the cheap test for repeats (~50 MiB less than a dict of
+            # positions per million keys, and its int objects); a dict keeps a
+            # repeated key's last position, as dict.update does.
+            lookups = packed_keys.lookups(positions)
+            if len(set(lookups)) != len(lookups):
+                positions = list(dict(zip(lookups, positions, strict=True)).values())
+            del lookups  # made again a slice at a time: the batch holds only the packed keys
+        batch = _Batch(packed_keys, positions, fps, meta_list)
+        self._reserve_for(len(positions), packed_keys.total_bytes)
         self._write(lambda txn, state: self._add_batch(txn, state, batch))
         self._merge_if_due()
         return fps
@@ -795,16 +796,17 @@ class Store(BatchMixin):
         handles = self._handles
         existing: dict[bytes, bytes] = {}
         if state.next_id:
-            existing = dict(txn.cursor(handles.keys).getmulti(batch.lookups))
-        new_lookups, new_positions = batch.lookups, batch.positions
+            lookups = batch.packed_keys.sliced_lookups(batch.positions)
+            existing = dict(txn.cursor(handles.keys).getmulti(lookups))
+        new_positions = batch.positions
         position_of: dict[bytes, int] = {}
         if existing:
-            new_lookups, new_positions = [], []
-            for lookup, position in zip(batch.lookups, batch.positions, strict=True):
+            new_positions = []
+            lookups = batch.packed_keys.sliced_lookups(batch.positions)
+            for lookup, position in zip(lookups, batch.positions, strict=True):
                 if lookup in existing:
                     position_of[lookup] = position
                 else:
-                    new_lookups.append(lookup)
                     new_positions.append(position)
         first_id = state.next_id
         next_id = first_id + len(new_positions)
@@ -814,9 +816,7 @@ class Store(BatchMixin):
         else:
             placed_fps = batch.fingerprints[new_positions]
         if new_positions:
-            self._insert_new(
-                txn, batch, new_lookups, new_positions, placed_ids, placed_fps, append_keys=not state.next_id
-            )
+            self._insert_new(txn, batch, new_positions, placed_ids, placed_fps, append_keys=not state.next_id)
         removed_from_delta: list[int] = []
         replaced_ids: list[int] = []
         replaced_fps: list[int] = []
@@ -826,7 +826,7 @@ class Store(BatchMixin):
             doc_id = decode_id(id_bytes)
             new_fp = fp_list[position]
             old_fp = self._record_fingerprint(txn, doc_id)
-            txn.put(id_bytes, encode_record(new_fp, batch.packed_keys[position]), db=handles.docs)
+            txn.put(id_bytes, encode_record(new_fp, batch.packed_keys.at(position)), db=handles.docs)
             self._put_meta(txn, id_bytes, batch.meta(position))
             if old_fp == new_fp:
                 continue
@@ -847,8 +847,10 @@ class Store(BatchMixin):
             if removed_from_delta:
                 kept = ~np.isin(carried_ids, np.array(removed_from_delta, dtype=np.uint64))
                 carried_ids, carried_fps = carried_ids[kept], carried_fps[kept]
-            all_ids = np.concatenate([carried_ids, placed_ids])
-            all_fps = np.concatenate([carried_fps, placed_fps])
+            all_ids, all_fps = placed_ids, placed_fps
+            if len(carried_ids):  # no copies of a first load's million ids and fingerprints
+                all_ids = np.concatenate([carried_ids, placed_ids])
+                all_fps = np.concatenate([carried_fps, placed_fps])
             self._write_tables(txn, all_ids, all_fps, state.merge_epoch)
             txn.drop(handles.delta, delete=False)
             merged = State(next_id, state.next_seq, state.merge_epoch + 1)
@@ -866,7 +868,6 @@ class Store(BatchMixin):
         self,
         txn: _lmdb.Txn,
         batch: _Batch,
-        lookups: list[bytes],
         positions: Sequence[int],
         doc_ids: U64Array,
         fingerprints: U64Array,
@@ -874,18 +875,26 @@ class Store(BatchMixin):
         append_keys: bool,
     ) -> None:
         """Write key-table entries, records and metadata of new documents:
-        those at ``positions`` of ``batch``, found by ``lookups``."""
+        those at ``positions`` of ``batch``."""
         handles = self._handles
-        # Sorting positions, not (key, id) tuples, keeps one int an entry alive;
-        # into an empty key table, sorted entries may be appended without a search.
-        key_order = sorted(range(len(lookups)), key=lookups.__getitem__)
-        take_lookup = lookups.__getitem__
-        key_entries = itertools.chain.from_iterable(
-            zip(map(take_lookup, key_order[part]), big_endian_bytes(doc_ids[key_order[part]]), strict=True)
-            for part in sliced(len(key_order))
-        )
+        packed_keys = batch.packed_keys
+        # Into an empty key table, sorted entries may be appended without a
+        # search. Keys that come sorted keep their order (and are made a slice
+        # at a time); others are put in order by sorting positions, not
+        # (key, id) tuples: one int an entry.
+        key_entries: Iterable[tuple[bytes, bytes]]
+        if packed_keys.ascending:
+            key_entries = zip(packed_keys.sliced_lookups(positions), big_endian_sliced(doc_ids), strict=True)
+        else:
+            lookups = packed_keys.lookups(positions)
+            key_order = sorted(range(len(lookups)), key=lookups.__getitem__)
+            in_order = lookups.__getitem__
+            key_entries = itertools.chain.from_iterable(
+                zip(map(in_order, key_order[part]), big_endian_bytes(doc_ids[key_order[part]]), strict=True)
+                for part in sliced(len(key_order))
+            )
         txn.cursor(handles.keys).putmulti(key_entries, append=append_keys)
-        records = record_pairs(doc_ids, fingerprints, batch.packed_keys, positions)
+        records = record_pairs(doc_ids, fingerprints, packed_keys.take, positions)
         txn.cursor(handles.docs).putmulti(records, append=True)
         if batch.metas is not None:
             for doc_id, position in zip(doc_ids.tolist(), positions, strict=True):

@@ -19,6 +19,7 @@ from hypothesis import strategies as st
 import simstore
 from simstore import records
 from simstore.errors import SimstoreError
+from simstore.packed import PackedKeys
 from simstore.records import MAX_DIRECT_KEY_BYTES, pack_key, pack_keys
 
 Key = str | bytes | int
@@ -200,7 +201,8 @@ def test_bulk_write_pairs_are_the_big_endian_columns_whatever_the_slice(
     ]
     with mock.patch.object(records, "WRITE_SLICE", slice_size):
         assert list(records.big_endian_pairs(keys, values)) == expected
-        assert list(records.record_pairs(keys, values, packed, positions)) == expected_records
+        packed_keys = PackedKeys.of(f"key{index}" for index in range(len(pairs)))
+        assert list(records.record_pairs(keys, values, packed_keys.take, positions)) == expected_records
 
 
 @pytest.mark.parametrize("slice_size", [1, 7, 64])

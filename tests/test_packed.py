@@ -1,0 +1,88 @@
+"""A bulk write's packed keys: held compactly, given back exactly, and
+``ascending`` exactly when the key table would take them in that order."""
+
+from __future__ import annotations
+
+import itertools
+from typing import Any
+from unittest import mock
+
+import numpy as np
+import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
+
+import simstore
+from simstore import records
+from simstore.errors import InvalidTypeError, InvalidValueError
+from simstore.packed import PackedKeys
+from simstore.records import MAX_DIRECT_KEY_BYTES, lookup_key, pack_key
+
+keys_strategy = st.lists(
+    st.one_of(
+        st.integers(min_value=-(2**63), max_value=2**64 - 1),
+        st.text(max_size=8),
+        st.binary(max_size=8),
+        st.binary(min_size=MAX_DIRECT_KEY_BYTES, max_size=MAX_DIRECT_KEY_BYTES + 3),  # hashed lookups
+    ),
+    max_size=40,
+)
+
+
+@settings(max_examples=300, deadline=None)
+@given(keys=keys_strategy, slice_size=st.integers(min_value=1, max_value=9), sort=st.booleans())
+def test_packed_keys_are_the_keys_encodings(keys: list[Any], slice_size: int, sort: bool) -> None:
+    if sort:  # sorted batches are the ones that take the fast path
+        keys = sorted(keys, key=lambda key: lookup_key(pack_key(key)))
+    expected = [pack_key(key) for key in keys]
+    lookups = [lookup_key(packed) for packed in expected]
+    with mock.patch.object(records, "WRITE_SLICE", slice_size):
+        packed_keys = PackedKeys.of(iter(keys))
+        assert len(packed_keys) == len(keys)
+        assert packed_keys.take(range(len(keys))) == expected
+        assert packed_keys.take(list(range(len(keys)))[::-1]) == expected[::-1]
+        assert [packed_keys.at(position) for position in range(len(keys))] == expected
+        assert list(packed_keys.sliced_lookups(range(len(keys)))) == lookups
+        assert packed_keys.total_bytes == sum(map(len, expected))
+    assert packed_keys.ascending == all(a < b for a, b in itertools.pairwise(lookups))
+
+
+def test_a_bad_key_anywhere_in_a_batch_is_refused_with_the_key_by_key_error() -> None:
+    with mock.patch.object(records, "WRITE_SLICE", 3):
+        with pytest.raises(InvalidTypeError, match="float"):
+            PackedKeys.of([1, 2, 3, 4, 5.0, 6])
+        with pytest.raises(InvalidValueError, match="2\\*\\*64"):
+            PackedKeys.of(iter([1, 2, 3, 4, 2**64]))
+
+
+@pytest.mark.parametrize("slice_size", [1, 5, 1 << 16])
+def test_sorted_unsorted_and_repeated_bulk_keys_store_the_same(tmp_path: Any, slice_size: int) -> None:
+    """The same documents given as a range, a generator, a numpy array, in
+    reverse, and with repeats (the last one wins) leave the same store, into
+    an empty store and into one that already holds some of the keys."""
+    rng = np.random.default_rng(slice_size)
+    fingerprints = rng.integers(0, 2**64, 40, dtype=np.uint64)
+    expected = dict(enumerate(fingerprints.tolist()))
+    batches: dict[str, tuple[Any, np.ndarray]] = {
+        "range": (range(40), fingerprints),
+        "generator": (None, fingerprints),  # a fresh generator each time, below
+        "array": (np.arange(40), fingerprints),
+        "reversed": (list(range(39, -1, -1)), fingerprints[::-1].copy()),
+        "repeats": ([*range(40), 3, 7], np.concatenate([fingerprints, fingerprints[[3, 7]]])),
+    }
+    batches["repeats, first value lost"] = (
+        [3, 7, *range(40)],
+        np.concatenate([~fingerprints[[3, 7]], fingerprints]),
+    )
+    with mock.patch.object(records, "WRITE_SLICE", slice_size):
+        for name, (keys, fps) in batches.items():
+            for prefilled in (False, True):
+                path = str(tmp_path / f"{name}-{prefilled}.simstore")
+                with simstore.open(path, "n", k=3) as store:
+                    if prefilled:
+                        store.add_many(range(0, 40, 2), fingerprints[::2] ^ np.uint64(1))
+                    store.add_many(iter(range(40)) if keys is None else keys, fps)
+                    assert dict(store.items()) == expected, (name, prefilled)
+                    assert store.check() == []
+                    for key, fingerprint in expected.items():
+                        assert key in {match.key for match in store.query(fingerprint=fingerprint, k=0)}
