@@ -17,41 +17,36 @@ import numpy as np
 import numpy.typing as npt
 
 from simstore import records
-from simstore.records import lookup_keys, pack_keys, sliced, strictly_ascending
+from simstore.records import MAX_DIRECT_KEY_BYTES, lookup_keys, pack_keys, sliced, strictly_ascending
 
-Positions = Sequence[int]
+IntArray = npt.NDArray[np.int64]
+#: Positions in a batch: a range, a list or an array of them.
+Positions = Sequence[int] | IntArray
 
 
 class PackedKeys:
     """The msgpack encodings of a batch's keys, in the order given.
 
     ``ascending`` holds when every key's lookup sorts after the one before it
-    (then no key repeats, and the key table takes them in this order).
+    (then no key repeats, and the key table takes them in this order);
+    ``hashed`` when some key is too long to be its own lookup.
     """
 
-    def __init__(self, blob: bytes, offsets: npt.NDArray[np.int64], *, ascending: bool) -> None:
+    def __init__(self, blob: bytes, offsets: IntArray, *, ascending: bool, hashed: bool) -> None:
         self._blob = blob
         self._offsets = offsets  # key i is blob[offsets[i] : offsets[i + 1]]
         self.ascending = ascending
+        self.hashed = hashed
 
     @classmethod
     def of(cls, keys: Iterable[object]) -> PackedKeys:
         """Pack and check ``keys`` a slice at a time (a bad key raises as
         :func:`~simstore.records.pack_key` does), never holding them all as
         objects: a ``range`` or a generator of ids is not made into a list."""
-        parts: list[bytes] = []
-        lengths: list[npt.NDArray[np.int64]] = [np.zeros(1, dtype=np.int64)]
-        ascending = True
-        last_lookup: list[bytes] = []
-        for chunk in _chunks(keys):
-            packed = pack_keys(chunk)
-            if ascending:
-                lookups = last_lookup + lookup_keys(packed)
-                ascending = strictly_ascending(lookups)
-                last_lookup = lookups[-1:]
-            lengths.append(np.fromiter(map(len, packed), dtype=np.int64, count=len(packed)))
-            parts.append(b"".join(packed))
-        return cls(b"".join(parts), np.cumsum(np.concatenate(lengths)), ascending=ascending)
+        check = _AscendingCheck()
+        blob, offsets = _joined(check.seen(pack_keys(chunk)) for chunk in _chunks(keys))
+        hashed = bool(len(offsets) > 1 and np.diff(offsets).max() > MAX_DIRECT_KEY_BYTES)
+        return cls(blob, offsets, ascending=check.ascending, hashed=hashed)
 
     def __len__(self) -> int:
         return len(self._offsets) - 1
@@ -79,9 +74,120 @@ class PackedKeys:
         """The key-table lookups of the keys at ``positions``."""
         return lookup_keys(self.take(positions))
 
+    def distinct(self) -> tuple[Positions, IntArray | None]:
+        """``(positions, key_order)``: the position of each distinct key's last
+        occurrence (a repeated key keeps its last value), in the order of
+        their first occurrences (the order a batch's documents are numbered
+        in); and the order of ``positions`` that sorts their lookups as the
+        key table does (``None``: they are sorted already)."""
+        if self.ascending:
+            return range(len(self)), None
+        blob, offsets = self._blob, self._offsets
+        if self.hashed:  # rare: keys over MAX_DIRECT_KEY_BYTES are found by a digest
+            everything = range(len(self))
+            blob, offsets = _joined(self.lookups(everything[part]) for part in sliced(len(self)))
+        order, run_starts = byte_order(np.frombuffer(blob, dtype=np.uint8), offsets)
+        if run_starts.all():  # no key repeats
+            return range(len(self)), order
+        # byte_order keeps equal keys in their given order: a run's first
+        # element is the key's first occurrence, its last the last.
+        firsts = order[run_starts]
+        lasts = order[np.flatnonzero(np.append(run_starts[1:], True))]
+        by_first = np.argsort(firsts)
+        key_order = np.empty_like(by_first)
+        key_order[by_first] = np.arange(len(by_first))
+        return lasts[by_first], key_order
+
     def sliced_lookups(self, positions: Positions) -> Iterator[bytes]:
         """:meth:`lookups` of ``positions``, made a slice at a time."""
         return itertools.chain.from_iterable(self.lookups(positions[part]) for part in sliced(len(positions)))
+
+
+class _AscendingCheck:
+    """Whether the lookups of the packed keys :meth:`seen` so far, slice after
+    slice, are strictly ascending."""
+
+    def __init__(self) -> None:
+        self.ascending = True
+        self._last: list[bytes] = []
+
+    def seen(self, packed: list[bytes]) -> list[bytes]:
+        if self.ascending:
+            lookups = self._last + lookup_keys(packed)
+            self.ascending = strictly_ascending(lookups)
+            self._last = lookups[-1:]
+        return packed
+
+
+def _joined(slices: Iterable[list[bytes]]) -> tuple[bytes, IntArray]:
+    """``(blob, offsets)`` of byte strings given a slice at a time: string
+    ``i`` is ``blob[offsets[i] : offsets[i + 1]]``."""
+    parts: list[bytes] = []
+    lengths: list[IntArray] = [np.zeros(1, dtype=np.int64)]
+    for strings in slices:
+        lengths.append(np.fromiter(map(len, strings), dtype=np.int64, count=len(strings)))
+        parts.append(b"".join(strings))
+    return b"".join(parts), np.cumsum(np.concatenate(lengths))
+
+
+def byte_order(data: npt.NDArray[np.uint8], offsets: IntArray) -> tuple[IntArray, npt.NDArray[np.bool_]]:
+    """``(order, run_starts)`` of the byte strings ``data[offsets[i] :
+    offsets[i + 1]]``: ``order`` sorts them as LMDB compares keys (bytewise,
+    the shorter first when one is the other's prefix), keeping equal strings
+    in their given order; ``run_starts[j]`` is true where string ``order[j]``
+    differs from string ``order[j - 1]``.
+
+    A most-significant-first radix sort in numpy: each round sorts the
+    strings still tied by their next eight bytes. It holds a few arrays of
+    the strings' count, where sorting them as Python bytes objects holds
+    every one as an object (44 MiB for a million int keys, 90 MiB for a
+    million URLs) and ran slower for int keys (0.46 s against 0.94 s for a
+    million shuffled; 0.82 s against 0.62 s for URLs).
+    """
+    count = len(offsets) - 1
+    starts, lengths = offsets[:-1], np.diff(offsets)
+    order = np.arange(count, dtype=np.int64)
+    run_starts = np.zeros(count, dtype=bool)
+    run_starts[:1] = True
+    tied = np.ones(count, dtype=bool)  # in a run of 2+ not yet told apart
+    depth = 0
+    while count > 1 and (slots := np.flatnonzero(tied)).size:
+        # Runs are contiguous and wholly tied or not, so sorting the tied
+        # slots by (run, word, length left) and writing them back in place
+        # splits each run without moving it.
+        items = order[slots]
+        run_ids = np.cumsum(run_starts, dtype=np.int32)[slots]
+        # 9 stands for "goes on past this word": a string that ends inside it
+        # sorts before its zero-padded equal that goes on.
+        left = np.clip(lengths[items] - depth, 0, 9).astype(np.uint8)
+        word = _word_at(data, starts[items] + depth, left)
+        by = np.lexsort((left, word, run_ids))
+        order[slots] = items[by]
+        word, left, run_ids = word[by], left[by], run_ids[by]
+        new_run = np.ones(len(slots), dtype=bool)
+        new_run[1:] = (run_ids[1:] != run_ids[:-1]) | (word[1:] != word[:-1]) | (left[1:] != left[:-1])
+        run_starts[slots] = new_run
+        new_run_ids = np.cumsum(new_run) - 1
+        tied[slots] = (np.bincount(new_run_ids)[new_run_ids] > 1) & (left == 9)
+        depth += 8
+    return order, run_starts
+
+
+def _word_at(
+    data: npt.NDArray[np.uint8], starts: IntArray, left: npt.NDArray[np.uint8]
+) -> npt.NDArray[np.uint64]:
+    """The eight bytes from each of ``starts`` as a big-endian uint64, zero
+    past each string's ``left`` bytes. Two scratch arrays, reused."""
+    word = np.zeros(len(starts), dtype=np.uint64)
+    where = np.empty_like(starts)
+    byte = np.empty(len(starts), dtype=np.uint64)
+    for index in range(8):
+        np.minimum(starts + index, len(data) - 1, out=where)
+        byte[:] = data[where]
+        byte[left <= index] = 0
+        np.left_shift(byte, np.uint64(56 - 8 * index), out=byte)
+        np.bitwise_or(word, byte, out=word)
+    return word
 
 
 def _chunks(keys: Iterable[object]) -> Iterator[list[object]]:

@@ -25,6 +25,7 @@ from typing import Any
 
 import msgpack
 import numpy as np
+import numpy.typing as npt
 
 from simstore.errors import CorruptStoreError, InvalidTypeError, InvalidValueError
 from simstore.permute import U64Array
@@ -86,8 +87,8 @@ def big_endian_pairs(keys: U64Array, values: U64Array) -> Iterator[tuple[bytes, 
 def record_pairs(
     doc_ids: U64Array,
     fingerprints: U64Array,
-    take_keys: Callable[[Sequence[int]], list[bytes]],
-    positions: Sequence[int],
+    take_keys: Callable[[Any], list[bytes]],
+    positions: Sequence[int] | npt.NDArray[np.int64],
 ) -> Iterator[tuple[bytes, bytes]]:
     """``(id, record)`` pairs of documents ``doc_ids`` whose fingerprints and
     packed keys are ``fingerprints`` and ``take_keys(positions)``, made a

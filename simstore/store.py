@@ -12,14 +12,13 @@ the snapshot before any table is consulted.
 from __future__ import annotations
 
 import contextlib
-import itertools
 import operator
 import os
 import threading
 import time
 import warnings
 import weakref
-from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence
+from collections.abc import Callable, Iterable, Iterator, Mapping
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
 from types import TracebackType
@@ -51,7 +50,7 @@ from simstore.format import (
     encode_meta,
 )
 from simstore.merging import TableWrites
-from simstore.packed import PackedKeys
+from simstore.packed import IntArray, PackedKeys, Positions
 from simstore.params import DEFAULT_MERGE_THRESHOLD, Options, auto_merge_threshold
 from simstore.permute import (
     Table,
@@ -72,7 +71,6 @@ from simstore.query import (
 )
 from simstore.records import (
     Key,
-    big_endian_bytes,
     big_endian_pairs,
     big_endian_sliced,
     decode_id,
@@ -83,7 +81,6 @@ from simstore.records import (
     pack_key,
     pack_meta,
     record_pairs,
-    sliced,
     sort_key,
     unpack_key,
     unpack_meta,
@@ -182,16 +179,33 @@ class _Change:
 @dataclass
 class _Batch:
     """A validated add_many batch: ``positions`` holds the position of each
-    distinct key's last occurrence in the batch (``range(len(batch))`` when
-    no key repeats)."""
+    distinct key's last occurrence in the batch, in the order of their first
+    occurrences (``range(len(batch))`` when no key repeats);
+    ``positions[key_order]`` are in the key table's order of their lookups
+    (``key_order`` is ``None`` when ``positions`` are so already)."""
 
     packed_keys: PackedKeys
-    positions: Sequence[int]
+    positions: Positions
+    key_order: IntArray | None
     fingerprints: U64Array
     metas: list[bytes | None] | None
 
     def meta(self, position: int) -> bytes | None:
         return None if self.metas is None else self.metas[position]
+
+
+def _subset(
+    positions: Positions, key_order: IntArray | None, indices: list[int]
+) -> tuple[Positions, IntArray | None]:
+    """``(positions, key_order)`` (as :class:`_Batch` holds them) of the
+    ``indices`` of ``positions`` alone."""
+    kept_positions = np.asarray(positions)[indices]
+    if key_order is None:
+        return kept_positions, None
+    kept = np.zeros(len(positions), dtype=bool)
+    kept[indices] = True
+    renumbered = np.cumsum(kept) - 1
+    return kept_positions, renumbered[key_order[kept[key_order]]]
 
 
 # Every open Store, so that fork() can wait for the calls in progress and a
@@ -777,17 +791,8 @@ class Store(BatchMixin):
                 raise InvalidValueError(f"got {len(packed_keys)} keys but {len(meta_list)} metas")
         if not len(packed_keys):
             return fps
-        positions: Sequence[int] = range(len(packed_keys))
-        if not packed_keys.ascending:
-            # A set is the cheap test for repeats (~50 MiB less than a dict of
-            # positions per million keys, and its int objects); a dict keeps a
-            # repeated key's last position, as dict.update does.
-            lookups = packed_keys.lookups(positions)
-            if len(set(lookups)) != len(lookups):
-                positions = list(dict(zip(lookups, positions, strict=True)).values())
-            del lookups  # made again a slice at a time: the batch holds only the packed keys
-        batch = _Batch(packed_keys, positions, fps, meta_list)
-        self._reserve_for(len(positions), packed_keys.total_bytes)
+        batch = _Batch(packed_keys, *packed_keys.distinct(), fps, meta_list)
+        self._reserve_for(len(batch.positions), packed_keys.total_bytes)
         self._write(lambda txn, state: self._add_batch(txn, state, batch))
         self._merge_if_due()
         return fps
@@ -798,16 +803,17 @@ class Store(BatchMixin):
         if state.next_id:
             lookups = batch.packed_keys.sliced_lookups(batch.positions)
             existing = dict(txn.cursor(handles.keys).getmulti(lookups))
-        new_positions = batch.positions
+        new_positions, new_key_order = batch.positions, batch.key_order
         position_of: dict[bytes, int] = {}
         if existing:
-            new_positions = []
+            new_indices: list[int] = []  # of batch.positions
             lookups = batch.packed_keys.sliced_lookups(batch.positions)
-            for lookup, position in zip(lookups, batch.positions, strict=True):
+            for index, (lookup, position) in enumerate(zip(lookups, batch.positions, strict=True)):
                 if lookup in existing:
                     position_of[lookup] = position
                 else:
-                    new_positions.append(position)
+                    new_indices.append(index)
+            new_positions, new_key_order = _subset(batch.positions, batch.key_order, new_indices)
         first_id = state.next_id
         next_id = first_id + len(new_positions)
         placed_ids = np.arange(first_id, next_id, dtype=np.uint64)
@@ -815,8 +821,15 @@ class Store(BatchMixin):
             placed_fps = batch.fingerprints[new_positions.start : new_positions.stop]
         else:
             placed_fps = batch.fingerprints[new_positions]
-        if new_positions:
-            self._insert_new(txn, batch, new_positions, placed_ids, placed_fps, append_keys=not state.next_id)
+        if len(new_positions):
+            self._insert_new(
+                txn,
+                batch,
+                (new_positions, new_key_order),
+                placed_ids,
+                placed_fps,
+                append_keys=not state.next_id,
+            )
         removed_from_delta: list[int] = []
         replaced_ids: list[int] = []
         replaced_fps: list[int] = []
@@ -868,31 +881,27 @@ class Store(BatchMixin):
         self,
         txn: _lmdb.Txn,
         batch: _Batch,
-        positions: Sequence[int],
+        chosen: tuple[Positions, IntArray | None],
         doc_ids: U64Array,
         fingerprints: U64Array,
         *,
         append_keys: bool,
     ) -> None:
         """Write key-table entries, records and metadata of new documents:
-        those at ``positions`` of ``batch``."""
+        those at ``positions`` of ``batch``, where ``chosen`` is ``(positions,
+        key_order)`` as :class:`_Batch` holds them; ``doc_ids`` follow
+        ``positions``."""
         handles = self._handles
         packed_keys = batch.packed_keys
-        # Into an empty key table, sorted entries may be appended without a
-        # search. Keys that come sorted keep their order (and are made a slice
-        # at a time); others are put in order by sorting positions, not
-        # (key, id) tuples: one int an entry.
-        key_entries: Iterable[tuple[bytes, bytes]]
-        if packed_keys.ascending:
-            key_entries = zip(packed_keys.sliced_lookups(positions), big_endian_sliced(doc_ids), strict=True)
-        else:
-            lookups = packed_keys.lookups(positions)
-            key_order = sorted(range(len(lookups)), key=lookups.__getitem__)
-            in_order = lookups.__getitem__
-            key_entries = itertools.chain.from_iterable(
-                zip(map(in_order, key_order[part]), big_endian_bytes(doc_ids[key_order[part]]), strict=True)
-                for part in sliced(len(key_order))
-            )
+        positions, key_order = chosen
+        # In key order, so that into an empty key table the entries may be
+        # appended without a search.
+        keyed_positions, keyed_ids = positions, doc_ids
+        if key_order is not None:
+            keyed_positions, keyed_ids = np.asarray(positions)[key_order], doc_ids[key_order]
+        key_entries = zip(
+            packed_keys.sliced_lookups(keyed_positions), big_endian_sliced(keyed_ids), strict=True
+        )
         txn.cursor(handles.keys).putmulti(key_entries, append=append_keys)
         records = record_pairs(doc_ids, fingerprints, packed_keys.take, positions)
         txn.cursor(handles.docs).putmulti(records, append=True)

@@ -15,7 +15,7 @@ from hypothesis import strategies as st
 import simstore
 from simstore import records
 from simstore.errors import InvalidTypeError, InvalidValueError
-from simstore.packed import PackedKeys
+from simstore.packed import PackedKeys, byte_order
 from simstore.records import MAX_DIRECT_KEY_BYTES, lookup_key, pack_key
 
 keys_strategy = st.lists(
@@ -81,8 +81,57 @@ def test_sorted_unsorted_and_repeated_bulk_keys_store_the_same(tmp_path: Any, sl
                 with simstore.open(path, "n", k=3) as store:
                     if prefilled:
                         store.add_many(range(0, 40, 2), fingerprints[::2] ^ np.uint64(1))
-                    store.add_many(iter(range(40)) if keys is None else keys, fps)
+                    given = list(range(40)) if keys is None else list(keys)
+                    store.add_many(iter(given) if keys is None else keys, fps)
+                    if not prefilled:  # a store iterates in the order keys were first added
+                        assert list(store) == list(dict.fromkeys(int(key) for key in given)), name
                     assert dict(store.items()) == expected, (name, prefilled)
                     assert store.check() == []
                     for key, fingerprint in expected.items():
                         assert key in {match.key for match in store.query(fingerprint=fingerprint, k=0)}
+
+
+# Strings that tie on their first eight bytes, end inside a word, or differ
+# from another only by trailing zero bytes: where a radix sort goes wrong.
+_tricky = st.sampled_from(
+    [
+        b"\x00",
+        b"\x00\x00",
+        b"a",
+        b"a\x00",
+        b"ab",
+        b"abcdefgh",
+        b"abcdefgh\x00",
+        b"abcdefghi",
+        b"abcdefgg\xff",
+        b"\xff" * 9,
+    ]
+)
+
+
+@settings(max_examples=400, deadline=None)
+@given(strings=st.lists(st.one_of(_tricky, st.binary(min_size=1, max_size=20)), max_size=30))
+def test_byte_order_is_lmdbs_order_and_finds_runs_of_equal_strings(strings: list[bytes]) -> None:
+    offsets = np.cumsum([0, *map(len, strings)]).astype(np.int64)
+    order, run_starts = byte_order(np.frombuffer(b"".join(strings), dtype=np.uint8), offsets)
+    # Python compares bytes as LMDB does: bytewise, the shorter first on a common prefix.
+    assert order.tolist() == sorted(range(len(strings)), key=strings.__getitem__)  # stable too
+    expected_starts = [j == 0 or strings[order[j]] != strings[order[j - 1]] for j in range(len(strings))]
+    assert run_starts.tolist() == expected_starts
+
+
+@settings(max_examples=300, deadline=None)
+@given(keys=keys_strategy, sort=st.booleans())
+def test_distinct_keeps_last_positions_in_first_occurrence_order(keys: list[Any], sort: bool) -> None:
+    """A batch's documents are numbered in the order their keys first occur
+    (the store iterates in that order), each with its key's last value, and
+    the key order sorts their lookups as the key table does."""
+    if sort:
+        keys = sorted(keys, key=lambda key: lookup_key(pack_key(key)))
+    lookups = [lookup_key(pack_key(key)) for key in keys]
+    last_position = {lookup: position for position, lookup in enumerate(lookups)}
+    first_seen = list(dict.fromkeys(lookups))
+    positions, key_order = PackedKeys.of(keys).distinct()
+    assert list(positions) == [last_position[lookup] for lookup in first_seen]
+    in_key_order = list(positions) if key_order is None else [positions[index] for index in key_order]
+    assert [lookups[position] for position in in_key_order] == sorted(first_seen)
