@@ -30,8 +30,8 @@ if TYPE_CHECKING:
 Progress = Callable[[int, int], None]
 #: A representative policy: ``"first"``, ``"longest"``, or a callable that
 #: gets the members' records in the order they were added and returns the
-#: key of the one to keep.
-KeepPolicy = str | Callable[[list["Record"]], Key]
+#: key of the one to keep (or its record).
+KeepPolicy = str | Callable[[list["Record"]], "Key | Record"]
 
 KEEP_POLICIES = ("first", "longest")
 #: The metadata field ``keep="longest"`` compares (the CLI records each
@@ -167,7 +167,7 @@ class BatchMixin:
                 command line records it; missing counts as 0, ties go to
                 the first added), or a callable taking the members'
                 :class:`~simstore.Record` objects in the order added and
-                returning the key of the one to keep.
+                returning the key of the one to keep (or its record).
             progress: called as ``progress(tables_done, tables_total)``.
 
         Returns:

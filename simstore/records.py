@@ -31,6 +31,8 @@ from simstore.errors import CorruptStoreError, InvalidTypeError, InvalidValueErr
 from simstore.permute import U64Array
 
 Key = str | bytes | int
+#: What a caller may give as a key: a numpy integer stands for the int it holds.
+KeyLike = str | bytes | int | np.integer[Any]
 
 MAX_DIRECT_KEY_BYTES = 480
 HASHED_KEY_MARKER = b"\xc1"

@@ -19,7 +19,7 @@ import numpy as np
 from simstore.errors import InvalidTypeError, InvalidValueError, ShardMismatchError
 from simstore.opening import open as open_store
 from simstore.permute import U64Array, check_fingerprint
-from simstore.records import Key
+from simstore.records import Key, KeyLike
 from simstore.sharding import shard_of, shards_of
 from simstore.simhash import Fingerprinter
 from simstore.store import Match, Record, Store, _match_order
@@ -146,15 +146,15 @@ class ShardedStore:
             found.sort(key=_match_order)
         return merged
 
-    def shard_for(self, key: Key) -> Store:
+    def shard_for(self, key: KeyLike) -> Store:
         """The shard that holds (or would hold) ``key``."""
         return self.shards[shard_of(key, len(self.shards))]
 
-    def get(self, key: Key, default: Record | None = None) -> Record | None:
+    def get(self, key: KeyLike, default: Record | None = None) -> Record | None:
         """The record stored under ``key`` in its shard, or ``default``."""
         return self.shard_for(key).get(key, default)
 
-    def __getitem__(self, key: Key) -> Record:
+    def __getitem__(self, key: KeyLike) -> Record:
         return self.shard_for(key)[key]
 
     def __contains__(self, key: object) -> bool:
@@ -175,7 +175,7 @@ class ShardedStore:
 
     def add(
         self,
-        key: Key,
+        key: KeyLike,
         text: str | None = None,
         *,
         fingerprint: int | None = None,
@@ -187,7 +187,7 @@ class ShardedStore:
 
     def add_many(
         self,
-        keys: Iterable[Key],
+        keys: Iterable[KeyLike],
         fingerprints: object = None,
         *,
         texts: Iterable[str] | None = None,
@@ -215,7 +215,7 @@ class ShardedStore:
             )
         return fps
 
-    def remove(self, key: Key) -> None:
+    def remove(self, key: KeyLike) -> None:
         """Remove ``key`` from its shard; ``KeyNotFoundError`` if it is not there."""
         self.shard_for(key).remove(key)
 

@@ -71,6 +71,7 @@ from simstore.query import (
 )
 from simstore.records import (
     Key,
+    KeyLike,
     big_endian_pairs,
     big_endian_sliced,
     decode_id,
@@ -651,7 +652,7 @@ class Store(BatchMixin):
 
     def add(
         self,
-        key: Key,
+        key: KeyLike,
         text: str | None = None,
         *,
         fingerprint: int | None = None,
@@ -680,7 +681,7 @@ class Store(BatchMixin):
 
     def add_if_new(
         self,
-        key: Key,
+        key: KeyLike,
         text: str | None = None,
         *,
         fingerprint: int | None = None,
@@ -752,7 +753,7 @@ class Store(BatchMixin):
 
     def add_many(
         self,
-        keys: Iterable[Key],
+        keys: Iterable[KeyLike],
         fingerprints: object = None,
         *,
         texts: Iterable[str] | None = None,
@@ -911,7 +912,7 @@ class Store(BatchMixin):
                 if packed_meta is not None:
                     txn.put(encode_id(doc_id), packed_meta, db=handles.docmeta)
 
-    def remove(self, key: Key) -> None:
+    def remove(self, key: KeyLike) -> None:
         """Remove the document stored under ``key``.
 
         Raises:
@@ -1393,7 +1394,7 @@ class Store(BatchMixin):
             matches.sort(key=_match_order)
         return matches
 
-    def get(self, key: Key, default: Record | None = None) -> Record | None:
+    def get(self, key: KeyLike, default: Record | None = None) -> Record | None:
         """The record stored under ``key``, or ``default`` if there is none."""
         found_by = lookup_key(pack_key(key))
         with self._read() as txn:
@@ -1407,7 +1408,7 @@ class Store(BatchMixin):
             meta = unpack_meta(txn.get(id_bytes, db=self._handles.docmeta))
             return Record(unpack_key(packed), fingerprint, meta)
 
-    def __getitem__(self, key: Key) -> Record:
+    def __getitem__(self, key: KeyLike) -> Record:
         record = self.get(key)
         if record is None:
             raise KeyNotFoundError(f"no document with key {key!r}")
