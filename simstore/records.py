@@ -89,16 +89,17 @@ def big_endian_pairs(keys: U64Array, values: U64Array) -> Iterator[tuple[bytes, 
 def record_pairs(
     doc_ids: U64Array,
     fingerprints: U64Array,
-    take_keys: Callable[[Any], list[bytes]],
+    record_values: Callable[[U64Array, Any], list[bytes]],
     positions: Sequence[int] | npt.NDArray[np.int64],
 ) -> Iterator[tuple[bytes, bytes]]:
-    """``(id, record)`` pairs of documents ``doc_ids`` whose fingerprints and
-    packed keys are ``fingerprints`` and ``take_keys(positions)``, made a
-    slice at a time as :func:`big_endian_pairs` makes its pairs."""
+    """``(id, record)`` pairs of documents ``doc_ids``, whose records
+    ``record_values(fingerprints, positions)`` makes, a slice at a time as
+    :func:`big_endian_pairs` makes its pairs."""
 
     def part_pairs(part: slice) -> Iterable[tuple[bytes, bytes]]:
-        records = map(operator.add, big_endian_bytes(fingerprints[part]), take_keys(positions[part]))
-        return zip(big_endian_bytes(doc_ids[part]), records, strict=True)
+        return zip(
+            big_endian_bytes(doc_ids[part]), record_values(fingerprints[part], positions[part]), strict=True
+        )
 
     return itertools.chain.from_iterable(map(part_pairs, sliced(len(doc_ids))))
 

@@ -904,7 +904,7 @@ class Store(BatchMixin):
             packed_keys.sliced_lookups(keyed_positions), big_endian_sliced(keyed_ids), strict=True
         )
         txn.cursor(handles.keys).putmulti(key_entries, append=append_keys)
-        records = record_pairs(doc_ids, fingerprints, packed_keys.take, positions)
+        records = record_pairs(doc_ids, fingerprints, packed_keys.record_values, positions)
         txn.cursor(handles.docs).putmulti(records, append=True)
         if batch.metas is not None:
             for doc_id, position in zip(doc_ids.tolist(), positions, strict=True):

@@ -16,10 +16,11 @@ import simstore
 from simstore import records
 from simstore.errors import InvalidTypeError, InvalidValueError
 from simstore.packed import PackedKeys, byte_order
-from simstore.records import MAX_DIRECT_KEY_BYTES, lookup_key, pack_key
+from simstore.records import MAX_DIRECT_KEY_BYTES, encode_record, lookup_key, pack_key
 
 keys_strategy = st.lists(
     st.one_of(
+        st.integers(min_value=2**16, max_value=2**32 - 1),  # all five bytes packed: the fixed-width path
         st.integers(min_value=-(2**63), max_value=2**64 - 1),
         st.text(max_size=8),
         st.binary(max_size=8),
@@ -44,7 +45,44 @@ def test_packed_keys_are_the_keys_encodings(keys: list[Any], slice_size: int, so
         assert [packed_keys.at(position) for position in range(len(keys))] == expected
         assert list(packed_keys.sliced_lookups(range(len(keys)))) == lookups
         assert packed_keys.total_bytes == sum(map(len, expected))
+        fingerprints = np.arange(len(keys), dtype=np.uint64) * np.uint64(0x9E3779B97F4A7C15)
+        backwards = list(range(len(keys)))[::-1]
+        assert packed_keys.record_values(fingerprints, range(len(keys))) == [
+            encode_record(int(fingerprint), packed)
+            for fingerprint, packed in zip(fingerprints, expected, strict=True)
+        ]
+        assert packed_keys.record_values(fingerprints[::-1].copy(), backwards) == [
+            encode_record(int(fingerprints[position]), expected[position]) for position in backwards
+        ]
     assert packed_keys.ascending == all(a < b for a, b in itertools.pairwise(lookups))
+
+
+@pytest.mark.parametrize(
+    "keys",
+    [
+        range(70_000, 70_100),
+        [f"{index:04}" for index in range(100)],
+        [bytes([index]) for index in range(100)],
+    ],
+)
+def test_keys_of_one_width_come_back_exactly_by_range_and_by_positions(keys: Any) -> None:
+    """Keys that all pack to the same width take numpy's path; it must give
+    what packing them one by one gives, in any order of positions."""
+    expected = [pack_key(key) for key in keys]
+    assert len(set(map(len, expected))) == 1
+    packed_keys = PackedKeys.of(keys)
+    chosen = [7, 3, 99, 0, 3]
+    fingerprints = np.arange(5, dtype=np.uint64) << np.uint64(40)
+    assert packed_keys.take(range(10, 20)) == expected[10:20]
+    assert packed_keys.take(chosen) == [expected[position] for position in chosen]
+    assert packed_keys.record_values(fingerprints, chosen) == [
+        encode_record(fingerprint, expected[position])
+        for fingerprint, position in zip(fingerprints.tolist(), chosen, strict=True)
+    ]
+    assert packed_keys.record_values(fingerprints, range(5)) == [
+        encode_record(fingerprint, packed)
+        for fingerprint, packed in zip(fingerprints.tolist(), expected[:5], strict=True)
+    ]
 
 
 def test_a_bad_key_anywhere_in_a_batch_is_refused_with_the_key_by_key_error() -> None:

@@ -202,7 +202,9 @@ def test_bulk_write_pairs_are_the_big_endian_columns_whatever_the_slice(
     with mock.patch.object(records, "WRITE_SLICE", slice_size):
         assert list(records.big_endian_pairs(keys, values)) == expected
         packed_keys = PackedKeys.of(f"key{index}" for index in range(len(pairs)))
-        assert list(records.record_pairs(keys, values, packed_keys.take, positions)) == expected_records
+        assert (
+            list(records.record_pairs(keys, values, packed_keys.record_values, positions)) == expected_records
+        )
 
 
 @pytest.mark.parametrize("slice_size", [1, 7, 64])
