@@ -1091,15 +1091,21 @@ class Store(BatchMixin):
         """Every document's ``(internal id, fingerprint)`` from the records."""
         # Two passes of C-level loops (join over the cursor's iterator), not
         # one Python loop: 0.48 s instead of 0.55 s for a million records.
-        docs = self._handles.docs
-        id_bytes = b"".join(txn.cursor(docs).iternext(keys=True, values=False))
+        id_bytes = b"".join(txn.cursor(self._handles.docs).iternext(keys=True, values=False))
+        fingerprints = self._stored_fingerprints(txn)
+        if len(fingerprints) * 8 != len(id_bytes):
+            raise CorruptStoreError("a document id is not 8 bytes; the store may be damaged")
+        return np.frombuffer(id_bytes, dtype=">u8").astype(np.uint64), fingerprints
+
+    def _stored_fingerprints(self, txn: _lmdb.Txn) -> U64Array:
+        """Every document's fingerprint, in id order, from the records."""
         first_eight = operator.itemgetter(slice(0, 8))
-        fingerprint_bytes = b"".join(map(first_eight, txn.cursor(docs).iternext(keys=False, values=True)))
-        if len(fingerprint_bytes) != len(id_bytes) or len(id_bytes) % 8:
-            raise CorruptStoreError("a document record or id is too short; the store may be damaged")
-        doc_ids = np.frombuffer(id_bytes, dtype=">u8").astype(np.uint64)
-        fingerprints = np.frombuffer(fingerprint_bytes, dtype=">u8").astype(np.uint64)
-        return doc_ids, fingerprints
+        records = txn.cursor(self._handles.docs).iternext(keys=False, values=True)
+        count = int(txn.stat(self._handles.docs)["entries"])
+        fingerprint_bytes = b"".join(map(first_eight, records))
+        if len(fingerprint_bytes) != 8 * count:
+            raise CorruptStoreError("a document record is too short; the store may be damaged")
+        return np.frombuffer(fingerprint_bytes, dtype=">u8").astype(np.uint64)
 
     def _reserve_for(self, documents: int, key_bytes: int, *, tables: int | None = None) -> None:
         """Grow the map ahead of writing ``documents`` new documents."""
@@ -1448,9 +1454,7 @@ class Store(BatchMixin):
     def fingerprints(self) -> U64Array:
         """Every stored fingerprint, in insertion order."""
         with self._read() as txn:
-            cursor = txn.cursor(self._handles.docs)
-            raw_prefixes = b"".join(raw[:8] for raw in cursor.iternext(keys=False, values=True))
-        return np.frombuffer(raw_prefixes, dtype=">u8").astype(np.uint64)
+            return self._stored_fingerprints(txn)
 
     def stats(self, *, skew: bool = False) -> Stats:
         """Sizes and layout, from one snapshot.
