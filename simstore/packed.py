@@ -3,7 +3,7 @@
 A list of a million packed int keys costs 44 MiB as bytes objects, more than
 everything else a bulk load holds, and a write keeps its keys for the whole
 transaction (a step runs again after the map grows). Held as one bytes object
-and the end offset of each key, the same keys take 13 MiB; the bytes objects
+and an offset per key, the same keys take 13 MiB; the bytes objects
 LMDB takes are made a slice at a time, as the other columns of a bulk write
 are (:data:`simstore.records.WRITE_SLICE`).
 """
@@ -83,10 +83,10 @@ class PackedKeys:
         same_width = self._same_width(positions)
         if same_width is None:
             return list(map(operator.add, big_endian_bytes(fingerprints), self.take(positions)))
-        records = np.empty(len(same_width), dtype=[("fingerprint", ">u8"), ("key", same_width.dtype)])
-        records["fingerprint"] = fingerprints
-        records["key"] = same_width
-        return records.view(f"V{records.dtype.itemsize}").tolist()
+        rows = np.empty(len(same_width), dtype=[("fingerprint", ">u8"), ("key", same_width.dtype)])
+        rows["fingerprint"] = fingerprints
+        rows["key"] = same_width
+        return rows.view(f"V{rows.dtype.itemsize}").tolist()
 
     def _bounds(self, positions: Positions) -> tuple[IntArray, IntArray]:
         """``(starts, ends)`` in the blob of the keys at ``positions`` (a
@@ -223,7 +223,7 @@ def _word_at(
     data: npt.NDArray[np.uint8], starts: IntArray, left: npt.NDArray[np.uint8]
 ) -> npt.NDArray[np.uint64]:
     """The eight bytes from each of ``starts`` as a big-endian uint64, zero
-    past each string's ``left`` bytes. Two scratch arrays, reused."""
+    past each string's ``left`` bytes."""
     word = np.zeros(len(starts), dtype=np.uint64)
     where = np.empty_like(starts)
     byte = np.empty(len(starts), dtype=np.uint64)
