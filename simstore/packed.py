@@ -52,8 +52,17 @@ class PackedKeys:
         """Pack and check ``keys`` a slice at a time (a bad key raises as
         :func:`~simstore.records.pack_key` does), never holding them all as
         objects: a ``range`` or a generator of ids is not made into a list."""
+        return cls._joined_from(pack_keys(chunk) for chunk in _chunks(keys))
+
+    def subset(self, positions: IntArray) -> PackedKeys:
+        """The keys at ``positions``, on their own (a shard's share)."""
+        return self._joined_from(self.take(positions[part]) for part in sliced(len(positions)))
+
+    @classmethod
+    def _joined_from(cls, slices: Iterable[list[bytes]]) -> PackedKeys:
+        """Packed keys given a slice at a time."""
         check = _AscendingCheck()
-        blob, offsets = _joined(check.seen(pack_keys(chunk)) for chunk in _chunks(keys))
+        blob, offsets = _joined(map(check.seen, slices))
         hashed = bool(len(offsets) > 1 and np.diff(offsets).max() > MAX_DIRECT_KEY_BYTES)
         return cls(blob, offsets, ascending=check.ascending, hashed=hashed)
 
@@ -143,6 +152,10 @@ class PackedKeys:
         key_order = np.empty_like(by_first)
         key_order[by_first] = np.arange(len(by_first))
         return lasts[by_first], key_order
+
+    def sliced(self, positions: Positions) -> Iterator[bytes]:
+        """:meth:`take` of ``positions``, made a slice at a time."""
+        return itertools.chain.from_iterable(self.take(positions[part]) for part in sliced(len(positions)))
 
     def sliced_lookups(self, positions: Positions) -> Iterator[bytes]:
         """:meth:`lookups` of ``positions``, made a slice at a time."""

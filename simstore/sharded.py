@@ -20,7 +20,7 @@ from simstore.errors import InvalidTypeError, InvalidValueError, ShardMismatchEr
 from simstore.opening import open as open_store
 from simstore.permute import U64Array, check_fingerprint
 from simstore.records import Key, KeyLike
-from simstore.sharding import shard_of, shards_of
+from simstore.sharding import shard_of, shards_of_packed
 from simstore.simhash import Fingerprinter
 from simstore.store import Match, Record, Store, _match_order
 
@@ -194,24 +194,19 @@ class ShardedStore:
         metas: Iterable[Mapping[str, Any] | None] | None = None,
     ) -> U64Array:
         """Add many documents, each shard's share in one transaction of that
-        shard. A failure in one shard leaves the shards written before it
-        written: shards are separate files, with no transaction across them."""
-        if isinstance(keys, str | bytes) or not isinstance(keys, Iterable):
-            raise InvalidTypeError("keys must be an iterable of keys, not a single key")
-        key_list = list(keys)
-        fps = self.shards[0]._fingerprints_of(texts, fingerprints)
-        if len(key_list) != len(fps):
-            raise InvalidValueError(f"got {len(key_list)} keys but {len(fps)} fingerprints")
-        meta_list = None if metas is None else list(metas)
-        if meta_list is not None and len(meta_list) != len(key_list):
-            raise InvalidValueError(f"got {len(key_list)} keys but {len(meta_list)} metas")
-        owners = shards_of(key_list, len(self.shards))
+        shard. Bad input (a key, fingerprint or meta) is refused before any
+        shard is written; a failure while writing one shard (a full disk)
+        leaves the shards written before it written: shards are separate
+        files, with no transaction across them."""
+        # Checked and packed once, before any shard is written.
+        packed_keys, fps, meta_list = self.shards[0]._checked_batch(keys, fingerprints, texts, metas)
+        owners = shards_of_packed(packed_keys.sliced(range(len(packed_keys))), len(self.shards))
         for number in np.unique(owners).tolist():
-            rows = np.flatnonzero(owners == number).tolist()
-            self.shards[number].add_many(
-                [key_list[row] for row in rows],
+            rows = np.flatnonzero(owners == number)
+            self.shards[number]._add_packed(
+                packed_keys.subset(rows),
                 fps[rows],
-                metas=None if meta_list is None else [meta_list[row] for row in rows],
+                None if meta_list is None else [meta_list[row] for row in rows.tolist()],
             )
         return fps
 

@@ -51,5 +51,5 @@ def shards_of(keys: Iterable[object], shards: int) -> npt.NDArray[np.int64]:
 def shards_of_packed(packed_keys: Iterable[bytes], shards: int) -> npt.NDArray[np.int64]:
     """:func:`shard_of` of keys already in their msgpack encoding."""
     count = check_shards(shards)
-    digest = xxhash.xxh3_64_intdigest
-    return np.fromiter((digest(packed) % count for packed in packed_keys), dtype=np.int64)
+    digests = np.fromiter(map(xxhash.xxh3_64_intdigest, packed_keys), dtype=np.uint64)
+    return (digests % np.uint64(count)).astype(np.int64)

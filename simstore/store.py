@@ -777,6 +777,16 @@ class Store(BatchMixin):
         Returns:
             The fingerprints, as a uint64 array in the order given.
         """
+        packed_keys, fps, meta_list = self._checked_batch(keys, fingerprints, texts, metas)
+        self._add_packed(packed_keys, fps, meta_list)
+        return fps
+
+    def _checked_batch(
+        self, keys: object, fingerprints: object, texts: object, metas: object
+    ) -> tuple[PackedKeys, U64Array, list[bytes | None] | None]:
+        """``add_many``'s arguments, checked and packed: ``(keys,
+        fingerprints, packed metas or None)``. Raises before anything is
+        written."""
         if isinstance(keys, str | bytes) or not isinstance(keys, Iterable):
             raise InvalidTypeError("keys must be an iterable of keys, not a single key")
         if isinstance(keys, np.ndarray) and keys.ndim != 1:
@@ -787,16 +797,23 @@ class Store(BatchMixin):
             raise InvalidValueError(f"got {len(packed_keys)} keys but {len(fps)} fingerprints")
         meta_list: list[bytes | None] | None = None
         if metas is not None:
+            if isinstance(metas, Mapping) or not isinstance(metas, Iterable):
+                raise InvalidTypeError("metas must be an iterable of dicts (or None), one per key")
             meta_list = [pack_meta(meta) for meta in metas]
             if len(meta_list) != len(packed_keys):
                 raise InvalidValueError(f"got {len(packed_keys)} keys but {len(meta_list)} metas")
+        return packed_keys, fps, meta_list
+
+    def _add_packed(
+        self, packed_keys: PackedKeys, fps: U64Array, meta_list: list[bytes | None] | None
+    ) -> None:
+        """Store a checked batch (see :meth:`_checked_batch`) in one transaction."""
         if not len(packed_keys):
-            return fps
+            return
         batch = _Batch(packed_keys, *packed_keys.distinct(), fps, meta_list)
         self._reserve_for(len(batch.positions), packed_keys.total_bytes)
         self._write(lambda txn, state: self._add_batch(txn, state, batch))
         self._merge_if_due()
-        return fps
 
     def _add_batch(self, txn: _lmdb.Txn, state: State, batch: _Batch) -> tuple[None, State, _Change]:
         handles = self._handles

@@ -108,3 +108,28 @@ def test_shard_of_is_stable_and_typed() -> None:
 
 
 PINNED = [8, 8, 11, 8]
+
+
+def test_sharded_add_many_routes_every_key_and_refuses_bad_input_before_writing(tmp_path: Path) -> None:
+    """Each key lands in the shard shard_of names, with its last value; a bad
+    meta anywhere in the batch writes no shard at all."""
+    paths = [str(tmp_path / f"s{i}.simstore") for i in range(3)]
+    for path in paths:
+        simstore.open(path, "n").close()
+    keys: list[object] = [*range(50), *[f"doc{i}" for i in range(50)], 7, "doc3"]
+    fingerprints = np.arange(len(keys), dtype=np.uint64) * np.uint64(0x9E3779B97F4A7C15)
+    with simstore.ShardedStore(paths, readonly=False) as sharded:
+        with pytest.raises(simstore.InvalidValueError, match="msgpack"):
+            sharded.add_many(keys, fingerprints, metas=[{"ok": 1}] * (len(keys) - 1) + [{"bad": object()}])
+        assert len(sharded) == 0
+        sharded.add_many(
+            np.array(keys, dtype=object), fingerprints, metas=[{"i": i} for i in range(len(keys))]
+        )
+        expected = {key: index for index, key in enumerate(keys)}  # a repeated key keeps its last
+        assert len(sharded) == len(expected)
+        for key, index in expected.items():
+            record = sharded.get(key)
+            assert record is not None
+            assert record.fingerprint == int(fingerprints[index])
+            assert record.meta == {"i": index}
+            assert key in sharded.shards[shard_of(key, 3)]
