@@ -30,7 +30,9 @@ def sorted_entries(table: Table, fingerprints: U64Array, doc_ids: IdArray) -> tu
     # one array less at a time counts (the sort itself is hidden).
     permuted.sort()
     if permuted.size > 1 and bool(np.any(permuted[1:] == permuted[:-1])):
-        sorted_ids = doc_ids[np.lexsort((doc_ids, table.permute_array(fingerprints)))]
+        # Put each run of equal keys' ids in order (lexsort is stable and
+        # the keys are sorted already).
+        sorted_ids = sorted_ids[np.lexsort((sorted_ids, permuted))]
     return permuted, sorted_ids
 
 
