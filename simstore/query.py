@@ -96,6 +96,7 @@ def scan_tables(
     k: int,
     found: dict[int, int],
     tables: Sequence[int] | None = None,
+    remember: int = SEEN_LIMIT,
 ) -> None:
     """Add every table entry within ``k`` bits of the query to ``found``.
 
@@ -111,11 +112,16 @@ def scan_tables(
         tables: the tables to scan, in order, when their occupancy bitmaps
             were tested already (:func:`occupied_tables`); ``None``: test
             every table's here.
+        remember: how many examined entries may later skip a probe (see
+            below); 0 while a merge is under way (``State.merged_tables``).
     """
     # (table, stored key ^ query key) of the entries examined so far. Every
     # document is in every table, so an entry seen in table a that shares the
     # query's slot in table b, where that slot holds one entry, is all that b
-    # could return: b's probe is skipped.
+    # could return: b's probe is skipped. A merge under way breaks the
+    # premise: its documents are in the tables it has written and not yet in
+    # the others, so an entry seen in a written table says nothing of what
+    # an unwritten one holds (a probe skipped on it lost a stored document).
     seen: list[tuple[int, int]] = []
     for index in range(len(plan)) if tables is None else tables:
         suffix, bitmap, crowded, shift, slot_masks = plan[index]
@@ -146,7 +152,7 @@ def scan_tables(
             if stored_key >= end_key:
                 break
             difference = int.from_bytes(stored_key, "big") ^ query_key
-            if len(seen) < SEEN_LIMIT:
+            if len(seen) < remember:
                 seen.append((index, difference))
             distance = difference.bit_count()
             if distance <= k:

@@ -61,6 +61,7 @@ from simstore.permute import (
     validate_k,
 )
 from simstore.query import (
+    SEEN_LIMIT,
     ScanPlan,
     occupied_tables,
     permute_columns,
@@ -1386,9 +1387,10 @@ class Store(BatchMixin):
             # The occupancy bit tests of the whole batch at once, with numpy.
             occupied = occupied_tables(plan, columns)
             cursors: list[_lmdb.Cursor | None] = [None] * len(self._tables)
+            remember = self._probes_remembered()
             for query, permuted, tables in zip(queries.tolist(), rows_of(columns), occupied, strict=True):
                 found = self._delta.matches(permuted, query, k)
-                scan_tables(txn, self._handles.tables, cursors, plan, permuted, k, found, tables)
+                scan_tables(txn, self._handles.tables, cursors, plan, permuted, k, found, tables, remember)
                 results.append(self._resolve(txn, found, with_meta))
         return results
 
@@ -1396,8 +1398,14 @@ class Store(BatchMixin):
         """``{doc_id: distance}`` of everything within ``k`` bits, delta included."""
         found = self._delta.matches(permuted, query, k)
         cursors: list[_lmdb.Cursor | None] = [None] * len(self._tables)
-        scan_tables(txn, self._handles.tables, cursors, self._scan_plan, permuted, k, found)
+        remember = self._probes_remembered()
+        scan_tables(txn, self._handles.tables, cursors, self._scan_plan, permuted, k, found, None, remember)
         return found
+
+    def _probes_remembered(self) -> int:
+        """How many examined entries a query may skip later probes on: none
+        while a merge is under way in the synced snapshot (see :func:`scan_tables`)."""
+        return 0 if self._delta.state.merged_tables else SEEN_LIMIT
 
     def _resolve(self, txn: _lmdb.Txn, found: dict[int, int], with_meta: bool = False) -> list[Match]:
         if not found:
