@@ -351,7 +351,7 @@ def concurrent_reader(cfg: dict[str, Any]) -> None:
         for mover in range(MOVERS):
             seen = [m.key for row in rows[2 * mover : 2 * mover + 2] for m in row]
             if seen != [f"mover-{mover}"]:
-                log.write(f"X mover {mover} seen as {seen}")
+                log.write(f"X mover {mover} seen as {seen}; {mover_diagnosis(store, seed, mover)}")
         size = len(store)
         if size < last_len:
             log.write(f"X len went from {last_len} to {size}")
@@ -366,6 +366,39 @@ def concurrent_reader(cfg: dict[str, Any]) -> None:
         rounds += 1
     store.close()
     log.write(f"C {rounds}")
+
+
+def mover_diagnosis(store: Any, seed: int, mover: int) -> str:
+    """What a later snapshot says of a mover a reader missed (or saw twice): its
+    record, where it is indexed, and the reader's delta, so that a rare failure
+    of the concurrency test explains itself from its log."""
+    key = f"mover-{mover}"
+    fingerprints = mover_fps(seed, mover)
+    record = store.get(key)
+    state = store._delta.state
+    with store._read() as txn:
+        doc_id = int.from_bytes(txn.get(store_lookup(key), db=store._handles.keys) or b"", "big")
+        in_tables = [
+            index
+            for index, (table, db) in enumerate(zip(store._tables, store._handles.tables, strict=True))
+            for fingerprint in fingerprints
+            if txn.cursor(db).set_key_dup(
+                table.permute(fingerprint).to_bytes(8, "big"), doc_id.to_bytes(8, "big")
+            )
+        ]
+    again = [[m.key for m in row] for row in store.query_many(list(fingerprints), k=0)]
+    return (
+        f"record fp index {fingerprints.index(record.fingerprint) if record else None}, "
+        f"id {doc_id}, reader delta holds {store._delta.get(doc_id)}, in tables {in_tables}, "
+        f"state {tuple(state)}, plan bitmaps {[entry[1] is not None for entry in store._scan_plan]}, "
+        f"queried again {again}"
+    )
+
+
+def store_lookup(key: str) -> bytes:
+    from simstore.records import lookup_key, pack_key
+
+    return lookup_key(pack_key(key))
 
 
 def snapshot_holder(cfg: dict[str, Any]) -> None:
