@@ -18,7 +18,7 @@ import threading
 import time
 import warnings
 import weakref
-from collections.abc import Callable, Iterable, Iterator, Mapping
+from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
 from types import TracebackType
@@ -54,10 +54,10 @@ from simstore.packed import IntArray, PackedKeys, Positions
 from simstore.params import DEFAULT_MERGE_THRESHOLD, Options, auto_merge_threshold
 from simstore.permute import (
     Table,
-    TablesPermuter,
     U64Array,
     as_fingerprint_array,
     check_fingerprint,
+    tables_permuter,
     validate_k,
 )
 from simstore.query import (
@@ -297,7 +297,7 @@ class Store(BatchMixin):
         self._params = params
         self._handles = handles
         self._tables: tuple[Table, ...] = params.tables
-        self._permute_all = TablesPermuter(self._tables)
+        self._permute_all = tables_permuter(self._tables)
         self._delta = Delta(self._tables)
         # The snapshot (LMDB transaction id) a read last brought the delta up
         # to; a read of the same snapshot skips the sync.
@@ -1394,7 +1394,7 @@ class Store(BatchMixin):
                 results.append(self._resolve(txn, found, with_meta))
         return results
 
-    def _find(self, txn: _lmdb.Txn, permuted: list[int], query: int, k: int) -> dict[int, int]:
+    def _find(self, txn: _lmdb.Txn, permuted: Sequence[int], query: int, k: int) -> dict[int, int]:
         """``{doc_id: distance}`` of everything within ``k`` bits, delta included."""
         found = self._delta.matches(permuted, query, k)
         cursors: list[_lmdb.Cursor | None] = [None] * len(self._tables)

@@ -19,7 +19,9 @@ from simstore.permute import (
     block_bit_numbers,
     block_sizes,
     default_blocks,
+    lane_permuter,
     one_level_tables,
+    tables_permuter,
 )
 from simstore.planner import two_level
 
@@ -260,9 +262,29 @@ def test_tables_permuter_equals_each_tables_permute(k: int, extra: int, fingerpr
     assert TablesPermuter(tables)(fingerprint) == [table.permute(fingerprint) for table in tables]
 
 
+@settings(max_examples=200, deadline=None)
+@given(
+    k=st.integers(0, 8),
+    extra=st.integers(1, 3),
+    fingerprint=st.integers(0, 2**64 - 1),
+)
+def test_lane_permuter_equals_each_tables_permute(k: int, extra: int, fingerprint: int) -> None:
+    tables = one_level_tables(k, k + extra)
+    expected = [table.permute(fingerprint) for table in tables]
+    assert list(lane_permuter(tables)(fingerprint)) == expected
+    assert list(tables_permuter(tables)(fingerprint)) == expected
+
+
+def test_tables_permuter_picks_lanes_for_small_layouts_and_numpy_for_large() -> None:
+    assert isinstance(tables_permuter(one_level_tables(6, 10)), TablesPermuter)  # 210 tables
+    assert not isinstance(tables_permuter(one_level_tables(3, 5)), TablesPermuter)
+
+
 def test_tables_permuter_two_level_layouts() -> None:
     tables = two_level(3, 4, 3, 4).tables
     rng = np.random.default_rng(3)
     permuter = TablesPermuter(tables)
+    lanes = lane_permuter(tables)
     for fingerprint in [*rng.integers(0, 2**64, 200, dtype=np.uint64).tolist(), 0, 2**64 - 1]:
         assert permuter(fingerprint) == [table.permute(fingerprint) for table in tables]
+        assert list(lanes(fingerprint)) == [table.permute(fingerprint) for table in tables]
