@@ -1,5 +1,5 @@
 """Shared by the in-process query A/B scripts (``ab_crowded.py``,
-``ab_bitmap_bits.py``): one query mix, and one loop that runs every query
+``ab_bitmap_bits.py``, ``ab_permute.py``): one query mix, and one loop that runs every query
 under each variant of a store's scan plan, the order alternating.
 
 On the shared 2-core VM the machine's speed swings by up to 1.6x for seconds
@@ -43,12 +43,17 @@ def warm_up(store: simstore.Store, queries: list[tuple[int, str]]) -> None:
 
 
 def alternate(
-    store: simstore.Store, variants: dict[str, ScanPlan], queries: list[tuple[int, str]], rounds: int = 3
+    store: simstore.Store,
+    variants: dict[str, ScanPlan] | dict[str, object],
+    queries: list[tuple[int, str]],
+    rounds: int = 3,
+    attribute: str = "_scan_plan",
 ) -> None:
-    """Time ``store.query`` of every query under every variant's scan plan,
-    the order alternating from query to query and round to round, with the
-    same answers required; print p50 and p99 per variant and query kind."""
-    original = store._scan_plan
+    """Time ``store.query`` of every query under every variant (a value of the
+    store's ``attribute``: its scan plan unless said otherwise), the order
+    alternating from query to query and round to round, with the same answers
+    required; print p50 and p99 per variant and query kind."""
+    original = getattr(store, attribute)
     latencies: dict[tuple[str, str], list[int]] = {
         (name, kind): [] for name in variants for kind in ("near", "random")
     }
@@ -59,15 +64,15 @@ def alternate(
                 if (index + round_number) % 2:
                     order.reverse()
                 answers = []
-                for name, plan in order:
-                    store._scan_plan = plan
+                for name, value in order:
+                    setattr(store, attribute, value)
                     started = time.perf_counter_ns()
                     answers.append(store.query(fingerprint=query))
                     latencies[name, kind].append(time.perf_counter_ns() - started)
                 if any(answer != answers[0] for answer in answers):
                     raise AssertionError(f"the variants answer {query:#x} differently")
     finally:
-        store._scan_plan = original
+        setattr(store, attribute, original)
     print(f"{store.path}: {len(store):,} documents, load {os.getloadavg()[0]:.2f}")
     for (name, kind), values in latencies.items():
         micros = np.array(values) / 1000
