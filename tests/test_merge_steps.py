@@ -144,6 +144,50 @@ def test_a_merge_under_way_hides_no_document_an_unwritten_table_holds(tmp_path: 
         answers(reader, query)
 
 
+@settings(max_examples=30, deadline=None)
+@given(
+    tables_written=st.integers(1, 9),
+    in_delta=st.integers(1, 40),
+    seed=st.integers(0, 2**16),
+)
+def test_any_cut_with_the_merge_near_stored_documents_matches_brute_force(
+    tmp_path_factory: pytest.TempPathFactory, tables_written: int, in_delta: int, seed: int
+) -> None:
+    """The merge's documents are near-duplicates of stored ones, every table's bitmaps
+    are read before the cut, and the queries sit on and around the merge's documents:
+    answers equal brute force in the writer and in a reader of the store left mid-merge."""
+    path = tmp_path_factory.mktemp("near") / "s.simstore"
+    rng = np.random.default_rng(seed)
+    store, model = build(path, 300, 0, seed)
+    store.query_many(np.array(list(model.values()), dtype=np.uint64))  # every table's bitmaps read
+    for key in range(300, 300 + in_delta):
+        near = model[int(rng.integers(0, 300))]
+        for bit in rng.choice(64, size=int(rng.integers(1, K + 1)), replace=False):
+            near ^= 1 << int(bit)
+        model[key] = near
+        store.add(key, fingerprint=near)
+    with failing_after(tables_written, StepInterruptedError()), pytest.raises(StepInterruptedError):
+        store.merge()
+    probes = [model[key] for key in range(300, 300 + in_delta)]
+    probes += [fp ^ (1 << int(bit)) for fp, bit in zip(probes, rng.integers(0, 64, len(probes)), strict=True)]
+    assert_exact_at(store, model, probes)
+    store.close()
+    with simstore.open(str(path), "r") as reader:
+        reader.query_many(np.array(list(model.values()), dtype=np.uint64))
+        assert_exact_at(reader, model, probes)
+
+
+def assert_exact_at(store: Store, model: dict[int, int], probes: list[int]) -> None:
+    for k in range(K + 1):
+        answers = store.query_many(np.array(probes, dtype=np.uint64), k=k)
+        for probe, answer in zip(probes, answers, strict=True):
+            expected = sorted(
+                ((fp ^ probe).bit_count(), key) for key, fp in model.items() if (fp ^ probe).bit_count() <= k
+            )
+            assert [(match.distance, match.key) for match in answer] == expected
+            assert [(match.distance, match.key) for match in store.query(probe, k=k)] == expected
+
+
 def answers(store: Store, query: int) -> None:
     expected = [(0, "merging"), (K, "stored")]
     assert [(match.distance, match.key) for match in store.query(query)] == expected
