@@ -1,6 +1,7 @@
 """Shared by the in-process query A/B scripts (``ab_crowded.py``,
-``ab_bitmap_bits.py``, ``ab_permute.py``): one query mix, and one loop that runs every query
-under each variant of a store's scan plan, the order alternating.
+``ab_bitmap_bits.py``, ``ab_permute.py``): one query mix, and one loop that
+runs every query under each variant of a store's scan plan (or of another
+attribute), the order alternating.
 
 On the shared 2-core VM the machine's speed swings by up to 1.6x for seconds
 to minutes at a time, so runs of one code tree after another (even
@@ -13,11 +14,11 @@ from __future__ import annotations
 
 import os
 import time
+from collections.abc import Mapping
 
 import numpy as np
 
 import simstore
-from simstore.query import ScanPlan
 
 
 def near_and_random_queries(store: simstore.Store, seed: int = 11) -> list[tuple[int, str]]:
@@ -44,7 +45,7 @@ def warm_up(store: simstore.Store, queries: list[tuple[int, str]]) -> None:
 
 def alternate(
     store: simstore.Store,
-    variants: dict[str, ScanPlan] | dict[str, object],
+    variants: Mapping[str, object],
     queries: list[tuple[int, str]],
     rounds: int = 3,
     attribute: str = "_scan_plan",
