@@ -83,6 +83,7 @@ from simstore.records import (
     pack_key,
     pack_meta,
     record_pairs,
+    sliced,
     sort_key,
     unpack_key,
     unpack_meta,
@@ -197,7 +198,7 @@ class _Batch:
 
 
 def _subset(
-    positions: Positions, key_order: IntArray | None, indices: list[int]
+    positions: Positions, key_order: IntArray | None, indices: IntArray
 ) -> tuple[Positions, IntArray | None]:
     """``(positions, key_order)`` (as :class:`_Batch` holds them) of the
     ``indices`` of ``positions`` alone."""
@@ -819,20 +820,33 @@ class Store(BatchMixin):
     def _add_batch(self, txn: _lmdb.Txn, state: State, batch: _Batch) -> tuple[None, State, _Change]:
         handles = self._handles
         existing: dict[bytes, bytes] = {}
-        if state.next_id:
-            lookups = batch.packed_keys.sliced_lookups(batch.positions)
-            existing = dict(txn.cursor(handles.keys).getmulti(lookups))
-        new_positions, new_key_order = batch.positions, batch.key_order
         position_of: dict[bytes, int] = {}
-        if existing:
-            new_indices: list[int] = []  # of batch.positions
-            lookups = batch.packed_keys.sliced_lookups(batch.positions)
-            for index, (lookup, position) in enumerate(zip(lookups, batch.positions, strict=True)):
-                if lookup in existing:
-                    position_of[lookup] = position
-                else:
-                    new_indices.append(index)
-            new_positions, new_key_order = _subset(batch.positions, batch.key_order, new_indices)
+        new_positions, new_key_order = batch.positions, batch.key_order
+        if state.next_id:
+            # A slice's lookups are made once, for the key table and for
+            # telling its new keys from the stored ones.
+            cursor = txn.cursor(handles.keys)
+            new_indices: list[IntArray] = []  # of batch.positions, a slice at a time
+            for part in sliced(len(batch.positions)):
+                chunk = batch.positions[part]
+                lookups = batch.packed_keys.lookups(chunk)
+                found = dict(cursor.getmulti(lookups))
+                first = part.start
+                if not found:
+                    new_indices.append(np.arange(first, first + len(chunk)))
+                    continue
+                existing.update(found)
+                fresh: list[int] = []
+                for index, (lookup, position) in enumerate(zip(lookups, chunk, strict=True), start=first):
+                    if lookup in found:
+                        position_of[lookup] = position
+                    else:
+                        fresh.append(index)
+                new_indices.append(np.array(fresh, dtype=np.int64))
+            if existing:
+                new_positions, new_key_order = _subset(
+                    batch.positions, batch.key_order, np.concatenate(new_indices)
+                )
         first_id = state.next_id
         next_id = first_id + len(new_positions)
         placed_ids = np.arange(first_id, next_id, dtype=np.uint64)
