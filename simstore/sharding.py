@@ -43,11 +43,6 @@ def shard_of(key: object, shards: int) -> int:
     return xxhash.xxh3_64_intdigest(pack_key(key)) % check_shards(shards)
 
 
-def shards_of(keys: Iterable[object], shards: int) -> npt.NDArray[np.int64]:
-    """:func:`shard_of` of every key, as an int64 array."""
-    return shards_of_packed((pack_key(key) for key in keys), shards)
-
-
 def shards_of_packed(packed_keys: Iterable[bytes], shards: int) -> npt.NDArray[np.int64]:
     """:func:`shard_of` of keys already in their msgpack encoding."""
     count = check_shards(shards)

@@ -11,12 +11,12 @@ from hypothesis import strategies as st
 from test_pairs import planted
 
 import simstore
-from simstore.sharding import shard_of, shards_of
+from simstore.sharding import shard_of
 
 
 def fill_shards(tmp_path: Path, keys: list[object], fingerprints: np.ndarray, shards: int) -> list[str]:
     paths = [str(tmp_path / f"shard-{number}.simstore") for number in range(shards)]
-    owners = shards_of(keys, shards)
+    owners = np.array([shard_of(key, shards) for key in keys])
     for number, path in enumerate(paths):
         rows = np.flatnonzero(owners == number).tolist()
         with simstore.open(path, "n", k=4) as store:
