@@ -303,10 +303,16 @@ class Environment:
     def close(self) -> None:
         self.env.close()
 
-    def named_databases(self) -> list[bytes]:
-        """Names in the main database (sub-databases or a foreign program's keys)."""
+    def named_databases(self) -> tuple[list[bytes], int]:
+        """Names in the main database (sub-databases or a foreign program's
+        keys), and the id of the snapshot they were read from (0 for a file
+        nothing was ever committed to), both from one snapshot."""
         with self.read() as txn:
-            return [bytes(key) for key, _ in txn.cursor()]
+            return [bytes(key) for key, _ in txn.cursor()], int(txn.id())
+
+    def has_named_databases(self, txn: Txn) -> bool:
+        """Whether the main database of ``txn``'s snapshot names anything."""
+        return txn.cursor().first()
 
     def open_existing(self, table_count: int, generation: int = 0) -> Handles:
         """Open the store's sub-databases, which must all exist."""
@@ -490,10 +496,6 @@ class Environment:
                 self.env.set_mapsize(allocated)
             except lmdb.Error as exc:
                 raise translate(exc, self.path) from exc
-
-    def last_txnid(self) -> int:
-        """The id of the last committed transaction (0 for a file never written)."""
-        return int(self.env.info()["last_txnid"])
 
     def map_size(self) -> int:
         return int(self.env.info()["map_size"])

@@ -4,7 +4,9 @@ checks of requested parameters against stored ones."""
 from __future__ import annotations
 
 import contextlib
+import errno
 import os
+import secrets
 from typing import Any
 
 from simstore import _lmdb
@@ -107,7 +109,10 @@ def open(  # noqa: A001 - mirrors dbm.open, deliberately
         choose_layout(requested)  # refuse bad parameters before deleting anything
         _remove_store(path_str)
         exists = False
-    if exists and os.path.getsize(path_str) == 0 and mode in ("r", "w"):
+    if not exists:
+        choose_layout(requested)  # refuse bad parameters before making anything
+        _create_beside(path_str, requested, opts)
+    if mode in ("r", "w") and _file_size(path_str) == 0:
         raise NotAStoreError(f"{path_str} is an empty file, not a simstore store")
 
     env = _lmdb.Environment(
@@ -126,15 +131,81 @@ def open(  # noqa: A001 - mirrors dbm.open, deliberately
                 # tables since the meta record was read; read it again.
                 if attempt == OPEN_RETRIES:
                     raise
-    except BaseException:
-        # A refused open leaves the folder as it found it: no new lock file,
-        # and no half-made store file where there was none.
+    except NotAStoreError:
+        # A refused foreign file's folder is left as it was found: no new
+        # lock file. The path itself is never removed: it existed before
+        # this open (or another process linked its new store there).
         env.fail_open()
-        if not exists:
-            with contextlib.suppress(OSError):
-                os.remove(path_str)
+        raise
+    except BaseException:
+        # The file is a store, which other processes may have open: its lock
+        # file stays, or two of them could end up locking different files.
+        env.close()
         raise
     return Store(path_str, env, handles, params, opts, raw_meta)
+
+
+def _create_beside(path: str, requested: LayoutRequest, opts: Options) -> None:
+    """Make a new, empty store at ``path``, unless another process makes one
+    there first, in which case that one is left to be opened.
+
+    The store is built under a temporary name in the same folder and then
+    hard-linked to ``path``, which fails if ``path`` exists. So ``path``
+    never shows a store in the making: two processes creating one store
+    agree on one of them (two creations in place used to reset each other's
+    documents), a reader that comes too early finds no file, and a refused
+    or interrupted creation leaves ``path`` as it was. A process killed
+    while creating may leave its temporary ``.NAME.PID.HEX.creating`` file
+    (and its ``-lock``) behind; nothing else does.
+
+    Where the file system has no hard links, the store is created in place
+    instead, in one write transaction that first looks again for a store
+    (see :func:`_create`).
+    """
+    directory, name = os.path.split(path)
+    temporary = os.path.join(directory, f".{name}.{os.getpid()}.{secrets.token_hex(4)}.creating")
+    try:
+        descriptor = os.open(temporary, os.O_RDWR | os.O_CREAT | os.O_EXCL, 0o666)
+    except FileNotFoundError as exc:
+        raise StoreNotFoundError(
+            errno.ENOENT, f"cannot create {path}: the folder {directory or '.'} does not exist"
+        ) from exc
+    os.close(descriptor)
+    try:
+        env = _lmdb.Environment(
+            temporary, readonly=False, sync=opts.sync, map_size=None, max_map_size=opts.max_map_size
+        )
+        try:
+            _create(env, requested)
+        finally:
+            env.close()
+        try:
+            os.link(temporary, path)
+        except FileExistsError:
+            return  # another process made the store first: it is the one to open
+        except OSError as exc:
+            if exc.errno not in _NO_HARD_LINKS:
+                raise
+            return  # created in place by the caller's open, see _create
+        if opts.sync:
+            _sync_directory(directory or ".")
+    finally:
+        for leftover in (temporary, _lmdb.lock_path(temporary)):
+            with contextlib.suppress(OSError):
+                os.remove(leftover)
+
+
+# errno values of a file system that cannot make hard links.
+_NO_HARD_LINKS = (errno.EPERM, errno.EOPNOTSUPP, errno.ENOTSUP, errno.EMLINK, errno.EXDEV, errno.ENOSYS)
+
+
+def _sync_directory(directory: str) -> None:
+    """Flush a folder's entries, so that a new name in it survives a power loss."""
+    descriptor = os.open(directory, os.O_RDONLY)
+    try:
+        os.fsync(descriptor)
+    finally:
+        os.close(descriptor)
 
 
 def _load_or_create(
@@ -144,8 +215,19 @@ def _load_or_create(
     stored = _read_meta(env, path)
     if stored is None:
         if env.readonly or mode == "w":
-            raise NotAStoreError(f"{path} is an LMDB file that was never written, not a simstore store")
-        return _create(env, requested)
+            # Made by an earlier simstore, which created stores in place: a
+            # creation under way or cut short. Not a store yet, nor foreign.
+            raise StoreNotFoundError(
+                errno.ENOENT,
+                f"no simstore store at {path} yet: it is an LMDB file nothing was written to "
+                "(a creation under way, or one that was interrupted); use mode 'c' to create the store",
+            )
+        created = _create(env, requested)
+        if created is not None:
+            return created
+        stored = _read_meta(env, path)  # another process created it first
+        if stored is None:
+            raise CorruptStoreError(f"{path} lost its meta record")
     params = decode_meta(stored)
     fingerprinter = requested.fingerprinter
     requested_settings = fingerprinter.settings() if fingerprinter is not None else None
@@ -171,11 +253,11 @@ def _read_meta(env: _lmdb.Environment, path: str) -> bytes | None:
     Raises:
         NotAStoreError: the file holds data that is not a simstore store.
     """
-    names = env.named_databases()
+    names, snapshot = env.named_databases()
     if not names:
         # LMDB writes transaction 0 when it makes a file; anything later was
         # someone's data, even if they deleted it again.
-        if env.last_txnid() == 0:
+        if snapshot == 0:
             return None
         raise NotAStoreError(f"{path} is an LMDB file written by another program, not a simstore store")
     if _lmdb.DB_META not in names:
@@ -186,7 +268,15 @@ def _read_meta(env: _lmdb.Environment, path: str) -> bytes | None:
     return raw
 
 
-def _create(env: _lmdb.Environment, requested: LayoutRequest) -> tuple[StoredParams, bytes]:
+def _create(env: _lmdb.Environment, requested: LayoutRequest) -> tuple[StoredParams, bytes] | None:
+    """Write a new store's meta record and state into an LMDB file nothing
+    was written to; ``None`` if, by the time this process held the writer
+    lock, another process had done so (the caller adopts that store).
+
+    The look and the writes are one write transaction: two processes that
+    both found the file empty cannot both create (the second would reset
+    the first's counters while its documents stayed, and lose them).
+    """
     chosen_k, tables, layout_spec, chosen_blocks = choose_layout(requested)
     params = StoredParams(
         k=chosen_k,
@@ -199,13 +289,24 @@ def _create(env: _lmdb.Environment, requested: LayoutRequest) -> tuple[StoredPar
 
     raw_meta = encode_meta(params, version=__version__)
 
-    def body(txn: _lmdb.Txn) -> None:
+    def body(txn: _lmdb.Txn) -> bool:
+        if env.has_named_databases(txn):
+            return False  # created meanwhile (or foreign: the caller's read says which)
         handles = env.create_handles(txn, len(tables))
         txn.put(META_KEY, raw_meta, db=handles.meta)
         txn.put(STATE_KEY, State().encode(), db=handles.meta)
+        return True
 
-    env.write(body)
+    if not env.write(body):
+        return None
     return params, raw_meta
+
+
+def _file_size(path: str) -> int:
+    try:
+        return os.path.getsize(path)
+    except FileNotFoundError as exc:  # removed since it was seen (mode "n" elsewhere)
+        raise StoreNotFoundError(errno.ENOENT, f"no simstore store at {path}") from exc
 
 
 def _remove_store(path: str) -> None:

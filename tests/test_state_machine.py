@@ -3,6 +3,7 @@ merges and reopens, checked against an in-memory dict model after every step."""
 
 from __future__ import annotations
 
+import os
 import shutil
 import tempfile
 from pathlib import Path
@@ -40,6 +41,28 @@ fingerprints = st.one_of(
     ),
 )
 metas = st.one_of(st.none(), st.dictionaries(st.sampled_from(["a", "b"]), st.integers(-5, 5), max_size=2))
+
+
+def _start_rival_creator(path: str, options: dict[str, Any], docs: int) -> int:
+    """Fork a process that opens ``path`` with mode "c" as soon as this one reads its
+    signal, adds ``docs`` documents and exits; its pid."""
+    ready_read, ready_write = os.pipe()
+    pid = os.fork()
+    if pid == 0:  # the rival
+        status = 1
+        try:
+            os.close(ready_write)
+            os.read(ready_read, 1)
+            with simstore.open(path, "c", **options) as rival:
+                for index in range(docs):
+                    rival.add(f"rival-{index}", fingerprint=CENTRES[index % len(CENTRES)] ^ index)
+            status = 0
+        finally:
+            os._exit(status)
+    os.close(ready_read)
+    os.write(ready_write, b"go")
+    os.close(ready_write)
+    return pid
 
 
 def _rank(key: Key) -> tuple[int, Key]:
@@ -99,18 +122,26 @@ class StoreMachine(RuleBasedStateMachine):
         extra_blocks=st.integers(1, 3),
         threshold=st.integers(1, 50),
         merge_on_close=st.booleans(),
+        rival_docs=st.one_of(st.none(), st.integers(0, 4)),
     )
-    def open_store(self, k: int, extra_blocks: int, threshold: int, merge_on_close: bool) -> None:
+    def open_store(
+        self, k: int, extra_blocks: int, threshold: int, merge_on_close: bool, rival_docs: int | None
+    ) -> None:
+        """Create the store, alone or racing another process that creates the same
+        store at the same moment and adds ``rival_docs`` documents before this one
+        adds any (so that the model knows their order)."""
         self.k = k
         self.threshold = threshold
+        options: dict[str, Any] = {"k": k, "blocks": k + extra_blocks, "sync": False}
+        rival = None if rival_docs is None else _start_rival_creator(self.path, options, rival_docs)
         self.store = simstore.open(
-            self.path,
-            k=k,
-            blocks=k + extra_blocks,
-            sync=False,
-            merge_threshold=threshold,
-            merge_on_close=merge_on_close,
+            self.path, merge_threshold=threshold, merge_on_close=merge_on_close, **options
         )
+        if rival is not None:
+            _, status = os.waitpid(rival, 0)
+            assert os.waitstatus_to_exitcode(status) == 0
+            for index in range(rival_docs or 0):
+                self.model[f"rival-{index}"] = (CENTRES[index % len(CENTRES)] ^ index, None)
 
     @rule(key=keys, fingerprint=fingerprints, meta=metas)
     def add(self, key: Key, fingerprint: int, meta: dict[str, Any] | None) -> None:

@@ -454,7 +454,45 @@ def file_prober(cfg: dict[str, Any]) -> None:
         log.write(json.dumps({"cli": code, "stdout": out.getvalue(), "stderr": err.getvalue()}))
 
 
+def creator(cfg: dict[str, Any]) -> None:
+    """Wait for ``start_at``, open ``path`` (which may not exist yet) in ``mode``, and,
+    once open, add ``count`` documents one at a time, logging ``A key`` after each
+    returns. A refused open is logged as ``F type``. A ``mode`` "r" creator instead
+    polls until the store is there, logging what each failed open raised."""
+    import simstore
+
+    log = Log(cfg["log"])
+    tag, count = cfg["tag"], cfg["count"]
+    while time.monotonic() < cfg["start_at"]:
+        pass
+    if cfg["mode"] == "r":
+        while True:
+            try:
+                with simstore.open(cfg["path"], "r") as store:
+                    log.write(f"O {len(store)}")
+                    break
+            except simstore.StoreNotFoundError:
+                log.write("N")
+    else:
+        try:
+            store = simstore.open(cfg["path"], cfg["mode"], k=cfg.get("k"), sync=False)
+        except simstore.SimstoreError as exc:
+            log.write(f"F {type(exc).__name__}")
+            log.write("C")
+            return
+        with store:
+            for index in range(count):
+                store.add(f"{tag}-{index}", fingerprint=creator_fp(tag, index))
+                log.write(f"A {tag}-{index}")
+    log.write("C")
+
+
+def creator_fp(tag: str, index: int) -> int:
+    return random.Random(f"creator {tag} {index}").getrandbits(64)
+
+
 WORKERS = {
+    "creator": creator,
     "probe_file": file_prober,
     "crash": crash_worker,
     "probe": probe_worker,

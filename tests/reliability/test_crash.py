@@ -155,7 +155,10 @@ def crash_rounds(
         worker = Worker(cfg, zygote)
         early = rng.random() < early_kill_rate
         if early:
-            time.sleep(rng.uniform(0, early_kill_within))  # often before or during open
+            # Often before or during open. Until one has landed there, at once: on a
+            # loaded machine this process's sleeps overshoot, and 8 ms came too late.
+            delay = rng.uniform(0, early_kill_within)
+            time.sleep(delay if landings["while-opening"] else 0.0)
         else:
             worker.wait_for(lambda lines: bool(lines) and lines[0] == "O")
             time.sleep(rng.uniform(0, max_delay))
