@@ -51,11 +51,9 @@ DB_DOCMETA = b"docmeta"
 DB_DELTA = b"delta"
 FIXED_DB_NAMES = (DB_META, DB_KEYS, DB_DOCS, DB_DOCMETA, DB_DELTA)
 
-# Table sub-databases map 8-byte permuted fingerprints to 8-byte internal ids.
-# dupsort + dupfixed measured faster than 16-byte composite keys with empty
-# values for a sorted bulk load (0.19 s against 0.27 s per million keys) at
-# the same page count, and several documents may share one fingerprint.
-TABLE_DB_FLAGS = {"dupsort": True, "dupfixed": True}
+# Table sub-databases hold packed buckets of entries under 8-byte keys (see
+# simstore.runs): plain sub-databases, one value per key.
+TABLE_DB_FLAGS: dict[str, bool] = {}
 
 # A writer's file is as long as its map and every block of it is allocated
 # (see Environment.use_writable_map), so the map starts small, grows by half

@@ -2,26 +2,43 @@
 
 from __future__ import annotations
 
-from typing import TYPE_CHECKING
+from collections.abc import Iterator, Mapping, Sequence
+from contextlib import AbstractContextManager
+from typing import Protocol
 
-from simstore import _lmdb, occupancy
+import numpy as np
+
+from simstore import _lmdb, occupancy, runs
+from simstore.catalog import Catalog, Run
 from simstore.delta import Delta
 from simstore.errors import CorruptStoreError
-from simstore.format import STATE_KEY, State
+from simstore.format import CATALOG_KEY, STATE_KEY, State
+from simstore.permute import FINGERPRINT_BITS, Table
 from simstore.records import decode_id, decode_record, lookup_key, unpack_key
-
-if TYPE_CHECKING:
-    from simstore.store import Store
+from simstore.tables import TableSet, bucket_span
 
 
-def check_store(store: Store) -> list[str]:
+class Checkable(Protocol):
+    """What :func:`check_store` needs of a store."""
+
+    _tables: tuple[Table, ...]
+    _handles: _lmdb.Handles
+    _delta: Delta
+    _tableset: TableSet
+
+    def _read(self) -> AbstractContextManager[_lmdb.Txn]: ...
+
+
+def check_store(store: Checkable) -> list[str]:
     """Every broken invariant of ``store``, described; empty when sound.
 
     Every key maps to a record whose key maps back; ids are below the next
     id; the delta log replays to the in-memory delta and matches the
-    records; every document outside the delta is in every table exactly
-    once, under its permuted fingerprint, and nothing else is; while a merge
-    is under way, the tables it has written hold the delta's documents too.
+    records; the run catalog is sound; every document outside the delta has
+    exactly one entry in every table, in the run that answers for its
+    permuted key, recording its fingerprint's leading bits; nothing else has
+    an entry; every bucket's checksum and order hold, and every finished
+    run's bitmaps mark every entry's slot.
     """
     problems: list[str] = []
     with store._read() as txn:
@@ -37,71 +54,186 @@ def check_store(store: Store) -> list[str]:
         replayed_delta = replayed.as_dict()
         if replayed_delta != store._delta.as_dict():
             problems.append("the in-memory delta differs from the delta log")
-        fingerprint_of: dict[int, int] = {}
-        for id_bytes, raw in txn.cursor(handles.docs):
-            doc_id = decode_id(id_bytes)
-            try:
-                fingerprint, packed = decode_record(raw)
-                key_found_by = lookup_key(packed)
-                unpack_key(packed)
-            except CorruptStoreError as exc:
-                problems.append(f"document {doc_id}: {exc}")
-                continue
-            fingerprint_of[doc_id] = fingerprint
-            if doc_id >= state.next_id:
-                problems.append(f"document {doc_id} is not below next_id {state.next_id}")
-            if txn.get(key_found_by, db=handles.keys) != id_bytes:
-                problems.append(f"document {doc_id}'s key does not map back to it")
-        key_count = int(txn.stat(handles.keys)["entries"])
-        if key_count != len(fingerprint_of):
-            problems.append(f"{key_count} keys but {len(fingerprint_of)} document records")
+        fingerprint_of = _records(txn, handles, state, problems)
         for doc_id, fingerprint in replayed_delta.items():
             if fingerprint_of.get(doc_id) != fingerprint:
                 problems.append(f"delta document {doc_id} does not match its record")
-        expected_in_tables = {
-            doc_id: fp for doc_id, fp in fingerprint_of.items() if doc_id not in replayed_delta
-        }
-        for index, (table, db) in enumerate(zip(store._tables, handles.tables, strict=True)):
-            expected_here = fingerprint_of if index < state.merged_tables else expected_in_tables
-            seen: set[int] = set()
-            bitmaps = _trusted_bitmaps(store, txn, index, state.merge_epoch, problems)
-            previous_slot = -1
-            for permuted_bytes, id_bytes in txn.cursor(db):
-                if len(permuted_bytes) != 8 or len(id_bytes) != 8:
-                    sizes = f"{len(permuted_bytes)} and {len(id_bytes)}"
-                    problems.append(f"table {index} holds an entry of {sizes} bytes, not 8 and 8")
-                    continue
-                doc_id = decode_id(id_bytes)
-                if bitmaps is not None:
-                    bitmap, crowded, shift = bitmaps
-                    slot = int.from_bytes(permuted_bytes, "big") >> shift
-                    if not occupancy.is_set(bitmap, slot):
-                        problems.append(f"table {index}'s occupancy bitmap lacks document {doc_id}'s slot")
-                    # Keys come sorted, so a slot's entries are adjacent.
-                    if crowded is not None and slot == previous_slot and not occupancy.is_set(crowded, slot):
-                        problems.append(f"table {index}'s crowded bitmap lacks document {doc_id}'s slot")
-                    previous_slot = slot
-                expected = expected_here.get(doc_id)
+        try:
+            catalog = Catalog.decode(txn.get(CATALOG_KEY, db=handles.meta), len(store._tables))
+        except CorruptStoreError as exc:
+            return [*problems, f"run catalog: {exc}"]
+        tabled = {doc_id: fp for doc_id, fp in fingerprint_of.items() if doc_id not in replayed_delta}
+        for index, table in enumerate(store._tables):
+            _check_table(txn, store._tableset, catalog, index, table, tabled, problems)
+    return problems
+
+
+def _records(txn: _lmdb.Txn, handles: _lmdb.Handles, state: State, problems: list[str]) -> dict[int, int]:
+    """``{doc_id: fingerprint}`` of every sound record; the unsound ones are problems."""
+    fingerprint_of: dict[int, int] = {}
+    for id_bytes, raw in txn.cursor(handles.docs):
+        doc_id = decode_id(id_bytes)
+        try:
+            fingerprint, packed = decode_record(raw)
+            key_found_by = lookup_key(packed)
+            unpack_key(packed)
+        except CorruptStoreError as exc:
+            problems.append(f"document {doc_id}: {exc}")
+            continue
+        fingerprint_of[doc_id] = fingerprint
+        if doc_id >= state.next_id:
+            problems.append(f"document {doc_id} is not below next_id {state.next_id}")
+        if txn.get(key_found_by, db=handles.keys) != id_bytes:
+            problems.append(f"document {doc_id}'s key does not map back to it")
+    key_count = int(txn.stat(handles.keys)["entries"])
+    if key_count != len(fingerprint_of):
+        problems.append(f"{key_count} keys but {len(fingerprint_of)} document records")
+    return fingerprint_of
+
+
+def _check_table(
+    txn: _lmdb.Txn,
+    tableset: TableSet,
+    catalog: Catalog,
+    index: int,
+    table: Table,
+    tabled: Mapping[int, int],
+    problems: list[str],
+) -> None:
+    """Table ``index`` holds exactly ``tabled``, each where the catalog says."""
+    seen: set[int] = set()
+    building = catalog.compaction.output.run_id if catalog.compaction else None
+    answering = catalog.table_runs(index)
+    known_runs = {run.run_id for run in catalog.runs} | ({building} if building is not None else set())
+    for run, low, high in answering:
+        bitmaps = None if run.run_id == building else _run_bitmaps(txn, tableset, index, run, problems)
+        for key, keys, ids in _buckets(tableset, txn, index, run, low, high, problems):
+            # A compaction step leaves an input's bucket that straddles its
+            # cursor holding the entries past the cursor only.
+            if len(keys) and (int(keys[0]) < low or int(keys[-1]) >= high):
+                problems.append(f"table {index}: bucket {key.hex()} holds entries outside its run's range")
+            for doc_id, known in zip(ids.tolist(), keys.tolist(), strict=True):
+                expected = tabled.get(doc_id)
                 if expected is None:
                     problems.append(f"table {index} holds document {doc_id}, which should not be there")
-                elif table.unpermute(int.from_bytes(permuted_bytes, "big")) != expected:
+                elif runs.known_key(table.permute(expected), run.geometries[index]) != known:
                     problems.append(f"table {index} holds document {doc_id} under a wrong key")
                 if doc_id in seen:
                     problems.append(f"table {index} holds document {doc_id} twice")
                 seen.add(doc_id)
-            missing = len(expected_here) - len(seen & expected_here.keys())
-            if missing:
-                problems.append(f"table {index} lacks {missing} documents")
-    return problems
+            if bitmaps is not None:
+                _check_slots(bitmaps, run.bitmap_bits[index], index, run, keys, key, problems)
+    missing = len(tabled) - len(seen & tabled.keys())
+    if missing:
+        problems.append(f"table {index} lacks {missing} documents")
+    _check_leftovers(txn, tableset.databases[index], index, answering, known_runs, problems)
 
 
-def _trusted_bitmaps(
-    store: Store, txn: _lmdb.Txn, index: int, merge_epoch: int, problems: list[str]
-) -> tuple[bytes, bytes | None, int] | None:
-    """Table ``index``'s bitmaps as queries would trust them (see
-    :func:`occupancy.trusted_pair`); a damaged record is a problem."""
-    try:
-        return occupancy.trusted_pair(store._stored_bitmaps(txn, index), merge_epoch)
-    except CorruptStoreError as exc:
-        problems.append(f"table {index}'s bitmaps: {exc}")
+def _buckets(
+    tableset: TableSet,
+    txn: _lmdb.Txn,
+    index: int,
+    run: Run,
+    low: int,
+    high: int,
+    problems: list[str],
+) -> Iterator[tuple[bytes, np.ndarray, np.ndarray]]:
+    """The run's sound buckets in the range; damaged ones are problems."""
+    geometry = run.geometries[index]
+    first, past = _span(run, index, low, high)
+    cursor = txn.cursor(tableset.databases[index])
+    if not cursor.set_range(first):
+        return
+    for key, value in cursor:
+        if key >= past:
+            break
+        try:
+            keys, ids = runs.check_bucket(key, value, geometry)
+        except CorruptStoreError as exc:
+            problems.append(f"table {index}: {exc}")
+            continue
+        bucket = runs.KEY.unpack(key)[1]
+        if geometry.bucket_bits and bool(
+            np.any(keys >> np.uint64(FINGERPRINT_BITS - geometry.bucket_bits) != bucket)
+        ):
+            problems.append(f"table {index}: bucket {key.hex()} holds entries of another bucket")
+        yield key, keys, ids
+
+
+def _span(run: Run, index: int, low: int, high: int) -> tuple[bytes, bytes]:
+    return bucket_span(run.run_id, run.geometries[index], low, high)
+
+
+def _run_bitmaps(
+    txn: _lmdb.Txn, tableset: TableSet, index: int, run: Run, problems: list[str]
+) -> tuple[bytes, bytes] | None:
+    """A run's stored bitmaps in a table, or ``None`` (none, or damaged: a problem)."""
+    if not run.bitmap_bits[index]:
         return None
+    try:
+        loaded = tableset.load_bitmaps(txn, index, run)
+    except CorruptStoreError as exc:
+        problems.append(f"table {index}'s bitmaps of run {run.run_id}: {exc}")
+        return None
+    return None if loaded is None else (loaded[0], loaded[1])
+
+
+def _check_slots(
+    bitmaps: tuple[bytes, bytes],
+    bits: int,
+    index: int,
+    run: Run,
+    keys: np.ndarray,
+    bucket_key: bytes,
+    problems: list[str],
+) -> None:
+    """A finished run's bitmaps mark every entry's slot (and a slot two
+    entries share as crowded)."""
+    occupied, crowded = bitmaps
+    slots = keys >> np.uint64(FINGERPRINT_BITS - bits)
+    if not bool(occupancy.are_set(occupied, slots).all()):
+        problems.append(
+            f"table {index}'s occupancy bitmap of run {run.run_id} lacks a slot of bucket {bucket_key.hex()}"
+        )
+    repeated = slots[1:][slots[1:] == slots[:-1]]
+    if len(repeated) and not bool(occupancy.are_set(crowded, repeated).all()):
+        problems.append(
+            f"table {index}'s crowded bitmap of run {run.run_id} lacks a slot of bucket {bucket_key.hex()}"
+        )
+
+
+def _check_leftovers(
+    txn: _lmdb.Txn,
+    db: _lmdb.Database,
+    index: int,
+    answering: Sequence[tuple[Run, int, int]],
+    known_runs: set[int],
+    problems: list[str],
+) -> None:
+    """No bucket of a run the catalog does not name, and none of an answering
+    run outside the key range it answers for."""
+    ranges: dict[int, list[tuple[int, int]]] = {}
+    for run, low, high in answering:
+        ranges.setdefault(run.run_id, []).append((low, high))
+    geometries = {run.run_id: run.geometries[index] for run, _, _ in answering}
+    for key in txn.cursor(db).iternext(keys=True, values=False):
+        if len(key) != runs.KEY.size:
+            if len(key) == 13 and key[:4] == occupancy.BITMAP_RUN.to_bytes(4, "big"):
+                chunk_run = int.from_bytes(key[4:8], "big")
+                if chunk_run not in known_runs:
+                    problems.append(
+                        f"table {index} holds bitmap chunks of run {chunk_run}, which the catalog lacks"
+                    )
+                continue
+            problems.append(f"table {index} holds a key of {len(key)} bytes")
+            continue
+        run_id, bucket = runs.KEY.unpack(key)
+        if run_id not in ranges:
+            problems.append(f"table {index} holds buckets of run {run_id}, which the catalog lacks")
+            continue
+        geometry = geometries[run_id]
+        shift = FINGERPRINT_BITS - geometry.bucket_bits
+        start = bucket << shift if geometry.bucket_bits else 0
+        end = (bucket + 1) << shift if geometry.bucket_bits else 1 << FINGERPRINT_BITS
+        if not any(start < high and low < end for low, high in ranges[run_id]):
+            problems.append(f"table {index} holds bucket {key.hex()} outside the range its run answers for")

@@ -5,7 +5,12 @@ sub-database. It holds every parameter that shapes the stored keys, so a
 reopened store never depends on defaults that a later simstore might change:
 the format name and version, ``k``, ``blocks`` and the explicit bit order and
 prefix length of every table (see :mod:`simstore.permute`). The store's
-counters live beside it under ``STATE_KEY`` as three big-endian uint64s.
+counters live beside it under ``STATE_KEY`` as four big-endian uint64s, and
+the run catalog (see :mod:`simstore.catalog`) under ``CATALOG_KEY``.
+
+Format 2 packs each table's entries in buckets (:mod:`simstore.runs`);
+format 1 (simstore 0.1) kept an LMDB node per entry. This simstore reads no
+format-1 table: such a file is refused with the way to convert it.
 
 Nothing here does I/O.
 """
@@ -28,10 +33,13 @@ from simstore.errors import (
 from simstore.permute import MAX_TABLES, Table, validate_k
 
 FORMAT_NAME = "simstore"
-FORMAT_VERSION = 1
+FORMAT_VERSION = 2
+#: The format simstore 0.1 wrote, which ``simstore migrate`` converts.
+LEGACY_FORMAT_VERSION = 1
 
 META_KEY = b"meta"
 STATE_KEY = b"state"
+CATALOG_KEY = b"runs"
 
 # Limits keep a damaged or hostile meta record from costing unbounded memory.
 MAX_META_BYTES = 1 << 20
@@ -51,10 +59,7 @@ class StoredParams:
     generation: int = 0
 
 
-_STATE_STRUCT = struct.Struct(">QQQ")
-# While a merge is under way the state carries a fourth counter. A store at
-# rest keeps the three-counter record, byte for byte as before.
-_MERGING_STATE_STRUCT = struct.Struct(">QQQQ")
+_STATE_STRUCT = struct.Struct(">QQQQ")
 
 
 class State(NamedTuple):
@@ -62,9 +67,9 @@ class State(NamedTuple):
 
     ``next_id`` is the next internal document id; ``next_seq`` the next delta
     log sequence number; ``merge_epoch`` counts merges, so another process can
-    tell that the delta log was folded into the tables and must be re-read.
-    ``merged_tables`` is how many tables a merge under way has written (a
-    merge writes a table per transaction, see ``Store.merge``); 0 at rest.
+    tell that the delta log was folded into the tables and must be re-read;
+    ``catalog_version`` counts changes to the run catalog (merges, compaction
+    steps, re-layouts), so another process knows when to read it again.
 
     A named tuple rather than a frozen dataclass: every single add makes one,
     and a frozen dataclass takes several times longer to build.
@@ -73,19 +78,15 @@ class State(NamedTuple):
     next_id: int = 0
     next_seq: int = 0
     merge_epoch: int = 0
-    merged_tables: int = 0
+    catalog_version: int = 0
 
     def encode(self) -> bytes:
-        if self.merged_tables:
-            return _MERGING_STATE_STRUCT.pack(*self)
-        return _STATE_STRUCT.pack(self.next_id, self.next_seq, self.merge_epoch)
+        return _STATE_STRUCT.pack(*self)
 
     @classmethod
     def decode(cls, raw: bytes | None) -> State:
         if raw is not None and len(raw) == _STATE_STRUCT.size:
             return cls(*_STATE_STRUCT.unpack(raw))
-        if raw is not None and len(raw) == _MERGING_STATE_STRUCT.size:
-            return cls(*_MERGING_STATE_STRUCT.unpack(raw))
         raise CorruptStoreError("the store's state record is missing or damaged")
 
 
@@ -130,6 +131,12 @@ def decode_meta(raw: bytes) -> StoredParams:
         raise FormatVersionError(
             f"the store has format version {version}, but this simstore reads only "
             f"versions up to {FORMAT_VERSION}; upgrade simstore to open it"
+        )
+    if version < FORMAT_VERSION:
+        raise FormatVersionError(
+            f"the store has format version {version} (simstore 0.1), whose tables this simstore "
+            f"does not read; convert it with `simstore migrate OLD NEW` (or "
+            f"simstore.migrate(old, new)), which leaves the old file as it is"
         )
     try:
         k = validate_k(record["k"])

@@ -24,15 +24,17 @@ its bitmaps at ``MAX_BITS`` would pass ``BITMAP_BUDGET_BYTES`` stops at
 come to 128 MiB at 10M documents and beyond: 26 bits for its six tables with
 26-bit prefixes, 25 for the rest. At 25 bits they were a quarter full at 10M,
 and 26 bits cut a 10M store's p50 by about 3 µs for near-duplicate and for
-random queries (``benchmarks/ab_bitmap_bits.py``). A store reads its bitmaps
+random queries (measured with the format-1 tables). A store reads its bitmaps
 (one copy) a table at a time, one table after each query, so that a reopened
 store answers at once.
 
-Validity: each stored bitmap carries the merge epoch it was written at.
-Every write to the tables (merge, bulk add, re-layout) moves the epoch on and
-rewrites the bitmaps in the same transaction, so a bitmap whose epoch is not
-the store's current one was left behind by a writer that did not maintain
-it (an older simstore), and is ignored rather than trusted.
+Storage and validity: each run of a table (see ``simstore.runs``) has its
+own pair of bitmaps, written in the same transaction as the run and kept in
+the table's sub-database under keys that sort after every bucket (run id
+``BITMAP_RUN``). They are stored in ``2**CHUNK_BITS``-bit chunks, each with a
+CRC32, so a query reads only the chunks it needs and damage is reported as
+``CorruptStoreError``. A compaction writes the output run's bitmaps chunk by
+chunk as it goes, OR-ing into chunks an earlier step already wrote.
 
 Nothing here does I/O.
 """
@@ -41,6 +43,7 @@ from __future__ import annotations
 
 import math
 import struct
+import zlib
 
 import numpy as np
 import numpy.typing as npt
@@ -56,10 +59,6 @@ BUDGETED_MAX_BITS = 25
 BITMAP_BUDGET_BYTES = 256 << 20
 #: Aim for at most one set bit in 2**SPARSITY_BITS.
 SPARSITY_BITS = 3
-
-# Stored as the bitmap then a trailer, so that the value read from LMDB is
-# used as the bitmap in place: slot ``i`` is bit ``i & 7`` of byte ``i >> 3``.
-_TRAILER = struct.Struct(">BQ")  # bits, merge epoch
 
 Bitmap = npt.NDArray[np.uint8]
 
@@ -195,91 +194,98 @@ def fill_ratio(bitmap: Bitmap) -> float:
     return float(np.unpackbits(bitmap).mean()) if bitmap.size else 0.0
 
 
-def encode(bitmap: Bitmap, bits: int, merge_epoch: int) -> bytes:
-    return bitmap.tobytes() + _TRAILER.pack(bits, merge_epoch)
-
-
-def decode(raw: bytes) -> tuple[int, int, bytes]:
-    """``(bits, merge_epoch, raw)`` of a stored bitmap, checked; the bitmap is
-    the first ``2**bits / 8`` bytes of ``raw`` (returned as is, not copied:
-    :func:`may_hold` reads it in place)."""
-    if len(raw) < _TRAILER.size + 1:
-        raise CorruptStoreError("an occupancy bitmap record is too short")
-    bits, merge_epoch = _TRAILER.unpack_from(raw, len(raw) - _TRAILER.size)
-    if not 1 <= bits <= MAX_BITS:
-        raise CorruptStoreError(f"an occupancy bitmap claims {bits} bits")
-    if len(raw) - _TRAILER.size != bitmap_bytes(bits):
-        raise CorruptStoreError(f"an occupancy bitmap of {bits} bits holds {len(raw) - _TRAILER.size} bytes")
-    return bits, merge_epoch, raw
-
-
-def trusted(raw: bytes | None, merge_epoch: int) -> tuple[bytes, int] | None:
-    """``(bitmap, shift)`` of a stored record that queries may trust (written
-    at ``merge_epoch``), or ``None``: no record, or one another writer left
-    behind. Raises :class:`CorruptStoreError` for a damaged record."""
-    if raw is None:
-        return None
-    bits, epoch, bitmap = decode(raw)
-    return (bitmap, FINGERPRINT_BITS - bits) if epoch == merge_epoch else None
-
-
-#: A table's stored occupancy and crowded bitmap records, as read (or ``None``).
-StoredPair = tuple[bytes | None, bytes | None]
-
-
-def trusted_pair(stored: StoredPair, merge_epoch: int) -> tuple[bytes, bytes | None, int] | None:
-    """``(bitmap, crowded, shift)`` of a table's stored records that queries
-    may trust, or ``None`` when the occupancy bitmap may not be trusted;
-    ``crowded`` is ``None`` when only the crowded bitmap may not (a store
-    last written by a simstore that kept none). Raises
-    :class:`CorruptStoreError` for a damaged record."""
-    raw, raw_crowded = stored
-    occupied = trusted(raw, merge_epoch)
-    if occupied is None:
-        return None
-    bitmap, shift = occupied
-    crowded = trusted(raw_crowded, merge_epoch)
-    return bitmap, (crowded[0] if crowded is not None and crowded[1] == shift else None), shift
-
-
-def updatable(stored: StoredPair, merge_epoch: int, bits: int) -> tuple[int, Bitmap, Bitmap] | None:
-    """``(bits, bitmap, crowded)``, writable copies of a table's stored
-    records, when both are current (written at ``merge_epoch``), of equal
-    size and at least ``bits`` bits; else ``None``: they must be rebuilt.
-    Raises :class:`CorruptStoreError` for a damaged record."""
-    raw, raw_crowded = stored
-    if raw is None or raw_crowded is None:
-        return None
-    stored_bits, epoch, _ = decode(raw)
-    crowded_bits, crowded_epoch, _ = decode(raw_crowded)
-    if not epoch == crowded_epoch == merge_epoch or not stored_bits == crowded_bits >= bits:
-        return None
-    return stored_bits, as_array(raw, stored_bits), as_array(raw_crowded, stored_bits)
-
-
 def bitmap_bytes(bits: int) -> int:
     """Bytes of a bitmap of ``2**bits`` bits."""
     return max(1, (1 << bits) // 8)
 
 
-def as_array(raw: bytes, bits: int) -> Bitmap:
-    """A writable copy of the bitmap in a stored record."""
-    return np.frombuffer(raw, dtype=np.uint8, count=bitmap_bytes(bits)).copy()
+# -- storage: chunks of a run's bitmaps ---------------------------------------------------------
+
+#: A stored bitmap is cut into chunks of ``2**CHUNK_BITS`` bits (64 KiB), so
+#: that a compaction, which builds a run a key range at a time, rewrites only
+#: the chunks of each step's range rather than the whole bitmap (16 MiB for 2**27
+#: bits). A chunk and its 4-byte checksum take 17 LMDB overflow pages: 6% more
+#: than its bytes (an 8 KiB chunk took three pages, 50% more).
+CHUNK_BITS = 19
+#: Bitmap chunks live in the table's own sub-database, after every bucket,
+#: under this run id (which no run takes).
+BITMAP_RUN = 0xFFFF_FFFF
+OCCUPIED = b"o"
+CROWDED = b"c"
+_CHUNK_KEY = struct.Struct(">IIcI")
 
 
-def record_key(generation: int, table_index: int) -> bytes:
-    """The ``meta`` sub-database key of a table's bitmap."""
-    return f"occupancy:{generation}:{table_index:03d}".encode()
+def chunk_count(bits: int) -> int:
+    """How many chunks a bitmap of ``2**bits`` bits is stored in."""
+    return 1 << max(0, bits - CHUNK_BITS)
 
 
-def crowded_record_key(generation: int, table_index: int) -> bytes:
-    """The ``meta`` sub-database key of a table's crowded bitmap (stored like
-    the occupancy bitmap, and trusted only beside one of the same epoch).
-    A separate record, so that a simstore that keeps no crowded bitmaps still
-    reads the occupancy bitmap of a store written by one that does."""
-    return f"crowded:{generation}:{table_index:03d}".encode()
+def chunk_key(run_id: int, kind: bytes, chunk: int) -> bytes:
+    return _CHUNK_KEY.pack(BITMAP_RUN, run_id, kind, chunk)
 
 
-def record_keys(generation: int, table_index: int) -> tuple[bytes, bytes]:
-    """The keys of a table's occupancy and crowded bitmaps."""
-    return record_key(generation, table_index), crowded_record_key(generation, table_index)
+def run_chunk_bounds(run_id: int) -> tuple[bytes, bytes]:
+    """The first key of a run's bitmap chunks and the first key past them."""
+    return _CHUNK_KEY.pack(BITMAP_RUN, run_id, b"\x00", 0), _CHUNK_KEY.pack(
+        BITMAP_RUN, run_id + 1, b"\x00", 0
+    )
+
+
+def encode_chunks(
+    run_id: int, kind: bytes, bits: int, bitmap: Bitmap, first_chunk: int = 0
+) -> list[tuple[bytes, bytes]]:
+    """``(key, value)`` records of the chunks of ``bitmap`` (a whole bitmap of
+    ``2**bits`` bits, or the part of one starting at chunk ``first_chunk``):
+    each a CRC-32 and the chunk's bytes."""
+    size = bitmap_bytes(min(bits, CHUNK_BITS))
+    raw = bitmap.tobytes()
+    records = []
+    for offset in range(0, len(raw), size):
+        part = raw[offset : offset + size]
+        key = chunk_key(run_id, kind, first_chunk + offset // size)
+        records.append((key, zlib.crc32(part, zlib.crc32(key)).to_bytes(4, "big") + part))
+    return records
+
+
+def decode_chunk(key: bytes, value: bytes, bits: int) -> bytes:
+    """A stored chunk's bytes, checked."""
+    if len(value) != 4 + bitmap_bytes(min(bits, CHUNK_BITS)):
+        raise CorruptStoreError(f"bitmap chunk {key.hex()} is {len(value)} bytes long")
+    part = value[4:]
+    if int.from_bytes(value[:4], "big") != zlib.crc32(part, zlib.crc32(key)):
+        raise CorruptStoreError(f"bitmap chunk {key.hex()} is damaged (checksum mismatch)")
+    return bytes(part)
+
+
+def chunk_range(bits: int, low: int, high: int) -> tuple[int, int]:
+    """The chunks whose keys cover the permuted keys ``[low, high)`` exactly
+    (``low`` and ``high`` are chunk boundaries)."""
+    coverage = FINGERPRINT_BITS - bits + CHUNK_BITS
+    if coverage >= FINGERPRINT_BITS:
+        return 0, 1
+    return low >> coverage, -(-high >> coverage)
+
+
+def built_range(bits: int, permuted: U64Array, first_chunk: int, past_chunk: int) -> tuple[Bitmap, Bitmap]:
+    """The occupancy and crowded bitmaps of ``permuted`` (keys whose slots lie
+    in chunks ``[first_chunk, past_chunk)``), those chunks only."""
+    chunk_slots = 1 << min(bits, CHUNK_BITS)
+    span = (past_chunk - first_chunk) * chunk_slots
+    slots = _sorted_slots(bits, permuted) - np.uint32(first_chunk * chunk_slots)
+    repeated = slots[1:][slots[1:] == slots[:-1]]
+    return _from_slots_span(span, slots), _from_slots_span(span, repeated)
+
+
+def _from_slots_span(span: int, slots: npt.NDArray[np.unsignedinteger]) -> Bitmap:
+    if span < 8:
+        bitmap = np.zeros(1, dtype=np.uint8)
+        _set(bitmap, np.sort(slots))
+        return bitmap
+    flags = np.zeros(span, dtype=bool)
+    flags[slots] = True
+    return np.packbits(flags, bitorder="little")
+
+
+def chunk_span_bits(bits: int) -> int:
+    """Leading key bits a chunk boundary lies on (0: one chunk holds all)."""
+    return max(0, bits - CHUNK_BITS)

@@ -12,31 +12,20 @@ from typing import Any
 
 from simstore.errors import InvalidTypeError, InvalidValueError
 
-# The smallest automatic merge threshold. Chosen by benchmarks/bench_store.py
-# --merge-sweep on a 1M store: 50K gave about 19% more sustained single-add
-# throughput than 20K for the same merge pause (~0.9 s), with no change in
-# query latency; 100K doubled the pause and the reopen time for a few percent
-# more. See README "The delta".
-DEFAULT_MERGE_THRESHOLD = 50_000
+# The delta size at which it is merged into the tables, as a new run of each.
+# A merge is one write transaction whose work grows with the delta alone (the
+# runs are joined later, a step at a time, by compaction), so the delta stays
+# small: 65,536 documents take about 0.1 s to merge into ten tables, hold
+# about 8 MiB of memory in every process using the store, and take a few
+# milliseconds to replay when the store is opened.
+DEFAULT_MERGE_THRESHOLD = 1 << 16
 
-# Above DEFAULT_MERGE_THRESHOLD * MERGE_FRACTION documents in the tables, the
-# automatic threshold is that many documents divided by MERGE_FRACTION. A
-# merge of m random documents into tables of N rewrites most of their leaf
-# pages once m nears N / 100, so its cost grows with N, not with m: at 10M,
-# merging 50K cost 4.7-8.9 s (94-177 µs per document) and 1.25M cost
-# 11.7-14.8 s (9-12 µs per document), measured. Merging every N / 8 keeps the
-# amortised cost per add flat as the store grows, for a delta of at most an
-# eighth of the store (about 120 bytes a document in memory).
-MERGE_FRACTION = 8
-
-
-def auto_merge_threshold(tabled_docs: int) -> int:
-    """The automatic merge threshold for a store whose tables hold ``tabled_docs``.
-
-    >>> auto_merge_threshold(1_000), auto_merge_threshold(10_000_000)
-    (50000, 1250000)
-    """
-    return max(DEFAULT_MERGE_THRESHOLD, tabled_docs // MERGE_FRACTION)
+# Compaction work every document written to the tables earns, in entry moves
+# per table. Size-tiered compaction (see simstore.catalog.plan_compaction)
+# moves a document about log_2(N / 65,536) times at most, 5 to 7 at 10M-100M
+# documents (simulated); at 8 a step of 131,072 entries is taken about every
+# 1,600 single adds into ten tables.
+COMPACTION_CREDIT = 8
 
 
 @dataclass(frozen=True)
@@ -51,12 +40,11 @@ class Options:
             loss or kernel crash may lose the most recent transactions (never
             corrupting the file).
         merge_threshold: merge the delta into the tables once it holds this
-            many documents. ``None`` (the default): 50,000, or an eighth of
-            the documents in the tables once that is more, so that merges
-            grow rarer as the store grows (see :func:`auto_merge_threshold`).
-            Larger deltas make single adds cheaper on average, queries
-            slightly dearer, merge pauses longer, and cost about 120 bytes
-            of memory per delta document in every process using the store.
+            many documents. ``None`` (the default): 65,536. A merge writes
+            the delta as a new run of every table in one transaction, so a
+            larger delta makes merges rarer but longer (other writers wait
+            for them), and costs about 120 bytes of memory per delta
+            document in every process using the store.
         merge_on_close: merge a non-empty delta when the store is closed.
         map_size: initial LMDB map size in bytes (``None``: 1 MiB, or the
             pages in use, and never less than the file). A

@@ -11,7 +11,6 @@ the snapshot before any table is consulted.
 
 from __future__ import annotations
 
-import contextlib
 import operator
 import os
 import threading
@@ -19,15 +18,15 @@ import time
 import warnings
 import weakref
 from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence
-from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
 from types import TracebackType
 from typing import Any, NamedTuple, TypeVar
 
 import numpy as np
 
-from simstore import _lmdb, occupancy
+from simstore import _lmdb
 from simstore.batch import BatchMixin
+from simstore.catalog import Catalog
 from simstore.checking import check_store
 from simstore.choose import LayoutRequest, choose_layout, layout_name
 from simstore.delta import Delta, encode_add, encode_remove, encode_seq
@@ -41,6 +40,7 @@ from simstore.errors import (
     StoreFullError,
 )
 from simstore.format import (
+    CATALOG_KEY,
     FORMAT_VERSION,
     META_KEY,
     STATE_KEY,
@@ -49,9 +49,8 @@ from simstore.format import (
     decode_meta,
     encode_meta,
 )
-from simstore.merging import TableWrites
 from simstore.packed import IntArray, PackedKeys, Positions
-from simstore.params import DEFAULT_MERGE_THRESHOLD, Options, auto_merge_threshold
+from simstore.params import COMPACTION_CREDIT, DEFAULT_MERGE_THRESHOLD, Options
 from simstore.permute import (
     Table,
     U64Array,
@@ -60,20 +59,10 @@ from simstore.permute import (
     tables_permuter,
     validate_k,
 )
-from simstore.query import (
-    SEEN_LIMIT,
-    ScanPlan,
-    occupied_tables,
-    permute_columns,
-    rows_of,
-    scan_plan,
-    scan_tables,
-    table_scan,
-)
+from simstore.query import permute_columns, rows_of
 from simstore.records import (
     Key,
     KeyLike,
-    big_endian_pairs,
     big_endian_sliced,
     decode_id,
     decode_record,
@@ -90,6 +79,7 @@ from simstore.records import (
 )
 from simstore.simhash import UNRECORDED_SETTINGS, Fingerprinter
 from simstore.skew import Degenerate, TableSkew, degenerate_fingerprints, table_skew
+from simstore.tables import TableSet
 from simstore.text import segmenter_info
 
 __version__ = "0.1.0"
@@ -104,6 +94,10 @@ T = TypeVar("T")
 # can exhaust them.
 LAYOUT_RETRIES = 100
 
+# With more runs than this (compaction fell behind the merges), every write
+# takes a compaction step, credit or not: queries probe every run.
+URGENT_RUNS = 8
+
 # A query_many of at least this many queries reads every table's bitmaps
 # before it starts (single queries read one table's after their answer).
 BATCH_READS_BITMAPS = 64
@@ -112,11 +106,6 @@ BATCH_READS_BITMAPS = 64
 class _LayoutChangedError(Exception):
     """Internal: the snapshot's meta record differs from the one this Store
     uses, because another process re-laid the store out."""
-
-
-class _MergePendingError(Exception):
-    """Internal: the snapshot has a merge under way (``State.merged_tables``),
-    which every other write waits for and helps finish (see ``Store.merge``)."""
 
 
 class SegmenterChangedWarning(UserWarning):
@@ -172,11 +161,13 @@ class Stats:
 
 @dataclass
 class _Change:
-    """What a write transaction did to the delta, applied to memory after commit."""
+    """What a write transaction did to the delta (and the run catalog),
+    applied to memory after commit."""
 
     puts: list[tuple[int, int]]
     removed: list[int]
     merged: bool = False
+    catalog: Catalog | None = None
 
 
 @dataclass
@@ -303,15 +294,12 @@ class Store(BatchMixin):
         # The snapshot (LMDB transaction id) a read last brought the delta up
         # to; a read of the same snapshot skips the sync.
         self._synced_snapshot = -1
-        # Per table, its occupancy and crowded bitmaps (see query.ScanPlan),
-        # or None to probe it always; for the merge epoch in _occupancy_epoch.
-        # The tables in _bitmaps_unread have not had theirs read yet.
-        self._occupancy_epoch = -1
-        self._scan_plan: ScanPlan = scan_plan(self._tables, [None] * len(self._tables))
-        self._bitmaps_unread: list[int] = []
+        # The tables' runs and bitmaps, for the catalog version in _catalog_version.
+        self._tableset = TableSet(self._tables, handles.tables)
+        self._catalog_version = -1
         self._meta_raw = bytes(raw_meta)
-        self._tabled_docs = 0
-        self._tabled_docs_epoch = -1  # no epoch: read the tables' size when needed
+        # Compaction work this process owes for the documents it wrote (entries).
+        self._compaction_credit = 0
 
     def _reload_layout(self) -> None:
         """Another process re-laid the store out: reopen the file and adopt
@@ -435,12 +423,10 @@ class Store(BatchMixin):
     # ------------------------------------------------------------ transactions
 
     def _sync_delta(self, txn: _lmdb.Txn) -> State:
-        """Bring the in-memory delta to the snapshot ``txn`` sees."""
+        """Bring the in-memory delta and run catalog to the snapshot ``txn`` sees."""
         raw_state = txn.get(STATE_KEY, db=self._handles.meta)
         delta = self._delta
         if raw_state is not None and raw_state == delta.state_bytes:
-            if self._occupancy_epoch != delta.merge_epoch:
-                self._forget_bitmaps(delta.merge_epoch)
             return delta.state  # the common case: nothing written since
         state = State.decode(raw_state)
         if txn.get(META_KEY, db=self._handles.meta) != self._meta_raw:
@@ -455,45 +441,11 @@ class Store(BatchMixin):
             if cursor.set_range(encode_seq(delta.next_seq)):
                 delta.apply(cursor.iternext())
         delta.adopt(state)
-        if self._occupancy_epoch != state.merge_epoch:
-            self._forget_bitmaps(state.merge_epoch)
+        if state.catalog_version != self._catalog_version:
+            raw_catalog = txn.get(CATALOG_KEY, db=self._handles.meta)
+            self._tableset.adopt(Catalog.decode(raw_catalog, len(self._tables)))
+            self._catalog_version = state.catalog_version
         return state
-
-    def _forget_bitmaps(self, merge_epoch: int) -> None:
-        """Drop the bitmaps of another merge epoch; ``merge_epoch``'s are read
-        later, a table at a time (see :meth:`_read_bitmaps`)."""
-        self._scan_plan = scan_plan(self._tables, [None] * len(self._tables))
-        self._bitmaps_unread = list(range(len(self._tables)))
-        self._occupancy_epoch = merge_epoch
-
-    def _read_bitmaps(self, txn: _lmdb.Txn, tables: int = 1) -> None:
-        """Read the bitmaps of up to ``tables`` more tables, trusting only
-        those written at the current merge epoch (see :mod:`simstore.occupancy`).
-
-        A table at a time, after a query has its answer: at 10M documents
-        the default layout's bitmaps are 128 MiB, and reading them all (~50 ms
-        for 80 MiB here, mostly page faults) would delay a reopened store's
-        first answer and every reader's first query after another process
-        merges. Until a table's bitmaps are read, queries probe it, which is
-        slower but exact.
-        """
-        plan = list(self._scan_plan)
-        for _ in range(min(tables, len(self._bitmaps_unread))):
-            index = self._bitmaps_unread.pop()
-            entry = None
-            with contextlib.suppress(CorruptStoreError):  # it only costs probes; check() reports it
-                entry = occupancy.trusted_pair(self._stored_bitmaps(txn, index), self._occupancy_epoch)
-            plan[index] = table_scan(self._tables, index, entry)
-        self._scan_plan = tuple(plan)
-
-    def _stored_bitmaps(
-        self, txn: _lmdb.Txn, index: int, generation: int | None = None
-    ) -> occupancy.StoredPair:
-        """Table ``index``'s occupancy and crowded bitmap records, as stored."""
-        occupied_key, crowded_key = occupancy.record_keys(
-            self._params.generation if generation is None else generation, index
-        )
-        return txn.get(occupied_key, db=self._handles.meta), txn.get(crowded_key, db=self._handles.meta)
 
     class _Reading:
         """The read context: lock, fresh snapshot, delta in step with it.
@@ -554,16 +506,13 @@ class Store(BatchMixin):
         """A read transaction with the delta in step with its snapshot."""
         return Store._Reading(self)
 
-    def _write(
-        self, body: Callable[[_lmdb.Txn, State], tuple[T, State, _Change]], *, merge_step: bool = False
-    ) -> T:
+    def _write(self, body: Callable[[_lmdb.Txn, State], tuple[T, State, _Change]]) -> T:
         """Run ``body`` in one write transaction, then apply its delta change.
 
         ``body`` gets the transaction and the stored state, and returns its
-        result, the state to store, and the change to the delta. It may run
-        more than once (the map may have to grow), so it must not touch the
-        in-memory delta. If a merge is under way, it is finished first (see
-        :meth:`merge`); only the merge's own steps pass ``merge_step``.
+        result, the state to store, and the change to the delta (and catalog).
+        It may run more than once (the map may have to grow), so it must not
+        touch the in-memory delta or catalog.
         """
         with self._lock:
             self._check_usable()
@@ -572,9 +521,10 @@ class Store(BatchMixin):
 
             def in_txn(txn: _lmdb.Txn) -> tuple[T, State, bytes | None, _Change]:
                 state = self._sync_delta(txn)
-                if state.merged_tables and not merge_step:
-                    raise _MergePendingError
                 result, new_state, change = body(txn, state)
+                if change.catalog is not None:
+                    txn.put(CATALOG_KEY, change.catalog.encode(), db=self._handles.meta)
+                    new_state = new_state._replace(catalog_version=state.catalog_version + 1)
                 if new_state == state:
                     return result, new_state, None, change
                 raw_state = new_state.encode()
@@ -591,8 +541,6 @@ class Store(BatchMixin):
                     if attempt == LAYOUT_RETRIES:
                         raise CorruptStoreError(f"{self.path}: the layout keeps changing") from None
                     self._reload_layout()
-                except _MergePendingError:
-                    self._run_merge(start=False)
             delta = self._delta
             if change.merged:
                 delta.clear()
@@ -605,6 +553,9 @@ class Store(BatchMixin):
                 fingerprints = np.array([fingerprint for _, fingerprint in change.puts], dtype=np.uint64)
                 delta.put_many(doc_ids, fingerprints)
             delta.adopt(new_state, raw_state)
+            if change.catalog is not None:
+                self._tableset.adopt(change.catalog)
+                self._catalog_version = new_state.catalog_version
             return result
 
     # ------------------------------------------------------------------ writes
@@ -678,7 +629,7 @@ class Store(BatchMixin):
             return fp, new_state, change
 
         result = self._write(body)
-        self._merge_if_due()
+        self._maintain(1)
         return result
 
     def add_if_new(
@@ -710,17 +661,18 @@ class Store(BatchMixin):
 
         def body(txn: _lmdb.Txn, state: State) -> tuple[list[Match], State, _Change]:
             permuted = self._permute_all(fp)
-            found = self._find(txn, permuted, fp, k)
-            if self._bitmaps_unread:
-                self._read_bitmaps(txn)
+            records: dict[int, bytes] = {}
+            found = self._find(txn, permuted, fp, k, records)
+            if self._tableset.bitmaps_unread:
+                self._tableset.read_bitmaps(txn)
             if found:
-                return self._resolve(txn, found, with_meta), state, _Change([], [])
+                return self._resolve(txn, found, with_meta, records), state, _Change([], [])
             new_state, change = self._put_one(txn, state, packed, fp, packed_meta)
             return [], new_state, change
 
         result = self._write(body)
         if not result:
-            self._merge_if_due()
+            self._maintain(1)
         return result
 
     def _put_one(
@@ -746,12 +698,12 @@ class Store(BatchMixin):
                 self._put_meta(txn, id_bytes, packed_meta)
                 return state, _Change([], [])
             if doc_id not in self._delta:
-                self._delete_from_tables(txn, doc_id, old_fp)
+                self._tableset.delete(txn, self._tableset.catalog, [doc_id], [old_fp])
         if existing is not None or packed_meta is not None:
             # A new id has no meta to delete: ids are never reused.
             self._put_meta(txn, id_bytes, packed_meta)
         txn.put(encode_seq(state.next_seq), encode_add(doc_id, fp), db=handles.delta, append=True)
-        return State(next_id, state.next_seq + 1, state.merge_epoch), _Change([(doc_id, fp)], [])
+        return state._replace(next_id=next_id, next_seq=state.next_seq + 1), _Change([(doc_id, fp)], [])
 
     def add_many(
         self,
@@ -815,7 +767,7 @@ class Store(BatchMixin):
         batch = _Batch(packed_keys, *packed_keys.distinct(), fps, meta_list)
         self._reserve_for(len(batch.positions), packed_keys.total_bytes)
         self._write(lambda txn, state: self._add_batch(txn, state, batch))
-        self._merge_if_due()
+        self._maintain(len(batch.positions), pay_all=True)
 
     def _add_batch(self, txn: _lmdb.Txn, state: State, batch: _Batch) -> tuple[None, State, _Change]:
         handles = self._handles
@@ -866,6 +818,8 @@ class Store(BatchMixin):
         removed_from_delta: list[int] = []
         replaced_ids: list[int] = []
         replaced_fps: list[int] = []
+        tabled_ids: list[int] = []  # replaced documents the tables hold, and their old fingerprints
+        tabled_fps: list[int] = []
         fp_list = batch.fingerprints.tolist() if existing else []
         for found_by, id_bytes in existing.items():
             position = position_of[found_by]
@@ -879,15 +833,17 @@ class Store(BatchMixin):
             if doc_id in self._delta:
                 removed_from_delta.append(doc_id)
             else:
-                self._delete_from_tables(txn, doc_id, old_fp)
+                tabled_ids.append(doc_id)
+                tabled_fps.append(old_fp)
             replaced_ids.append(doc_id)
             replaced_fps.append(new_fp)
+        if tabled_ids:
+            self._tableset.delete(txn, self._tableset.catalog, tabled_ids, tabled_fps)
         if replaced_ids:
             placed_ids = np.concatenate([placed_ids, np.array(replaced_ids, dtype=np.uint64)])
             placed_fps = np.concatenate([placed_fps, np.array(replaced_fps, dtype=np.uint64)])
         delta = self._delta
-        threshold = self._merge_threshold(int(txn.stat(handles.tables[0])["entries"]))
-        if len(delta) + len(placed_ids) >= threshold:
+        if len(delta) + len(placed_ids) >= self._merge_threshold():
             # Big enough to go straight to the tables, together with the delta.
             carried_ids, carried_fps = delta.arrays()
             if removed_from_delta:
@@ -897,10 +853,10 @@ class Store(BatchMixin):
             if len(carried_ids):  # no copies of a first load's million ids and fingerprints
                 all_ids = np.concatenate([carried_ids, placed_ids])
                 all_fps = np.concatenate([carried_fps, placed_fps])
-            self._write_tables(txn, all_ids, all_fps, state.merge_epoch)
+            catalog = self._tableset.write_run(txn, self._tableset.catalog, all_ids, all_fps)
             txn.drop(handles.delta, delete=False)
-            merged = State(next_id, state.next_seq, state.merge_epoch + 1)
-            return None, merged, _Change([], [], merged=True)
+            merged = state._replace(next_id=next_id, merge_epoch=state.merge_epoch + 1)
+            return None, merged, _Change([], [], merged=True, catalog=catalog)
         seq = state.next_seq
         placed = list(zip(placed_ids.tolist(), placed_fps.tolist(), strict=True))
         ops = []
@@ -908,7 +864,7 @@ class Store(BatchMixin):
             ops.append((encode_seq(seq), encode_add(doc_id, fingerprint)))
             seq += 1
         txn.cursor(handles.delta).putmulti(ops, append=True)
-        return None, State(next_id, seq, state.merge_epoch), _Change(placed, removed_from_delta)
+        return None, state._replace(next_id=next_id, next_seq=seq), _Change(placed, removed_from_delta)
 
     def _insert_new(
         self,
@@ -964,99 +920,115 @@ class Store(BatchMixin):
             txn.delete(id_bytes, db=handles.docmeta)
             if doc_id in self._delta:
                 txn.put(encode_seq(state.next_seq), encode_remove(doc_id), db=handles.delta, append=True)
-                new_state = State(state.next_id, state.next_seq + 1, state.merge_epoch)
-                return None, new_state, _Change([], [doc_id])
-            self._delete_from_tables(txn, doc_id, fingerprint)
+                return None, state._replace(next_seq=state.next_seq + 1), _Change([], [doc_id])
+            self._tableset.delete(txn, self._tableset.catalog, [doc_id], [fingerprint])
             return None, state, _Change([], [])
 
         self._write(body)
+        self._maintain(0)
 
     def merge(self) -> int:
-        """Fold the delta into the permutation tables now.
+        """Write the delta into the tables now, as a new run of every table.
 
-        The merge writes one table per write transaction: into a large store
-        that is several times cheaper for LMDB than one transaction for all
-        (``benchmarks/lmdb_merge_cost.py``). Until the last table's commit,
-        which also empties the delta, the delta stays the authority: queries
-        (which count a document once however many tables and the delta hold
-        it) give the same answers throughout, and are not held up between
-        the steps. Every other write, in any process, finishes the merge
-        first, so the delta cannot change half-way; a merge cut short by a
-        crash is finished by the next write.
+        One write transaction: readers see the documents in the delta before
+        it and in the tables after it, never half of it. Its work grows with
+        the delta, not with the store (a delta of 64K documents takes about
+        0.1 s). Runs are joined later by compaction (see :meth:`compact`).
 
         Returns:
             The number of documents merged.
         """
         self._reserve_for(len(self._delta), 0)
-        return self._run_merge(start=True)
 
-    def _run_merge(self, *, start: bool) -> int:
-        """Write the tables of the merge under way, one transaction each, or
-        of a new one if ``start``; the number of documents it merged."""
-        # The merge's documents and the (next_seq, merge_epoch, generation)
-        # they were read at: the delta cannot change while a merge is under
-        # way, but it may between reading it and the first step.
-        work: list[tuple[tuple[int, int, int], TableWrites]] = []
-        started = False
-
-        def step(txn: _lmdb.Txn, state: State) -> tuple[bool, State, _Change]:
-            """Write the next table; ``True`` once no merge is left to do."""
-            if not state.merged_tables and (started or not start or not len(self._delta)):
-                return True, state, _Change([], [])  # finished, here or by another writer
-            snapshot = (state.next_seq, state.merge_epoch, self._params.generation)
-            if not work or work[0][0] != snapshot:
-                work[:] = [(snapshot, TableWrites(*self._delta.arrays(), self._tables, sorter))]
-            index = state.merged_tables
-            self._write_table(txn, work[0][1], index, state.merge_epoch, self._own_tables())
-            if index + 1 < len(self._tables):
-                return False, state._replace(merged_tables=index + 1), _Change([], [])
-            txn.drop(self._handles.delta, delete=False)
-            merged = State(state.next_id, state.next_seq, state.merge_epoch + 1)
-            return True, merged, _Change([], [], merged=True)
-
-        with ThreadPoolExecutor(max_workers=1, thread_name_prefix="simstore-sort") as sorter:
-            # A write transaction per step, and the lock taken per step: queries
-            # in other threads are answered between the tables.
-            try:
-                while not self._write(step, merge_step=True):
-                    started = True
-            except StoreFullError as exc:
-                # Left half-done, the merge would hold up every later write
-                # (each must finish it first) until room is found, even the
-                # removals that would make room. Taken back out, it leaves
-                # the store as it was, the documents in the delta.
-                self._undo_merge()
-                if start:
-                    raise
-                warnings.warn(
-                    f"{self.path}: a merge left unfinished could not be finished ({exc}) and was "
-                    "undone; its documents stay in the delta",
-                    StoreFullWarning,
-                    stacklevel=4,
-                )
-        return len(work[0][1].doc_ids) if work else 0
-
-    def _undo_merge(self) -> None:
-        """Delete the delta's documents from the tables the merge under way
-        has written, so that no merge is under way, in one transaction.
-
-        The bitmaps those tables' steps wrote are left: stamped with the next
-        epoch, they are not trusted, so queries probe those tables until the
-        next merge rebuilds them.
-        """
-
-        def body(txn: _lmdb.Txn, state: State) -> tuple[None, State, _Change]:
-            if not state.merged_tables:
-                return None, state, _Change([], [])
+        def body(txn: _lmdb.Txn, state: State) -> tuple[int, State, _Change]:
             doc_ids, fingerprints = self._delta.arrays()
-            for table, db in zip(self._tables[: state.merged_tables], self._handles.tables, strict=False):
-                cursor = txn.cursor(db)
-                for key, value in big_endian_pairs(table.permute_array(fingerprints), doc_ids):
-                    if cursor.set_key_dup(key, value):
-                        cursor.delete()
-            return None, state._replace(merged_tables=0), _Change([], [])
+            if not len(doc_ids):
+                return 0, state, _Change([], [])
+            catalog = self._tableset.write_run(txn, self._tableset.catalog, doc_ids, fingerprints)
+            txn.drop(self._handles.delta, delete=False)
+            merged = state._replace(merge_epoch=state.merge_epoch + 1)
+            return len(doc_ids), merged, _Change([], [], merged=True, catalog=catalog)
 
-        self._write(body, merge_step=True)
+        merged = self._write(body)
+        self._compaction_credit += merged * len(self._tables) * COMPACTION_CREDIT
+        return merged
+
+    def compact(self) -> int:
+        """Join every run of the tables into one, a key range at a time.
+
+        Each step is one write transaction of bounded size, so other writers
+        and readers are held up for a step at most, never for the whole
+        compaction; a compaction cut short by a crash or an exception is
+        taken up again by the next write (or the next ``compact()``). Pages
+        it frees are reused by later writes; the file itself does not shrink.
+
+        Returns:
+            The number of table entries moved.
+        """
+        self.merge()
+        moved = 0
+        while True:
+            step = self._compaction_step(everything=True)
+            if step is None:
+                return moved
+            moved += step
+
+    def _compaction_step(self, *, everything: bool = False) -> int | None:
+        """One step of the compaction under way (starting one if due, or with
+        ``everything`` one of all runs): the entries it moved, or ``None``
+        when there was nothing to do."""
+
+        def body(txn: _lmdb.Txn, state: State) -> tuple[int | None, State, _Change]:
+            tableset = self._tableset
+            catalog = tableset.catalog
+            if catalog.compaction is None:
+                if everything and len(catalog.runs) > 1:
+                    planned: Catalog | None = tableset.start_compaction(catalog, (0, len(catalog.runs)))
+                else:
+                    planned = tableset.plan(catalog)
+                if planned is None:
+                    return None, state, _Change([], [])
+                catalog = planned
+            catalog, moved = tableset.compaction_step(txn, catalog)
+            return moved, state, _Change([], [], catalog=catalog)
+
+        return self._write(body)
+
+    def _maintain(self, documents: int, *, pay_all: bool = False) -> None:
+        """After a write of ``documents``: merge a full delta, and do the
+        compaction work those documents owe.
+
+        Every document put into the tables earns ``COMPACTION_CREDIT`` entry
+        moves per table; a step is taken while credit is left (one step per
+        call, or all of them with ``pay_all``), so that compaction keeps pace
+        with writes and no single call waits for more than one step. The
+        write has committed by now: a merge or step that fails for lack of
+        space must not make it look failed. The documents stay in the durable
+        delta, queries still find them, and a later write tries again.
+        """
+        if self.readonly:
+            return
+        try:
+            if len(self._delta) >= self._merge_threshold():
+                self.merge()
+            if documents and pay_all:
+                self._compaction_credit = max(
+                    self._compaction_credit, documents * len(self._tables) * COMPACTION_CREDIT
+                )
+            while self._compaction_credit > 0 or len(self._tableset.catalog.runs) > URGENT_RUNS:
+                moved = self._compaction_step()
+                if moved is None:  # nothing due: the credit is kept for the next compaction
+                    break
+                self._compaction_credit -= max(moved, 1)
+                if not pay_all:
+                    break
+        except StoreFullError as exc:
+            warnings.warn(
+                f"{self.path}: the delta could not be merged or the tables compacted ({exc}); "
+                "nothing is lost, and a later write tries again",
+                StoreFullWarning,
+                stacklevel=3,
+            )
 
     def relayout(
         self,
@@ -1091,14 +1063,9 @@ class Store(BatchMixin):
             generation = self._params.generation + 1
             databases = self._env.create_tables(txn, len(tables), generation)
             doc_ids, fingerprints = self._all_documents(txn)
-            if len(doc_ids):
-                self._write_tables(
-                    txn, doc_ids, fingerprints, state.merge_epoch, target=(tables, databases, generation)
-                )
-            for index, db in enumerate(self._handles.tables):
+            catalog = TableSet(tables, databases).write_run(txn, Catalog(), doc_ids, fingerprints)
+            for db in self._handles.tables:
                 txn.drop(db, delete=True)
-                for record_key in occupancy.record_keys(self._params.generation, index):
-                    txn.delete(record_key, db=self._handles.meta)
             txn.drop(self._handles.delta, delete=False)
             params = StoredParams(
                 k=chosen_k,
@@ -1111,7 +1078,11 @@ class Store(BatchMixin):
                 generation=generation,
             )
             txn.put(META_KEY, encode_meta(params, version=__version__), db=self._handles.meta)
-            new_state = State(state.next_id, state.next_seq, state.merge_epoch + 1)
+            new_state = state._replace(merge_epoch=state.merge_epoch + 1)
+            # Stored here, not through _Change: the new catalog belongs to the
+            # new layout, which this store adopts by reloading below.
+            txn.put(CATALOG_KEY, catalog.encode(), db=self._handles.meta)
+            new_state = new_state._replace(catalog_version=state.catalog_version + 1)
             return None, new_state, _Change([], [], merged=True)
 
         self._write(body)
@@ -1140,186 +1111,24 @@ class Store(BatchMixin):
         return np.frombuffer(fingerprint_bytes, dtype=">u8").astype(np.uint64)
 
     def _reserve_for(self, documents: int, key_bytes: int, *, tables: int | None = None) -> None:
-        """Grow the map ahead of writing ``documents`` new documents."""
-        # Per document: a 16-byte node plus page overhead in every table, the
-        # key twice (key table and record), ids and fingerprint; doubled for
-        # copy-on-write pages and the free list.
+        """Grow the map ahead of writing ``documents`` new documents (into
+        ``tables`` tables, the store's own unless given)."""
         table_count = len(self._tables) if tables is None else tables
-        base = documents * (table_count * 24 + 64) + 2 * key_bytes
-        estimate = 2 * base
+        # Per document: a packed entry of 5-8 bytes in every table, the key
+        # twice (key table and record) with LMDB's nodes, and the two bitmaps
+        # of about a byte each per table; a quarter more for page slack.
+        estimate = documents * (table_count * 10 + 80) + 2 * key_bytes
+        estimate += estimate // 4
         with self._lock:
             self._check_usable()
             if self.readonly:
                 return
-            if tables is None and documents:
-                # Inserting into the store's tables copies every page it
-                # touches, and a full leaf page splits in two. Without this a
-                # merge of 1.25M into tables of 10M filled the map part-way
-                # and ran again from the start after the map grew (measured).
-                page_size = self._env.page_size()
-                with self._read() as txn:
-                    table_stats = [txn.stat(db) for db in self._handles.tables]
-                first_load = not any(int(table["entries"]) for table in table_stats)
-                if first_load:
-                    # Appended to empty tables, pages fill whole and nothing
-                    # is copied: doubled, the estimate would leave the file
-                    # (allocated to its map) half empty. Measured: 343 bytes
-                    # a document in use and a file of 374 at 1M, 335 and 367
-                    # at 10M, with no map growth.
-                    estimate = base + base // 8
-                for table, layout_table in zip(table_stats, self._tables, strict=True):
-                    touched = min(int(table["leaf_pages"]), documents) + int(table["branch_pages"])
-                    estimate += 2 * touched * page_size
-                    # The table's two bitmaps are rewritten whole (beside the
-                    # old ones, unless there are none yet).
-                    bits = occupancy.bits_for(
-                        int(table["entries"]) + documents, layout_table.prefix_bits, table_count
-                    )
-                    estimate += (2 if first_load else 4) * (1 << bits) // 8
-            elif documents:
-                # New tables' bitmaps (an upper bound: prefixes of 64 bits).
-                bits = occupancy.bits_for(documents, 64, table_count)
-                estimate += 2 * table_count * (1 << bits) // 8
             self._env.reserve(estimate)
 
-    def _merge_if_due(self) -> None:
-        """Merge after a write that filled the delta.
-
-        The write has committed by now, so a merge that fails for lack of
-        space must not make it look failed: the documents stay in the durable
-        delta, queries still find them, and a later merge picks them up.
-        """
-        count = len(self._delta)
-        if self._options.merge_threshold is None and count < DEFAULT_MERGE_THRESHOLD:
-            return  # below the automatic threshold's floor: no need to read the tables' size
-        if count >= self._current_merge_threshold():
-            try:
-                self.merge()
-            except StoreFullError as exc:
-                warnings.warn(
-                    f"{self.path}: the delta could not be merged ({exc}); it stays in the log",
-                    StoreFullWarning,
-                    stacklevel=3,
-                )
-
-    def _merge_threshold(self, tabled_docs: int) -> int:
-        """The merge threshold for tables holding ``tabled_docs`` documents."""
+    def _merge_threshold(self) -> int:
+        """The delta size at which the delta is merged into the tables."""
         explicit = self._options.merge_threshold
-        return auto_merge_threshold(tabled_docs) if explicit is None else explicit
-
-    def _current_merge_threshold(self) -> int:
-        """The delta size at which the next automatic merge happens."""
-        explicit = self._options.merge_threshold
-        if explicit is not None:
-            return explicit
-        epoch = self._delta.merge_epoch
-        if self._tabled_docs_epoch != epoch:
-            # The tables change size only in merges (and slightly in removals),
-            # so their size is read once per merge epoch.
-            with self._read() as txn:
-                self._tabled_docs = int(txn.stat(self._handles.tables[0])["entries"])
-                self._tabled_docs_epoch = self._delta.merge_epoch
-        return auto_merge_threshold(self._tabled_docs)
-
-    def _write_tables(
-        self,
-        txn: _lmdb.Txn,
-        doc_ids: U64Array,
-        fingerprints: U64Array,
-        merge_epoch: int,
-        target: tuple[tuple[Table, ...], list[_lmdb.Database], int] | None = None,
-    ) -> None:
-        """Insert documents into every table in one sorted pass per table, and
-        bring the tables' occupancy bitmaps up to date (see :meth:`_write_table`).
-
-        ``target`` names other ``(tables, databases, generation)`` than the
-        store's own (a re-layout fills a new set beside the old one).
-        """
-        if target is None:
-            target = self._own_tables()
-        with ThreadPoolExecutor(max_workers=1, thread_name_prefix="simstore-sort") as sorter:
-            writes = TableWrites(doc_ids, fingerprints, target[0], sorter)
-            for index in range(len(target[0])):
-                self._write_table(txn, writes, index, merge_epoch, target)
-
-    def _own_tables(self) -> tuple[tuple[Table, ...], list[_lmdb.Database], int]:
-        """The store's own ``(tables, databases, generation)``, as a write target."""
-        return self._tables, self._handles.tables, self._params.generation
-
-    def _write_table(
-        self,
-        txn: _lmdb.Txn,
-        writes: TableWrites,
-        index: int,
-        merge_epoch: int,
-        target: tuple[tuple[Table, ...], list[_lmdb.Database], int],
-    ) -> None:
-        """Insert ``writes``' documents into table ``index`` of ``target``
-        (``(tables, databases, generation)``) and update its bitmaps.
-
-        ``merge_epoch`` is the stored state's epoch; the bitmaps are stamped
-        with the next, so the commit that moves the epoch on by exactly one
-        makes them trusted.
-        """
-        tables, databases, generation = target
-        table, db = tables[index], databases[index]
-        permuted, ids = writes.entries(index)
-        # Append mode skips LMDB's search for each key, but only an empty
-        # table may take it: appended keys must follow every stored key.
-        entries_before = int(txn.stat(db)["entries"])
-        empty = entries_before == 0
-        _, added = txn.cursor(db).putmulti(big_endian_pairs(permuted, ids), append=empty)
-        if added != len(ids):
-            raise CorruptStoreError(
-                f"table {table!r} accepted {added} of {len(ids)} entries; the store may be damaged"
-            )
-        bits = occupancy.bits_for(entries_before + len(ids), table.prefix_bits, len(tables))
-        self._write_occupancy(
-            txn, (generation, index), table, bits, permuted, empty, writes.every_fingerprint, merge_epoch
-        )
-
-    def _write_occupancy(
-        self,
-        txn: _lmdb.Txn,
-        where: tuple[int, int],
-        table: Table,
-        bits: int,
-        added: U64Array,
-        added_all: bool,
-        every_fingerprint: list[U64Array],
-        merge_epoch: int,
-    ) -> None:
-        """Mark the permuted keys just ``added`` to a table in its occupancy
-        and crowded bitmaps of ``bits`` bits, stamped ``merge_epoch + 1``.
-        Stored bitmaps that are missing, stale, damaged or of fewer bits are
-        rebuilt: from ``added`` when ``added_all`` (the table held nothing
-        else), else from every document's fingerprint (a superset of the
-        table's keys), read into ``every_fingerprint`` at most once per write.
-        ``where`` is ``(generation, table index)``."""
-        generation, index = where
-        try:
-            kept = occupancy.updatable(self._stored_bitmaps(txn, index, generation), merge_epoch, bits)
-        except CorruptStoreError:
-            kept = None  # rebuilt below
-        if kept is not None:
-            bits, bitmap, crowded = kept
-            occupancy.mark_with_crowded(bitmap, crowded, bits, added)
-            bitmaps = (bitmap, crowded)
-        else:
-            if added_all:
-                every_key = added
-            else:
-                if not every_fingerprint:  # read once for all the tables of this write
-                    every_fingerprint.append(self._all_documents(txn)[1])
-                every_key = table.permute_array(every_fingerprint[0])
-            bitmaps = occupancy.built_with_crowded(bits, every_key)
-        for key, bitmap in zip(occupancy.record_keys(generation, index), bitmaps, strict=True):
-            txn.put(key, occupancy.encode(bitmap, bits, merge_epoch + 1), db=self._handles.meta)
-
-    def _delete_from_tables(self, txn: _lmdb.Txn, doc_id: int, fingerprint: int) -> None:
-        id_bytes = encode_id(doc_id)
-        for table, db in zip(self._tables, self._handles.tables, strict=True):
-            txn.delete(table.permute(fingerprint).to_bytes(8, "big"), id_bytes, db=db)
+        return DEFAULT_MERGE_THRESHOLD if explicit is None else explicit
 
     def _record_fingerprint(self, txn: _lmdb.Txn, doc_id: int) -> int:
         raw = txn.get(encode_id(doc_id), db=self._handles.docs)
@@ -1368,9 +1177,10 @@ class Store(BatchMixin):
         with self._read() as txn:
             # Permute inside the read: it may have adopted another process's new layout.
             permuted = self._permute_all(query)
-            matches = self._resolve(txn, self._find(txn, permuted, query, k), with_meta)
-            if self._bitmaps_unread:
-                self._read_bitmaps(txn)
+            records: dict[int, bytes] = {}
+            matches = self._resolve(txn, self._find(txn, permuted, query, k, records), with_meta, records)
+            if self._tableset.bitmaps_unread:
+                self._tableset.read_bitmaps(txn)
             return matches
 
     def query_many(
@@ -1394,34 +1204,32 @@ class Store(BatchMixin):
         k = self._check_k(k)
         results: list[list[Match]] = []
         with self._read() as txn:
-            # A batch may as well read every table's bitmaps first.
-            self._read_bitmaps(txn, len(self._tables) if len(queries) >= BATCH_READS_BITMAPS else 1)
-            plan = self._scan_plan
+            # A batch may as well read every bitmap first.
+            self._tableset.read_bitmaps(txn, 1 << 30 if len(queries) >= BATCH_READS_BITMAPS else 1)
             columns = permute_columns(self._tables, queries)
-            # The occupancy bit tests of the whole batch at once, with numpy.
-            occupied = occupied_tables(plan, columns)
-            cursors: list[_lmdb.Cursor | None] = [None] * len(self._tables)
-            remember = self._probes_remembered()
-            for query, permuted, tables in zip(queries.tolist(), rows_of(columns), occupied, strict=True):
-                found = self._delta.matches(permuted, query, k)
-                scan_tables(txn, self._handles.tables, cursors, plan, permuted, k, found, tables, remember)
-                results.append(self._resolve(txn, found, with_meta))
+            for query, permuted in zip(queries.tolist(), rows_of(columns), strict=True):
+                records: dict[int, bytes] = {}
+                found = self._find(txn, permuted, query, k, records)
+                results.append(self._resolve(txn, found, with_meta, records))
         return results
 
-    def _find(self, txn: _lmdb.Txn, permuted: Sequence[int], query: int, k: int) -> dict[int, int]:
-        """``{doc_id: distance}`` of everything within ``k`` bits, delta included."""
+    def _find(
+        self, txn: _lmdb.Txn, permuted: Sequence[int], query: int, k: int, records: dict[int, bytes]
+    ) -> dict[int, int]:
+        """``{doc_id: distance}`` of everything within ``k`` bits, delta
+        included; ``records`` gets the record of each table match (read to
+        check its distance), for :meth:`_resolve`."""
         found = self._delta.matches(permuted, query, k)
-        cursors: list[_lmdb.Cursor | None] = [None] * len(self._tables)
-        remember = self._probes_remembered()
-        scan_tables(txn, self._handles.tables, cursors, self._scan_plan, permuted, k, found, None, remember)
+        self._tableset.find(txn, permuted, query, k, found, records, self._handles.docs, self._permute_all)
         return found
 
-    def _probes_remembered(self) -> int:
-        """How many examined entries a query may skip later probes on: none
-        while a merge is under way in the synced snapshot (see :func:`scan_tables`)."""
-        return 0 if self._delta.state.merged_tables else SEEN_LIMIT
-
-    def _resolve(self, txn: _lmdb.Txn, found: dict[int, int], with_meta: bool = False) -> list[Match]:
+    def _resolve(
+        self,
+        txn: _lmdb.Txn,
+        found: dict[int, int],
+        with_meta: bool = False,
+        records: dict[int, bytes] | None = None,
+    ) -> list[Match]:
         if not found:
             return []
         docs = self._handles.docs
@@ -1429,7 +1237,9 @@ class Store(BatchMixin):
         matches = []
         for doc_id, distance in found.items():
             id_bytes = encode_id(doc_id)
-            raw = txn.get(id_bytes, db=docs)
+            raw = records.get(doc_id) if records else None
+            if raw is None:
+                raw = txn.get(id_bytes, db=docs)
             if raw is None:
                 raise CorruptStoreError(f"document {doc_id} is indexed but has no record")
             fingerprint, packed = decode_record(raw)
@@ -1507,8 +1317,9 @@ class Store(BatchMixin):
         """
         with self._read() as txn:
             docs = int(txn.stat(self._handles.keys)["entries"])
-            table_entries = tuple(int(txn.stat(db)["entries"]) for db in self._handles.tables)
             delta_docs = len(self._delta)
+            # Every document outside the delta has one entry in every table.
+            table_entries = (docs - delta_docs,) * len(self._tables)
             fingerprints = self._all_documents(txn)[1] if skew else None
         table_skew_list = None
         degenerate = None

@@ -1,4 +1,5 @@
-"""Faults injected into a merge's per-table steps, for the tests that cut merges short."""
+"""Faults injected into compaction steps, and a look at the compaction under way, for the
+tests that cut compactions short."""
 
 from __future__ import annotations
 
@@ -7,31 +8,40 @@ from collections.abc import Iterator
 from typing import Any
 from unittest import mock
 
+from simstore.catalog import Compaction
 from simstore.store import Store
+from simstore.tables import TableSet
 
 
 class StepInterruptedError(Exception):
-    """Stands in for a crash or a Ctrl-C inside a merge step."""
+    """Stands in for a crash or a Ctrl-C inside a compaction step."""
 
 
 @contextlib.contextmanager
-def failing_after(tables: int, error: BaseException) -> Iterator[None]:
-    """Let ``tables`` table writes through, then raise ``error`` in the next one."""
-    real = Store._write_table
-    written = 0
+def failing_after(steps: int, error: BaseException) -> Iterator[None]:
+    """Let ``steps`` compaction steps through, then raise ``error`` inside the next one
+    (after it has written some of its entries, before its transaction commits)."""
+    real = TableSet.compaction_step
+    taken = 0
 
-    def write_table(self: Store, *args: Any, **kwargs: Any) -> None:
-        nonlocal written
-        if written == tables:
+    def compaction_step(self: TableSet, txn: Any, *args: Any, **kwargs: Any) -> Any:
+        nonlocal taken
+        result = real(self, txn, *args, **kwargs)
+        if taken == steps:
             raise error
-        written += 1
-        real(self, *args, **kwargs)
+        taken += 1
+        return result
 
-    with mock.patch.object(Store, "_write_table", write_table):
+    with mock.patch.object(TableSet, "compaction_step", compaction_step):
         yield
 
 
-def merged_tables(store: Store) -> int:
-    """How many tables the merge under way has written (0: none under way)."""
+def compaction_under_way(store: Store) -> Compaction | None:
+    """The compaction the store's latest snapshot has under way, if any."""
     with store._read():
-        return store._delta.state.merged_tables
+        return store._tableset.catalog.compaction
+
+
+def run_count(store: Store) -> int:
+    with store._read():
+        return len(store._tableset.catalog.runs)

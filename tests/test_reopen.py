@@ -365,7 +365,7 @@ def test_mode_n_replaces_a_newer_format_store(store_path: str) -> None:
     simstore.open(store_path, k=3).close()
     _rewrite_meta(store_path, lambda record: record.update(version=99))
     with simstore.open(store_path, "n", k=1) as store:
-        assert (len(store), store.k, store.stats().format_version) == (0, 1, 1)
+        assert (len(store), store.k, store.stats().format_version) == (0, 1, 2)
 
 
 @pytest.mark.parametrize(

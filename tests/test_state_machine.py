@@ -3,21 +3,25 @@ merges and reopens, checked against an in-memory dict model after every step."""
 
 from __future__ import annotations
 
+import contextlib
 import os
 import shutil
 import tempfile
 from pathlib import Path
 from typing import Any
+from unittest import mock
 
 import numpy as np
 import pytest
-from _merge_faults import StepInterruptedError, failing_after, merged_tables
+from _merge_faults import StepInterruptedError, compaction_under_way, failing_after, run_count
 from hypothesis import HealthCheck, settings
 from hypothesis import strategies as st
 from hypothesis.stateful import RuleBasedStateMachine, initialize, invariant, precondition, rule
 
 import simstore
+import simstore.tables
 from simstore.permute import MAX_FINGERPRINT
+from simstore.tables import TableSet
 
 Key = str | bytes | int
 
@@ -211,28 +215,28 @@ class StoreMachine(RuleBasedStateMachine):
         assert self.live.merge() == before
         assert self.live.stats().delta_docs == 0
 
-    @precondition(
-        lambda self: len(self.live.tables) - merged_tables(self.live) > 1 and self.live.stats().delta_docs > 0
-    )
-    @rule(data=st.data(), for_room=st.booleans())
-    def merge_cut_short(self, data: st.DataObject, for_room: bool) -> None:
-        """A merge stopped after some of its per-table steps: by a crash or Ctrl-C (left
-        under way, finished by the next write) or for lack of room (undone at once, with
-        any merge left under way before it). A merge under way resumes where it stopped."""
-        tables = len(self.live.tables)
-        already = merged_tables(self.live)
-        written = data.draw(st.integers(0 if for_room else 1, tables - 1 - already), label="tables written")
-        error = simstore.StoreFullError("no room") if for_room else StepInterruptedError()
-        before = self.live.stats()
-        with failing_after(written, error), pytest.raises(type(error)):
-            self.live.merge()
-        after = self.live.stats()
-        assert after.delta_docs == before.delta_docs
-        if for_room:
-            assert merged_tables(self.live) == 0
-            assert after.table_entries == (before.table_entries[-1],) * tables
-        else:
-            assert merged_tables(self.live) == already + written
+    @rule()
+    def compact(self) -> None:
+        self.live.compact()
+        assert run_count(self.live) <= 1
+        assert compaction_under_way(self.live) is None
+        assert self.live.stats().delta_docs == 0
+
+    @precondition(lambda self: bool(self.model))
+    @rule(data=st.data())
+    def compaction_cut_short(self, data: st.DataObject) -> None:
+        """A compaction stopped part-way, by a crash or Ctrl-C inside one of its steps:
+        the steps before it stay, that step leaves nothing, and the compaction stays
+        under way until later writes (or compact()) take it up."""
+        steps = data.draw(st.integers(0, 12), label="steps taken")
+        tiny = data.draw(st.sampled_from([1, 7, 100]), label="entries per step")
+        with (
+            mock.patch.object(simstore.tables, "COMPACTION_STEP_ENTRIES", tiny),
+            mock.patch.object(TableSet.compaction_step, "__defaults__", (tiny,)),
+            failing_after(steps, StepInterruptedError()),
+            contextlib.suppress(StepInterruptedError),
+        ):
+            self.live.compact()
 
     @rule(merge_on_close=st.booleans(), reopen_merge_on_close=st.booleans())
     def reopen(self, merge_on_close: bool, reopen_merge_on_close: bool) -> None:

@@ -427,7 +427,7 @@ def test_stats_fields(store_path: str, k: int, blocks: int | None) -> None:
         assert stats.tables == comb(expected_blocks, k) == len(stats.table_entries)
         assert stats.table_entries == (19,) * stats.tables
         assert len(stats.prefix_bits) == stats.tables
-        assert stats.format_version == 1
+        assert stats.format_version == simstore.format.FORMAT_VERSION == 2
         assert stats.readonly is False
         assert stats.path == store_path
         assert stats.bytes_on_disk > 0

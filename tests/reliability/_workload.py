@@ -378,19 +378,19 @@ def mover_diagnosis(store: Any, seed: int, mover: int) -> str:
     state = store._delta.state
     with store._read() as txn:
         doc_id = int.from_bytes(txn.get(store_lookup(key), db=store._handles.keys) or b"", "big")
+        tableset = store._tableset
         in_tables = [
-            index
-            for index, (table, db) in enumerate(zip(store._tables, store._handles.tables, strict=True))
-            for fingerprint in fingerprints
-            if txn.cursor(db).set_key_dup(
-                table.permute(fingerprint).to_bytes(8, "big"), doc_id.to_bytes(8, "big")
-            )
+            (index, run.run_id)
+            for index in range(len(store._tables))
+            for run, low, high in tableset.catalog.table_runs(index)
+            for _, _, ids in tableset.entries(txn, index, run, low, high)
+            if doc_id in ids.tolist()
         ]
     again = [[m.key for m in row] for row in store.query_many(list(fingerprints), k=0)]
     return (
         f"record fp index {fingerprints.index(record.fingerprint) if record else None}, "
         f"id {doc_id}, reader delta holds {store._delta.get(doc_id)}, in tables {in_tables}, "
-        f"state {tuple(state)}, plan bitmaps {[entry[1] is not None for entry in store._scan_plan]}, "
+        f"state {tuple(state)}, runs {[run.run_id for run in store._tableset.catalog.runs]}, "
         f"queried again {again}"
     )
 

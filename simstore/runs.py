@@ -1,0 +1,351 @@
+"""The table format: a permutation table's entries packed in buckets.
+
+A permutation table (one LMDB sub-database) holds one or more *runs*. A run is
+an immutable sorted set of entries, one per document, written whole by one
+bulk write or merge (or built piece by piece by a compaction). It is cut into
+*buckets*: every entry whose permuted fingerprint has the same leading
+``bucket_bits`` bits is in one bucket, stored as one LMDB value under the key
+``run id (4 bytes) + bucket index (4 bytes)``, both big-endian, so a run's
+buckets lie in the table's key order.
+
+A bucket value is a kind byte, a CRC-32 of the key and payload, then the
+entries as two packed columns sorted by permuted key: every entry's *tag*
+(``tag_bytes`` big-endian bytes: the permuted key's bits right after the
+bucket bits) and then every entry's document id (``id_bytes`` big-endian
+bytes). An entry so records the first ``known_bits`` bits of the permuted
+fingerprint: the table's prefix and a few *filter* bits after it. A query's
+prefix range lies inside one bucket (``bucket_bits`` never passes the
+prefix), where a binary search over the tags finds it; the filter bits throw
+out most candidates that share the prefix but not the rest; the candidates
+left are checked against their documents' full fingerprints (the store's
+records). At about 32 entries a bucket, an entry costs ``tag_bytes +
+id_bytes`` (5 or 6 bytes for the default layout) plus about half a byte of
+LMDB node, against 34 for an LMDB node per entry.
+
+Nothing here does I/O.
+"""
+
+from __future__ import annotations
+
+import bisect
+import struct
+import zlib
+from collections.abc import Iterator
+from dataclasses import dataclass
+from typing import Any
+
+import numpy as np
+import numpy.typing as npt
+
+from simstore.errors import CorruptStoreError
+from simstore.permute import FINGERPRINT_BITS, MAX_FINGERPRINT, U64Array
+
+#: Entries a bucket holds on average, at least: fewer buckets cost fewer LMDB
+#: nodes (about 18 bytes each), more entries cost a longer search per probe.
+BUCKET_TARGET = 32
+#: Bits after the prefix every entry records, at least, as a filter.
+MIN_FILTER_BITS = 4
+#: Tag widths in bytes: those that ``struct`` unpacks as one integer.
+TAG_WIDTHS = (1, 2, 4, 8)
+_TAG_CODES = {1: "B", 2: "H", 4: "I", 8: "Q"}
+
+BUCKET_KIND = 1
+KEY = struct.Struct(">II")
+HEADER = struct.Struct(">BI")
+MAX_RUN_ID = (1 << 32) - 1
+
+IdArray = npt.NDArray[np.unsignedinteger[Any]]
+
+
+@dataclass(frozen=True)
+class Geometry:
+    """How one run packs its entries in one table.
+
+    Attributes:
+        prefix_bits: the table's prefix: a query's candidates share these bits.
+        bucket_bits: leading bits that pick the bucket (at most ``prefix_bits``).
+        tag_bytes: bytes of each entry's tag, the bits after the bucket bits.
+        known_bits: leading bits of the permuted key an entry records (bucket
+            and tag bits, less any tag bits past what the run was built from).
+        id_bytes: bytes of each entry's document id.
+    """
+
+    prefix_bits: int
+    bucket_bits: int
+    tag_bytes: int
+    known_bits: int
+    id_bytes: int
+
+    def __post_init__(self) -> None:
+        if not 0 <= self.bucket_bits <= min(self.prefix_bits, 32):
+            raise CorruptStoreError(
+                f"a run has {self.bucket_bits} bucket bits for a {self.prefix_bits}-bit prefix"
+            )
+        if self.tag_bytes not in TAG_WIDTHS or not 1 <= self.id_bytes <= 8:
+            raise CorruptStoreError(f"a run has {self.tag_bytes}-byte tags and {self.id_bytes}-byte ids")
+        if (
+            not self.prefix_bits
+            <= self.known_bits
+            <= min(FINGERPRINT_BITS, self.bucket_bits + 8 * self.tag_bytes)
+        ):
+            raise CorruptStoreError(
+                f"a run records {self.known_bits} bits of a {self.prefix_bits}-bit prefix"
+            )
+
+    @property
+    def entry_bytes(self) -> int:
+        return self.tag_bytes + self.id_bytes
+
+    @property
+    def filter_bits(self) -> int:
+        return self.known_bits - self.prefix_bits
+
+    def as_list(self) -> list[int]:
+        return [self.prefix_bits, self.bucket_bits, self.tag_bytes, self.known_bits, self.id_bytes]
+
+    @classmethod
+    def from_list(cls, values: object) -> Geometry:
+        if (
+            not isinstance(values, list | tuple)
+            or len(values) != 5
+            or not all(isinstance(v, int) for v in values)
+        ):
+            raise CorruptStoreError(f"a run's geometry is damaged: {values!r}")
+        return cls(*values)
+
+
+def choose_geometry(
+    entries: int, prefix_bits: int, max_id: int, known_limit: int = FINGERPRINT_BITS
+) -> Geometry:
+    """The geometry of a run of ``entries`` entries in a table with
+    ``prefix_bits`` of prefix, whose largest document id is ``max_id`` and
+    whose entries are known to ``known_limit`` bits (64 when built from full
+    fingerprints; what its inputs recorded when a compaction rebuilds it).
+
+    >>> choose_geometry(10_000_000, 25, 9_999_999)
+    Geometry(prefix_bits=25, bucket_bits=18, tag_bytes=2, known_bits=34, id_bytes=3)
+    >>> choose_geometry(10, 25, 9).bucket_bits, choose_geometry(10, 25, 9).tag_bytes
+    (0, 4)
+    """
+    bucket_bits = 0
+    if entries >= 2 * BUCKET_TARGET:
+        bucket_bits = min(prefix_bits, 32, (entries // BUCKET_TARGET).bit_length() - 1)
+    wanted = prefix_bits - bucket_bits + MIN_FILTER_BITS
+    tag_bytes = next((width for width in TAG_WIDTHS if 8 * width >= wanted), TAG_WIDTHS[-1])
+    known = min(FINGERPRINT_BITS, bucket_bits + 8 * tag_bytes, max(known_limit, prefix_bits))
+    id_bytes = max(1, (max(max_id, 0).bit_length() + 7) // 8)
+    return Geometry(prefix_bits, bucket_bits, tag_bytes, known, id_bytes)
+
+
+def bucket_key(run_id: int, bucket: int) -> bytes:
+    return KEY.pack(run_id, bucket)
+
+
+def run_bounds(run_id: int) -> tuple[bytes, bytes]:
+    """The first key of a run's buckets and the first key past them."""
+    return KEY.pack(run_id, 0), (run_id + 1).to_bytes(4, "big") + bytes(4)
+
+
+def bucket_of(permuted_key: int, geometry: Geometry) -> int:
+    """The bucket a permuted key falls in."""
+    return permuted_key >> (FINGERPRINT_BITS - geometry.bucket_bits) if geometry.bucket_bits else 0
+
+
+def _tag_shift(geometry: Geometry) -> int:
+    """How far a tag lies from the low end of a 64-bit key shifted left by the bucket bits."""
+    return FINGERPRINT_BITS - 8 * geometry.tag_bytes
+
+
+def _unknown_mask(geometry: Geometry) -> int:
+    """The tag bits past ``known_bits``: always zero in a stored tag."""
+    unknown = geometry.bucket_bits + 8 * geometry.tag_bytes - geometry.known_bits
+    return (1 << unknown) - 1
+
+
+def _checksum(key: bytes, payload: bytes | memoryview) -> int:
+    return zlib.crc32(payload, zlib.crc32(key))
+
+
+def encode_buckets(
+    run_id: int, geometry: Geometry, permuted: U64Array, doc_ids: IdArray
+) -> Iterator[tuple[bytes, bytes]]:
+    """The ``(key, value)`` of every bucket of a run, in key order.
+
+    Args:
+        permuted: the entries' permuted keys, sorted ascending (bits past
+            ``known_bits`` are ignored).
+        doc_ids: the entries' document ids, in the same order.
+    """
+    count = len(permuted)
+    if count == 0:
+        return
+    tag_bytes, id_bytes = geometry.tag_bytes, geometry.id_bytes
+    shifted = permuted << np.uint64(geometry.bucket_bits) if geometry.bucket_bits else permuted
+    tags = shifted >> np.uint64(_tag_shift(geometry))
+    unknown = _unknown_mask(geometry)
+    if unknown:
+        tags &= np.uint64(~unknown & MAX_FINGERPRINT)
+    tag_column = tags.astype(f">u{tag_bytes}").view(np.uint8).reshape(count, tag_bytes)
+    id_column = doc_ids.astype(">u8").view(np.uint8).reshape(count, 8)[:, 8 - id_bytes :]
+    buckets = (
+        permuted >> np.uint64(FINGERPRINT_BITS - geometry.bucket_bits)
+        if geometry.bucket_bits
+        else np.zeros(count, dtype=np.uint64)
+    )
+    starts = np.flatnonzero(np.concatenate(([True], buckets[1:] != buckets[:-1])))
+    ends = np.append(starts[1:], count)
+    tag_blob = np.ascontiguousarray(tag_column).tobytes()
+    id_blob = np.ascontiguousarray(id_column).tobytes()
+    bucket_list = buckets[starts].tolist()
+    for bucket, start, end in zip(bucket_list, starts.tolist(), ends.tolist(), strict=True):
+        key = KEY.pack(run_id, bucket)
+        yield (
+            key,
+            seal(
+                key,
+                tag_blob[start * tag_bytes : end * tag_bytes] + id_blob[start * id_bytes : end * id_bytes],
+            ),
+        )
+
+
+def _payload(key: bytes, value: bytes, geometry: Geometry) -> tuple[memoryview, int]:
+    """A bucket value's payload and entry count, after checking it."""
+    if len(value) < HEADER.size or value[0] != BUCKET_KIND:
+        raise CorruptStoreError(f"bucket {key.hex()} of a table is damaged (no bucket header)")
+    payload = memoryview(value)[HEADER.size :]
+    count, rest = divmod(len(payload), geometry.entry_bytes)
+    if rest or not count:
+        raise CorruptStoreError(f"bucket {key.hex()} of a table is damaged ({len(payload)} bytes of entries)")
+    if int.from_bytes(value[1:5], "big") != _checksum(key, payload):
+        raise CorruptStoreError(f"bucket {key.hex()} of a table is damaged (checksum mismatch)")
+    return payload, count
+
+
+def decode_bucket(key: bytes, value: bytes, geometry: Geometry) -> tuple[U64Array, U64Array]:
+    """A bucket's entries as ``(known keys, document ids)``: each permuted key
+    with the bits past ``known_bits`` zero, in stored order."""
+    payload, count = _payload(key, value, geometry)
+    tag_bytes, id_bytes = geometry.tag_bytes, geometry.id_bytes
+    raw = np.frombuffer(payload, dtype=np.uint8)
+    tags = raw[: count * tag_bytes].view(f">u{tag_bytes}").astype(np.uint64)
+    id_columns = np.zeros((count, 8), dtype=np.uint8)
+    id_columns[:, 8 - id_bytes :] = raw[count * tag_bytes :].reshape(count, id_bytes)
+    doc_ids = id_columns.view(">u8").reshape(count).astype(np.uint64)
+    bucket = KEY.unpack(key)[1]
+    keys = tags << np.uint64(_tag_shift(geometry))
+    if geometry.bucket_bits:
+        keys >>= np.uint64(geometry.bucket_bits)
+        keys |= np.uint64(bucket) << np.uint64(FINGERPRINT_BITS - geometry.bucket_bits)
+    return keys, doc_ids
+
+
+def known_key(permuted_key: int, geometry: Geometry) -> int:
+    """A permuted key with the bits past ``known_bits`` cleared, as a run records it."""
+    return (
+        permuted_key >> (FINGERPRINT_BITS - geometry.known_bits) << (FINGERPRINT_BITS - geometry.known_bits)
+    )
+
+
+#: What a probe needs of a run's geometry, flat for the hot path:
+#: ``(bucket_shift, tag_shift, prefix_shift, filter_mask, tag_bytes, id_bytes, struct code)``.
+ProbePlan = tuple[int, int, int, int, int, int, str]
+
+
+def probe_plan(geometry: Geometry) -> ProbePlan:
+    """The constants :func:`probe` uses for runs of ``geometry``."""
+    tag_bits = 8 * geometry.tag_bytes
+    prefix_shift = tag_bits - (geometry.prefix_bits - geometry.bucket_bits)
+    filter_mask = ((1 << prefix_shift) - 1) & ~_unknown_mask(geometry)
+    bucket_shift = FINGERPRINT_BITS - geometry.bucket_bits if geometry.bucket_bits else FINGERPRINT_BITS
+    return (
+        bucket_shift,
+        _tag_shift(geometry),
+        prefix_shift,
+        filter_mask,
+        geometry.tag_bytes,
+        geometry.id_bytes,
+        _TAG_CODES[geometry.tag_bytes],
+    )
+
+
+_unpackers: dict[tuple[int, str], struct.Struct] = {}
+
+
+def probe(key: bytes, value: bytes, plan: ProbePlan, query_key: int, bucket_bits: int, k: int) -> list[int]:
+    """The ids of the bucket's entries that share the query's prefix and
+    whose filter bits are within ``k`` of the query's: candidates, each to be
+    checked against its full fingerprint.
+
+    Args:
+        key, value: the bucket, as stored.
+        plan: :func:`probe_plan` of the run's geometry.
+        query_key: the query's permuted key in this table.
+        bucket_bits: the run's bucket bits.
+        k: the largest distance wanted.
+    """
+    _, tag_shift, prefix_shift, filter_mask, tag_bytes, id_bytes, code = plan
+    if len(value) < HEADER.size or value[0] != BUCKET_KIND:
+        raise CorruptStoreError(f"bucket {key.hex()} of a table is damaged (no bucket header)")
+    entry_bytes = tag_bytes + id_bytes
+    count, rest = divmod(len(value) - HEADER.size, entry_bytes)
+    if (
+        rest
+        or not count
+        or int.from_bytes(value[1:5], "big") != zlib.crc32(value[HEADER.size :], zlib.crc32(key))
+    ):
+        raise CorruptStoreError(f"bucket {key.hex()} of a table is damaged (checksum mismatch)")
+    unpacker = _unpackers.get((count, code))
+    if unpacker is None:
+        unpacker = _unpackers[(count, code)] = struct.Struct(f">{count}{code}")
+    tags = unpacker.unpack_from(value, HEADER.size)
+    query_tag = ((query_key << bucket_bits) & MAX_FINGERPRINT) >> tag_shift
+    low = query_tag >> prefix_shift << prefix_shift
+    high = low + (1 << prefix_shift)
+    position = bisect.bisect_left(tags, low)
+    found: list[int] = []
+    ids_at = HEADER.size + count * tag_bytes
+    while position < count:
+        tag = tags[position]
+        if tag >= high:
+            break
+        if ((tag ^ query_tag) & filter_mask).bit_count() <= k:
+            start = ids_at + position * id_bytes
+            found.append(int.from_bytes(value[start : start + id_bytes], "big"))
+        position += 1
+    return found
+
+
+def check_bucket(key: bytes, value: bytes, geometry: Geometry) -> tuple[U64Array, U64Array]:
+    """:func:`decode_bucket`, also checking that the entries are in order and
+    in the bucket the key names."""
+    keys, doc_ids = decode_bucket(key, value, geometry)
+    if len(keys) > 1 and bool(np.any(keys[1:] < keys[:-1])):
+        raise CorruptStoreError(f"bucket {key.hex()} of a table is damaged (entries out of order)")
+    return keys, doc_ids
+
+
+def seal(key: bytes, payload: bytes) -> bytes:
+    """A bucket value holding ``payload`` (packed tags, then ids) under ``key``."""
+    return bytes([BUCKET_KIND]) + _checksum(key, payload).to_bytes(4, "big") + payload
+
+
+def without_entry(key: bytes, value: bytes, geometry: Geometry, doc_id: int) -> bytes | bool | None:
+    """The bucket with document ``doc_id``'s entry taken out: the new value,
+    ``None`` when no entry is left, ``False`` when the bucket has none of it."""
+    payload, count = _payload(key, value, geometry)
+    tag_bytes, id_bytes = geometry.tag_bytes, geometry.id_bytes
+    raw = bytes(payload)
+    ids_at = count * tag_bytes
+    target = doc_id.to_bytes(id_bytes, "big") if doc_id < 1 << (8 * id_bytes) else None
+    if target is None:
+        return False
+    found = raw.find(target, ids_at)
+    while found != -1 and (found - ids_at) % id_bytes:
+        found = raw.find(target, found + 1)
+    if found == -1:
+        return False
+    if count == 1:
+        return None
+    index = (found - ids_at) // id_bytes
+    tags = raw[: index * tag_bytes] + raw[(index + 1) * tag_bytes : ids_at]
+    return seal(key, tags + raw[ids_at:found] + raw[found + id_bytes :])

@@ -1,0 +1,494 @@
+"""The permutation tables of one layout, at the LMDB boundary: writing runs,
+taking documents out, compaction steps, and the probes of a query.
+
+Each table is one LMDB sub-database holding runs of packed buckets (see
+:mod:`simstore.runs`) and, after them, each run's occupancy and crowded
+bitmaps in chunks (see :mod:`simstore.occupancy`). Which runs there are is the
+:class:`simstore.catalog.Catalog`, which the caller stores; every function
+here that changes the runs returns the catalog that describes them after it.
+
+Invariant (``check()`` verifies it): every document that is not in the delta
+has exactly one entry in every table, in the run that answers for its
+permuted key there; nothing else has an entry.
+"""
+
+from __future__ import annotations
+
+import contextlib
+from collections.abc import Callable, Iterator, Sequence
+from concurrent.futures import ThreadPoolExecutor
+from dataclasses import replace
+
+import numpy as np
+
+from simstore import occupancy, runs
+from simstore._lmdb import Cursor, Database, Txn
+from simstore.catalog import KEY_SPACE, Catalog, Compaction, Run, finish_compaction, plan_compaction
+from simstore.errors import CorruptStoreError
+from simstore.merging import TableWrites
+from simstore.permute import FINGERPRINT_BITS, Table, U64Array
+
+#: Entries a compaction step moves in one table (one write transaction):
+#: about 40 ms of work here, so that no other write waits long for one.
+COMPACTION_STEP_ENTRIES = 1 << 17
+#: Candidates a query remembers to skip later tables' probes on (see
+#: :meth:`TableSet.find`); past this many (a crowded bucket) the rest are not
+#: remembered, which only costs probes.
+SEEN_LIMIT = 16
+#: Batches at least this large take entries out bucket by bucket with numpy;
+#: smaller ones one document at a time.
+VECTOR_DELETE = 64
+
+#: What a query needs of one run of one table, flat for the hot loop:
+#: ``(database, run base, bucket shift, probe plan, bucket bits, low, high,
+#: occupancy bitmap or None, crowded bitmap or None, bitmap shift)``. The run
+#: answers for permuted keys in ``[low, high)``; its bucket key is
+#: ``run base | key >> bucket shift``.
+RunProbe = tuple[Database, int, int, runs.ProbePlan, int, int, int, bytes | None, bytes | None, int]
+
+#: A run's bitmaps as a query uses them: ``(occupancy, crowded, shift)``.
+Bitmaps = tuple[bytes, bytes, int]
+
+
+class TableSet:
+    """The tables of one layout and, per process, what queries need of them:
+    the catalog last adopted and the bitmaps read so far."""
+
+    def __init__(self, tables: tuple[Table, ...], databases: Sequence[Database]) -> None:
+        self.tables = tables
+        self.databases = list(databases)
+        self.catalog = Catalog()
+        # Bitmaps of finished runs never change, so they are kept across
+        # catalogs by (table, run id); None: read, and none stored.
+        self._bitmaps: dict[tuple[int, int], Bitmaps | None] = {}
+        self._unread: list[tuple[int, int]] = []
+        self.probes: list[tuple[RunProbe, ...]] = [() for _ in tables]
+
+    # ------------------------------------------------------------------ views
+
+    def adopt(self, catalog: Catalog) -> None:
+        """Answer queries from ``catalog``'s runs from now on."""
+        self.catalog = catalog
+        present = {run.run_id for run in catalog.runs}
+        self._bitmaps = {where: bitmaps for where, bitmaps in self._bitmaps.items() if where[1] in present}
+        self._unread = [
+            (index, run.run_id)
+            for run in reversed(catalog.runs)
+            for index in range(len(self.tables))
+            if (index, run.run_id) not in self._bitmaps and run.bitmap_bits[index]
+        ]
+        self._build_probes()
+
+    def _build_probes(self) -> None:
+        building = self.catalog.compaction.output.run_id if self.catalog.compaction else -1
+        probes: list[tuple[RunProbe, ...]] = []
+        for index, db in enumerate(self.databases):
+            entries = []
+            for run, low, high in self.catalog.table_runs(index):
+                geometry = run.geometries[index]
+                plan = runs.probe_plan(geometry)
+                # A run still being built has no whole bitmap yet: probed always.
+                bitmaps = None if run.run_id == building else self._bitmaps.get((index, run.run_id))
+                bitmap, crowded, shift = bitmaps if bitmaps is not None else (None, None, 0)
+                entries.append(
+                    (
+                        db,
+                        run.run_id << 32,
+                        plan[0],
+                        plan,
+                        geometry.bucket_bits,
+                        low,
+                        high,
+                        bitmap,
+                        crowded,
+                        shift,
+                    )
+                )
+            probes.append(tuple(entries))
+        self.probes = probes
+
+    @property
+    def bitmaps_unread(self) -> bool:
+        return bool(self._unread)
+
+    def read_bitmaps(self, txn: Txn, count: int = 1) -> None:
+        """Read the bitmaps of up to ``count`` more (table, run) pairs.
+
+        A pair at a time, after a query has its answer, so that a reopened
+        store answers its first query at once (the default layout's bitmaps
+        are 128 MiB at 10M documents); until a run's bitmaps are read, queries
+        probe it. A damaged chunk only costs probes (``check()`` reports it).
+        """
+        for _ in range(min(count, len(self._unread))):
+            index, run_id = self._unread.pop()
+            bitmaps = None
+            with contextlib.suppress(CorruptStoreError):
+                bitmaps = self.load_bitmaps(txn, index, self.catalog.run(run_id))
+            self._bitmaps[(index, run_id)] = bitmaps
+        self._build_probes()
+
+    def load_bitmaps(self, txn: Txn, index: int, run: Run) -> Bitmaps | None:
+        bits = run.bitmap_bits[index]
+        if not bits:
+            return None
+        parts = []
+        for kind in (occupancy.OCCUPIED, occupancy.CROWDED):
+            chunks = []
+            for chunk in range(occupancy.chunk_count(bits)):
+                key = occupancy.chunk_key(run.run_id, kind, chunk)
+                value = txn.get(key, db=self.databases[index])
+                if value is None:
+                    raise CorruptStoreError(f"table {index} lacks bitmap chunk {key.hex()}")
+                chunks.append(occupancy.decode_chunk(key, value, bits))
+            parts.append(b"".join(chunks))
+        return parts[0], parts[1], FINGERPRINT_BITS - bits
+
+    # ------------------------------------------------------------------ reads
+
+    def find(
+        self,
+        txn: Txn,
+        permuted: Sequence[int],
+        query: int,
+        k: int,
+        found: dict[int, int],
+        records: dict[int, bytes],
+        docs: Database,
+        permute_all: Callable[[int], Sequence[int]],
+    ) -> None:
+        """Add every tabled document within ``k`` bits of ``query`` to
+        ``found`` (``{doc_id: distance}``), and its record to ``records``.
+
+        Per table, the runs whose occupancy bitmap holds the query's slot are
+        probed: their entries that share the query's prefix and whose filter
+        bits are within ``k`` are candidates, each checked against the
+        fingerprint in its record (``docs``). Documents already in ``found``
+        (the delta's) are not checked again.
+
+        A near-duplicate query finds the same document in most tables. Once a
+        candidate's record is read, its permuted keys (``permute_all``) say
+        where it sits in every table; a later table whose only run holding
+        the query's slot has the slot marked not crowded holds one entry
+        there, which (every tabled document being in every table) is that
+        candidate: the table is skipped. At most ``SEEN_LIMIT`` candidates
+        are remembered.
+        """
+        get = txn.get
+        probe = runs.probe
+        seen: list[Sequence[int]] = []
+        rejected: set[int] = set()
+        for table_index, (table_probes, query_key) in enumerate(zip(self.probes, permuted, strict=True)):
+            hits = []
+            for entry in table_probes:
+                if not entry[5] <= query_key < entry[6]:
+                    continue
+                bitmap = entry[7]
+                if bitmap is not None:
+                    slot = query_key >> entry[9]
+                    if not (bitmap[slot >> 3] >> (slot & 7)) & 1:
+                        continue
+                hits.append(entry)
+            if not hits:
+                continue
+            if seen and len(hits) == 1:
+                crowded, shift = hits[0][8], hits[0][9]
+                if crowded is not None:
+                    slot = query_key >> shift
+                    if not (crowded[slot >> 3] >> (slot & 7)) & 1 and any(
+                        not (keys[table_index] ^ query_key) >> shift for keys in seen
+                    ):
+                        continue
+            for db, base, bucket_shift, plan, bucket_bits, *_ in hits:
+                key = (base | query_key >> bucket_shift).to_bytes(8, "big")
+                value = get(key, db=db)
+                if value is None:
+                    continue
+                for doc_id in probe(key, value, plan, query_key, bucket_bits, k):
+                    if doc_id in found or doc_id in rejected:
+                        continue
+                    raw = get(doc_id.to_bytes(8, "big"), db=docs)
+                    if raw is None:
+                        raise CorruptStoreError(f"document {doc_id} is indexed but has no record")
+                    fingerprint = int.from_bytes(raw[:8], "big")
+                    distance = (fingerprint ^ query).bit_count()
+                    if distance <= k:
+                        found[doc_id] = distance
+                        records[doc_id] = raw
+                    else:
+                        rejected.add(doc_id)
+                    if len(seen) < SEEN_LIMIT:
+                        seen.append(permute_all(fingerprint))
+
+    def entries(
+        self, txn: Txn, index: int, run: Run, low: int = 0, high: int = KEY_SPACE
+    ) -> Iterator[tuple[bytes, U64Array, U64Array]]:
+        """The buckets of ``run`` in table ``index`` covering permuted keys in
+        ``[low, high)``: ``(key, known keys, ids)`` each, checked."""
+        geometry = run.geometries[index]
+        first, past = bucket_span(run.run_id, geometry, low, high)
+        cursor = txn.cursor(self.databases[index])
+        if not cursor.set_range(first):
+            return
+        for key, value in cursor:
+            if key >= past:
+                break
+            keys, ids = runs.check_bucket(key, value, geometry)
+            yield key, keys, ids
+
+    # ----------------------------------------------------------------- writes
+
+    def write_run(self, txn: Txn, catalog: Catalog, doc_ids: U64Array, fingerprints: U64Array) -> Catalog:
+        """Write documents as a new run into every table, with its bitmaps;
+        the catalog with the run."""
+        if not len(doc_ids):
+            return catalog
+        run_id = catalog.new_run_id()
+        count = len(doc_ids)
+        max_id = int(doc_ids.max())
+        geometries = tuple(runs.choose_geometry(count, table.prefix_bits, max_id) for table in self.tables)
+        bits = tuple(occupancy.bits_for(count, table.prefix_bits, len(self.tables)) for table in self.tables)
+        with ThreadPoolExecutor(max_workers=1, thread_name_prefix="simstore-sort") as sorter:
+            writes = TableWrites(doc_ids, fingerprints, self.tables, sorter)
+            for index, db in enumerate(self.databases):
+                permuted, ids = writes.entries(index)
+                cursor = txn.cursor(db)
+                _put_all(cursor, runs.encode_buckets(run_id, geometries[index], permuted, ids))
+                occupied, crowded = occupancy.built_with_crowded(bits[index], permuted)
+                _put_all(cursor, occupancy.encode_chunks(run_id, occupancy.OCCUPIED, bits[index], occupied))
+                _put_all(cursor, occupancy.encode_chunks(run_id, occupancy.CROWDED, bits[index], crowded))
+        return catalog.with_run(Run(run_id, count, geometries, bits))
+
+    def delete(self, txn: Txn, catalog: Catalog, doc_ids: Sequence[int], fingerprints: Sequence[int]) -> None:
+        """Take tabled documents' entries out of every table.
+
+        Raises:
+            CorruptStoreError: a table lacks one of them.
+        """
+        if len(doc_ids) >= VECTOR_DELETE:
+            ids = np.array(doc_ids, dtype=np.uint64)
+            fps = np.array(fingerprints, dtype=np.uint64)
+            for index in range(len(self.tables)):
+                self._delete_many(txn, catalog, index, ids, self.tables[index].permute_array(fps))
+            return
+        for doc_id, fingerprint in zip(doc_ids, fingerprints, strict=True):
+            for index, (table, db) in enumerate(zip(self.tables, self.databases, strict=True)):
+                permuted_key = table.permute(fingerprint)
+                if not self._delete_one(txn, catalog, index, db, doc_id, permuted_key):
+                    raise CorruptStoreError(f"table {index} lacks document {doc_id}")
+
+    def _delete_one(
+        self, txn: Txn, catalog: Catalog, index: int, db: Database, doc_id: int, permuted_key: int
+    ) -> bool:
+        for run, low, high in catalog.table_runs(index):
+            if not low <= permuted_key < high:
+                continue
+            geometry = run.geometries[index]
+            key = runs.bucket_key(run.run_id, runs.bucket_of(permuted_key, geometry))
+            value = txn.get(key, db=db)
+            if value is None:
+                continue
+            rest = runs.without_entry(key, value, geometry, doc_id)
+            if rest is False:
+                continue
+            if rest is None:
+                txn.delete(key, db=db)
+            else:
+                txn.put(key, rest, db=db)  # type: ignore[arg-type]
+            return True
+        return False
+
+    def _delete_many(
+        self, txn: Txn, catalog: Catalog, index: int, doc_ids: U64Array, permuted: U64Array
+    ) -> None:
+        db = self.databases[index]
+        left = np.ones(len(doc_ids), dtype=bool)
+        for run, low, high in catalog.table_runs(index):
+            chosen = np.flatnonzero(left & (permuted >= np.uint64(low)) & (permuted <= np.uint64(high - 1)))
+            if not len(chosen):
+                continue
+            geometry = run.geometries[index]
+            buckets = (
+                permuted[chosen] >> np.uint64(FINGERPRINT_BITS - geometry.bucket_bits)
+                if geometry.bucket_bits
+                else np.zeros(len(chosen), dtype=np.uint64)
+            )
+            order = np.argsort(buckets, kind="stable")
+            chosen, buckets = chosen[order], buckets[order]
+            starts = np.flatnonzero(np.concatenate(([True], buckets[1:] != buckets[:-1])))
+            for start, end in zip(starts.tolist(), [*starts[1:].tolist(), len(chosen)], strict=True):
+                key = runs.bucket_key(run.run_id, int(buckets[start]))
+                value = txn.get(key, db=db)
+                if value is None:
+                    continue
+                keys, ids = runs.decode_bucket(key, value, geometry)
+                wanted = doc_ids[chosen[start:end]]
+                kept = ~np.isin(ids, wanted)
+                if bool(kept.all()):
+                    continue
+                left[chosen[start:end][np.isin(wanted, ids)]] = False
+                if not bool(kept.any()):
+                    txn.delete(key, db=db)
+                    continue
+                for new_key, new_value in runs.encode_buckets(run.run_id, geometry, keys[kept], ids[kept]):
+                    txn.put(new_key, new_value, db=db)
+        if bool(left.any()):
+            raise CorruptStoreError(f"table {index} lacks document {int(doc_ids[np.flatnonzero(left)[0]])}")
+
+    # ------------------------------------------------------------- compaction
+
+    def plan(self, catalog: Catalog) -> Catalog | None:
+        """The catalog with a new compaction under way, if one is due."""
+        if catalog.compaction is not None:
+            return None
+        span = plan_compaction([run.entries for run in catalog.runs])
+        if span is None:
+            return None
+        return self.start_compaction(catalog, span)
+
+    def start_compaction(self, catalog: Catalog, span: tuple[int, int]) -> Catalog:
+        """The catalog with a compaction of ``catalog.runs[first:end]`` under way."""
+        first, end = span
+        inputs = catalog.runs[first:end]
+        count = sum(run.entries for run in inputs)
+        geometries = []
+        for index, table in enumerate(self.tables):
+            id_bytes = max(run.geometries[index].id_bytes for run in inputs)
+            known = min(run.geometries[index].known_bits for run in inputs)
+            geometries.append(
+                runs.choose_geometry(count, table.prefix_bits, (1 << (8 * id_bytes)) - 1, known_limit=known)
+            )
+        bits = tuple(occupancy.bits_for(count, table.prefix_bits, len(self.tables)) for table in self.tables)
+        output = Run(catalog.new_run_id(), count, tuple(geometries), bits)
+        compaction = Compaction(tuple(run.run_id for run in inputs), output, 0, 0)
+        return replace(catalog, next_run_id=output.run_id + 1, compaction=compaction)
+
+    def compaction_step(
+        self, txn: Txn, catalog: Catalog, budget: int = COMPACTION_STEP_ENTRIES
+    ) -> tuple[Catalog, int]:
+        """Move up to about ``budget`` entries of the compaction under way
+        into its output, in one table; the catalog after, and the entries moved."""
+        compaction = catalog.compaction
+        if compaction is None:
+            return catalog, 0
+        index, cursor_at = compaction.table, compaction.cursor
+        inputs = [catalog.run(run_id) for run_id in compaction.inputs]
+        output = compaction.output
+        geometry = output.geometries[index]
+        bits = output.bitmap_bits[index]
+        # Steps end on boundaries of the output's buckets (each written once,
+        # whole); an input bucket wider than a step gives up the entries in
+        # the step's range and keeps the rest, and the output's bitmap chunks
+        # that a step's range shares with the next are updated by both.
+        align = geometry.bucket_bits
+        unit = KEY_SPACE >> align
+        per_unit = max(1, output.entries >> align)
+        end = min(KEY_SPACE, cursor_at + max(1, budget // per_unit) * unit)
+        db = self.databases[index]
+        keys_parts: list[U64Array] = []
+        id_parts: list[U64Array] = []
+        for run in inputs:
+            read = list(self.entries(txn, index, run, cursor_at, end))
+            cursor = txn.cursor(db)
+            for key, keys, ids in read:
+                inside = (keys >= np.uint64(cursor_at)) & (keys <= np.uint64(end - 1))
+                if not cursor.set_key(key):
+                    raise CorruptStoreError(f"bucket {key.hex()} vanished during a compaction step")
+                if bool(inside.all()):
+                    keys_parts.append(keys)
+                    id_parts.append(ids)
+                    cursor.delete()
+                    continue
+                keys_parts.append(keys[inside])
+                id_parts.append(ids[inside])
+                outside = ~inside
+                if bool(outside.all()):
+                    continue
+                kept = list(
+                    runs.encode_buckets(run.run_id, run.geometries[index], keys[outside], ids[outside])
+                )
+                cursor.put(key, kept[0][1])
+        keys = np.concatenate(keys_parts) if keys_parts else np.zeros(0, dtype=np.uint64)
+        ids = np.concatenate(id_parts) if id_parts else np.zeros(0, dtype=np.uint64)
+        if geometry.known_bits < FINGERPRINT_BITS:
+            keys &= np.uint64((MAX_KEY >> geometry.known_bits) ^ MAX_KEY)
+        order = np.lexsort((ids, keys))
+        keys, ids = keys[order], ids[order]
+        cursor = txn.cursor(db)
+        _put_all(cursor, runs.encode_buckets(output.run_id, geometry, keys, ids))
+        if bits:
+            first_chunk, past_chunk = occupancy.chunk_range(bits, cursor_at, end)
+            built = occupancy.built_range(bits, keys, first_chunk, past_chunk)
+            for kind, bitmap in zip((occupancy.OCCUPIED, occupancy.CROWDED), built, strict=True):
+                self._or_stored_chunks(txn, index, output.run_id, kind, bits, bitmap, first_chunk)
+                _put_all(cursor, occupancy.encode_chunks(output.run_id, kind, bits, bitmap, first_chunk))
+        if end < KEY_SPACE:
+            return replace(catalog, compaction=replace(compaction, cursor=end)), len(ids)
+        for run in inputs:
+            _delete_range(txn, db, *occupancy.run_chunk_bounds(run.run_id))
+        if index + 1 < len(self.tables):
+            return replace(catalog, compaction=replace(compaction, table=index + 1, cursor=0)), len(ids)
+        return finish_compaction(catalog), len(ids)
+
+    def _or_stored_chunks(
+        self,
+        txn: Txn,
+        index: int,
+        run_id: int,
+        kind: bytes,
+        bits: int,
+        bitmap: occupancy.Bitmap,
+        first_chunk: int,
+    ) -> None:
+        """OR into ``bitmap`` (chunks from ``first_chunk`` on) what earlier
+        steps stored in those chunks."""
+        size = occupancy.bitmap_bytes(min(bits, occupancy.CHUNK_BITS))
+        for offset in range(0, len(bitmap), size):
+            key = occupancy.chunk_key(run_id, kind, first_chunk + offset // size)
+            stored = txn.get(key, db=self.databases[index])
+            if stored is not None:
+                bitmap[offset : offset + size] |= np.frombuffer(
+                    occupancy.decode_chunk(key, stored, bits), np.uint8
+                )
+
+
+MAX_KEY = (1 << FINGERPRINT_BITS) - 1
+
+
+def bucket_span(run_id: int, geometry: runs.Geometry, low: int, high: int) -> tuple[bytes, bytes]:
+    """The bucket keys of ``run_id`` covering permuted keys ``[low, high)``:
+    the first one and the first one past them."""
+    shift = FINGERPRINT_BITS - geometry.bucket_bits
+    first = runs.bucket_key(run_id, low >> shift if geometry.bucket_bits else 0)
+    if high >= KEY_SPACE:
+        return first, runs.run_bounds(run_id)[1]
+    past_bucket = -(-high >> shift) if geometry.bucket_bits else 1
+    if past_bucket >= 1 << 32:
+        return first, runs.run_bounds(run_id)[1]
+    return first, runs.bucket_key(run_id, past_bucket)
+
+
+def _put_all(cursor: Cursor, records: Iterator[tuple[bytes, bytes]] | list[tuple[bytes, bytes]]) -> None:
+    """Put every record; refuse if LMDB took fewer."""
+    records = list(records)
+    _, added = cursor.putmulti(records)
+    if added != len(records):
+        raise CorruptStoreError(
+            f"a table accepted {added} of {len(records)} records; the store may be damaged"
+        )
+
+
+def _delete_range(txn: Txn, db: Database, first: bytes, past: bytes) -> None:
+    cursor = txn.cursor(db)
+    if not cursor.set_range(first):
+        return
+    while cursor.key() < past:
+        if not cursor.delete():
+            break
+
+
+def drop_runs(txn: Txn, databases: Sequence[Database], run_ids: Sequence[int]) -> None:
+    """Delete every bucket and bitmap chunk of ``run_ids`` from every table."""
+    for db in databases:
+        for run_id in run_ids:
+            _delete_range(txn, db, *runs.run_bounds(run_id))
+            _delete_range(txn, db, *occupancy.run_chunk_bounds(run_id))
