@@ -1,5 +1,4 @@
-"""Shared by the in-process query A/B scripts (``ab_crowded.py``,
-``ab_bitmap_bits.py``, ``ab_permute.py``): one query mix, and one loop that
+"""Shared by the in-process query A/B scripts (``ab_permute.py``): one query mix, and one loop that
 runs every query under each variant of a store's scan plan (or of another
 attribute), the order alternating.
 
@@ -48,10 +47,11 @@ def alternate(
     variants: Mapping[str, object],
     queries: list[tuple[int, str]],
     rounds: int = 3,
-    attribute: str = "_scan_plan",
+    *,
+    attribute: str,
 ) -> None:
     """Time ``store.query`` of every query under every variant (a value of the
-    store's ``attribute``: its scan plan unless said otherwise), the order
+    store's ``attribute``), the order
     alternating from query to query and round to round, with the same answers
     required; print p50 and p99 per variant and query kind."""
     original = getattr(store, attribute)

@@ -74,7 +74,7 @@ from bench_peers import SIMHASH_WORKER, _codes, _faiss_index
 from bench_store import base_fingerprints, online_fingerprints, raw_floor
 
 import simstore
-from simstore.params import Options, auto_merge_threshold
+from simstore.params import DEFAULT_MERGE_THRESHOLD, Options
 
 ROOT = Path(__file__).resolve().parent.parent
 
@@ -85,7 +85,7 @@ def merge_thresholds(n: int, merges: int) -> list[int]:
     thresholds: list[int] = []
     tabled = n
     for _ in range(merges):
-        threshold = explicit if explicit is not None else auto_merge_threshold(tabled)
+        threshold = explicit if explicit is not None else DEFAULT_MERGE_THRESHOLD
         thresholds.append(threshold)
         tabled += threshold
     return thresholds

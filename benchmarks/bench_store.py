@@ -92,7 +92,7 @@ from _common import (
 )
 
 import simstore
-from simstore.params import auto_merge_threshold
+from simstore.params import DEFAULT_MERGE_THRESHOLD
 from simstore.permute import one_level_tables
 from simstore.store import file_bytes
 
@@ -617,8 +617,7 @@ def run(args: argparse.Namespace, n: int, work_dir: str, report: Report) -> int:
     base_path = os.path.join(work_dir, "base.simstore")
     work_path = os.path.join(work_dir, "work.simstore")
     queries = make_queries(base_fingerprints(n), args.queries, SEED + 3)
-    # The automatic threshold of a store of N (explicit thresholds stay fixed after merges).
-    default_threshold = simstore.Options().merge_threshold or auto_merge_threshold(n)
+    default_threshold = simstore.Options().merge_threshold or DEFAULT_MERGE_THRESHOLD
     baseline = baseline_rss_mib()
     report.add(
         f"k = {K}, {BLOCKS} blocks, 10 tables; {args.queries:,} queries "
