@@ -56,16 +56,19 @@ FIXED_DB_NAMES = (DB_META, DB_KEYS, DB_DOCS, DB_DOCMETA, DB_DELTA)
 TABLE_DB_FLAGS: dict[str, bool] = {}
 
 # A writer's file is as long as its map and every block of it is allocated
-# (see Environment.use_writable_map), so the map starts small, grows by half
-# when full, and a reservation adds a quarter of the map beyond its need.
+# (see Environment.use_writable_map), so the map starts small and grows by an
+# eighth of what is in use (at least MIN_MAP_SIZE, at most MAX_GROWTH_STEP)
+# when full, and a reservation adds the same eighth beyond its need: the file
+# stays within about 1.125x of the pages in use. Growth by half, as format 1
+# did, left a 100M store's file up to 1.5x its pages.
 INITIAL_MAP_SIZE = 1 << 20
 MIN_MAP_SIZE = 1 << 20
-MAP_HEADROOM_FRACTION = 4
+MAP_HEADROOM_FRACTION = 8
 # The lock file LMDB makes for 126 readers (measured: 8192 bytes).
 LOCK_FILE_BYTES = 8192
 # Below this much free space an I/O error from a commit is taken as a full disk.
 FULL_FILESYSTEM_BYTES = 1 << 20
-MAX_GROWTH_STEP = 16 << 30
+MAX_GROWTH_STEP = 2 << 30
 
 T = TypeVar("T")
 
@@ -466,7 +469,7 @@ class Environment:
         needed = self.used_bytes() + extra_bytes
         if needed <= current:
             return
-        target = max(needed, current + current // MAP_HEADROOM_FRACTION)
+        target = needed + max(MIN_MAP_SIZE, needed // MAP_HEADROOM_FRACTION)
         if self.max_map_size is not None:
             target = min(target, max(self.max_map_size, current))
         if target > current:
@@ -475,7 +478,8 @@ class Environment:
 
     def _grow(self) -> None:
         current = self.env.info()["map_size"]
-        grown = current + max(MIN_MAP_SIZE, min(current // 2, MAX_GROWTH_STEP))
+        step = min(self.used_bytes() // MAP_HEADROOM_FRACTION, MAX_GROWTH_STEP)
+        grown = current + max(MIN_MAP_SIZE, step)
         if self.max_map_size is not None:
             if current >= self.max_map_size:
                 raise StoreFullError(

@@ -239,6 +239,51 @@ def decode_bucket(key: bytes, value: bytes, geometry: Geometry) -> tuple[U64Arra
     return keys, doc_ids
 
 
+def decode_buckets(keys: list[bytes], values: list[bytes], geometry: Geometry) -> tuple[U64Array, U64Array]:
+    """:func:`check_bucket` over consecutive buckets of one run at once (the
+    bulk path of compaction): their entries as ``(known keys, document
+    ids)``, checked for damage and for order across all of them."""
+    if not values:
+        return np.zeros(0, dtype=np.uint64), np.zeros(0, dtype=np.uint64)
+    for key, value in zip(keys, values, strict=True):
+        if (
+            len(value) < HEADER.size
+            or value[0] != BUCKET_KIND
+            or int.from_bytes(value[1:5], "big") != _checksum(key, memoryview(value)[HEADER.size :])
+        ):
+            raise CorruptStoreError(f"bucket {key.hex()} of a table is damaged (checksum mismatch)")
+    tag_bytes, id_bytes = geometry.tag_bytes, geometry.id_bytes
+    lengths = np.fromiter(map(len, values), dtype=np.int64, count=len(values))
+    counts, rest = np.divmod(lengths - HEADER.size, geometry.entry_bytes)
+    if bool(rest.any()) or not bool(counts.all()):
+        raise CorruptStoreError("a bucket of a table is damaged (a partial entry)")
+    blob = np.frombuffer(b"".join(values), dtype=np.uint8)
+    payload_at = np.cumsum(lengths) - lengths + HEADER.size
+    first_entry = np.cumsum(counts) - counts
+    within = np.arange(int(counts.sum()), dtype=np.int64) - np.repeat(first_entry, counts)
+    tag_at = np.repeat(payload_at, counts) + within * tag_bytes
+    id_at = np.repeat(payload_at + counts * tag_bytes, counts) + within * id_bytes
+    tags = _gather_big_endian(blob, tag_at, tag_bytes)
+    doc_ids = _gather_big_endian(blob, id_at, id_bytes)
+    known = tags << np.uint64(_tag_shift(geometry))
+    if geometry.bucket_bits:
+        buckets = np.frombuffer(b"".join(keys), dtype=">u4").reshape(len(keys), 2)[:, 1].astype(np.uint64)
+        known >>= np.uint64(geometry.bucket_bits)
+        known |= np.repeat(buckets, counts) << np.uint64(FINGERPRINT_BITS - geometry.bucket_bits)
+    if len(known) > 1 and bool(np.any(known[1:] < known[:-1])):
+        raise CorruptStoreError(f"buckets from {keys[0].hex()} of a table are damaged (entries out of order)")
+    return known, doc_ids
+
+
+def _gather_big_endian(blob: npt.NDArray[np.uint8], at: npt.NDArray[np.int64], width: int) -> U64Array:
+    """The ``width``-byte big-endian integers starting at offsets ``at``."""
+    result = np.zeros(len(at), dtype=np.uint64)
+    for offset in range(width):
+        result <<= np.uint64(8)
+        result |= blob[at + offset]
+    return result
+
+
 def known_key(permuted_key: int, geometry: Geometry) -> int:
     """A permuted key with the bits past ``known_bits`` cleared, as a run records it."""
     return (
