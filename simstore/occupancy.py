@@ -30,7 +30,7 @@ store answers at once.
 
 Storage and validity: each run of a table (see ``simstore.runs``) has its
 own pair of bitmaps, written in the same transaction as the run and kept in
-the table's sub-database under keys that sort after every bucket (run id
+the table's sub-database under keys that sort before every bucket (run id
 ``BITMAP_RUN``). They are stored in ``2**CHUNK_BITS``-bit chunks, each with a
 CRC32, so a query reads only the chunks it needs and damage is reported as
 ``CorruptStoreError``. A compaction writes the output run's bitmaps chunk by
@@ -207,9 +207,12 @@ def bitmap_bytes(bits: int) -> int:
 #: bits). A chunk and its 4-byte checksum take 17 LMDB overflow pages: 6% more
 #: than its bytes (an 8 KiB chunk took three pages, 50% more).
 CHUNK_BITS = 19
-#: Bitmap chunks live in the table's own sub-database, after every bucket,
-#: under this run id (which no run takes).
-BITMAP_RUN = 0xFFFF_FFFF
+#: Bitmap chunks live in the table's own sub-database, before every bucket,
+#: under this run id (which no run takes): the buckets of the newest run are
+#: then the last keys of the table, and LMDB appends them in full pages (a
+#: put before a later key splits pages in half: 372 against 228 bytes per
+#: 197-byte record, measured).
+BITMAP_RUN = 0
 OCCUPIED = b"o"
 CROWDED = b"c"
 _CHUNK_KEY = struct.Struct(">IIcI")

@@ -179,25 +179,56 @@ def encode_buckets(
     count = len(permuted)
     if count == 0:
         return
-    tag_bytes, id_bytes = geometry.tag_bytes, geometry.id_bytes
-    shifted = permuted << np.uint64(geometry.bucket_bits) if geometry.bucket_bits else permuted
-    tags = shifted >> np.uint64(_tag_shift(geometry))
-    unknown = _unknown_mask(geometry)
-    if unknown:
-        tags &= np.uint64(~unknown & MAX_FINGERPRINT)
-    tag_column = tags.astype(f">u{tag_bytes}").view(np.uint8).reshape(count, tag_bytes)
-    id_column = doc_ids.astype(">u8").view(np.uint8).reshape(count, 8)[:, 8 - id_bytes :]
     buckets = (
         permuted >> np.uint64(FINGERPRINT_BITS - geometry.bucket_bits)
         if geometry.bucket_bits
         else np.zeros(count, dtype=np.uint64)
     )
     starts = np.flatnonzero(np.concatenate(([True], buckets[1:] != buckets[:-1])))
-    ends = np.append(starts[1:], count)
-    tag_blob = np.ascontiguousarray(tag_column).tobytes()
-    id_blob = np.ascontiguousarray(id_column).tobytes()
-    bucket_list = buckets[starts].tolist()
-    for bucket, start, end in zip(bucket_list, starts.tolist(), ends.tolist(), strict=True):
+    bucket_numbers = buckets[starts]
+    del buckets
+    # A slice of buckets at a time: the packed columns of a 10M-entry run
+    # would otherwise be held whole, twice over, beside the run itself.
+    for first in range(0, len(starts), ENCODE_SLICE_BUCKETS):
+        past = min(first + ENCODE_SLICE_BUCKETS, len(starts))
+        begin = int(starts[first])
+        end = int(starts[past]) if past < len(starts) else count
+        yield from _encode_slice(
+            run_id,
+            geometry,
+            permuted[begin:end],
+            doc_ids[begin:end],
+            (starts[first:past] - begin).tolist(),
+            bucket_numbers[first:past].tolist(),
+        )
+
+
+#: Buckets encoded together by :func:`encode_buckets` (about 2M entries).
+ENCODE_SLICE_BUCKETS = 1 << 16
+
+
+def _encode_slice(
+    run_id: int,
+    geometry: Geometry,
+    permuted: U64Array,
+    doc_ids: IdArray,
+    starts: list[int],
+    bucket_numbers: list[int],
+) -> Iterator[tuple[bytes, bytes]]:
+    count = len(permuted)
+    tag_bytes, id_bytes = geometry.tag_bytes, geometry.id_bytes
+    shifted = permuted << np.uint64(geometry.bucket_bits) if geometry.bucket_bits else permuted
+    tags = shifted >> np.uint64(_tag_shift(geometry))
+    unknown = _unknown_mask(geometry)
+    if unknown:
+        tags &= np.uint64(~unknown & MAX_FINGERPRINT)
+    tag_blob = tags.astype(f">u{tag_bytes}").tobytes()
+    del shifted, tags
+    id_blob = np.ascontiguousarray(
+        doc_ids.astype(">u8").view(np.uint8).reshape(count, 8)[:, 8 - id_bytes :]
+    ).tobytes()
+    ends = [*starts[1:], count]
+    for bucket, start, end in zip(bucket_numbers, starts, ends, strict=True):
         key = KEY.pack(run_id, bucket)
         yield (
             key,

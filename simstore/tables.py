@@ -15,7 +15,8 @@ permuted key there; nothing else has an entry.
 from __future__ import annotations
 
 import contextlib
-from collections.abc import Callable, Iterator, Sequence
+import itertools
+from collections.abc import Callable, Iterable, Iterator, Sequence
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import replace
 
@@ -194,10 +195,16 @@ class TableSet:
                 crowded, shift = hits[0][8], hits[0][9]
                 if crowded is not None:
                     slot = query_key >> shift
-                    if not (crowded[slot >> 3] >> (slot & 7)) & 1 and any(
-                        not (keys[table_index] ^ query_key) >> shift for keys in seen
-                    ):
-                        continue
+                    if not (crowded[slot >> 3] >> (slot & 7)) & 1:
+                        # A plain loop: any() over a generator cost about a
+                        # microsecond a table here.
+                        skip = False
+                        for keys in seen:
+                            if keys[table_index] >> shift == slot:
+                                skip = True
+                                break
+                        if skip:
+                            continue
             for db, base, bucket_shift, plan, bucket_bits, *_ in hits:
                 key = (base | query_key >> bucket_shift).to_bytes(8, "big")
                 value = get(key, db=db)
@@ -450,6 +457,21 @@ class TableSet:
 
 
 MAX_KEY = (1 << FINGERPRINT_BITS) - 1
+#: LMDB's cost of one bucket beside its bytes: the 8-byte key and a node header.
+BUCKET_OVERHEAD = 16
+
+
+def run_bytes(entries: int, tables: Sequence[Table], max_id: int) -> int:
+    """About the bytes a run of ``entries`` entries takes in every table, with
+    its bitmaps: what a write must find room for."""
+    total = 0
+    for table in tables:
+        geometry = runs.choose_geometry(entries, table.prefix_bits, max_id)
+        buckets = min(entries, 1 << geometry.bucket_bits)
+        bits = occupancy.bits_for(entries, table.prefix_bits, len(tables))
+        total += entries * geometry.entry_bytes + buckets * (runs.HEADER.size + BUCKET_OVERHEAD)
+        total += 2 * occupancy.bitmap_bytes(bits) if bits else 0
+    return total
 
 
 def bucket_span(run_id: int, geometry: runs.Geometry, low: int, high: int) -> tuple[bytes, bytes]:
@@ -465,14 +487,23 @@ def bucket_span(run_id: int, geometry: runs.Geometry, low: int, high: int) -> tu
     return first, runs.bucket_key(run_id, past_bucket)
 
 
-def _put_all(cursor: Cursor, records: Iterator[tuple[bytes, bytes]] | list[tuple[bytes, bytes]]) -> None:
-    """Put every record; refuse if LMDB took fewer."""
-    records = list(records)
-    _, added = cursor.putmulti(records)
-    if added != len(records):
-        raise CorruptStoreError(
-            f"a table accepted {added} of {len(records)} records; the store may be damaged"
-        )
+def _put_all(cursor: Cursor, records: Iterable[tuple[bytes, bytes]]) -> None:
+    """Put every record, a slice at a time (a run's records are never all
+    held at once); refuse if LMDB took fewer."""
+    iterator = iter(records)
+    append: bool | None = None
+    while batch := list(itertools.islice(iterator, PUT_SLICE)):
+        if append is None:
+            # Records past the table's last key are appended in full pages.
+            append = not cursor.last() or cursor.key() < batch[0][0]
+        _, added = cursor.putmulti(batch, append=append)
+        if added != len(batch):
+            raise CorruptStoreError(
+                f"a table accepted {added} of {len(batch)} records; the store may be damaged"
+            )
+
+
+PUT_SLICE = 1 << 15
 
 
 def _take_range(txn: Txn, db: Database, first: bytes, past: bytes) -> tuple[list[bytes], list[bytes]]:
@@ -484,7 +515,7 @@ def _take_range(txn: Txn, db: Database, first: bytes, past: bytes) -> tuple[list
         return keys, values
     while True:
         key = cursor.key()
-        if key >= past:
+        if not key or key >= past:  # b"": the cursor ran off the table's end
             break
         keys.append(key)
         values.append(cursor.value())
@@ -497,7 +528,7 @@ def _delete_range(txn: Txn, db: Database, first: bytes, past: bytes) -> None:
     cursor = txn.cursor(db)
     if not cursor.set_range(first):
         return
-    while cursor.key() < past:
+    while (key := cursor.key()) and key < past:
         if not cursor.delete():
             break
 

@@ -366,6 +366,14 @@ def test_plan_compaction_tiers() -> None:
     assert plan_compaction([]) is None
     assert plan_compaction([5]) is None
     assert plan_compaction([100, 10, 10, 10]) is None
-    assert plan_compaction([100, 10, 10, 10, 10]) == (1, 5)
-    assert plan_compaction([1000, 300, 80, 20, 5, 1, 1]) == (5, 7)  # more than six runs
+    assert plan_compaction([400, 10, 10, 10, 10]) == (1, 5)
+    assert plan_compaction([100, 10, 10, 10, 10]) == (0, 5)  # 100 is within 3x the tier's 40
+    assert plan_compaction([10_000, 3_000, 800, 200, 50, 1, 1]) == (5, 7)  # more than six runs
+    # A tier is never joined for being a tier of fewer than four runs ...
+    assert plan_compaction([100, 30, 10]) is None
+    # ... and whatever the sizes, a plan always joins at least two adjacent runs.
+    for sizes in ([7, 1, 1, 1, 1, 1, 1], [1, 2, 4, 8, 16, 32, 64], [64, 32, 16, 8, 4, 2, 1]):
+        first, end = plan_compaction(sizes) or (0, 0)
+        assert end - first >= 2
+        assert end == len(sizes)
     assert plan_compaction([10, 10, 10, 10]) == (0, 4)
