@@ -26,6 +26,7 @@ from simstore.errors import (
     StoreLockedError,
     StoreNotFoundError,
 )
+from simstore.migrate import migrate
 from simstore.opening import open
 from simstore.params import Options
 from simstore.permute import Table, hamming
@@ -76,6 +77,7 @@ __all__ = [
     "fingerprint",
     "fingerprint_vector",
     "hamming",
+    "migrate",
     "open",
     "plan",
 ]

@@ -499,6 +499,15 @@ class Environment:
             except lmdb.Error as exc:
                 raise translate(exc, self.path) from exc
 
+    def copy_compacted(self, path: str) -> None:
+        """Write a copy of the latest snapshot to a new file at ``path``, with
+        no free pages (LMDB's compacting copy). LMDB creates the file with
+        ``O_EXCL``: an existing file is refused, never replaced."""
+        try:
+            self.env.copy(path, compact=True)
+        except lmdb.Error as exc:
+            raise translate(exc, path) from exc
+
     def map_size(self) -> int:
         return int(self.env.info()["map_size"])
 

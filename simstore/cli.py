@@ -1,11 +1,11 @@
 """The ``simstore`` command line; ``main(argv) -> int``.
 
 Verbs: ``add``, ``query``, ``dedup``, ``stats``, ``plan``, ``relayout``,
-``check``, ``merge``, ``remove``, ``export``, ``import``. Each verb is a
+``check``, ``merge``, ``compact``, ``migrate``, ``remove``, ``export``, ``import``. Each verb is a
 ``configure`` function (its arguments) and a ``run`` function (``args -> exit
 status``), listed once in :data:`VERBS`; a new verb is two functions and one
-line there. The verbs live in :mod:`simstore.cli_store` and
-:mod:`simstore.cli_dedup`, what they share in :mod:`simstore.cli_common`.
+line there. The verbs live in :mod:`simstore.cli_store`,
+:mod:`simstore.cli_dedup` and :mod:`simstore.cli_maintain`, what they share in :mod:`simstore.cli_common`.
 
 Exit status: 0 success, 1 a simstore error or bad input (one line on stderr,
 ``simstore: error: ...``, no traceback), 2 a usage error (argparse's usage
@@ -32,6 +32,7 @@ from dataclasses import dataclass
 
 from simstore.cli_common import PROG
 from simstore.cli_dedup import configure_dedup, run_dedup
+from simstore.cli_maintain import configure_compact, configure_migrate, run_compact, run_migrate
 from simstore.cli_store import (
     configure_add,
     configure_export,
@@ -85,6 +86,18 @@ VERBS: dict[str, Verb] = {
     "relayout": Verb("rebuild a store's tables in another layout", configure_relayout, run_relayout),
     "check": Verb("verify a store's invariants", configure_store_only, run_check, reads=True),
     "merge": Verb("fold a store's delta into its tables", configure_store_only, run_merge),
+    "compact": Verb(
+        "join a store's table runs into one (and optionally write a compacted copy)",
+        configure_compact,
+        run_compact,
+        json_option=True,
+    ),
+    "migrate": Verb(
+        "convert a simstore 0.1 (format 1) store into a new store",
+        configure_migrate,
+        run_migrate,
+        json_option=True,
+    ),
     "remove": Verb("remove documents by key", configure_remove, run_remove),
     "export": Verb("write a store's keys, fingerprints and metadata as JSONL", configure_export, run_export),
     "import": Verb("add documents from `simstore export` JSONL", configure_import, run_import),

@@ -108,8 +108,9 @@ def encode_meta(params: StoredParams, *, version: str) -> bytes:
     return packed
 
 
-def decode_meta(raw: bytes) -> StoredParams:
-    """Parse and validate a meta record.
+def decode_meta(raw: bytes, *, accept: int = FORMAT_VERSION) -> StoredParams:
+    """Parse and validate a meta record of format version ``accept`` (today's,
+    unless a migration reads an old store).
 
     Raises:
         NotAStoreError: the record is not simstore's.
@@ -132,7 +133,9 @@ def decode_meta(raw: bytes) -> StoredParams:
             f"the store has format version {version}, but this simstore reads only "
             f"versions up to {FORMAT_VERSION}; upgrade simstore to open it"
         )
-    if version < FORMAT_VERSION:
+    if version == FORMAT_VERSION and accept != FORMAT_VERSION:
+        raise FormatVersionError(f"the store has format version {version} already; it needs no migration")
+    if version < FORMAT_VERSION and version != accept:
         raise FormatVersionError(
             f"the store has format version {version} (simstore 0.1), whose tables this simstore "
             f"does not read; convert it with `simstore migrate OLD NEW` (or "

@@ -79,7 +79,7 @@ from simstore.records import (
 )
 from simstore.simhash import UNRECORDED_SETTINGS, Fingerprinter
 from simstore.skew import Degenerate, TableSkew, degenerate_fingerprints, table_skew
-from simstore.tables import TableSet
+from simstore.tables import TableSet, run_bytes
 from simstore.text import segmenter_info
 
 __version__ = "0.1.0"
@@ -765,7 +765,12 @@ class Store(BatchMixin):
         if not len(packed_keys):
             return
         batch = _Batch(packed_keys, *packed_keys.distinct(), fps, meta_list)
-        self._reserve_for(len(batch.positions), packed_keys.total_bytes)
+        carried = len(self._delta) + len(batch.positions)
+        self._reserve_for(
+            len(batch.positions),
+            packed_keys.total_bytes,
+            run_entries=carried if carried >= self._merge_threshold() else 0,
+        )
         self._write(lambda txn, state: self._add_batch(txn, state, batch))
         self._maintain(len(batch.positions), pay_all=True)
 
@@ -938,7 +943,7 @@ class Store(BatchMixin):
         Returns:
             The number of documents merged.
         """
-        self._reserve_for(len(self._delta), 0)
+        self._reserve_for(0, 0, run_entries=len(self._delta))
 
         def body(txn: _lmdb.Txn, state: State) -> tuple[int, State, _Change]:
             doc_ids, fingerprints = self._delta.arrays()
@@ -953,25 +958,47 @@ class Store(BatchMixin):
         self._compaction_credit += merged * len(self._tables) * COMPACTION_CREDIT
         return merged
 
-    def compact(self) -> int:
-        """Join every run of the tables into one, a key range at a time.
+    def compact(self, *, copy_to: str | os.PathLike[str] | None = None) -> int:
+        """Join every run of the tables into one, a key range at a time, and
+        optionally write a compacted copy of the store.
 
         Each step is one write transaction of bounded size, so other writers
         and readers are held up for a step at most, never for the whole
         compaction; a compaction cut short by a crash or an exception is
         taken up again by the next write (or the next ``compact()``). Pages
-        it frees are reused by later writes; the file itself does not shrink.
+        it frees (and pages removals freed) are reused by later writes; the
+        file itself does not shrink, since other processes may have it
+        mapped. To get the space back on disk, give ``copy_to``: a new file
+        holding only the pages in use, which can replace the store once no
+        process has it open.
+
+        Args:
+            copy_to: a path that does not exist yet.
 
         Returns:
             The number of table entries moved.
+
+        Raises:
+            InvalidValueError: ``copy_to`` exists (nothing is replaced).
         """
+        if copy_to is not None:
+            copy_to = os.fspath(copy_to)
+            if os.path.lexists(copy_to):
+                raise InvalidValueError(
+                    f"{copy_to} exists already; compact writes a new file and replaces nothing"
+                )
         self.merge()
         moved = 0
         while True:
             step = self._compaction_step(everything=True)
             if step is None:
-                return moved
+                break
             moved += step
+        if copy_to is not None:
+            with self._lock:
+                self._check_usable()
+                self._env.copy_compacted(copy_to)
+        return moved
 
     def _compaction_step(self, *, everything: bool = False) -> int | None:
         """One step of the compaction under way (starting one if due, or with
@@ -1057,7 +1084,7 @@ class Store(BatchMixin):
         new_k = k if k is not None or layout is not None else self.k
         requested = LayoutRequest(new_k, blocks, None, layout, expected_docs)
         chosen_k, tables, spec, chosen_blocks = choose_layout(requested)
-        self._reserve_for(len(self), 0, tables=len(tables))
+        self._reserve_for(0, 0, run_entries=len(self), tables=tables)
 
         def body(txn: _lmdb.Txn, state: State) -> tuple[None, State, _Change]:
             generation = self._params.generation + 1
@@ -1110,15 +1137,25 @@ class Store(BatchMixin):
             raise CorruptStoreError("a document record is too short; the store may be damaged")
         return np.frombuffer(fingerprint_bytes, dtype=">u8").astype(np.uint64)
 
-    def _reserve_for(self, documents: int, key_bytes: int, *, tables: int | None = None) -> None:
-        """Grow the map ahead of writing ``documents`` new documents (into
-        ``tables`` tables, the store's own unless given)."""
-        table_count = len(self._tables) if tables is None else tables
-        # Per document (measured at 1M-10M): a table entry of 6-9 bytes with
-        # its bitmap bits in every table, and the document and key records
-        # with LMDB's nodes, 56 bytes beside the key itself, twice. The map
-        # adds its own headroom (Environment.reserve).
-        estimate = documents * (table_count * 10 + 56) + 2 * key_bytes
+    def _reserve_for(
+        self,
+        documents: int,
+        key_bytes: int,
+        *,
+        run_entries: int,
+        tables: Sequence[Table] | None = None,
+    ) -> None:
+        """Grow the map ahead of a write of ``documents`` new documents (their
+        keys ``key_bytes`` long in all) and a new run of ``run_entries``
+        entries in every table (of ``tables``, the store's own unless given)."""
+        # Per new document, its record and key-table entry: the key twice
+        # and 40 bytes of ids, fingerprint and LMDB nodes (measured: 56 bytes
+        # a document beside 8-byte keys); or its delta log entry, as much.
+        # The map adds its own headroom (Environment.reserve).
+        estimate = documents * 40 + 2 * key_bytes
+        if run_entries:
+            max_id = 2 * (len(self) + documents)  # the id width, roughly
+            estimate += run_bytes(run_entries, self._tables if tables is None else tables, max_id)
         with self._lock:
             self._check_usable()
             if self.readonly:

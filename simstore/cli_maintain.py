@@ -1,0 +1,64 @@
+"""The maintenance verbs: ``compact`` and ``migrate``."""
+
+from __future__ import annotations
+
+import argparse
+
+from simstore.cli_common import print_json, progress
+from simstore.migrate import migrate
+from simstore.opening import open as open_store
+
+
+def configure_compact(parser: argparse.ArgumentParser) -> None:
+    parser.add_argument("store", help="the store file")
+    parser.add_argument(
+        "--copy-to",
+        metavar="NEW",
+        help="also write a compacted copy of the store to NEW (a path that does not exist): "
+        "only the pages in use, so the copy is as small as the store can be",
+    )
+
+
+def run_compact(args: argparse.Namespace) -> int:
+    with open_store(args.store, "w") as store:
+        before = store.stats()
+        moved = store.compact(copy_to=args.copy_to)
+        after = store.stats()
+    summary = {
+        "entries_moved": moved,
+        "bytes_used_before": before.bytes_used,
+        "bytes_used_after": after.bytes_used,
+        "bytes_on_disk": after.bytes_on_disk,
+        "copy": args.copy_to,
+    }
+    if args.json:
+        print_json(summary)
+    else:
+        print(
+            f"compacted: {moved} table entries moved; {after.bytes_used:,} bytes in use "
+            f"of a {after.bytes_on_disk:,}-byte file (freed pages are reused by later writes)"
+        )
+        if args.copy_to:
+            print(f"wrote a compacted copy to {args.copy_to}")
+    return 0
+
+
+def configure_migrate(parser: argparse.ArgumentParser) -> None:
+    parser.add_argument("old", help="a store written by simstore 0.1 (format 1); it is only read")
+    parser.add_argument("new", help="where to write the new store (a path that does not exist)")
+
+
+def run_migrate(args: argparse.Namespace) -> int:
+    bar = progress(args, desc="migrating", unit="doc")
+
+    def update(done: int, total: int) -> None:
+        bar.total = total
+        bar.update(done - bar.n)
+
+    with bar:
+        copied = migrate(args.old, args.new, progress=update)
+    if args.json:
+        print_json({"documents": copied, "new": args.new})
+    else:
+        print(f"migrated {copied} documents into {args.new}")
+    return 0
