@@ -3,6 +3,7 @@ tables keep them, one table ahead of the writes."""
 
 from __future__ import annotations
 
+from collections.abc import Sequence
 from concurrent.futures import Executor, Future
 from typing import Any
 
@@ -15,15 +16,33 @@ from simstore.permute import Table, U64Array
 IdArray = npt.NDArray[np.unsignedinteger[Any]]
 
 
-def sorted_entries(table: Table, fingerprints: U64Array, doc_ids: IdArray) -> tuple[U64Array, IdArray]:
+def sorted_entries(
+    table: Table, fingerprints: U64Array, doc_ids: IdArray, known_bits: int = 64
+) -> tuple[U64Array, IdArray]:
     """``(permuted keys, doc ids)`` of a batch in ``table``, sorted by
-    ``(permuted key, doc id)`` as dupsort tables keep them.
+    ``(permuted key, doc id)``; only the leading ``known_bits`` bits of each
+    key are kept (a run records no more), the rest are zero.
 
-    Equal permuted keys are rare, so an unstable sort (five times faster than
-    a stable one for a million keys, measured) is tried first and the full
-    two-key sort is paid for only when a key repeats.
+    When the ids fit in the bits a run does not record, each key and its id
+    are one 64-bit integer, sorted in place: no argsort's index array or
+    gathers (for a 10M-entry run, 120 MB less at a time, and faster).
+    Otherwise equal permuted keys are rare, so an unstable argsort (five
+    times faster than a stable one for a million keys, measured) is tried
+    first and the full two-key sort is paid for only when a key repeats.
     """
     permuted = table.permute_array(fingerprints)
+    id_bits = int(doc_ids.max()).bit_length() if doc_ids.size else 0
+    free_bits = 64 - known_bits
+    if known_bits < 64 and id_bits <= free_bits:
+        low_mask = np.uint64((1 << free_bits) - 1)
+        permuted &= ~low_mask
+        permuted |= doc_ids
+        permuted.sort()
+        sorted_ids = (permuted & low_mask).astype(doc_ids.dtype)
+        permuted &= ~low_mask
+        return permuted, sorted_ids
+    if known_bits < 64:
+        permuted &= np.uint64(((1 << known_bits) - 1) << free_bits)
     sorted_ids = doc_ids[np.argsort(permuted)]
     # Sorted in place rather than gathered by the order: the sorted keys are
     # the same whatever order ties take, and this runs beside a write, so
@@ -48,7 +67,12 @@ class TableWrites:
     """
 
     def __init__(
-        self, doc_ids: U64Array, fingerprints: U64Array, tables: tuple[Table, ...], sorter: Executor
+        self,
+        doc_ids: U64Array,
+        fingerprints: U64Array,
+        tables: tuple[Table, ...],
+        sorter: Executor,
+        known_bits: Sequence[int] | None = None,
     ) -> None:
         # Held as uint32 when they fit: half the memory of the two tables'
         # entries in flight. They are written as 8 bytes all the same.
@@ -56,6 +80,7 @@ class TableWrites:
         self.doc_ids: IdArray = doc_ids.astype(np.uint32) if fits else doc_ids
         self.fingerprints = fingerprints
         self.tables = tables
+        self.known_bits = tuple(known_bits) if known_bits is not None else (64,) * len(tables)
         self.every_fingerprint: list[U64Array] = []
         self._sorter = sorter
         self._sorting: dict[int, Future[tuple[U64Array, IdArray]]] = {}
@@ -69,6 +94,10 @@ class TableWrites:
         for wanted in (index, index + 1):
             if wanted < len(self.tables) and wanted not in self._sorting:
                 self._sorting[wanted] = self._sorter.submit(
-                    sorted_entries, self.tables[wanted], self.fingerprints, self.doc_ids
+                    sorted_entries,
+                    self.tables[wanted],
+                    self.fingerprints,
+                    self.doc_ids,
+                    self.known_bits[wanted],
                 )
         return self._sorting[index].result()

@@ -255,7 +255,8 @@ class TableSet:
         geometries = tuple(runs.choose_geometry(count, table.prefix_bits, max_id) for table in self.tables)
         bits = tuple(occupancy.bits_for(count, table.prefix_bits, len(self.tables)) for table in self.tables)
         with ThreadPoolExecutor(max_workers=1, thread_name_prefix="simstore-sort") as sorter:
-            writes = TableWrites(doc_ids, fingerprints, self.tables, sorter)
+            known = [geometry.known_bits for geometry in geometries]
+            writes = TableWrites(doc_ids, fingerprints, self.tables, sorter, known)
             for index, db in enumerate(self.databases):
                 permuted, ids = writes.entries(index)
                 cursor = txn.cursor(db)
@@ -414,10 +415,20 @@ class TableSet:
         ids = np.concatenate(id_parts) if id_parts else np.zeros(0, dtype=np.uint64)
         if geometry.known_bits < FINGERPRINT_BITS:
             keys &= np.uint64((MAX_KEY >> geometry.known_bits) ^ MAX_KEY)
-        # Each input's part is sorted already: a stable sort (timsort here)
-        # merges them; lexsort by (key, id) took most of a step's time.
-        order = np.argsort(keys, kind="stable")
-        keys, ids = keys[order], ids[order]
+        free_bits = FINGERPRINT_BITS - geometry.known_bits
+        if free_bits and len(ids) and int(ids.max()).bit_length() <= free_bits:
+            # Each key with its id in the bits the run does not record: one
+            # in-place sort of one array (see merging.sorted_entries).
+            low_mask = np.uint64((1 << free_bits) - 1)
+            keys |= ids
+            keys.sort()
+            ids = keys & low_mask
+            keys &= ~low_mask
+        else:
+            # Each input's part is sorted already: a stable sort (timsort
+            # here) merges them; lexsort by (key, id) took most of a step.
+            order = np.argsort(keys, kind="stable")
+            keys, ids = keys[order], ids[order]
         cursor = txn.cursor(db)
         _put_all(cursor, runs.encode_buckets(output.run_id, geometry, keys, ids))
         if bits:
