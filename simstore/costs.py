@@ -60,10 +60,13 @@ PER_DOC_INSERT_US = 1.58
 # one add_many measured 1.7-2.1x these estimates (larger sorts, deeper trees).
 PER_KEY_WRITE_US = 0.393
 
-# Size on disk: fixed bytes per document (key table, record) ...
-PER_DOC_BYTES = 49.0
-# ... and bytes per table entry (16-byte dupsort node plus page overhead).
-PER_ENTRY_BYTES = 28.1
+# Size on disk: fixed bytes per document (key table and record with 8-byte
+# int keys, measured 56.5 at 2M) ...
+PER_DOC_BYTES = 56.5
+# ... and bytes per table entry: format 2 packs entries in buckets, 5-6 bytes
+# of tag and id plus bucket and page overhead and the occupancy bitmaps
+# (measured 7.9 a table at 2M in 10 tables; format 1's node was 28.1).
+PER_ENTRY_BYTES = 7.9
 
 # numpy brute force (``np.bitwise_count(fps ^ q) <= k``), per stored document:
 # the scan a layout has to beat when every exact layout is expensive.
