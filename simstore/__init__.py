@@ -31,17 +31,10 @@ from simstore.opening import open
 from simstore.params import Options
 from simstore.permute import Table, hamming
 from simstore.planner import Layout, best_layout, plan
+from simstore.results import Match, Record, SegmenterChangedWarning, Stats, StoreFullWarning
 from simstore.sharded import ShardedStore
 from simstore.simhash import Fingerprinter, ShortTextWarning, fingerprint, fingerprint_vector
-from simstore.store import (
-    Match,
-    Record,
-    SegmenterChangedWarning,
-    Stats,
-    Store,
-    StoreFullWarning,
-    __version__,
-)
+from simstore.store import Store, __version__
 
 __all__ = [
     "Cluster",

@@ -22,16 +22,14 @@ from simstore.errors import CorruptStoreError, InvalidTypeError, InvalidValueErr
 from simstore.pairs import IntArray, prefix_masks, table_pairs
 from simstore.permute import Table, U64Array
 from simstore.records import Key, decode_record, encode_id, unpack_key, unpack_meta
-
-if TYPE_CHECKING:
-    from simstore.store import Record
+from simstore.results import Record
 
 #: ``progress(tables_done, tables_total)``, called after each table.
 Progress = Callable[[int, int], None]
 #: A representative policy: ``"first"``, ``"longest"``, or a callable that
 #: gets the members' records in the order they were added and returns the
 #: key of the one to keep (or its record).
-KeepPolicy = str | Callable[[list["Record"]], "Key | Record"]
+KeepPolicy = str | Callable[[list[Record]], Key | Record]
 
 KEEP_POLICIES = ("first", "longest")
 #: The metadata field ``keep="longest"`` compares (the CLI records each
@@ -277,8 +275,6 @@ class BatchMixin:
             return keys
 
     def _records_of(self, txn: _lmdb.Txn, doc_ids: Sequence[int]) -> list[Record]:
-        from simstore.store import Record
-
         docs = self._handles.docs
         docmeta = self._handles.docmeta
         records: list[Record] = []

@@ -25,6 +25,7 @@ from simstore.errors import InvalidValueError
 from simstore.pairs import IntArray, prefix_masks, run_pairs
 from simstore.permute import Table, U64Array, as_fingerprint_array
 from simstore.records import Key, pack_key, unpack_key
+from simstore.results import Record
 
 #: Bits of a position that number the row within its partition.
 ROW_BITS = 40
@@ -221,8 +222,6 @@ def representatives(members: pd.DataFrame, keep: KeepPolicy, length_column: str 
     with "added first" meaning "first in input order" and a member's
     ``meta`` being ``{"length": its length}`` when ``length_column`` is given.
     """
-    from simstore.store import Record
-
     if members.empty:
         return empty_frame(CLUSTER_COLUMNS)
     ordered = members.sort_values(["cluster_id", "position"], kind="stable")

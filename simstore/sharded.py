@@ -20,9 +20,10 @@ from simstore.errors import InvalidTypeError, InvalidValueError, ShardMismatchEr
 from simstore.opening import open as open_store
 from simstore.permute import U64Array, check_fingerprint
 from simstore.records import Key, KeyLike
+from simstore.results import Match, Record, match_order
 from simstore.sharding import shard_of, shards_of_packed
 from simstore.simhash import Fingerprinter
-from simstore.store import Match, Record, Store, _match_order
+from simstore.store import Store
 
 
 class ShardedStore:
@@ -122,7 +123,7 @@ class ShardedStore:
         matches: list[Match] = []
         for shard in self.shards:
             matches.extend(shard.query(query, k=k, with_meta=with_meta))
-        matches.sort(key=_match_order)
+        matches.sort(key=match_order)
         return matches
 
     def query_many(
@@ -143,7 +144,7 @@ class ShardedStore:
             ):
                 found.extend(matches)
         for found in merged:
-            found.sort(key=_match_order)
+            found.sort(key=match_order)
         return merged
 
     def shard_for(self, key: KeyLike) -> Store:

@@ -18,9 +18,9 @@ import time
 import warnings
 import weakref
 from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from types import TracebackType
-from typing import Any, NamedTuple, TypeVar
+from typing import Any, TypeVar
 
 import numpy as np
 
@@ -73,12 +73,19 @@ from simstore.records import (
     pack_meta,
     record_pairs,
     sliced,
-    sort_key,
     unpack_key,
     unpack_meta,
 )
+from simstore.results import (
+    Match,
+    Record,
+    SegmenterChangedWarning,
+    Stats,
+    StoreFullWarning,
+    match_order,
+)
 from simstore.simhash import UNRECORDED_SETTINGS, Fingerprinter
-from simstore.skew import Degenerate, TableSkew, degenerate_fingerprints, table_skew
+from simstore.skew import degenerate_fingerprints, table_skew
 from simstore.tables import TableSet, run_bytes
 from simstore.text import segmenter_info
 
@@ -106,57 +113,6 @@ BATCH_READS_BITMAPS = 64
 class _LayoutChangedError(Exception):
     """Internal: the snapshot's meta record differs from the one this Store
     uses, because another process re-laid the store out."""
-
-
-class SegmenterChangedWarning(UserWarning):
-    """The installed jieba (or its dictionary, or Python's Unicode tables)
-    differs from the one the store's text fingerprints were made with, so
-    Chinese text may fingerprint slightly differently than before."""
-
-
-class StoreFullWarning(UserWarning):
-    """An automatic merge found no room; the documents stay in the delta."""
-
-
-class Match(NamedTuple):
-    """A stored document within the query's distance; ``meta`` is filled
-    only when the query asks ``with_meta=True``."""
-
-    key: Key
-    distance: int
-    fingerprint: int
-    meta: dict[str, Any] | None = None
-
-
-class Record(NamedTuple):
-    """A stored document: its key, fingerprint and metadata (``None`` if none)."""
-
-    key: Key
-    fingerprint: int
-    meta: dict[str, Any] | None
-
-
-@dataclass(frozen=True)
-class Stats:
-    """A snapshot of a store's size and layout."""
-
-    path: str
-    docs: int
-    delta_docs: int
-    tables: int
-    k: int
-    blocks: int | None
-    prefix_bits: tuple[int, ...]
-    layout: tuple[tuple[int, ...], ...] = field(repr=False)
-    table_entries: tuple[int, ...]
-    bytes_on_disk: int
-    bytes_used: int
-    map_size: int
-    format_version: int
-    readonly: bool
-    layout_name: str = ""
-    skew: tuple[TableSkew, ...] | None = field(default=None, repr=False)
-    degenerate: Degenerate | None = None
 
 
 @dataclass
@@ -242,10 +198,6 @@ os.register_at_fork(
 def _table_count_and_generation(raw_meta: bytes) -> tuple[int, int]:
     params = decode_meta(raw_meta)
     return len(params.tables), params.generation
-
-
-def _match_order(match: Match) -> tuple[int, tuple[int, Key]]:
-    return (match.distance, sort_key(match.key))
 
 
 class Store(BatchMixin):
@@ -1283,7 +1235,7 @@ class Store(BatchMixin):
             meta = unpack_meta(txn.get(id_bytes, db=docmeta)) if with_meta else None
             matches.append(Match(unpack_key(packed), distance, fingerprint, meta))
         if len(matches) > 1:
-            matches.sort(key=_match_order)
+            matches.sort(key=match_order)
         return matches
 
     def get(self, key: KeyLike, default: Record | None = None) -> Record | None:
