@@ -464,11 +464,64 @@ def write_results(peers: list[dict[str, Any]], online: list[dict[str, Any]], pat
             + ". simhash-py was not measured: it does not build on CPython 3.11 (see `bench_peers.py`).\n"
         )
     # Hand-written analyses: the peers', then bench_dask.py's (not generated from JSON).
-    for name in ("peers_notes.md", "dask_notes.md"):
+    for name in ("peers_notes.md", "scale_notes.md", "dask_notes.md"):
         notes = RESULTS / name
         if notes.exists():
             parts.append(notes.read_text())
     path.write_text("\n".join(parts))
+
+
+def plot_scale(path: Path, out: Path) -> bool:
+    """Bytes per document and query p50 against N from ``bench_scale.py``'s
+    JSON lines (one series per label and k); False if there are none."""
+    if not path.exists():
+        return False
+    series: dict[str, list[dict[str, Any]]] = {}
+    for line in path.read_text().splitlines():
+        step = json.loads(line)
+        if "docs_per_s" in step:  # a batch step, not the single adds
+            series.setdefault(f"{step['label']}, k={step['k']}", []).append(step)
+    if not series:
+        return False
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    fig, (size_axis, query_axis) = plt.subplots(1, 2, figsize=(12, 5))
+    for name, steps in series.items():
+        docs = [step["docs"] / 1e6 for step in steps]
+        (line,) = size_axis.plot(
+            docs, [s["file_b_per_doc"] for s in steps], marker="o", label=f"{name}: file"
+        )
+        size_axis.plot(
+            docs,
+            [s["used_b_per_doc"] for s in steps],
+            marker=".",
+            linestyle=":",
+            color=line.get_color(),
+            label=f"{name}: pages in use",
+        )
+        query_axis.plot(
+            docs, [s["warm_p50_us"] for s in steps], marker="o", color=line.get_color(), label=f"{name}: warm"
+        )
+        query_axis.plot(
+            docs,
+            [s["first_p50_us"] for s in steps],
+            marker=".",
+            linestyle=":",
+            color=line.get_color(),
+            label=f"{name}: first pass",
+        )
+    size_axis.set(xlabel="documents (millions)", ylabel="bytes per document", title="size on disk")
+    query_axis.set(xlabel="documents (millions)", ylabel="µs", title="single query p50", yscale="log")
+    for axis in (size_axis, query_axis):
+        axis.grid(True, alpha=0.3)
+        axis.legend(fontsize=7)
+    fig.tight_layout()
+    fig.savefig(out, dpi=110)
+    plt.close(fig)
+    return True
 
 
 def main() -> int:
@@ -482,6 +535,8 @@ def main() -> int:
         return 1
     plot_latency(peers, RESULTS / "peers_query_latency.png")
     plot_throughput(peers, online, RESULTS / "peers_throughput.png")
+    if plot_scale(RESULTS / "scale.jsonl", RESULTS / "scale_bytes_and_p50.png"):
+        print(f"wrote {RESULTS / 'scale_bytes_and_p50.png'}")
     write_results(peers, online, Path(args.output))
     print(f"wrote {args.output}, {RESULTS / 'peers_query_latency.png'}, {RESULTS / 'peers_throughput.png'}")
     return 0

@@ -34,7 +34,8 @@ from simstore.planner import Layout, best_layout, plan
 from simstore.results import Match, Record, SegmenterChangedWarning, Stats, StoreFullWarning
 from simstore.sharded import ShardedStore
 from simstore.simhash import Fingerprinter, ShortTextWarning, fingerprint, fingerprint_vector
-from simstore.store import Store, __version__
+from simstore.store import Store
+from simstore.version import __version__
 
 __all__ = [
     "Cluster",

@@ -55,7 +55,7 @@ from simstore.cli_store import (
     run_stats,
 )
 from simstore.errors import SimstoreError
-from simstore.store import __version__
+from simstore.version import __version__
 
 # ---------------------------------------------------------------- the parser
 

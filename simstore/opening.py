@@ -31,8 +31,9 @@ from simstore.format import (
 from simstore.params import Options
 from simstore.permute import validate_k
 from simstore.simhash import Fingerprinter
-from simstore.store import Store, __version__
+from simstore.store import Store
 from simstore.text import segmenter_info
+from simstore.version import __version__
 
 MODES = ("r", "w", "c", "n")
 OPEN_RETRIES = 3

@@ -36,7 +36,7 @@ def small_steps(entries: int) -> Iterator[None]:
     """Compaction steps of about ``entries`` entries, and no compaction unless asked."""
     with (
         mock.patch.object(TableSet.compaction_step, "__defaults__", (entries,)),
-        mock.patch.object(simstore.store, "COMPACTION_CREDIT", 0),
+        mock.patch.object(simstore.maintenance, "COMPACTION_CREDIT", 0),
     ):
         yield
 
@@ -65,7 +65,7 @@ def build(
         str(path), k=K, blocks=BLOCKS, sync=False, merge_threshold=10**9, merge_on_close=False
     )
     model = {key: int(fp) for key, fp in enumerate(fingerprints.tolist())}
-    with mock.patch.object(simstore.store, "COMPACTION_CREDIT", 0):
+    with mock.patch.object(simstore.maintenance, "COMPACTION_CREDIT", 0):
         for run in range(runs):
             keys = list(range(run * per_run, (run + 1) * per_run))
             store.add_many(keys, fingerprints=fingerprints[keys[0] : keys[-1] + 1])
@@ -140,7 +140,7 @@ def test_merges_make_runs_and_compaction_keeps_them_few(tmp_path: Path) -> None:
             store.add(key, fingerprint=model[key])
             if key % 50 == 49:
                 counts.append(run_count(store))
-        assert max(counts) <= simstore.store.URGENT_RUNS + 1
+        assert max(counts) <= simstore.maintenance.URGENT_RUNS + 1
         assert store.check() == []
         assert_exact(store, model)
 

@@ -17,8 +17,8 @@ from test_state_machine import StoreMachine
 import simstore
 import simstore._lmdb
 import simstore.delta
+import simstore.maintenance
 import simstore.params
-import simstore.store
 from simstore.choose import LayoutRequest, choose_layout
 from simstore.delta import Delta, encode_add, encode_remove, encode_seq
 from simstore.permute import MAX_FINGERPRINT, Table
@@ -241,7 +241,7 @@ def test_the_default_threshold_and_an_explicit_one(store_path: str, monkeypatch:
     tables hold (a merge writes a new run: its cost grows with the delta alone); a batch
     that fills the delta goes straight to the tables; an explicit merge_threshold wins."""
     monkeypatch.setattr(simstore.params, "DEFAULT_MERGE_THRESHOLD", 10)
-    monkeypatch.setattr(simstore.store, "DEFAULT_MERGE_THRESHOLD", 10)
+    monkeypatch.setattr(simstore.maintenance, "DEFAULT_MERGE_THRESHOLD", 10)
     rng = np.random.default_rng(11)
     with simstore.open(store_path, k=3, merge_on_close=False) as store:
         for key in range(9):

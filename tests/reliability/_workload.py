@@ -36,11 +36,19 @@ MAX_FP = (1 << 64) - 1
 # Mixes of operations: the weight of each kind.
 MIXES: dict[str, dict[str, int]] = {
     "adds": {"add": 75, "replace": 12, "add_many": 5, "add_if_new": 5, "remove": 3},
-    "merges": {"add_many": 30, "merge": 40, "add": 20, "replace": 10},
-    "removes": {"remove": 40, "add": 30, "replace": 15, "add_many": 10, "merge": 5},
+    "merges": {"add_many": 30, "merge": 30, "compact": 10, "add": 20, "replace": 10},
+    "removes": {"remove": 40, "add": 30, "replace": 15, "add_many": 10, "merge": 5, "compact": 3},
     # No add_if_new (its outcome would depend on the other writer) and no removal of
     # keys another process added: two of these can write one store at the same time.
-    "writer": {"add": 45, "replace": 15, "add_many": 20, "remove": 15, "merge": 3, "relayout": 2},
+    "writer": {
+        "add": 45,
+        "replace": 15,
+        "add_many": 20,
+        "remove": 15,
+        "merge": 3,
+        "compact": 2,
+        "relayout": 2,
+    },
     "mixed": {
         "add": 35,
         "replace": 15,
@@ -48,6 +56,7 @@ MIXES: dict[str, dict[str, int]] = {
         "add_if_new": 10,
         "remove": 15,
         "merge": 5,
+        "compact": 2,
         "relayout": 3,
     },
 }
@@ -157,7 +166,7 @@ def apply(model: Model, op: Op, k: int) -> None:
             model[key] = (fp, None)
     elif kind == "remove":
         del model[op[1]]
-    # merge and relayout change no contents
+    # merge, compact and relayout change no contents
 
 
 def run_op(store: Any, op: Op) -> None:
@@ -172,6 +181,8 @@ def run_op(store: Any, op: Op) -> None:
         store.remove(op[1])
     elif kind == "merge":
         store.merge()
+    elif kind == "compact":
+        store.compact()
     elif kind == "relayout":
         store.relayout(blocks=op[1])
     else:

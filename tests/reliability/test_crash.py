@@ -51,6 +51,8 @@ def landing(kind: str | None, pending: int, op: _workload.Op | None, threshold: 
         return "between-operations"
     if kind == "merge":
         return "explicit-merge"
+    if kind == "compact":
+        return "compaction"
     if kind == "add" and pending + 1 >= threshold:
         return "add-with-auto-merge"
     if kind == "add_many" and op is not None and pending + len(op[1]) >= threshold:
@@ -206,12 +208,15 @@ def test_kills_during_single_adds_and_automatic_merges(tmp_path: Path, zygote: Z
 
 
 def test_kills_during_explicit_merges_and_big_batches(tmp_path: Path, zygote: Zygote) -> None:
-    """Batches and explicit merge() calls, so kills land inside merges and inside batches
-    that go straight to the tables."""
+    """Batches, explicit merge() and compact() calls, so kills land inside merges, inside
+    compaction steps and inside batches that go straight to the tables."""
     landed = crash_rounds(
         tmp_path, zygote, mix="merges", rounds=14, seed=2, merge_threshold=(60, 400), max_delay=0.12
     )
-    assert landed["explicit-merge"] + landed["batch-into-tables"] + landed["add_many"] >= 4
+    assert (
+        landed["explicit-merge"] + landed["compaction"] + landed["batch-into-tables"] + landed["add_many"]
+        >= 4
+    )
 
 
 def test_kills_during_removals_and_replacements(tmp_path: Path, zygote: Zygote) -> None:
