@@ -196,6 +196,9 @@ def run_stats(args: argparse.Namespace) -> int:
         "tables": stats.tables,
         "prefix_bits": list(stats.prefix_bits),
         "bytes_on_disk": stats.bytes_on_disk,
+        "bytes_used": stats.bytes_used,
+        "runs": stats.runs,
+        "compacting": stats.compacting,
     }
     if stats.skew is not None and stats.degenerate is not None:
         summary["largest_range"] = [table.largest_range for table in stats.skew]

@@ -44,7 +44,11 @@ class Record(NamedTuple):
 
 @dataclass(frozen=True)
 class Stats:
-    """A snapshot of a store's size and layout."""
+    """A snapshot of a store's size and layout.
+
+    ``runs`` is how many runs each table holds (see docs/engine.md): queries
+    probe each; ``compacting`` says a compaction is under way.
+    """
 
     path: str
     docs: int
@@ -63,6 +67,8 @@ class Stats:
     layout_name: str = ""
     skew: tuple[TableSkew, ...] | None = field(default=None, repr=False)
     degenerate: Degenerate | None = None
+    runs: int = 0
+    compacting: bool = False
 
 
 def match_order(match: Match) -> tuple[int, tuple[int, Key]]:

@@ -1055,6 +1055,7 @@ class Store(MaintenanceMixin, BatchMixin):
             # Every document outside the delta has one entry in every table.
             table_entries = (docs - delta_docs,) * len(self._tables)
             fingerprints = self._all_documents(txn)[1] if skew else None
+            catalog = self._tableset.catalog
         table_skew_list = None
         degenerate = None
         if fingerprints is not None:
@@ -1081,6 +1082,8 @@ class Store(MaintenanceMixin, BatchMixin):
             layout_name=layout_name(self._params.k, self._params.layout),
             skew=table_skew_list,
             degenerate=degenerate,
+            runs=len(catalog.runs),
+            compacting=catalog.compaction is not None,
         )
 
     def check(self) -> list[str]:

@@ -377,3 +377,19 @@ def test_plan_compaction_tiers() -> None:
         assert end - first >= 2
         assert end == len(sizes)
     assert plan_compaction([10, 10, 10, 10]) == (0, 4)
+
+
+def test_stats_report_runs_and_a_compaction_under_way(tmp_path: Path) -> None:
+    with simstore.open(tmp_path / "s.simstore", "n", k=K, blocks=BLOCKS, merge_threshold=100) as store:
+        with small_steps(40):
+            for first in range(0, 500, 100):
+                store.add_many(
+                    range(first, first + 100), np.arange(first, first + 100, dtype=np.uint64) * 7919
+                )
+            assert store.stats().runs == 5
+            assert not store.stats().compacting
+            store._compaction_step()  # one small step of the compaction now due
+            assert store.stats().compacting
+        store.compact()
+        stats = store.stats()
+        assert (stats.runs, stats.compacting) == (1, False)
