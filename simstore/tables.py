@@ -168,15 +168,18 @@ class TableSet:
 
         A near-duplicate query finds the same document in most tables. Once a
         candidate's record is read, its permuted keys (``permute_all``) say
-        where it sits in every table; a later table whose only run holding
-        the query's slot has the slot marked not crowded holds one entry
-        there, which (every tabled document being in every table) is that
-        candidate: the table is skipped. At most ``SEEN_LIMIT`` candidates
-        are remembered.
+        where it sits in every table. A later table's run whose slot for the
+        query is marked not crowded has held one entry there, ever; if a
+        candidate found in that same run sits in that slot, that entry is
+        the candidate, and the run is not probed (other runs holding the
+        slot still are). A candidate's run is the same in every table except
+        during a compaction, when the skip merely happens less often. At
+        most ``SEEN_LIMIT`` candidates are remembered.
         """
         get = txn.get
         probe = runs.probe
-        seen: list[Sequence[int]] = []
+        # (permuted keys in every table, the run's base) of each candidate
+        seen: list[tuple[Sequence[int], int]] = []
         rejected: set[int] = set()
         for table_index, (table_probes, query_key) in enumerate(zip(self.probes, permuted, strict=True)):
             hits = []
@@ -185,26 +188,23 @@ class TableSet:
                     continue
                 bitmap = entry[7]
                 if bitmap is not None:
-                    slot = query_key >> entry[9]
+                    shift = entry[9]
+                    slot = query_key >> shift
                     if not (bitmap[slot >> 3] >> (slot & 7)) & 1:
                         continue
-                hits.append(entry)
-            if not hits:
-                continue
-            if seen and len(hits) == 1:
-                crowded, shift = hits[0][8], hits[0][9]
-                if crowded is not None:
-                    slot = query_key >> shift
-                    if not (crowded[slot >> 3] >> (slot & 7)) & 1:
+                    crowded = entry[8]
+                    if seen and crowded is not None and not (crowded[slot >> 3] >> (slot & 7)) & 1:
                         # A plain loop: any() over a generator cost about a
                         # microsecond a table here.
+                        base = entry[1]
                         skip = False
-                        for keys in seen:
-                            if keys[table_index] >> shift == slot:
+                        for keys, found_in in seen:
+                            if found_in == base and keys[table_index] >> shift == slot:
                                 skip = True
                                 break
                         if skip:
                             continue
+                hits.append(entry)
             for db, base, bucket_shift, plan, bucket_bits, *_ in hits:
                 key = (base | query_key >> bucket_shift).to_bytes(8, "big")
                 value = get(key, db=db)
@@ -224,7 +224,7 @@ class TableSet:
                     else:
                         rejected.add(doc_id)
                     if len(seen) < SEEN_LIMIT:
-                        seen.append(permute_all(fingerprint))
+                        seen.append((permute_all(fingerprint), base))
 
     def entries(
         self, txn: Txn, index: int, run: Run, low: int = 0, high: int = KEY_SPACE
