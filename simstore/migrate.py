@@ -30,7 +30,7 @@ from simstore.opening import open as open_store
 from simstore.permute import MAX_TABLES
 from simstore.planner import from_spec
 from simstore.records import decode_id, decode_record, unpack_key, unpack_meta
-from simstore.simhash import Fingerprinter
+from simstore.simhash import UNRECORDED_SETTINGS, Fingerprinter
 
 #: Documents added to the new store per transaction.
 MIGRATE_BATCH = 1_000_000
@@ -126,8 +126,9 @@ def _creation_options(params: StoredParams) -> dict[str, Any]:
         options["layout"] = from_spec(params.k, params.layout)
     else:
         options["blocks"] = params.blocks
-    if params.fingerprinter is not None:
-        options["fingerprinter"] = Fingerprinter.from_settings(params.fingerprinter)
+    # A store that recorded no settings was fingerprinted with the settings
+    # of its day (UNRECORDED_SETTINGS), not with today's defaults.
+    options["fingerprinter"] = Fingerprinter.from_settings(params.fingerprinter or UNRECORDED_SETTINGS)
     return options
 
 

@@ -15,16 +15,18 @@ from simstore.errors import InvalidTypeError, InvalidValueError
 # The delta size at which it is merged into the tables, as a new run of each.
 # A merge is one write transaction whose work grows with the delta alone (the
 # runs are joined later, a step at a time, by compaction), so the delta stays
-# small: 65,536 documents take about 0.1 s to merge into ten tables, hold
-# about 8 MiB of memory in every process using the store, and take a few
-# milliseconds to replay when the store is opened.
-DEFAULT_MERGE_THRESHOLD = 1 << 16
+# small: 32,768 documents take 0.05-0.1 s to merge into ten tables (on a
+# shared 2-core machine at load 5), hold about 4 MiB of memory in every
+# process using the store, and take a few milliseconds to replay when the
+# store is opened. At 65,536 the longest of 400K single adds into a 4M store
+# took 0.16-0.17 s, at 32,768 0.06-0.10 s (two alternating runs each).
+DEFAULT_MERGE_THRESHOLD = 1 << 15
 
 # Compaction work every document written to the tables earns, in entry moves
 # per table. Size-tiered compaction (see simstore.catalog.plan_compaction)
-# moves a document about log_2(N / 65,536) times at most, 5 to 7 at 10M-100M
-# documents (simulated); at 8 a step of 131,072 entries is taken about every
-# 1,600 single adds into ten tables.
+# moves a document a few times (3.1 times for single adds into 100M,
+# simulated); at 8 a step of 65,536 entries is taken about every 800 single
+# adds into ten tables.
 COMPACTION_CREDIT = 8
 
 
@@ -40,7 +42,7 @@ class Options:
             loss or kernel crash may lose the most recent transactions (never
             corrupting the file).
         merge_threshold: merge the delta into the tables once it holds this
-            many documents. ``None`` (the default): 65,536. A merge writes
+            many documents. ``None`` (the default): 32,768. A merge writes
             the delta as a new run of every table in one transaction, so a
             larger delta makes merges rarer but longer (other writers wait
             for them), and costs about 120 bytes of memory per delta

@@ -30,8 +30,8 @@ from simstore.merging import TableWrites
 from simstore.permute import FINGERPRINT_BITS, Table, U64Array
 
 #: Entries a compaction step moves in one table (one write transaction):
-#: about 40 ms of work here, so that no other write waits long for one.
-COMPACTION_STEP_ENTRIES = 1 << 17
+#: 20-60 ms of work here, so that no other write waits long for one.
+COMPACTION_STEP_ENTRIES = 1 << 16
 #: Candidates a query remembers to skip later tables' probes on (see
 #: :meth:`TableSet.find`); past this many (a crowded bucket) the rest are not
 #: remembered, which only costs probes.
