@@ -50,11 +50,9 @@ PCG64 bit generator seeded with ``seed`` (see :func:`hyperplanes`).
 
 from __future__ import annotations
 
-import concurrent.futures
 import dataclasses
 import functools
 import math
-import multiprocessing
 import os
 import warnings
 from collections import Counter
@@ -66,6 +64,7 @@ import numpy.typing as npt
 import xxhash
 
 from simstore.errors import InvalidTypeError, InvalidValueError
+from simstore.pool import chunks, fingerprint_in_processes
 from simstore.text import as_text, jieba_idf, normalise, segmenter_info, tokenise
 
 __all__ = [
@@ -111,11 +110,6 @@ Weighting = Literal["binary", "tf", "log", "tfidf"]
 WEIGHTINGS: tuple[str, ...] = ("binary", "tf", "log", "tfidf")
 _MAX_NGRAM = 8
 _MASK64 = (1 << 64) - 1
-# Batches smaller than this (in characters) are fingerprinted in-process even
-# when processes=None: starting a spawned worker (numpy, simstore, jieba's
-# dictionary) costs 1.5 to 2 s, more than 2 cores save on a few MB.
-_PARALLEL_MIN_CHARS = 8_000_000
-_CHUNK_CHARS = 1_000_000
 
 
 class ShortTextWarning(UserWarning):
@@ -265,72 +259,55 @@ class Fingerprinter:
             warnings.warn(_short_message(count), ShortTextWarning, stacklevel=2)
         return value
 
-    def fingerprint_many(self, texts: Iterable[str], processes: int | None = None) -> npt.NDArray[np.uint64]:
+    def fingerprint_many(self, texts: Iterable[str], processes: int | None = 1) -> npt.NDArray[np.uint64]:
         """Fingerprints of ``texts`` in order, as a uint64 array, equal to
         calling :meth:`fingerprint` on each.
 
-        ``processes=1`` works in this process; ``processes=n`` spreads the
-        texts over this process and ``n - 1`` worker processes (started with
-        ``spawn``, which is safe with threads and open stores); ``None`` uses
-        every available core when the batch is big enough (a few MB) to pay
-        for starting workers, and this process alone otherwise. One
-        :class:`ShortTextWarning` counts all short texts; an unusable text
+        ``processes=1`` (the default) works in this process and starts no
+        other. ``processes=n`` spreads chunks of about a million characters
+        over this process and ``n - 1`` worker processes, started only if the
+        input holds more than one chunk; ``None`` means one process per
+        available core. Workers cost 1-2 s of start-up each (numpy, jieba's
+        dictionary), need no ``__main__`` guard in the caller's script, and
+        end with this process. Texts are read lazily, chunk by chunk.
+
+        One :class:`ShortTextWarning` counts all short texts; an unusable text
         raises naming its index (the first one, whichever process found it).
         """
-        batch = _as_text_list(texts)
-        workers = _worker_count(processes, batch)
-        if workers <= 1:
-            values, short = _fingerprint_chunk(self, batch, 0)
+        if processes is None:
+            processes = _available_cores()
         else:
-            values, short = self._fingerprint_parallel(batch, workers)
+            _check_int("processes", processes, 1, None)
+        results = fingerprint_in_processes(self.settings(), chunks(texts), self._fingerprint_chunk, processes)
+        values: list[npt.NDArray[np.uint64]] = []
+        short = count = 0
+        for chunk_values, chunk_short in results:
+            values.append(chunk_values)
+            short += chunk_short
+            count += len(chunk_values)
         if short:
             warnings.warn(
-                f"{short} of {len(batch)} texts have fewer than "
+                f"{short} of {count} texts have fewer than "
                 f"{SHORT_TEXT_FEATURES} distinct features; their fingerprints are coarse",
                 ShortTextWarning,
                 stacklevel=2,
             )
-        return np.array(values, dtype=np.uint64)
+        return np.concatenate(values) if values else np.zeros(0, dtype=np.uint64)
 
-    def _fingerprint_parallel(self, batch: list[str], workers: int) -> tuple[list[int], int]:
-        """Fingerprint ``batch`` in this process and ``workers - 1`` spawned
-        ones, in order; an error names the first bad text of the batch."""
-        starts = _chunk_starts(batch, workers)
-        ends = [*starts[1:], len(batch)]
-        results: list[tuple[list[int], int] | InvalidValueError | None] = [None] * len(starts)
-        context = multiprocessing.get_context("spawn")
-        with concurrent.futures.ProcessPoolExecutor(workers - 1, mp_context=context) as pool:
-            futures = [
-                pool.submit(_fingerprint_chunk, self, batch[a:b], a)
-                for a, b in zip(starts, ends, strict=True)
-            ]
+    def _fingerprint_chunk(self, texts: list[str], start: int) -> tuple[npt.NDArray[np.uint64], int]:
+        """Fingerprints of validated ``texts`` and how many were short; runs
+        in worker processes too, so an error names the index in the batch
+        (``start`` is the index of ``texts[0]``)."""
+        values: list[int] = []
+        short = 0
+        for offset, text in enumerate(texts):
             try:
-                # A spawned worker spends a second or two importing numpy and
-                # loading jieba's dictionary before its first chunk, so this
-                # process works too: it takes chunks from the back while the
-                # workers take them from the front, until they meet.
-                for index in reversed(range(len(futures))):
-                    if futures[index].cancel():
-                        try:
-                            chunk = batch[starts[index] : ends[index]]
-                            results[index] = _fingerprint_chunk(self, chunk, starts[index])
-                        except InvalidValueError as exc:
-                            results[index] = exc  # raised below, in batch order
-                values: list[int] = []
-                short = 0
-                for index, future in enumerate(futures):
-                    result = results[index]
-                    if result is None:
-                        result = future.result()
-                    if isinstance(result, InvalidValueError):
-                        raise result
-                    values.extend(result[0])
-                    short += result[1]
-            except BaseException:
-                for future in futures:
-                    future.cancel()  # leave nothing queued behind an error or Ctrl-C
-                raise
-        return values, short
+                value, count = self._fingerprint_counted(text)
+            except InvalidValueError as exc:
+                raise InvalidValueError(f"text at index {start + offset}: {exc}") from None
+            values.append(value)
+            short += count < SHORT_TEXT_FEATURES
+        return np.array(values, dtype=np.uint64), short
 
     def _fingerprint_counted(self, text: str) -> tuple[int, int]:
         """Fingerprint of a validated ``text`` and its distinct-feature count."""
@@ -421,65 +398,12 @@ def _short_message(count: int) -> str:
     )
 
 
-def _as_text_list(texts: Iterable[str]) -> list[str]:
-    """Validate a batch of texts (not a lone str) and return it as a list."""
-    if isinstance(texts, (str, bytes)):
-        raise InvalidTypeError("texts must be an iterable of texts, not a single text")
-    batch: list[str] = []
-    for index, text in enumerate(texts):
-        try:
-            batch.append(as_text(text))
-        except (InvalidTypeError, InvalidValueError) as exc:
-            raise type(exc)(f"text at index {index}: {exc}") from None
-    return batch
-
-
 def _available_cores() -> int:
     """CPU cores this process may run on."""
     try:
         return len(os.sched_getaffinity(0))
     except AttributeError:  # pragma: no cover - not on Linux
         return os.cpu_count() or 1
-
-
-def _worker_count(processes: int | None, batch: list[str]) -> int:
-    """How many processes to use for ``batch`` (1 = this process)."""
-    if processes is None:
-        size = sum(map(len, batch))
-        if size < _PARALLEL_MIN_CHARS:
-            return 1
-        return min(_available_cores(), len(batch))
-    _check_int("processes", processes, 1, None)
-    return min(processes, max(len(batch), 1))
-
-
-def _chunk_starts(batch: list[str], workers: int) -> list[int]:
-    """Start indexes of contiguous chunks of about ``_CHUNK_CHARS`` each, at
-    least a few per worker so that uneven texts still balance."""
-    total = sum(map(len, batch))
-    target = max(1, min(_CHUNK_CHARS, total // (4 * workers) or 1))
-    starts, size = [0], 0
-    for index, text in enumerate(batch):
-        if size >= target:
-            starts.append(index)
-            size = 0
-        size += len(text)
-    return starts
-
-
-def _fingerprint_chunk(fingerprinter: Fingerprinter, texts: list[str], start: int) -> tuple[list[int], int]:
-    """Fingerprints of validated ``texts`` and how many were short; runs in
-    worker processes, so errors name the index in the whole batch."""
-    values: list[int] = []
-    short = 0
-    for offset, text in enumerate(texts):
-        try:
-            value, count = fingerprinter._fingerprint_counted(text)
-        except InvalidValueError as exc:
-            raise InvalidValueError(f"text at index {start + offset}: {exc}") from None
-        values.append(value)
-        short += count < SHORT_TEXT_FEATURES
-    return values, short
 
 
 def fingerprint(text: str, **settings: Any) -> int:

@@ -275,26 +275,6 @@ def test_fingerprint_many_equals_scalar_path(texts: list[str]) -> None:
         assert many.tolist() == [fp.fingerprint(t) for t in texts]
 
 
-@pytest.mark.slow  # starts two spawned workers that each load jieba (about 5 s)
-def test_fingerprint_many_in_worker_processes_equals_scalar_path() -> None:
-    texts = [GOLDEN[name][0] for name in sorted(GOLDEN) if not name.startswith("emoji")] * 3
-    fp = Fingerprinter()
-    expected = [fp.fingerprint(t) for t in texts]
-    assert fp.fingerprint_many(texts, processes=2).tolist() == expected
-    assert fp.fingerprint_many(iter(texts)).tolist() == expected  # None: small batch, in process
-
-
-@pytest.mark.slow  # starts a spawned worker that loads numpy and simstore (about 2 s)
-def test_fingerprint_many_in_processes_names_the_first_bad_index() -> None:
-    # Many small chunks: this process works from the back of the batch and
-    # meets the worker somewhere in the middle, yet the error must name the
-    # first bad text, not the first one this process happened to reach.
-    texts = [f"text number {i} has enough words to be quiet here" for i in range(60)]
-    texts[5] = texts[57] = "  "
-    with pytest.raises(InvalidValueError, match="index 5:"):
-        Fingerprinter().fingerprint_many(texts, processes=2)
-
-
 def test_deterministic_across_processes_and_hash_seeds() -> None:
     names = ["english_paragraph", "chinese_paragraph", "mixed", "emoji_and_text"]
     code = (
