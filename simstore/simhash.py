@@ -15,9 +15,12 @@ The text algorithm, exactly (so that other tools can reproduce it):
    (tokens never contain spaces; ``n = 1`` gives the tokens themselves). A
    text with fewer tokens than every ``n`` has the single feature of all its
    tokens joined.
-4. **Hash**: each feature string is encoded as UTF-8 and hashed with
-   **XXH3-64** (``xxhash.xxh3_64_intdigest(data, seed)``), seed ``seed``
-   (default 0), giving an unsigned 64-bit integer.
+4. **Hash**, which the algorithm's version names: version 1
+   (``simstore-text-simhash-1``) encodes each feature string as UTF-8 and
+   hashes it with **XXH3-64** (``xxhash.xxh3_64_intdigest(data, seed)``),
+   seed ``seed`` (default 0), giving an unsigned 64-bit integer; version 2
+   (``simstore-text-simhash-2``, the default) hashes tokens and folds n-grams
+   as :mod:`simstore.simhash2` states, with numpy over a whole batch.
 5. **Weights** (integers, so the vote is exact on every machine), per
    distinct feature string, from how often it occurs (``tf``):
 
@@ -63,13 +66,17 @@ import numpy as np
 import numpy.typing as npt
 import xxhash
 
+from simstore import simhash2
 from simstore.errors import InvalidTypeError, InvalidValueError
 from simstore.pool import chunks, fingerprint_in_processes
 from simstore.text import as_text, jieba_idf, normalise, segmenter_info, tokenise
 
 __all__ = [
     "ALGORITHM",
+    "ALGORITHMS",
+    "ALGORITHM_1",
     "FEATURE_HASH",
+    "FEATURE_HASH_1",
     "SHORT_TEXT_FEATURES",
     "WEIGHTINGS",
     "Fingerprinter",
@@ -88,9 +95,17 @@ __all__ = [
 
 #: Name and version of the text pipeline (normalise, tokenise, features,
 #: weights, vote) described in the module docstring.
-ALGORITHM = "simstore-text-simhash-1"
-#: The feature hash: XXH3 64-bit over the feature's UTF-8 bytes.
-FEATURE_HASH = "xxh3_64"
+ALGORITHM_1 = "simstore-text-simhash-1"
+#: Version 1's feature hash: XXH3 64-bit over the feature's UTF-8 bytes.
+FEATURE_HASH_1 = "xxh3_64"
+#: The algorithm of new fingerprinters (and so of new stores): version 2,
+#: version 1 with a feature hash computed with numpy for a whole batch
+#: (:mod:`simstore.simhash2`), several times faster. A store keeps the
+#: algorithm it was made with.
+ALGORITHM = simhash2.ALGORITHM
+FEATURE_HASH = simhash2.FEATURE_HASH
+#: Each algorithm and its feature hash.
+ALGORITHMS: dict[str, str] = {ALGORITHM_1: FEATURE_HASH_1, simhash2.ALGORITHM: simhash2.FEATURE_HASH}
 #: The settings of format-1 stores whose meta records none (made before
 #: settings were recorded): frozen here, so that a change of the defaults can
 #: never silently change how such a store fingerprints text.
@@ -223,7 +238,10 @@ class Fingerprinter:
     distinct feature votes once), ``"tf"`` or ``"tfidf"`` (jieba's IDF table).
     ``top_n``: keep only that many highest-weight features (None = all).
     ``hmm``: let jieba's HMM find words missing from its dictionary.
-    ``seed``: seed of the XXH3-64 feature hash.
+    ``seed``: seed of the feature hash.
+    ``algorithm``: :data:`ALGORITHM` (version 2, the default) or
+    :data:`ALGORITHM_1`, whose feature hash is XXH3-64 per feature string
+    (several times slower; the only one with ``tfidf`` and ``top_n``).
     """
 
     ngrams: tuple[int, ...] = (1, 2)
@@ -231,6 +249,7 @@ class Fingerprinter:
     top_n: int | None = None
     hmm: bool = True
     seed: int = 0
+    algorithm: str = ALGORITHM
 
     def __post_init__(self) -> None:
         _check_ngrams(self.ngrams)
@@ -245,6 +264,19 @@ class Fingerprinter:
         if not isinstance(self.hmm, bool):
             raise InvalidTypeError(f"hmm must be bool, not {type(self.hmm).__name__}")
         _check_int("seed", self.seed, 0, _MASK64)
+        if self.algorithm not in ALGORITHMS:
+            raise InvalidValueError(
+                f"algorithm must be one of {', '.join(ALGORITHMS)}; got {self.algorithm!r}"
+            )
+        if self.algorithm == simhash2.ALGORITHM and (
+            self.weighting not in simhash2.WEIGHTINGS or self.top_n is not None
+        ):
+            # Both need the feature strings, which version 2 never builds.
+            raise InvalidValueError(
+                f"weighting={self.weighting!r} and top_n={self.top_n!r} need "
+                f"algorithm={ALGORITHM_1!r}; {simhash2.ALGORITHM!r} supports the weightings "
+                f"{', '.join(simhash2.WEIGHTINGS)} without top_n"
+            )
 
     # -- fingerprints --
 
@@ -254,10 +286,26 @@ class Fingerprinter:
         Raises :class:`InvalidValueError` for text that is empty or has no
         features; warns :class:`ShortTextWarning` for very short text.
         """
-        value, count = self._fingerprint_counted(as_text(text))
+        value, count = self._counted(as_text(text))
         if count < SHORT_TEXT_FEATURES:
             warnings.warn(_short_message(count), ShortTextWarning, stacklevel=2)
         return value
+
+    def _counted(self, text: str) -> tuple[int, int]:
+        """Fingerprint of a validated ``text`` and its distinct-feature count."""
+        if self.algorithm == ALGORITHM_1:
+            return self._fingerprint_counted(text)
+        try:
+            values, counts = self._batch([text], 0)
+        except InvalidValueError:
+            raise InvalidValueError(simhash2.no_features_message(text)) from None
+        return int(values[0]), int(counts[0])
+
+    def _batch(self, texts: list[str], start: int) -> tuple[npt.NDArray[np.uint64], npt.NDArray[np.int64]]:
+        """Version 2's fingerprints and distinct-feature counts of ``texts``."""
+        return simhash2.batch_fingerprints(
+            texts, ngrams=self.ngrams, weighting=self.weighting, seed=self.seed, hmm=self.hmm, start=start
+        )
 
     def fingerprint_many(self, texts: Iterable[str], processes: int | None = 1) -> npt.NDArray[np.uint64]:
         """Fingerprints of ``texts`` in order, as a uint64 array, equal to
@@ -298,6 +346,9 @@ class Fingerprinter:
         """Fingerprints of validated ``texts`` and how many were short; runs
         in worker processes too, so an error names the index in the batch
         (``start`` is the index of ``texts[0]``)."""
+        if self.algorithm != ALGORITHM_1:
+            fingerprints, counts = self._batch(texts, start)
+            return fingerprints, int(np.count_nonzero(counts < SHORT_TEXT_FEATURES))
         values: list[int] = []
         short = 0
         for offset, text in enumerate(texts):
@@ -331,8 +382,8 @@ class Fingerprinter:
         """Every setting that shapes fingerprints, as a msgpack-able dict
         (including the pipeline's name and the feature hash and its seed)."""
         return {
-            "algorithm": ALGORITHM,
-            "hash": FEATURE_HASH,
+            "algorithm": self.algorithm,
+            "hash": ALGORITHMS[self.algorithm],
             "seed": self.seed,
             "ngrams": list(self.ngrams),
             "weighting": self.weighting,
@@ -355,12 +406,17 @@ class Fingerprinter:
         missing = sorted(expected - set(settings))
         if unknown or missing:
             raise InvalidValueError(f"fingerprint settings: unknown keys {unknown}, missing keys {missing}")
-        for key, value in (("algorithm", ALGORITHM), ("hash", FEATURE_HASH)):
-            if settings[key] != value:
-                raise InvalidValueError(
-                    f"fingerprint settings name {key} {settings[key]!r}; "
-                    f"this version implements only {value!r}"
-                )
+        algorithm = settings["algorithm"]
+        if algorithm not in ALGORITHMS:
+            raise InvalidValueError(
+                f"fingerprint settings name algorithm {algorithm!r}; "
+                f"this version implements {', '.join(map(repr, ALGORITHMS))}"
+            )
+        if settings["hash"] != ALGORITHMS[algorithm]:
+            raise InvalidValueError(
+                f"fingerprint settings name hash {settings['hash']!r}; "
+                f"{algorithm} uses only {ALGORITHMS[algorithm]!r}"
+            )
         fields = {f.name: settings[f.name] for f in dataclasses.fields(cls)}
         ngrams = fields["ngrams"]
         if isinstance(ngrams, (list, tuple)):
@@ -408,7 +464,7 @@ def _available_cores() -> int:
 
 def fingerprint(text: str, **settings: Any) -> int:
     """One-call helper: ``Fingerprinter(**settings).fingerprint(text)``."""
-    value, count = Fingerprinter(**settings)._fingerprint_counted(as_text(text))
+    value, count = Fingerprinter(**settings)._counted(as_text(text))
     if count < SHORT_TEXT_FEATURES:
         warnings.warn(_short_message(count), ShortTextWarning, stacklevel=2)
     return value

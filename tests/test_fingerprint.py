@@ -22,10 +22,13 @@ import xxhash
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
+from simstore import simhash2
 from simstore.errors import InvalidTypeError, InvalidValueError
 from simstore.simhash import (
     ALGORITHM,
+    ALGORITHM_1,
     FEATURE_HASH,
+    FEATURE_HASH_1,
     SHORT_TEXT_FEATURES,
     Fingerprinter,
     ShortTextWarning,
@@ -71,11 +74,12 @@ def _document(seed: int, words: int) -> list[str]:
     return rng.choices(VOCABULARY, weights=weights, k=words)
 
 
-# -- golden fingerprints (computed once with the default settings, then frozen) --------
+# -- golden fingerprints (computed once with each algorithm's default settings, then frozen) --------
 
 LONG_ENGLISH = " ".join(_document(2024, 20_000))
 LONG_CHINESE = "床前明月光，疑是地上霜。举头望明月，低头思故乡。" * 400 + "白日依山尽，黄河入海流。"
 
+# Version 1 (xxh3_64 per feature string); version 2's are GOLDEN_2.
 GOLDEN: dict[str, tuple[str, int]] = {
     "english": ("The quick brown fox jumps over the lazy dog near the river bank.", 0x821E86221C73BF67),
     "english_paragraph": (
@@ -108,17 +112,43 @@ GOLDEN: dict[str, tuple[str, int]] = {
 }
 
 
+GOLDEN_2: dict[str, int] = {
+    "chinese": 0xCAE344A3DF177B3B,
+    "chinese_paragraph": 0x5333FB875572ABBC,
+    "controls": 0x2BEFE5E2CE76B7EE,
+    "emoji_and_text": 0xC84C444D81D91168,
+    "emoji_only": 0x2AE91611BDEC69DC,
+    "english": 0x9002C53EB20A6A76,
+    "english_paragraph": 0x2104E906AAFE456E,
+    "full_width": 0x7E1A9DE7452A82D7,
+    "hindi": 0xEDC3538CBD167006,
+    "long_chinese": 0x078CCB0D4BBE54D6,
+    "long_english": 0x8F942AE991A1CF65,
+    "mixed": 0x706B4866980297DA,
+}
+
+
 @pytest.mark.parametrize("name", sorted(GOLDEN))
-def test_golden_fingerprints(name: str) -> None:
+def test_golden_fingerprints_version_1(name: str) -> None:
     text, expected = GOLDEN[name]
-    assert _quiet(text) == expected
+    assert _quiet(text, algorithm=ALGORITHM_1) == expected
+
+
+@pytest.mark.parametrize("name", sorted(GOLDEN))
+def test_golden_fingerprints_version_2(name: str) -> None:
+    assert ALGORITHM == simhash2.ALGORITHM  # the default
+    assert _quiet(GOLDEN[name][0]) == GOLDEN_2[name]
 
 
 def test_golden_non_default_settings() -> None:
     text = GOLDEN["mixed"][0] + " " + GOLDEN["english_paragraph"][0]
-    assert _quiet(text, ngrams=(3,), weighting="binary") == 0x4FDAACFE6F36AD91
-    assert _quiet(text, ngrams=(1,), weighting="tfidf", top_n=10) == 0xCB1285633EE3C578
-    assert _quiet(text, weighting="tf", seed=12345, hmm=False) == 0x727C227B5468279C
+    v1 = ALGORITHM_1
+    assert _quiet(text, ngrams=(3,), weighting="binary", algorithm=v1) == 0x4FDAACFE6F36AD91
+    assert _quiet(text, ngrams=(1,), weighting="tfidf", top_n=10, algorithm=v1) == 0xCB1285633EE3C578
+    assert _quiet(text, weighting="tf", seed=12345, hmm=False, algorithm=v1) == 0x727C227B5468279C
+    assert _quiet(text, ngrams=(3,), weighting="binary") == 0xEBA6FD2BA6959327
+    assert _quiet(text, weighting="tf", seed=12345, hmm=False) == 0x055967E35DF9440D
+    assert _quiet(text, ngrams=(2, 4)) == 0x22C8394488F6E7EF
 
 
 def test_golden_vector_fingerprint() -> None:
@@ -146,7 +176,7 @@ def _reference(text: str) -> int:
 @pytest.mark.parametrize("name", ["english_paragraph", "chinese_paragraph", "mixed", "controls"])
 def test_matches_plain_python_reference(name: str) -> None:
     text = GOLDEN[name][0]
-    assert _quiet(text) == _reference(text)
+    assert _quiet(text, algorithm=ALGORITHM_1) == _reference(text)
 
 
 def test_feature_hash_is_xxh3_64_of_utf8() -> None:
@@ -311,7 +341,9 @@ def test_empty_or_featureless_text_is_refused(text: str) -> None:
 def test_short_text_warns_but_fingerprints() -> None:
     with pytest.warns(ShortTextWarning, match="distinct feature"):
         value = fingerprint("hello")
-    assert value == xxhash.xxh3_64_intdigest(b"hello")  # one feature: its hash
+    assert value == simhash2.token_hash(b"hello")  # one feature: its hash
+    with pytest.warns(ShortTextWarning):
+        assert fingerprint("hello", algorithm=ALGORITHM_1) == xxhash.xxh3_64_intdigest(b"hello")
 
 
 def test_long_enough_text_does_not_warn() -> None:
@@ -367,13 +399,18 @@ def test_fingerprint_many_names_the_bad_index() -> None:
     [
         Fingerprinter(),
         Fingerprinter(ngrams=(3,), weighting="binary"),
-        Fingerprinter(ngrams=(1, 2, 4), weighting="tfidf", top_n=64, hmm=False, seed=2**64 - 1),
+        Fingerprinter(
+            ngrams=(1, 2, 4), weighting="tfidf", top_n=64, hmm=False, seed=2**64 - 1, algorithm=ALGORITHM_1
+        ),
+        Fingerprinter(ngrams=(2, 4), weighting="tf", hmm=False, seed=2**64 - 1),
+        Fingerprinter(algorithm=ALGORITHM_1),
     ],
 )
 def test_settings_round_trip_through_msgpack(fp: Fingerprinter) -> None:
     settings_dict = fp.settings()
-    assert settings_dict["hash"] == FEATURE_HASH == "xxh3_64"
-    assert settings_dict["algorithm"] == ALGORITHM
+    version_1 = fp.algorithm == ALGORITHM_1
+    assert settings_dict["hash"] == (FEATURE_HASH_1 if version_1 else FEATURE_HASH)
+    assert settings_dict["algorithm"] == fp.algorithm
     unpacked = msgpack.unpackb(msgpack.packb(settings_dict))
     assert Fingerprinter.from_settings(unpacked) == fp
     assert pickle.loads(pickle.dumps(fp)) == fp
@@ -381,8 +418,8 @@ def test_settings_round_trip_through_msgpack(fp: Fingerprinter) -> None:
 
 def test_default_settings_are_recorded_in_full() -> None:
     assert Fingerprinter().settings() == {
-        "algorithm": "simstore-text-simhash-1",
-        "hash": "xxh3_64",
+        "algorithm": "simstore-text-simhash-2",
+        "hash": "poly64-fmix64",
         "seed": 0,
         "ngrams": [1, 2],
         "weighting": "log",
@@ -401,6 +438,8 @@ def test_from_settings_refuses_unknown_missing_or_foreign() -> None:
         Fingerprinter.from_settings({**good, "hash": "md5"})
     with pytest.raises(InvalidValueError, match="algorithm"):
         Fingerprinter.from_settings({**good, "algorithm": "other-2"})
+    with pytest.raises(InvalidValueError, match="hash"):  # version 2's name with version 1's hash
+        Fingerprinter.from_settings({**good, "hash": FEATURE_HASH_1})
     with pytest.raises(InvalidTypeError, match="mapping"):
         Fingerprinter.from_settings([("seed", 0)])  # type: ignore[arg-type]
 
@@ -422,6 +461,9 @@ def test_from_settings_refuses_unknown_missing_or_foreign() -> None:
         ({"hmm": 1}, InvalidTypeError),
         ({"seed": -1}, InvalidValueError),
         ({"seed": 2**64}, InvalidValueError),
+        ({"algorithm": "simstore-text-simhash-3"}, InvalidValueError),
+        ({"weighting": "tfidf"}, InvalidValueError),  # version 2 has no feature strings to look up
+        ({"top_n": 10}, InvalidValueError),
     ],
 )
 def test_bad_settings_are_refused(options: dict[str, object], error: type[Exception]) -> None:
@@ -541,8 +583,7 @@ def test_reopened_store_fingerprints_with_its_recorded_settings(store_path: str)
 
 def test_unrecorded_settings_are_frozen_to_the_first_defaults() -> None:
     """A store whose meta records no fingerprinter settings fingerprints with the
-    frozen format-1 settings, which are today's defaults; if the defaults ever change,
-    this test fails and the frozen settings must stay as they are."""
+    frozen format-1 settings: version 1's defaults, whatever today's are."""
     from simstore.simhash import UNRECORDED_SETTINGS, Fingerprinter
 
-    assert Fingerprinter.from_settings(UNRECORDED_SETTINGS) == Fingerprinter()
+    assert Fingerprinter.from_settings(UNRECORDED_SETTINGS) == Fingerprinter(algorithm=ALGORITHM_1)
