@@ -164,8 +164,8 @@ _WORD = _byte_table(lambda code: code >= 0x80 or chr(code).isalnum() or code == 
 _BYTE_BITS = np.unpackbits(np.arange(256, dtype=np.uint8)[:, None], axis=1, bitorder="little").astype(
     np.float64
 )
-# Documents voted together: bounds the (documents x 256) tallies to a few MB.
-_VOTE_DOCS = 1024
+# Bins of one tally (texts x digit values): 2 MB of float64.
+_TALLY_BINS = 1 << 18
 
 
 def fmix64_array(values: npt.NDArray[np.uint64]) -> npt.NDArray[np.uint64]:
@@ -380,21 +380,43 @@ def _vote(
     # order: far beyond any text that fits in memory (weights are at most
     # about 1000 * (1 + ln count) per feature).
     totals = np.bincount(text_of_group, weights=weights, minlength=count)
-    positive = np.empty((count, 64), dtype=np.float64)
-    group_bounds = np.searchsorted(text_of_group, np.arange(0, count + _VOTE_DOCS, _VOTE_DOCS))
-    for block, (low, high) in enumerate(itertools.pairwise(group_bounds)):
-        first_text = block * _VOTE_DOCS
-        texts_here = min(_VOTE_DOCS, count - first_text)
-        if texts_here <= 0:
-            break
-        local = (text_of_group[low:high] - first_text) * 256
-        hashes, block_weights = distinct[low:high], weights[low:high]
-        for byte in range(8):
-            values = ((hashes >> _U64(8 * byte)) & _U64(0xFF)).astype(np.int64)
-            tally = np.bincount(local + values, weights=block_weights, minlength=texts_here * 256)
-            positive[first_text : first_text + texts_here, 8 * byte : 8 * byte + 8] = (
-                tally.reshape(texts_here, 256) @ _BYTE_BITS
-            )
+    positive = _bit_tallies(distinct, weights, text_of_group, count)
     winners = 2.0 * positive > totals[:, None]
     packed = np.packbits(winners, axis=1, bitorder="little")
     return packed.view("<u8").reshape(count).astype(np.uint64), distinct_per_text
+
+
+def _bit_tallies(
+    hashes: npt.NDArray[np.uint64],
+    weights: npt.NDArray[np.float64],
+    text_of_hash: npt.NDArray[np.int64],
+    count: int,
+) -> npt.NDArray[np.float64]:
+    """For each of ``count`` texts and each bit, the summed weight of its
+    features whose hash has that bit set (a ``(count, 64)`` array)."""
+    # Each digit of d bits (a nibble or a byte) of every hash is tallied by
+    # one bincount over (text, digit value), then a (2**d x d) matrix of the
+    # values' bits turns tallies per value into tallies per bit: 64 / d
+    # passes over the features instead of 64. Bytes suit long texts (fewer
+    # passes); nibbles short ones, where 256 bins a text would mostly be 0.
+    digit_bits = 8 if len(hashes) >= 64 * count else 4
+    values_per_digit = 1 << digit_bits
+    bit_matrix = _BYTE_BITS[:values_per_digit, :digit_bits]
+    # Texts tallied together: bounds the (texts x values) array to a few MB.
+    block_texts = max(1, _TALLY_BINS // values_per_digit)
+    positive = np.empty((count, 64), dtype=np.float64)
+    bounds = np.searchsorted(text_of_hash, [*np.arange(0, count, block_texts).tolist(), count])
+    for block, (low, high) in enumerate(itertools.pairwise(bounds.tolist())):
+        first_text = block * block_texts
+        texts_here = min(block_texts, count - first_text)
+        bins = (text_of_hash[low:high] - first_text) * values_per_digit
+        block_hashes, block_weights = hashes[low:high], weights[low:high]
+        mask = _U64(values_per_digit - 1)
+        for digit in range(64 // digit_bits):
+            values = ((block_hashes >> _U64(digit * digit_bits)) & mask).astype(np.int64)
+            tally = np.bincount(bins + values, weights=block_weights, minlength=texts_here * values_per_digit)
+            columns = slice(digit * digit_bits, (digit + 1) * digit_bits)
+            positive[first_text : first_text + texts_here, columns] = (
+                tally.reshape(texts_here, values_per_digit) @ bit_matrix
+            )
+    return positive
