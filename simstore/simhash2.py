@@ -10,12 +10,13 @@ a batch at once:
 
 - **token hash**: the token's UTF-8 bytes ``b_0 .. b_{L-1}`` give
   ``r = sum(b_i * P**(L-1-i)) mod 2**64`` (``P`` = :data:`POLY`), and the
-  token's hash is ``fmix64(r + L * LENGTH_MULT + salt)`` where
-  ``salt = fmix64(seed ^ SEED_XOR)`` and ``fmix64`` is MurmurHash3's 64-bit
-  finaliser (a bijection that spreads every input bit over the output);
+  token's hash is ``mix64(r + L * LENGTH_MULT + salt)`` where
+  ``salt = mix64(seed ^ SEED_XOR)`` and ``mix64`` is Pelle Evensen's
+  "moremur" finaliser (xor-shift 27, multiply, xor-shift 33, multiply,
+  xor-shift 27: a bijection that spreads every input bit over the output);
 - **n-gram hash** (``n >= 2``) of tokens with hashes ``t_0 .. t_{n-1}``:
   ``a = t_0``, then ``a = a * NGRAM_MULT + t_j mod 2**64`` for each next
-  ``t_j``, and the feature's hash is ``fmix64(a + n * NGRAM_SALT)``; a text
+  ``t_j``, and the feature's hash is ``mix64(a + n * NGRAM_SALT)``; a text
   with fewer tokens than every ``n`` has the one feature of all its tokens,
   hashed with ``n`` = its token count (as version 1 joins them all);
 - the unigram feature's hash is the token's hash.
@@ -50,14 +51,14 @@ __all__ = [
     "FEATURE_HASH",
     "batch_fingerprints",
     "fingerprint_reference",
-    "fmix64",
+    "mix64",
     "no_features_message",
     "token_fingerprints",
     "token_hash",
 ]
 
 ALGORITHM = "simstore-text-simhash-2"
-FEATURE_HASH = "poly64-fmix64"
+FEATURE_HASH = "poly64-moremur"
 WEIGHTINGS: tuple[str, ...] = ("binary", "tf", "log")
 
 # Odd 64-bit constants: odd multipliers are invertible modulo 2**64, so no
@@ -73,17 +74,26 @@ _POLY_INVERSE = pow(POLY, -1, 1 << 64)
 # -- the specification, one text at a time --------------------------------
 
 
-def fmix64(value: int) -> int:
-    """MurmurHash3's 64-bit finaliser of an unsigned 64-bit int."""
+# MurmurHash3's fmix64 was tried first: on 1000 unrelated KJV verses the
+# mean distance between fingerprints came out 0.2-0.3 bits below version 1's
+# and moremur's (20 seeds each, 2.5 standard errors), and its bit flips for
+# inputs one apart spread with SD 3.93 instead of 4: similar tokens (their
+# polynomials differ by small amounts) hashed slightly alike.
+_MIX_A = 0x3C79AC492BA7B653
+_MIX_B = 0x1C69B3F74AC4AE35
+
+
+def mix64(value: int) -> int:
+    """Pelle Evensen's moremur finaliser of an unsigned 64-bit int."""
+    value ^= value >> 27
+    value = (value * _MIX_A) & _MASK
     value ^= value >> 33
-    value = (value * 0xFF51AFD7ED558CCD) & _MASK
-    value ^= value >> 33
-    value = (value * 0xC4CEB9FE1A85EC53) & _MASK
-    return value ^ (value >> 33)
+    value = (value * _MIX_B) & _MASK
+    return value ^ (value >> 27)
 
 
 def _salt(seed: int) -> int:
-    return fmix64(seed ^ SEED_XOR)
+    return mix64(seed ^ SEED_XOR)
 
 
 def token_hash(token: bytes, seed: int = 0) -> int:
@@ -91,14 +101,14 @@ def token_hash(token: bytes, seed: int = 0) -> int:
     polynomial = 0
     for byte in token:
         polynomial = (polynomial * POLY + byte) & _MASK
-    return fmix64((polynomial + len(token) * LENGTH_MULT + _salt(seed)) & _MASK)
+    return mix64((polynomial + len(token) * LENGTH_MULT + _salt(seed)) & _MASK)
 
 
 def _ngram_hash(hashes: Sequence[int]) -> int:
     folded = hashes[0]
     for value in hashes[1:]:
         folded = (folded * NGRAM_MULT + value) & _MASK
-    return fmix64((folded + len(hashes) * NGRAM_SALT) & _MASK)
+    return mix64((folded + len(hashes) * NGRAM_SALT) & _MASK)
 
 
 def _weight(count: int, weighting: str) -> int:
@@ -168,13 +178,13 @@ _BYTE_BITS = np.unpackbits(np.arange(256, dtype=np.uint8)[:, None], axis=1, bito
 _TALLY_BINS = 1 << 18
 
 
-def fmix64_array(values: npt.NDArray[np.uint64]) -> npt.NDArray[np.uint64]:
-    """:func:`fmix64` of each element (a new array; uint64 arithmetic wraps)."""
-    values = values ^ (values >> _U64(33))
-    values *= _U64(0xFF51AFD7ED558CCD)
+def mix64_array(values: npt.NDArray[np.uint64]) -> npt.NDArray[np.uint64]:
+    """:func:`mix64` of each element (a new array; uint64 arithmetic wraps)."""
+    values = values ^ (values >> _U64(27))
+    values *= _U64(_MIX_A)
     values ^= values >> _U64(33)
-    values *= _U64(0xC4CEB9FE1A85EC53)
-    values ^= values >> _U64(33)
+    values *= _U64(_MIX_B)
+    values ^= values >> _U64(27)
     return values
 
 
@@ -307,7 +317,7 @@ def _token_hashes(
     polynomial = sums[offsets + token_lengths] - sums[offsets]
     polynomial *= _power_table(POLY, longest)[token_lengths - 1]
     polynomial += token_lengths.astype(np.uint64) * _U64(LENGTH_MULT) + _U64(_salt(seed))
-    return fmix64_array(polynomial), token_text
+    return mix64_array(polynomial), token_text
 
 
 def _features(
@@ -343,7 +353,7 @@ def _features(
                 folded *= _U64(NGRAM_MULT)
                 folded += hashes[first + j]
             folded += _U64((n * NGRAM_SALT) & _MASK)
-            values = fmix64_array(folded)
+            values = mix64_array(folded)
         features[np.repeat(slot, windows) + (first - np.repeat(token_starts, windows))] = values
         slot += windows
     for index in whole.tolist():

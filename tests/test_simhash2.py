@@ -21,8 +21,8 @@ from simstore.simhash import ALGORITHM, ALGORITHM_1, Fingerprinter, ShortTextWar
 from simstore.simhash2 import (
     batch_fingerprints,
     fingerprint_reference,
-    fmix64,
-    fmix64_array,
+    mix64,
+    mix64_array,
     token_hash,
 )
 
@@ -144,9 +144,23 @@ def test_fingerprint_many_equals_fingerprint_for_long_and_many_texts() -> None:
     assert fingerprint_reference(texts[0])[0] == fingerprinter.fingerprint(texts[0])
 
 
-def test_fmix64_array_equals_scalar() -> None:
+def test_mix64_array_equals_scalar() -> None:
     values = [0, 1, 2**63, 2**64 - 1, 0x0123456789ABCDEF]
-    assert fmix64_array(np.array(values, dtype=np.uint64)).tolist() == [fmix64(v) for v in values]
+    assert mix64_array(np.array(values, dtype=np.uint64)).tolist() == [mix64(v) for v in values]
+
+
+@pytest.mark.parametrize("delta", [1, 2, 255, 1 << 32])
+def test_mix64_outputs_of_nearby_inputs_are_unrelated(delta: int) -> None:
+    # Token polynomials of similar words differ by small amounts; their
+    # mixed values must differ like independent random ones: Binomial(64,
+    # 1/2) bits, mean 32 and SD 4. (MurmurHash3's fmix64 gave SD 3.93 at
+    # delta 1, which showed as fingerprints of unrelated texts a few tenths
+    # of a bit closer than version 1's.) Standard errors here: 0.013, 0.009.
+    inputs = np.random.default_rng(5).integers(0, 2**63, 100_000, dtype=np.int64).astype(np.uint64)
+    flipped = mix64_array(inputs) ^ mix64_array(inputs + np.uint64(delta))
+    bits = np.unpackbits(flipped.view(np.uint8).reshape(-1, 8), axis=1).sum(axis=1)
+    assert abs(bits.mean() - 32) < 0.06
+    assert abs(bits.std() - 4) < 0.04
 
 
 def test_token_hashes_are_distinct_and_balanced() -> None:
