@@ -253,9 +253,7 @@ class _Worker:
     def start(self, settings: dict[str, Any]) -> None:
         if not sys.executable:
             raise WorkerError("cannot start worker processes: sys.executable is unknown")
-        # The worker must import this very simstore, whichever way it was
-        # found; -c puts the current directory first on sys.path, which the
-        # worker's own code replaces with the package's root.
+        # The worker must import this very simstore, whichever way it was found.
         package_root = str(Path(__file__).resolve().parent.parent)
         with self._lock:
             if self.killed:
@@ -327,8 +325,11 @@ class _Worker:
 
 
 # The worker's command line: ``python -c _WORKER_CODE <package root> <parent pid>``.
+# ``-c`` puts the current directory first on sys.path; it gives way to the
+# package's root, unless that is on the path already (an installed simstore:
+# putting site-packages before the standard library could shadow it).
 _WORKER_CODE = (
-    "import sys; sys.path[0] = sys.argv[1]; "
+    "import sys; root = sys.argv[1]; sys.path[0:1] = [] if root in sys.path else [root]; "
     "from simstore._worker import main; sys.exit(main(int(sys.argv[2])))"
 )
 
