@@ -186,19 +186,30 @@ def single(rounds: int, only_methods: Sequence[str]) -> list[dict[str, object]]:
     return rows
 
 
+def peak_rss_mib() -> float:
+    """This process's peak RSS in MiB: VmHWM on Linux, which a new program
+    (exec) starts afresh, unlike getrusage's ru_maxrss, which keeps the
+    parent's peak across fork and exec."""
+    try:
+        for line in Path("/proc/self/status").read_text().splitlines():
+            if line.startswith("VmHWM:"):
+                return int(line.split()[1]) / 1024
+    except OSError:
+        pass
+    return resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024
+
+
 _MEMORY_CHILD = """
-import resource, sys, warnings
-sys.argv = sys.argv[:1] + ["--only", "none"]
+import sys, warnings
 warnings.simplefilter("ignore")
 sys.path.insert(0, {bench_dir!r})
 import bench_fingerprint as bench
 texts = bench.workloads()[{workload!r}]
 batch, one = bench.methods()[{method!r}]
 batch(texts[:3])
-before = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss
+before = bench.peak_rss_mib()
 batch(texts)
-after = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss
-print(before, after)
+print(before, bench.peak_rss_mib())
 """
 
 
@@ -213,7 +224,7 @@ def memory(only_methods: Sequence[str]) -> list[dict[str, object]]:
             out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True)
             if out.returncode:
                 continue
-            before, after = (int(v) / 1024 for v in out.stdout.split())
+            before, after = (float(v) for v in out.stdout.split())
             rows.append(
                 {"workload": workload, "method": name, "rss_mib": after, "growth_mib": after - before}
             )
@@ -222,14 +233,14 @@ def memory(only_methods: Sequence[str]) -> list[dict[str, object]]:
 
 
 _FLAT_CHILD = """
-import resource, sys, warnings
+import sys, warnings
 warnings.simplefilter("ignore")
 sys.path.insert(0, {bench_dir!r})
 import bench_fingerprint as bench
 from simstore.simhash import Fingerprinter
-before = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss
+before = bench.peak_rss_mib()
 values = Fingerprinter().fingerprint_many(bench._stream({repeat}))
-print(before, resource.getrusage(resource.RUSAGE_SELF).ru_maxrss, len(values))
+print(before, bench.peak_rss_mib(), len(values))
 """
 
 
@@ -241,12 +252,11 @@ def flat(repeats: Sequence[int]) -> list[dict[str, object]]:
     for repeat in repeats:
         code = _FLAT_CHILD.format(bench_dir=str(Path(__file__).resolve().parent), repeat=repeat)
         out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True)
-        before, after, count = (int(v) for v in out.stdout.split())
+        before_text, after_text, count_text = out.stdout.split()
+        before, after, count = float(before_text), float(after_text), int(count_text)
         size = megabytes(list(_stream(1))) * repeat
-        rows.append({"mb": size, "docs": count, "rss_mib": after / 1024, "start_mib": before / 1024})
-        print(
-            f"  {size:7.1f} MB, {count} docs: peak RSS {after / 1024:.0f} MiB (at start {before / 1024:.0f})"
-        )
+        rows.append({"mb": size, "docs": count, "rss_mib": after, "start_mib": before})
+        print(f"  {size:7.1f} MB, {count} docs: peak RSS {after:.0f} MiB (at start {before:.0f})")
     return rows
 
 
@@ -272,7 +282,7 @@ def many(repeat: int, rounds: int) -> list[dict[str, object]]:
             seconds = time.perf_counter() - started
             own_cpu = _cpu(resource.getrusage(resource.RUSAGE_SELF)) - _cpu(own)
             worker_cpu = _cpu(resource.getrusage(resource.RUSAGE_CHILDREN)) - _cpu(children)
-            peak = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024
+            peak = peak_rss_mib()
             load_average = os.getloadavg()[0]
             rows.append(
                 {
@@ -352,22 +362,23 @@ def main(argv: Sequence[str] | None = None) -> None:
     parser.add_argument("--rounds", type=int, default=5)
     parser.add_argument("--repeat", type=int, default=30, help="copies of English + Chinese for the stream")
     parser.add_argument("--many-rounds", type=int, default=2)
-    parser.add_argument("--only", choices=("single", "memory", "flat", "many", "none"))
+    parser.add_argument("--only", nargs="*", choices=("single", "memory", "flat", "many", "none"))
     parser.add_argument("--flat", type=int, nargs="*", default=[1, 16], help="stream sizes (copies) for flat")
     parser.add_argument("--methods", nargs="*", default=list(METHODS))
     parser.add_argument("--out", type=Path, help="write the tables as markdown here")
     args = parser.parse_args(argv)
-    if args.only == "none":
+    parts = set(args.only or ("single", "memory", "flat", "many"))
+    if "none" in parts:
         return
     warnings.simplefilter("ignore", ShortTextWarning)
     print(
         f"machine: {os.cpu_count()} cores, load average {os.getloadavg()[0]:.2f}; "
         f"settings {Fingerprinter().settings()}"
     )
-    single_rows = single(args.rounds, args.methods) if args.only in (None, "single") else []
-    memory_rows = memory(args.methods) if args.only in (None, "memory") else []
-    flat_rows = flat(args.flat) if args.only in (None, "flat") else []
-    many_rows = many(args.repeat, args.many_rounds) if args.only in (None, "many") else []
+    single_rows = single(args.rounds, args.methods) if "single" in parts else []
+    memory_rows = memory(args.methods) if "memory" in parts else []
+    flat_rows = flat(args.flat) if "flat" in parts else []
+    many_rows = many(args.repeat, args.many_rounds) if "many" in parts else []
     if args.out:
         written_argv = sys.argv[1:] if argv is None else argv
         write_markdown(args.out, single_rows, memory_rows, flat_rows, many_rows, written_argv)

@@ -9,7 +9,8 @@ Reads ``benchmarks/results/peers_*.json`` and ``online_*.json``; writes
 ``benchmarks/RESULTS.md`` (every figure as median (min-max) over repeats,
 with the machine, versions, commands and load averages of each run, the
 targets of the issue with a verdict, and the hand-written analyses in
-``benchmarks/results/peers_notes.md`` and ``dask_notes.md``) and
+``benchmarks/results/peers_notes.md``, ``dask_notes.md`` and
+``fingerprint_notes.md``) and
 ``benchmarks/results/peers_query_latency.png`` (single-query latency against
 N, log axes), ``peers_throughput.png`` (build, batched query and online add
 throughput bars).
@@ -463,8 +464,9 @@ def write_results(peers: list[dict[str, Any]], online: list[dict[str, Any]], pat
             + "; ".join(f"{name} ({why})" for name, why in skipped.items())
             + ". simhash-py was not measured: it does not build on CPython 3.11 (see `bench_peers.py`).\n"
         )
-    # Hand-written analyses: the peers', then bench_dask.py's (not generated from JSON).
-    for name in ("peers_notes.md", "dask_notes.md"):
+    # Hand-written analyses: the peers', bench_dask.py's and bench_fingerprint.py's
+    # (not generated from JSON).
+    for name in ("peers_notes.md", "dask_notes.md", "fingerprint_notes.md"):
         notes = RESULTS / name
         if notes.exists():
             parts.append(notes.read_text())
