@@ -50,6 +50,7 @@ __all__ = [
     "ALGORITHM",
     "FEATURE_HASH",
     "batch_fingerprints",
+    "feature_counts",
     "fingerprint_reference",
     "mix64",
     "no_features_message",
@@ -119,12 +120,11 @@ def _weight(count: int, weighting: str) -> int:
     return int(np.rint(1000.0 * (1.0 + np.log(float(count)))))
 
 
-def fingerprint_reference(
-    text: str, *, ngrams: Sequence[int] = (1, 2), weighting: str = "log", seed: int = 0, hmm: bool = True
-) -> tuple[int, int]:
-    """Version-2 fingerprint of one text and its distinct-feature count, in
-    plain Python (slow; the specification). Raises :class:`InvalidValueError`
-    for text without features."""
+def feature_counts(
+    text: str, *, ngrams: Sequence[int] = (1, 2), seed: int = 0, hmm: bool = True
+) -> Counter[int]:
+    """Version 2's feature hashes of one text and how often each occurs, in
+    plain Python. Raises :class:`InvalidValueError` for text without features."""
     tokens = tokenise(normalise(text), hmm=hmm)
     hashes = [token_hash(token.encode(), seed) for token in tokens]
     features: list[int] = []
@@ -137,7 +137,16 @@ def fingerprint_reference(
         features.append(_ngram_hash(hashes))
     if not features:
         raise InvalidValueError(no_features_message(text))
-    counts = Counter(features)
+    return Counter(features)
+
+
+def fingerprint_reference(
+    text: str, *, ngrams: Sequence[int] = (1, 2), weighting: str = "log", seed: int = 0, hmm: bool = True
+) -> tuple[int, int]:
+    """Version-2 fingerprint of one text and its distinct-feature count, in
+    plain Python (slow; the specification). Raises :class:`InvalidValueError`
+    for text without features."""
+    counts = feature_counts(text, ngrams=ngrams, seed=seed, hmm=hmm)
     tally = [0] * 64
     for feature, count in counts.items():
         weight = _weight(count, weighting)
