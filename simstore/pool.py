@@ -175,8 +175,9 @@ class _Scheduler:
             worker.start(self._settings)
         except Exception as exc:
             # The other processes still finish the batch without this worker;
-            # run() warns unless it stopped the worker itself.
-            worker.startup_error = exc
+            # run() warns, unless it stopped the worker itself (the batch was done).
+            if not worker.killed:
+                worker.startup_error = exc
             worker.close()
             return
         try:
@@ -219,19 +220,6 @@ class _Scheduler:
                 if taken is None and not ready:
                     break
                 yield from ready  # in order, so that the caller streams too
-            for worker in self._workers:
-                if worker.startup_error is not None and not worker.killed:
-                    warnings.warn(
-                        f"a fingerprinting worker did not start ({worker.startup_error}); "
-                        "the other processes did its share",
-                        RuntimeWarning,
-                        stacklevel=3,
-                    )
-            if self._errors:
-                # Chunks are handed out in input order, and every chunk before a
-                # failed one has finished, so the smallest start is the batch's
-                # first bad text, whichever process met it.
-                raise min(self._errors, key=lambda item: item[0])[1]
         finally:
             with self._done:
                 self._stopped = True
@@ -239,6 +227,19 @@ class _Scheduler:
                 worker.kill()  # one still starting, or busy after an error or Ctrl-C
             for thread in threads:
                 thread.join()
+        for worker in self._workers:
+            if worker.startup_error is not None:
+                warnings.warn(
+                    f"a fingerprinting worker did not start ({worker.startup_error}); "
+                    "the other processes did its share",
+                    RuntimeWarning,
+                    stacklevel=3,
+                )
+        if self._errors:
+            # Chunks are handed out in input order, and every chunk before a
+            # failed one has finished, so the smallest start is the batch's
+            # first bad text, whichever process met it.
+            raise min(self._errors, key=lambda item: item[0])[1]
 
 
 class _Worker:

@@ -254,3 +254,46 @@ def test_frames_round_trip_and_end_cleanly(tmp_path: Path) -> None:
         truncated.truncate(12)
     with open(path, "rb") as stream:
         assert pool.read_frame(stream) is None  # a worker that died mid-reply
+
+
+@pytest.mark.slow  # starts interpreters
+def test_a_worker_that_cannot_start_leaves_the_work_to_this_process(
+    monkeypatch: pytest.MonkeyPatch, small_chunks: None
+) -> None:
+    monkeypatch.setattr(pool, "_WORKER_CODE", "import sys; sys.exit(3)")
+    texts = [f"words of text number {i} and a few more" for i in range(40)]
+    expected = Fingerprinter().fingerprint_many(texts).tolist()
+    real = Fingerprinter._fingerprint_chunk
+
+    def slow(self: Fingerprinter, chunk: list[str], start: int) -> tuple[Any, int]:
+        time.sleep(0.2)  # so that the worker fails before this process is done
+        return real(self, chunk, start)
+
+    monkeypatch.setattr(Fingerprinter, "_fingerprint_chunk", slow)
+    with pytest.warns(RuntimeWarning, match="did not start"):
+        values = Fingerprinter().fingerprint_many(texts, processes=2)
+    assert values.tolist() == expected
+
+
+@pytest.mark.slow  # starts interpreters
+def test_a_worker_that_dies_mid_batch_raises_worker_error(
+    monkeypatch: pytest.MonkeyPatch, small_chunks: None
+) -> None:
+    # Answers "ready", then exits on its first chunk, as a worker killed by the OOM killer would.
+    dying = (
+        "import sys; sys.path[0:1] = [] if sys.argv[1] in sys.path else [sys.argv[1]]; "
+        "from simstore.pool import read_frame, write_frame; "
+        "read_frame(sys.stdin.buffer); write_frame(sys.stdout.buffer, ['ready']); "
+        "read_frame(sys.stdin.buffer); sys.exit(9)"
+    )
+    monkeypatch.setattr(pool, "_WORKER_CODE", dying)
+    real = Fingerprinter._fingerprint_chunk
+
+    def slow(self: Fingerprinter, chunk: list[str], start: int) -> tuple[Any, int]:
+        time.sleep(0.3)  # leave chunks for the worker
+        return real(self, chunk, start)
+
+    monkeypatch.setattr(Fingerprinter, "_fingerprint_chunk", slow)
+    texts = [f"words of text number {i} and a few more" for i in range(200)]
+    with pytest.raises(simstore.WorkerError, match="exit status 9"):
+        Fingerprinter().fingerprint_many(texts, processes=2)
