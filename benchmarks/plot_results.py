@@ -464,12 +464,16 @@ def write_results(peers: list[dict[str, Any]], online: list[dict[str, Any]], pat
             + "; ".join(f"{name} ({why})" for name, why in skipped.items())
             + ". simhash-py was not measured: it does not build on CPython 3.11 (see `bench_peers.py`).\n"
         )
-    # Hand-written analyses: the peers', bench_dask.py's and bench_fingerprint.py's
-    # (not generated from JSON).
-    for name in ("peers_notes.md", "dask_notes.md", "fingerprint_notes.md"):
+    # Hand-written analyses: the peers', then bench_dask.py's (not generated from JSON).
+    for name in ("peers_notes.md", "dask_notes.md"):
         notes = RESULTS / name
         if notes.exists():
             parts.append(notes.read_text())
+
+    # bench_fingerprint.py's analysis (issue 21), hand-written too.
+    fingerprint_notes = RESULTS / "fingerprint_notes.md"
+    if fingerprint_notes.exists():
+        parts.append(fingerprint_notes.read_text())
     path.write_text("\n".join(parts))
 
 
