@@ -63,7 +63,10 @@ import numpy.typing as npt
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
+from simstore import simhash2
 from simstore.simhash import (
+    ALGORITHM,
+    ALGORITHM_1,
     Fingerprinter,
     count_features,
     feature_hashes,
@@ -212,6 +215,10 @@ def simstore_fingerprints(config: Config, token_lists: list[list[str]]) -> npt.N
     """Fingerprints from pre-computed tokens (the same steps as
     Fingerprinter.fingerprint, without re-running jieba per configuration)."""
     fp = config.fingerprinter
+    if fp.algorithm == simhash2.ALGORITHM and config.cap is None:
+        return simhash2.token_fingerprints(
+            token_lists, ngrams=fp.ngrams, weighting=fp.weighting, seed=fp.seed
+        )[0]
     out = np.zeros(len(token_lists), dtype=np.uint64)
     for index, tokens in enumerate(token_lists):
         distinct, counts = count_features(features(tokens, fp.ngrams))
@@ -515,6 +522,7 @@ def plot(name: str, jac: npt.NDArray[np.float32], dists: dict[str, npt.NDArray[n
 
 DEFAULT_CONFIGS = (
     "default",
+    "default-1",
     "w3-binary=3,binary",
     "w2-tf=2,tf",
     "w1-binary=1,binary",
@@ -525,17 +533,27 @@ DEFAULT_CONFIGS = (
 
 
 def parse_config(spec: str) -> Config:
-    """``name=ngrams,weighting[,top_n]`` (ngrams like ``1+2``), or ``default``."""
+    """``name=ngrams,weighting[,top_n]`` (ngrams like ``1+2``), or ``default``
+    (today's default: algorithm 2), or ``default-1`` (the default settings
+    with algorithm 1, the XXH3 feature hash). Benchmark-only weightings
+    (``cap:``), ``tfidf`` and ``top_n`` use algorithm 1."""
     if spec == "default":
         return Config("default(" + _describe(Fingerprinter()) + ")", Fingerprinter())
+    if spec == "default-1":
+        version_1 = Fingerprinter(algorithm=ALGORITHM_1)
+        return Config("default-1(" + _describe(version_1) + ")", version_1)
     name, _, body = spec.partition("=")
     parts = body.split(",")
     top_n = int(parts[2]) if len(parts) > 2 else None
     ngrams = tuple(int(n) for n in parts[0].split("+"))
     if parts[1].startswith("cap:"):
         _, slope, cap = parts[1].split(":")
-        return Config(name, Fingerprinter(ngrams=ngrams, top_n=top_n), (float(slope), int(cap)))
-    return Config(name, Fingerprinter(ngrams=ngrams, weighting=parts[1], top_n=top_n))  # type: ignore[arg-type]
+        return Config(
+            name, Fingerprinter(ngrams=ngrams, top_n=top_n, algorithm=ALGORITHM_1), (float(slope), int(cap))
+        )
+    weighting = parts[1]
+    algorithm = ALGORITHM_1 if weighting not in simhash2.WEIGHTINGS or top_n is not None else ALGORITHM
+    return Config(name, Fingerprinter(ngrams=ngrams, weighting=weighting, top_n=top_n, algorithm=algorithm))  # type: ignore[arg-type]
 
 
 def _describe(fp: Fingerprinter) -> str:

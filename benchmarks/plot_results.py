@@ -9,7 +9,8 @@ Reads ``benchmarks/results/peers_*.json`` and ``online_*.json``; writes
 ``benchmarks/RESULTS.md`` (every figure as median (min-max) over repeats,
 with the machine, versions, commands and load averages of each run, the
 targets of the issue with a verdict, and the hand-written analyses in
-``benchmarks/results/peers_notes.md`` and ``dask_notes.md``) and
+``benchmarks/results/peers_notes.md``, ``dask_notes.md`` and
+``fingerprint_notes.md``) and
 ``benchmarks/results/peers_query_latency.png`` (single-query latency against
 N, log axes), ``peers_throughput.png`` (build, batched query and online add
 throughput bars).
@@ -468,6 +469,11 @@ def write_results(peers: list[dict[str, Any]], online: list[dict[str, Any]], pat
         notes = RESULTS / name
         if notes.exists():
             parts.append(notes.read_text())
+
+    # bench_fingerprint.py's analysis (issue 21), hand-written too.
+    fingerprint_notes = RESULTS / "fingerprint_notes.md"
+    if fingerprint_notes.exists():
+        parts.append(fingerprint_notes.read_text())
     path.write_text("\n".join(parts))
 
 

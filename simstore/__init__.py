@@ -16,6 +16,7 @@ from simstore.errors import (
     InvalidTypeError,
     InvalidValueError,
     KeyNotFoundError,
+    MainGuardError,
     NotAStoreError,
     ParameterMismatchError,
     ReadOnlyError,
@@ -25,6 +26,7 @@ from simstore.errors import (
     StoreFullError,
     StoreLockedError,
     StoreNotFoundError,
+    WorkerError,
 )
 from simstore.migrate import migrate
 from simstore.opening import open
@@ -46,6 +48,7 @@ __all__ = [
     "InvalidValueError",
     "KeyNotFoundError",
     "Layout",
+    "MainGuardError",
     "Match",
     "NotAStoreError",
     "Options",
@@ -66,6 +69,7 @@ __all__ = [
     "StoreLockedError",
     "StoreNotFoundError",
     "Table",
+    "WorkerError",
     "__version__",
     "best_layout",
     "fingerprint",

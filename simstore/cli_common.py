@@ -269,7 +269,8 @@ def fingerprint_documents(
         with warnings.catch_warnings():
             warnings.simplefilter("ignore", ShortTextWarning)
             try:
-                values = fingerprinter.fingerprint_many([doc.text for doc in chunk])
+                # The command line uses every core (the library defaults to one).
+                values = fingerprinter.fingerprint_many([doc.text for doc in chunk], processes=None)
                 yield list(chunk), values
                 return
             except InvalidValueError:

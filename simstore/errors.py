@@ -98,3 +98,13 @@ class StoreFullError(SimstoreError, OSError):
 
 class StoreLockedError(SimstoreError, OSError):
     """The store's lock file could not be created or used."""
+
+
+class MainGuardError(SimstoreError, RuntimeError):
+    """Worker processes were asked for while ``multiprocessing`` was starting
+    a child, which re-runs the main script's top level: the script's work
+    belongs under ``if __name__ == "__main__":``."""
+
+
+class WorkerError(SimstoreError, RuntimeError):
+    """A fingerprinting worker process failed or stopped unexpectedly."""

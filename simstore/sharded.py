@@ -193,14 +193,18 @@ class ShardedStore:
         *,
         texts: Iterable[str] | None = None,
         metas: Iterable[Mapping[str, Any] | None] | None = None,
+        processes: int | None = 1,
     ) -> U64Array:
         """Add many documents, each shard's share in one transaction of that
         shard. Bad input (a key, fingerprint or meta) is refused before any
         shard is written; a failure while writing one shard (a full disk)
         leaves the shards written before it written: shards are separate
-        files, with no transaction across them."""
+        files, with no transaction across them. ``processes`` is
+        :meth:`Store.add_many`'s."""
         # Checked and packed once, before any shard is written.
-        packed_keys, fps, meta_list = self.shards[0]._checked_batch(keys, fingerprints, texts, metas)
+        packed_keys, fps, meta_list = self.shards[0]._checked_batch(
+            keys, fingerprints, texts, metas, processes
+        )
         owners = shards_of_packed(packed_keys.sliced(range(len(packed_keys))), len(self.shards))
         for number in np.unique(owners).tolist():
             rows = np.flatnonzero(owners == number)

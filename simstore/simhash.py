@@ -15,9 +15,12 @@ The text algorithm, exactly (so that other tools can reproduce it):
    (tokens never contain spaces; ``n = 1`` gives the tokens themselves). A
    text with fewer tokens than every ``n`` has the single feature of all its
    tokens joined.
-4. **Hash**: each feature string is encoded as UTF-8 and hashed with
-   **XXH3-64** (``xxhash.xxh3_64_intdigest(data, seed)``), seed ``seed``
-   (default 0), giving an unsigned 64-bit integer.
+4. **Hash**, which the algorithm's version names: version 1
+   (``simstore-text-simhash-1``) encodes each feature string as UTF-8 and
+   hashes it with **XXH3-64** (``xxhash.xxh3_64_intdigest(data, seed)``),
+   seed ``seed`` (default 0), giving an unsigned 64-bit integer; version 2
+   (``simstore-text-simhash-2``, the default) hashes tokens and folds n-grams
+   as :mod:`simstore.simhash2` states, with numpy over a whole batch.
 5. **Weights** (integers, so the vote is exact on every machine), per
    distinct feature string, from how often it occurs (``tf``):
 
@@ -50,11 +53,9 @@ PCG64 bit generator seeded with ``seed`` (see :func:`hyperplanes`).
 
 from __future__ import annotations
 
-import concurrent.futures
 import dataclasses
 import functools
 import math
-import multiprocessing
 import os
 import warnings
 from collections import Counter
@@ -65,12 +66,17 @@ import numpy as np
 import numpy.typing as npt
 import xxhash
 
+from simstore import simhash2
 from simstore.errors import InvalidTypeError, InvalidValueError
+from simstore.pool import chunks, fingerprint_in_processes
 from simstore.text import as_text, jieba_idf, normalise, segmenter_info, tokenise
 
 __all__ = [
     "ALGORITHM",
+    "ALGORITHMS",
+    "ALGORITHM_1",
     "FEATURE_HASH",
+    "FEATURE_HASH_1",
     "SHORT_TEXT_FEATURES",
     "WEIGHTINGS",
     "Fingerprinter",
@@ -89,9 +95,17 @@ __all__ = [
 
 #: Name and version of the text pipeline (normalise, tokenise, features,
 #: weights, vote) described in the module docstring.
-ALGORITHM = "simstore-text-simhash-1"
-#: The feature hash: XXH3 64-bit over the feature's UTF-8 bytes.
-FEATURE_HASH = "xxh3_64"
+ALGORITHM_1 = "simstore-text-simhash-1"
+#: Version 1's feature hash: XXH3 64-bit over the feature's UTF-8 bytes.
+FEATURE_HASH_1 = "xxh3_64"
+#: The algorithm of new fingerprinters (and so of new stores): version 2,
+#: version 1 with a feature hash computed with numpy for a whole batch
+#: (:mod:`simstore.simhash2`), several times faster. A store keeps the
+#: algorithm it was made with.
+ALGORITHM = simhash2.ALGORITHM
+FEATURE_HASH = simhash2.FEATURE_HASH
+#: Each algorithm and its feature hash.
+ALGORITHMS: dict[str, str] = {ALGORITHM_1: FEATURE_HASH_1, simhash2.ALGORITHM: simhash2.FEATURE_HASH}
 #: The settings of format-1 stores whose meta records none (made before
 #: settings were recorded): frozen here, so that a change of the defaults can
 #: never silently change how such a store fingerprints text.
@@ -104,6 +118,9 @@ UNRECORDED_SETTINGS: dict[str, object] = {
     "top_n": None,
     "hmm": True,
 }
+# Single texts shorter than this (characters) take version 2's plain-Python
+# feature path (equal results; see Fingerprinter._counted).
+_SMALL_TEXT = 300
 #: Fewer distinct features than this gives a :class:`ShortTextWarning`.
 SHORT_TEXT_FEATURES = 8
 
@@ -111,11 +128,6 @@ Weighting = Literal["binary", "tf", "log", "tfidf"]
 WEIGHTINGS: tuple[str, ...] = ("binary", "tf", "log", "tfidf")
 _MAX_NGRAM = 8
 _MASK64 = (1 << 64) - 1
-# Batches smaller than this (in characters) are fingerprinted in-process even
-# when processes=None: starting a spawned worker (numpy, simstore, jieba's
-# dictionary) costs 1.5 to 2 s, more than 2 cores save on a few MB.
-_PARALLEL_MIN_CHARS = 8_000_000
-_CHUNK_CHARS = 1_000_000
 
 
 class ShortTextWarning(UserWarning):
@@ -229,7 +241,10 @@ class Fingerprinter:
     distinct feature votes once), ``"tf"`` or ``"tfidf"`` (jieba's IDF table).
     ``top_n``: keep only that many highest-weight features (None = all).
     ``hmm``: let jieba's HMM find words missing from its dictionary.
-    ``seed``: seed of the XXH3-64 feature hash.
+    ``seed``: seed of the feature hash.
+    ``algorithm``: :data:`ALGORITHM` (version 2, the default) or
+    :data:`ALGORITHM_1`, whose feature hash is XXH3-64 per feature string
+    (several times slower; the only one with ``tfidf`` and ``top_n``).
     """
 
     ngrams: tuple[int, ...] = (1, 2)
@@ -237,6 +252,7 @@ class Fingerprinter:
     top_n: int | None = None
     hmm: bool = True
     seed: int = 0
+    algorithm: str = ALGORITHM
 
     def __post_init__(self) -> None:
         _check_ngrams(self.ngrams)
@@ -251,6 +267,19 @@ class Fingerprinter:
         if not isinstance(self.hmm, bool):
             raise InvalidTypeError(f"hmm must be bool, not {type(self.hmm).__name__}")
         _check_int("seed", self.seed, 0, _MASK64)
+        if self.algorithm not in ALGORITHMS:
+            raise InvalidValueError(
+                f"algorithm must be one of {', '.join(ALGORITHMS)}; got {self.algorithm!r}"
+            )
+        if self.algorithm == simhash2.ALGORITHM and (
+            self.weighting not in simhash2.WEIGHTINGS or self.top_n is not None
+        ):
+            # Both need the feature strings, which version 2 never builds.
+            raise InvalidValueError(
+                f"weighting={self.weighting!r} and top_n={self.top_n!r} need "
+                f"algorithm={ALGORITHM_1!r}; {simhash2.ALGORITHM!r} supports the weightings "
+                f"{', '.join(simhash2.WEIGHTINGS)} without top_n"
+            )
 
     # -- fingerprints --
 
@@ -260,77 +289,86 @@ class Fingerprinter:
         Raises :class:`InvalidValueError` for text that is empty or has no
         features; warns :class:`ShortTextWarning` for very short text.
         """
-        value, count = self._fingerprint_counted(as_text(text))
+        value, count = self._counted(as_text(text))
         if count < SHORT_TEXT_FEATURES:
             warnings.warn(_short_message(count), ShortTextWarning, stacklevel=2)
         return value
 
-    def fingerprint_many(self, texts: Iterable[str], processes: int | None = None) -> npt.NDArray[np.uint64]:
+    def _counted(self, text: str) -> tuple[int, int]:
+        """Fingerprint of a validated ``text`` and its distinct-feature count."""
+        if self.algorithm == ALGORITHM_1:
+            return self._fingerprint_counted(text)
+        if len(text) < _SMALL_TEXT:
+            # The batch path's ~60 numpy calls cost about 0.2 ms whatever the
+            # size; a short text's few features are hashed faster in Python.
+            tf = simhash2.feature_counts(text, ngrams=self.ngrams, seed=self.seed, hmm=self.hmm)
+            hashes = np.fromiter(tf, dtype=np.uint64, count=len(tf))
+            tfs = np.fromiter(tf.values(), dtype=np.int64, count=len(tf))
+            return vote(hashes, weigh([], tfs, self.weighting)), len(tf)
+        try:
+            values, counts = self._batch([text], 0)
+        except InvalidValueError:
+            raise InvalidValueError(simhash2.no_features_message(text)) from None
+        return int(values[0]), int(counts[0])
+
+    def _batch(self, texts: list[str], start: int) -> tuple[npt.NDArray[np.uint64], npt.NDArray[np.int64]]:
+        """Version 2's fingerprints and distinct-feature counts of ``texts``."""
+        return simhash2.batch_fingerprints(
+            texts, ngrams=self.ngrams, weighting=self.weighting, seed=self.seed, hmm=self.hmm, start=start
+        )
+
+    def fingerprint_many(self, texts: Iterable[str], processes: int | None = 1) -> npt.NDArray[np.uint64]:
         """Fingerprints of ``texts`` in order, as a uint64 array, equal to
         calling :meth:`fingerprint` on each.
 
-        ``processes=1`` works in this process; ``processes=n`` spreads the
-        texts over this process and ``n - 1`` worker processes (started with
-        ``spawn``, which is safe with threads and open stores); ``None`` uses
-        every available core when the batch is big enough (a few MB) to pay
-        for starting workers, and this process alone otherwise. One
-        :class:`ShortTextWarning` counts all short texts; an unusable text
+        ``processes=1`` (the default) works in this process and starts no
+        other. ``processes=n`` spreads chunks of about a million characters
+        over this process and ``n - 1`` worker processes, started only if the
+        input holds more than one chunk; ``None`` means one process per
+        available core. Workers cost 1-2 s of start-up each (numpy, jieba's
+        dictionary), need no ``__main__`` guard in the caller's script, and
+        end with this process. Texts are read lazily, chunk by chunk.
+
+        One :class:`ShortTextWarning` counts all short texts; an unusable text
         raises naming its index (the first one, whichever process found it).
         """
-        batch = _as_text_list(texts)
-        workers = _worker_count(processes, batch)
-        if workers <= 1:
-            values, short = _fingerprint_chunk(self, batch, 0)
+        if processes is None:
+            processes = _available_cores()
         else:
-            values, short = self._fingerprint_parallel(batch, workers)
+            _check_int("processes", processes, 1, None)
+        results = fingerprint_in_processes(self.settings(), chunks(texts), self._fingerprint_chunk, processes)
+        values: list[npt.NDArray[np.uint64]] = []
+        short = count = 0
+        for chunk_values, chunk_short in results:
+            values.append(chunk_values)
+            short += chunk_short
+            count += len(chunk_values)
         if short:
             warnings.warn(
-                f"{short} of {len(batch)} texts have fewer than "
+                f"{short} of {count} texts have fewer than "
                 f"{SHORT_TEXT_FEATURES} distinct features; their fingerprints are coarse",
                 ShortTextWarning,
                 stacklevel=2,
             )
-        return np.array(values, dtype=np.uint64)
+        return np.concatenate(values) if values else np.zeros(0, dtype=np.uint64)
 
-    def _fingerprint_parallel(self, batch: list[str], workers: int) -> tuple[list[int], int]:
-        """Fingerprint ``batch`` in this process and ``workers - 1`` spawned
-        ones, in order; an error names the first bad text of the batch."""
-        starts = _chunk_starts(batch, workers)
-        ends = [*starts[1:], len(batch)]
-        results: list[tuple[list[int], int] | InvalidValueError | None] = [None] * len(starts)
-        context = multiprocessing.get_context("spawn")
-        with concurrent.futures.ProcessPoolExecutor(workers - 1, mp_context=context) as pool:
-            futures = [
-                pool.submit(_fingerprint_chunk, self, batch[a:b], a)
-                for a, b in zip(starts, ends, strict=True)
-            ]
+    def _fingerprint_chunk(self, texts: list[str], start: int) -> tuple[npt.NDArray[np.uint64], int]:
+        """Fingerprints of validated ``texts`` and how many were short; runs
+        in worker processes too, so an error names the index in the batch
+        (``start`` is the index of ``texts[0]``)."""
+        if self.algorithm != ALGORITHM_1:
+            fingerprints, counts = self._batch(texts, start)
+            return fingerprints, int(np.count_nonzero(counts < SHORT_TEXT_FEATURES))
+        values: list[int] = []
+        short = 0
+        for offset, text in enumerate(texts):
             try:
-                # A spawned worker spends a second or two importing numpy and
-                # loading jieba's dictionary before its first chunk, so this
-                # process works too: it takes chunks from the back while the
-                # workers take them from the front, until they meet.
-                for index in reversed(range(len(futures))):
-                    if futures[index].cancel():
-                        try:
-                            chunk = batch[starts[index] : ends[index]]
-                            results[index] = _fingerprint_chunk(self, chunk, starts[index])
-                        except InvalidValueError as exc:
-                            results[index] = exc  # raised below, in batch order
-                values: list[int] = []
-                short = 0
-                for index, future in enumerate(futures):
-                    result = results[index]
-                    if result is None:
-                        result = future.result()
-                    if isinstance(result, InvalidValueError):
-                        raise result
-                    values.extend(result[0])
-                    short += result[1]
-            except BaseException:
-                for future in futures:
-                    future.cancel()  # leave nothing queued behind an error or Ctrl-C
-                raise
-        return values, short
+                value, count = self._fingerprint_counted(text)
+            except InvalidValueError as exc:
+                raise InvalidValueError(f"text at index {start + offset}: {exc}") from None
+            values.append(value)
+            short += count < SHORT_TEXT_FEATURES
+        return np.array(values, dtype=np.uint64), short
 
     def _fingerprint_counted(self, text: str) -> tuple[int, int]:
         """Fingerprint of a validated ``text`` and its distinct-feature count."""
@@ -354,8 +392,8 @@ class Fingerprinter:
         """Every setting that shapes fingerprints, as a msgpack-able dict
         (including the pipeline's name and the feature hash and its seed)."""
         return {
-            "algorithm": ALGORITHM,
-            "hash": FEATURE_HASH,
+            "algorithm": self.algorithm,
+            "hash": ALGORITHMS[self.algorithm],
             "seed": self.seed,
             "ngrams": list(self.ngrams),
             "weighting": self.weighting,
@@ -378,12 +416,17 @@ class Fingerprinter:
         missing = sorted(expected - set(settings))
         if unknown or missing:
             raise InvalidValueError(f"fingerprint settings: unknown keys {unknown}, missing keys {missing}")
-        for key, value in (("algorithm", ALGORITHM), ("hash", FEATURE_HASH)):
-            if settings[key] != value:
-                raise InvalidValueError(
-                    f"fingerprint settings name {key} {settings[key]!r}; "
-                    f"this version implements only {value!r}"
-                )
+        algorithm = settings["algorithm"]
+        if algorithm not in ALGORITHMS:
+            raise InvalidValueError(
+                f"fingerprint settings name algorithm {algorithm!r}; "
+                f"this version implements {', '.join(map(repr, ALGORITHMS))}"
+            )
+        if settings["hash"] != ALGORITHMS[algorithm]:
+            raise InvalidValueError(
+                f"fingerprint settings name hash {settings['hash']!r}; "
+                f"{algorithm} uses only {ALGORITHMS[algorithm]!r}"
+            )
         fields = {f.name: settings[f.name] for f in dataclasses.fields(cls)}
         ngrams = fields["ngrams"]
         if isinstance(ngrams, (list, tuple)):
@@ -421,19 +464,6 @@ def _short_message(count: int) -> str:
     )
 
 
-def _as_text_list(texts: Iterable[str]) -> list[str]:
-    """Validate a batch of texts (not a lone str) and return it as a list."""
-    if isinstance(texts, (str, bytes)):
-        raise InvalidTypeError("texts must be an iterable of texts, not a single text")
-    batch: list[str] = []
-    for index, text in enumerate(texts):
-        try:
-            batch.append(as_text(text))
-        except (InvalidTypeError, InvalidValueError) as exc:
-            raise type(exc)(f"text at index {index}: {exc}") from None
-    return batch
-
-
 def _available_cores() -> int:
     """CPU cores this process may run on."""
     try:
@@ -442,49 +472,9 @@ def _available_cores() -> int:
         return os.cpu_count() or 1
 
 
-def _worker_count(processes: int | None, batch: list[str]) -> int:
-    """How many processes to use for ``batch`` (1 = this process)."""
-    if processes is None:
-        size = sum(map(len, batch))
-        if size < _PARALLEL_MIN_CHARS:
-            return 1
-        return min(_available_cores(), len(batch))
-    _check_int("processes", processes, 1, None)
-    return min(processes, max(len(batch), 1))
-
-
-def _chunk_starts(batch: list[str], workers: int) -> list[int]:
-    """Start indexes of contiguous chunks of about ``_CHUNK_CHARS`` each, at
-    least a few per worker so that uneven texts still balance."""
-    total = sum(map(len, batch))
-    target = max(1, min(_CHUNK_CHARS, total // (4 * workers) or 1))
-    starts, size = [0], 0
-    for index, text in enumerate(batch):
-        if size >= target:
-            starts.append(index)
-            size = 0
-        size += len(text)
-    return starts
-
-
-def _fingerprint_chunk(fingerprinter: Fingerprinter, texts: list[str], start: int) -> tuple[list[int], int]:
-    """Fingerprints of validated ``texts`` and how many were short; runs in
-    worker processes, so errors name the index in the whole batch."""
-    values: list[int] = []
-    short = 0
-    for offset, text in enumerate(texts):
-        try:
-            value, count = fingerprinter._fingerprint_counted(text)
-        except InvalidValueError as exc:
-            raise InvalidValueError(f"text at index {start + offset}: {exc}") from None
-        values.append(value)
-        short += count < SHORT_TEXT_FEATURES
-    return values, short
-
-
 def fingerprint(text: str, **settings: Any) -> int:
     """One-call helper: ``Fingerprinter(**settings).fingerprint(text)``."""
-    value, count = Fingerprinter(**settings)._fingerprint_counted(as_text(text))
+    value, count = Fingerprinter(**settings)._counted(as_text(text))
     if count < SHORT_TEXT_FEATURES:
         warnings.warn(_short_message(count), ShortTextWarning, stacklevel=2)
     return value

@@ -526,13 +526,13 @@ class Store(MaintenanceMixin, BatchMixin):
             return self.fingerprinter.fingerprint(text)  # type: ignore[arg-type]
         return check_fingerprint(fingerprint)
 
-    def _fingerprints_of(self, texts: object, fingerprints: object) -> U64Array:
+    def _fingerprints_of(self, texts: object, fingerprints: object, processes: int | None = 1) -> U64Array:
         if (texts is None) == (fingerprints is None):
             raise InvalidTypeError("pass exactly one of texts= or fingerprints=")
         if texts is not None:
             if isinstance(texts, str | bytes):
                 raise InvalidTypeError("texts must be an iterable of texts, not a single str or bytes")
-            return self.fingerprinter.fingerprint_many(texts)  # type: ignore[arg-type]
+            return self.fingerprinter.fingerprint_many(texts, processes)  # type: ignore[arg-type]
         return as_fingerprint_array(fingerprints)
 
     def add(
@@ -644,6 +644,7 @@ class Store(MaintenanceMixin, BatchMixin):
         *,
         texts: Iterable[str] | None = None,
         metas: Iterable[Mapping[str, Any] | None] | None = None,
+        processes: int | None = 1,
     ) -> U64Array:
         """Store many documents in one transaction: all of them or none.
 
@@ -659,16 +660,19 @@ class Store(MaintenanceMixin, BatchMixin):
             fingerprints: a uint64 array (or iterable of ints), one per key;
                 or give ``texts``.
             metas: optional metadata dicts (or ``None``), one per key.
+            processes: with ``texts``, how many processes fingerprint them:
+                1 (the default) starts none; see
+                :meth:`Fingerprinter.fingerprint_many`.
 
         Returns:
             The fingerprints, as a uint64 array in the order given.
         """
-        packed_keys, fps, meta_list = self._checked_batch(keys, fingerprints, texts, metas)
+        packed_keys, fps, meta_list = self._checked_batch(keys, fingerprints, texts, metas, processes)
         self._add_packed(packed_keys, fps, meta_list)
         return fps
 
     def _checked_batch(
-        self, keys: object, fingerprints: object, texts: object, metas: object
+        self, keys: object, fingerprints: object, texts: object, metas: object, processes: int | None = 1
     ) -> tuple[PackedKeys, U64Array, list[bytes | None] | None]:
         """``add_many``'s arguments, checked and packed: ``(keys,
         fingerprints, packed metas or None)``. Raises before anything is
@@ -678,7 +682,7 @@ class Store(MaintenanceMixin, BatchMixin):
         if isinstance(keys, np.ndarray) and keys.ndim != 1:
             raise InvalidTypeError(f"keys must be a one-dimensional array, got {keys.ndim} dimensions")
         packed_keys = PackedKeys.of(keys)
-        fps = self._fingerprints_of(texts, fingerprints)
+        fps = self._fingerprints_of(texts, fingerprints, processes)
         if len(packed_keys) != len(fps):
             raise InvalidValueError(f"got {len(packed_keys)} keys but {len(fps)} fingerprints")
         meta_list: list[bytes | None] | None = None

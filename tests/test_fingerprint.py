@@ -22,10 +22,13 @@ import xxhash
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
+from simstore import simhash2
 from simstore.errors import InvalidTypeError, InvalidValueError
 from simstore.simhash import (
     ALGORITHM,
+    ALGORITHM_1,
     FEATURE_HASH,
+    FEATURE_HASH_1,
     SHORT_TEXT_FEATURES,
     Fingerprinter,
     ShortTextWarning,
@@ -71,11 +74,12 @@ def _document(seed: int, words: int) -> list[str]:
     return rng.choices(VOCABULARY, weights=weights, k=words)
 
 
-# -- golden fingerprints (computed once with the default settings, then frozen) --------
+# -- golden fingerprints (computed once with each algorithm's default settings, then frozen) --------
 
 LONG_ENGLISH = " ".join(_document(2024, 20_000))
 LONG_CHINESE = "床前明月光，疑是地上霜。举头望明月，低头思故乡。" * 400 + "白日依山尽，黄河入海流。"
 
+# Version 1 (xxh3_64 per feature string); version 2's are GOLDEN_2.
 GOLDEN: dict[str, tuple[str, int]] = {
     "english": ("The quick brown fox jumps over the lazy dog near the river bank.", 0x821E86221C73BF67),
     "english_paragraph": (
@@ -108,17 +112,43 @@ GOLDEN: dict[str, tuple[str, int]] = {
 }
 
 
+GOLDEN_2: dict[str, int] = {
+    "chinese": 0x7324D4F286D9ACD1,
+    "chinese_paragraph": 0x382B8EEC673A554B,
+    "controls": 0x795EAE7CA8F5846F,
+    "emoji_and_text": 0x403DAD60266432B1,
+    "emoji_only": 0x3C271525D326FEF1,
+    "english": 0x4DC65AE32967ADAD,
+    "english_paragraph": 0xDBF5DB4623D3420F,
+    "full_width": 0x59DC089C9A304A6B,
+    "hindi": 0x8481EF2E1AABAC71,
+    "long_chinese": 0xCFC123B7339090C7,
+    "long_english": 0x6BA44F7F47EEE8C2,
+    "mixed": 0x74782713097E1C10,
+}
+
+
 @pytest.mark.parametrize("name", sorted(GOLDEN))
-def test_golden_fingerprints(name: str) -> None:
+def test_golden_fingerprints_version_1(name: str) -> None:
     text, expected = GOLDEN[name]
-    assert _quiet(text) == expected
+    assert _quiet(text, algorithm=ALGORITHM_1) == expected
+
+
+@pytest.mark.parametrize("name", sorted(GOLDEN))
+def test_golden_fingerprints_version_2(name: str) -> None:
+    assert ALGORITHM == simhash2.ALGORITHM  # the default
+    assert _quiet(GOLDEN[name][0]) == GOLDEN_2[name]
 
 
 def test_golden_non_default_settings() -> None:
     text = GOLDEN["mixed"][0] + " " + GOLDEN["english_paragraph"][0]
-    assert _quiet(text, ngrams=(3,), weighting="binary") == 0x4FDAACFE6F36AD91
-    assert _quiet(text, ngrams=(1,), weighting="tfidf", top_n=10) == 0xCB1285633EE3C578
-    assert _quiet(text, weighting="tf", seed=12345, hmm=False) == 0x727C227B5468279C
+    v1 = ALGORITHM_1
+    assert _quiet(text, ngrams=(3,), weighting="binary", algorithm=v1) == 0x4FDAACFE6F36AD91
+    assert _quiet(text, ngrams=(1,), weighting="tfidf", top_n=10, algorithm=v1) == 0xCB1285633EE3C578
+    assert _quiet(text, weighting="tf", seed=12345, hmm=False, algorithm=v1) == 0x727C227B5468279C
+    assert _quiet(text, ngrams=(3,), weighting="binary") == 0x34B2D908489DF556
+    assert _quiet(text, weighting="tf", seed=12345, hmm=False) == 0x119A2DF5B6E8E801
+    assert _quiet(text, ngrams=(2, 4)) == 0xD9FC334735AE4639
 
 
 def test_golden_vector_fingerprint() -> None:
@@ -146,7 +176,7 @@ def _reference(text: str) -> int:
 @pytest.mark.parametrize("name", ["english_paragraph", "chinese_paragraph", "mixed", "controls"])
 def test_matches_plain_python_reference(name: str) -> None:
     text = GOLDEN[name][0]
-    assert _quiet(text) == _reference(text)
+    assert _quiet(text, algorithm=ALGORITHM_1) == _reference(text)
 
 
 def test_feature_hash_is_xxh3_64_of_utf8() -> None:
@@ -275,26 +305,6 @@ def test_fingerprint_many_equals_scalar_path(texts: list[str]) -> None:
         assert many.tolist() == [fp.fingerprint(t) for t in texts]
 
 
-@pytest.mark.slow  # starts two spawned workers that each load jieba (about 5 s)
-def test_fingerprint_many_in_worker_processes_equals_scalar_path() -> None:
-    texts = [GOLDEN[name][0] for name in sorted(GOLDEN) if not name.startswith("emoji")] * 3
-    fp = Fingerprinter()
-    expected = [fp.fingerprint(t) for t in texts]
-    assert fp.fingerprint_many(texts, processes=2).tolist() == expected
-    assert fp.fingerprint_many(iter(texts)).tolist() == expected  # None: small batch, in process
-
-
-@pytest.mark.slow  # starts a spawned worker that loads numpy and simstore (about 2 s)
-def test_fingerprint_many_in_processes_names_the_first_bad_index() -> None:
-    # Many small chunks: this process works from the back of the batch and
-    # meets the worker somewhere in the middle, yet the error must name the
-    # first bad text, not the first one this process happened to reach.
-    texts = [f"text number {i} has enough words to be quiet here" for i in range(60)]
-    texts[5] = texts[57] = "  "
-    with pytest.raises(InvalidValueError, match="index 5:"):
-        Fingerprinter().fingerprint_many(texts, processes=2)
-
-
 def test_deterministic_across_processes_and_hash_seeds() -> None:
     names = ["english_paragraph", "chinese_paragraph", "mixed", "emoji_and_text"]
     code = (
@@ -331,7 +341,9 @@ def test_empty_or_featureless_text_is_refused(text: str) -> None:
 def test_short_text_warns_but_fingerprints() -> None:
     with pytest.warns(ShortTextWarning, match="distinct feature"):
         value = fingerprint("hello")
-    assert value == xxhash.xxh3_64_intdigest(b"hello")  # one feature: its hash
+    assert value == simhash2.token_hash(b"hello")  # one feature: its hash
+    with pytest.warns(ShortTextWarning):
+        assert fingerprint("hello", algorithm=ALGORITHM_1) == xxhash.xxh3_64_intdigest(b"hello")
 
 
 def test_long_enough_text_does_not_warn() -> None:
@@ -387,13 +399,18 @@ def test_fingerprint_many_names_the_bad_index() -> None:
     [
         Fingerprinter(),
         Fingerprinter(ngrams=(3,), weighting="binary"),
-        Fingerprinter(ngrams=(1, 2, 4), weighting="tfidf", top_n=64, hmm=False, seed=2**64 - 1),
+        Fingerprinter(
+            ngrams=(1, 2, 4), weighting="tfidf", top_n=64, hmm=False, seed=2**64 - 1, algorithm=ALGORITHM_1
+        ),
+        Fingerprinter(ngrams=(2, 4), weighting="tf", hmm=False, seed=2**64 - 1),
+        Fingerprinter(algorithm=ALGORITHM_1),
     ],
 )
 def test_settings_round_trip_through_msgpack(fp: Fingerprinter) -> None:
     settings_dict = fp.settings()
-    assert settings_dict["hash"] == FEATURE_HASH == "xxh3_64"
-    assert settings_dict["algorithm"] == ALGORITHM
+    version_1 = fp.algorithm == ALGORITHM_1
+    assert settings_dict["hash"] == (FEATURE_HASH_1 if version_1 else FEATURE_HASH)
+    assert settings_dict["algorithm"] == fp.algorithm
     unpacked = msgpack.unpackb(msgpack.packb(settings_dict))
     assert Fingerprinter.from_settings(unpacked) == fp
     assert pickle.loads(pickle.dumps(fp)) == fp
@@ -401,8 +418,8 @@ def test_settings_round_trip_through_msgpack(fp: Fingerprinter) -> None:
 
 def test_default_settings_are_recorded_in_full() -> None:
     assert Fingerprinter().settings() == {
-        "algorithm": "simstore-text-simhash-1",
-        "hash": "xxh3_64",
+        "algorithm": "simstore-text-simhash-2",
+        "hash": "poly64-moremur",
         "seed": 0,
         "ngrams": [1, 2],
         "weighting": "log",
@@ -421,6 +438,8 @@ def test_from_settings_refuses_unknown_missing_or_foreign() -> None:
         Fingerprinter.from_settings({**good, "hash": "md5"})
     with pytest.raises(InvalidValueError, match="algorithm"):
         Fingerprinter.from_settings({**good, "algorithm": "other-2"})
+    with pytest.raises(InvalidValueError, match="hash"):  # version 2's name with version 1's hash
+        Fingerprinter.from_settings({**good, "hash": FEATURE_HASH_1})
     with pytest.raises(InvalidTypeError, match="mapping"):
         Fingerprinter.from_settings([("seed", 0)])  # type: ignore[arg-type]
 
@@ -442,6 +461,9 @@ def test_from_settings_refuses_unknown_missing_or_foreign() -> None:
         ({"hmm": 1}, InvalidTypeError),
         ({"seed": -1}, InvalidValueError),
         ({"seed": 2**64}, InvalidValueError),
+        ({"algorithm": "simstore-text-simhash-3"}, InvalidValueError),
+        ({"weighting": "tfidf"}, InvalidValueError),  # version 2 has no feature strings to look up
+        ({"top_n": 10}, InvalidValueError),
     ],
 )
 def test_bad_settings_are_refused(options: dict[str, object], error: type[Exception]) -> None:
@@ -561,8 +583,7 @@ def test_reopened_store_fingerprints_with_its_recorded_settings(store_path: str)
 
 def test_unrecorded_settings_are_frozen_to_the_first_defaults() -> None:
     """A store whose meta records no fingerprinter settings fingerprints with the
-    frozen format-1 settings, which are today's defaults; if the defaults ever change,
-    this test fails and the frozen settings must stay as they are."""
+    frozen format-1 settings: version 1's defaults, whatever today's are."""
     from simstore.simhash import UNRECORDED_SETTINGS, Fingerprinter
 
-    assert Fingerprinter.from_settings(UNRECORDED_SETTINGS) == Fingerprinter()
+    assert Fingerprinter.from_settings(UNRECORDED_SETTINGS) == Fingerprinter(algorithm=ALGORITHM_1)

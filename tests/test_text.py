@@ -12,6 +12,8 @@ from hypothesis import strategies as st
 
 from simstore.errors import InvalidTypeError, InvalidValueError
 from simstore.text import (
+    _control_table,
+    _strip_controls,
     _token_pattern,
     as_text,
     jieba_idf,
@@ -201,3 +203,31 @@ def test_jieba_idf_table() -> None:
     table, median = jieba_idf()
     assert len(table) > 100_000
     assert min(table.values()) <= median <= max(table.values())
+
+
+_CONTROLS_AND_TEXT = st.text(
+    st.sampled_from(["a", "中", "é", " ", "\t", "\n", "\x00", "\x85", "\u200b", "\u200d", "\u00ad", "\ufeff"])
+    | st.characters(categories=["Cc", "Cf", "Zs", "Lo", "Mn"]),
+    max_size=40,
+)
+
+
+@given(_CONTROLS_AND_TEXT)
+def test_control_stripping_equals_the_translate_table(text: str) -> None:
+    # The regex that replaced str.translate must map every character alike.
+    assert _strip_controls(text) == text.translate(_control_table())
+
+
+def test_segment_han_remembers_runs_without_changing_them(monkeypatch: pytest.MonkeyPatch) -> None:
+    import simstore.text as text_module
+
+    runs = ["我们在北京", "天安门广场", "我们在北京", "看到了很多人", "结巴中文分词"]
+    jieba_alone = [text_module._jieba_tokenizer().lcut(run) for run in runs]
+    monkeypatch.setattr(text_module, "_SEGMENT_CACHE_RUNS", 3)  # refills as it goes
+    text_module._segment_cache(True).clear()
+    first = segment_han(runs)
+    assert first == jieba_alone
+    first[0].append("changed")  # the caller's lists are its own
+    assert segment_han(runs) == jieba_alone
+    assert segment_han(runs[::-1]) == jieba_alone[::-1]
+    assert len(text_module._segment_cache(True)) <= 5

@@ -1,0 +1,367 @@
+"""Fingerprinting on several cores: worker processes that die with their
+parent, speak msgpack over pipes, and never import the caller's script.
+
+Workers are started only when a caller asks for more than one process
+(``processes=``), and only once the input holds more than one chunk. Each is
+``python -m simstore._worker``, a fresh interpreter reading requests on
+stdin, not a ``multiprocessing`` child, because:
+
+- ``multiprocessing``'s spawn re-imports the caller's ``__main__`` in every
+  child: a script without ``if __name__ == "__main__":`` re-ran its top level
+  there (its ``simstore.open(path, "n")`` too) and ended in
+  ``BrokenProcessPool`` and a hang at exit (issue 18, part 3). A worker that
+  only imports simstore needs no main guard at all;
+- its pool pickles results back to the parent, and simstore never unpickles:
+  requests and replies here are msgpack, fingerprints raw ``<u8`` bytes;
+- a worker notices its parent's death: at once on Linux (the kernel's
+  parent-death signal), within a second elsewhere (the parent pid changes),
+  and between chunks everywhere (stdin reaches end of file).
+
+The calling process fingerprints chunks too, taking the next one from the
+same stream as the workers, so it is never idle while they start (1-2 s of
+importing numpy and loading jieba's dictionary each).
+"""
+
+from __future__ import annotations
+
+import contextlib
+import itertools
+import multiprocessing
+import os
+import subprocess
+import sys
+import threading
+import warnings
+from collections.abc import Callable, Iterable, Iterator
+from pathlib import Path
+from typing import IO, Any
+
+import msgpack
+import numpy as np
+import numpy.typing as npt
+
+from simstore.errors import InvalidTypeError, InvalidValueError, MainGuardError, WorkerError
+from simstore.text import as_text
+
+__all__ = [
+    "CHUNK_CHARS",
+    "CHUNK_TEXTS",
+    "Chunk",
+    "chunks",
+    "fingerprint_in_processes",
+    "read_frame",
+    "write_frame",
+]
+
+#: A chunk (one request to a worker) ends after this many characters or texts:
+#: small enough to balance two processes on a few MB, large enough that a
+#: round trip (about 1 ms) is noise.
+CHUNK_CHARS = 1_000_000
+CHUNK_TEXTS = 20_000
+
+_LENGTH_BYTES = 8
+
+#: ``(start index in the batch, validated texts)``
+Chunk = tuple[int, list[str]]
+#: A chunk's result: ``(fingerprints, how many texts were short)``.
+ChunkResult = tuple[npt.NDArray[np.uint64], int]
+#: Fingerprints one chunk in this process (a pure function of its input).
+ChunkFunction = Callable[[list[str], int], ChunkResult]
+
+
+def chunks(texts: Iterable[object]) -> Iterator[Chunk]:
+    """Validated texts (see :func:`simstore.text.as_text`) in chunks of
+    about :data:`CHUNK_CHARS` characters, read lazily so that memory stays
+    flat in the input's size. A bad text raises naming its index."""
+    if isinstance(texts, (str, bytes)):
+        raise InvalidTypeError("texts must be an iterable of texts, not a single text")
+    batch: list[str] = []
+    start = size = 0
+    for index, text in enumerate(texts):
+        try:
+            checked = as_text(text)
+        except (InvalidTypeError, InvalidValueError) as exc:
+            raise type(exc)(f"text at index {index}: {exc}") from None
+        batch.append(checked)
+        size += len(checked)
+        if size >= CHUNK_CHARS or len(batch) >= CHUNK_TEXTS:
+            yield start, batch
+            start, batch, size = index + 1, [], 0
+    if batch:
+        yield start, batch
+
+
+def fingerprint_in_processes(
+    settings: dict[str, Any], source: Iterator[Chunk], local: ChunkFunction, processes: int
+) -> Iterator[ChunkResult]:
+    """Results of every chunk of ``source`` in order, computed by this
+    process (with ``local``) and up to ``processes - 1`` workers built from
+    ``settings`` (:meth:`Fingerprinter.settings`). Workers start only if
+    ``source`` has a second chunk; they are stopped before this returns or
+    raises. An unusable text raises the error of the first one in the batch.
+    """
+    if processes > 1:
+        _refuse_in_bootstrap()
+    first = next(source, None)
+    if first is None:
+        return
+    second = next(source, None) if processes > 1 else None
+    if second is None:
+        yield local(first[1], first[0])
+        yield from (local(texts, start) for start, texts in source)
+        return
+    yield from _Scheduler(settings, itertools.chain([first, second], source), local, processes).run()
+
+
+def _refuse_in_bootstrap() -> None:
+    """Raise :class:`MainGuardError` in a child that ``multiprocessing`` is
+    starting: its ``__main__`` is being re-imported, so this call is the
+    caller's top level running again in every child."""
+    if getattr(multiprocessing.current_process(), "_inheriting", False):
+        raise MainGuardError(
+            "fingerprinting with processes > 1 was called while multiprocessing was starting a "
+            "child process, which re-runs the main script's top level: put the script's work "
+            'under `if __name__ == "__main__":` (simstore\'s own workers need no such guard)'
+        )
+
+
+class _Scheduler:
+    """Hands chunks to this process and to worker threads (one per worker
+    process) in input order, and gives results back in the same order."""
+
+    def __init__(
+        self, settings: dict[str, Any], source: Iterator[Chunk], local: ChunkFunction, processes: int
+    ) -> None:
+        self._settings = settings
+        self._source = enumerate(source)
+        self._local = local
+        self._workers = [_Worker() for _ in range(processes - 1)]
+        self._done = threading.Condition()
+        self._results: dict[int, ChunkResult] = {}
+        self._pending: set[int] = set()  # chunk numbers taken and not finished
+        self._errors: list[tuple[int, BaseException]] = []  # (start index, error)
+        self._stopped = False
+
+    def _take(self) -> tuple[int, Chunk] | None:
+        """The next chunk to work on; None when there is none left or an error stopped the batch."""
+        with self._done:
+            if self._stopped:
+                return None
+            try:
+                number, chunk = next(self._source)
+            except StopIteration:
+                self._stopped = True
+                return None
+            except Exception as exc:  # a bad text: it comes after every chunk handed out
+                self._errors.append((sys.maxsize, exc))
+                self._stopped = True
+                return None
+            self._pending.add(number)
+            return number, chunk
+
+    def _finish(self, number: int, start: int, outcome: ChunkResult | BaseException) -> None:
+        with self._done:
+            self._pending.discard(number)
+            if isinstance(outcome, BaseException):
+                self._errors.append((start, outcome))
+                self._stopped = True
+            else:
+                self._results[number] = outcome
+            self._done.notify_all()
+
+    def _serve(self, worker: _Worker) -> None:
+        """A worker thread: start the worker, then feed it chunks until none are left."""
+        try:
+            worker.start(self._settings)
+        except Exception as exc:
+            # The other processes still finish the batch without this worker;
+            # run() warns, unless it stopped the worker itself (the batch was done).
+            if not worker.killed:
+                worker.startup_error = exc
+            worker.close()
+            return
+        try:
+            while (taken := self._take()) is not None:
+                number, (start, texts) = taken
+                try:
+                    outcome: ChunkResult | BaseException = worker.fingerprint(start, texts)
+                except Exception as exc:
+                    outcome = exc
+                self._finish(number, start, outcome)
+        finally:
+            worker.close()
+
+    def run(self) -> Iterator[ChunkResult]:
+        threads = [
+            threading.Thread(target=self._serve, args=(worker,), daemon=True) for worker in self._workers
+        ]
+        try:
+            for thread in threads:
+                thread.start()
+            next_number = 0
+            while True:
+                taken = self._take()
+                if taken is not None:
+                    number, (start, texts) = taken
+                    try:
+                        outcome: ChunkResult | BaseException = self._local(texts, start)
+                    except Exception as exc:
+                        outcome = exc
+                    self._finish(number, start, outcome)
+                ready: list[ChunkResult] = []
+                with self._done:
+                    if taken is None:
+                        # Nothing left to take: wait for the chunk due next if a worker has it.
+                        while next_number not in self._results and next_number in self._pending:
+                            self._done.wait()
+                    while next_number in self._results:
+                        ready.append(self._results.pop(next_number))
+                        next_number += 1
+                if taken is None and not ready:
+                    break
+                yield from ready  # in order, so that the caller streams too
+        finally:
+            with self._done:
+                self._stopped = True
+            for worker in self._workers:
+                worker.kill()  # one still starting, or busy after an error or Ctrl-C
+            for thread in threads:
+                thread.join()
+        for worker in self._workers:
+            if worker.startup_error is not None:
+                warnings.warn(
+                    f"a fingerprinting worker did not start ({worker.startup_error}); "
+                    "the other processes did its share",
+                    RuntimeWarning,
+                    stacklevel=3,
+                )
+        if self._errors:
+            # Chunks are handed out in input order, and every chunk before a
+            # failed one has finished, so the smallest start is the batch's
+            # first bad text, whichever process met it.
+            raise min(self._errors, key=lambda item: item[0])[1]
+
+
+class _Worker:
+    """One worker process and its pipes, driven by one thread."""
+
+    def __init__(self) -> None:
+        self.process: subprocess.Popen[bytes] | None = None
+        self.startup_error: BaseException | None = None
+        self._lock = threading.Lock()
+        self.killed = False
+
+    def start(self, settings: dict[str, Any]) -> None:
+        if not sys.executable:
+            raise WorkerError("cannot start worker processes: sys.executable is unknown")
+        # The worker must import this very simstore, whichever way it was found.
+        package_root = str(Path(__file__).resolve().parent.parent)
+        with self._lock:
+            if self.killed:
+                raise WorkerError("stopped before it started")
+            self.process = subprocess.Popen(
+                [sys.executable, "-c", _WORKER_CODE, package_root, str(os.getpid())],
+                stdin=subprocess.PIPE,
+                stdout=subprocess.PIPE,
+            )
+        assert self.process.stdin is not None
+        write_frame(self.process.stdin, settings)
+        reply = self._reply()
+        if reply != ["ready"]:
+            raise WorkerError(f"a fingerprinting worker did not start: {reply!r}")
+
+    def fingerprint(self, start: int, texts: list[str]) -> ChunkResult:
+        assert self.process is not None
+        assert self.process.stdin is not None
+        try:
+            write_frame(self.process.stdin, [start, texts])
+        except OSError as exc:
+            raise WorkerError(f"a fingerprinting worker stopped ({self._exit_status()})") from exc
+        reply = self._reply()
+        kind = reply[0] if isinstance(reply, list) and reply else None
+        if kind == "ok" and len(reply) == 3:
+            values = np.frombuffer(reply[1], dtype="<u8").astype(np.uint64)
+            if len(values) == len(texts):
+                return values, int(reply[2])
+        if kind == "invalid":
+            raise InvalidValueError(str(reply[1]))
+        raise WorkerError(f"a fingerprinting worker failed: {reply[1] if kind == 'error' else reply!r}")
+
+    def _reply(self) -> Any:
+        assert self.process is not None
+        assert self.process.stdout is not None
+        reply = read_frame(self.process.stdout)
+        if reply is None:
+            raise WorkerError(f"a fingerprinting worker stopped ({self._exit_status()})")
+        return reply
+
+    def _exit_status(self) -> str:
+        assert self.process is not None
+        try:
+            return f"exit status {self.process.wait(timeout=5)}"
+        except subprocess.TimeoutExpired:
+            return "no reply"
+
+    def kill(self) -> None:
+        """Kill the worker if it still runs (from any thread)."""
+        with self._lock:
+            self.killed = True
+            if self.process is not None and self.process.poll() is None:
+                self.process.kill()
+
+    def close(self) -> None:
+        """From the worker's thread: close stdin (an idle worker exits at end
+        of file), wait for the process and close its pipes."""
+        if self.process is None:
+            return
+        for stream in (self.process.stdin, self.process.stdout):
+            if stream is not None:
+                with contextlib.suppress(OSError):
+                    stream.close()
+        try:
+            self.process.wait(timeout=5)
+        except subprocess.TimeoutExpired:
+            self.kill()
+            self.process.wait()
+
+
+# The worker's command line: ``python -c _WORKER_CODE <package root> <parent pid>``.
+# ``-c`` puts the current directory first on sys.path; it gives way to the
+# package's root, unless that is on the path already (an installed simstore:
+# putting site-packages before the standard library could shadow it).
+_WORKER_CODE = (
+    "import sys; root = sys.argv[1]; sys.path[0:1] = [] if root in sys.path else [root]; "
+    "from simstore._worker import main; sys.exit(main(int(sys.argv[2])))"
+)
+
+
+# -- framing: an 8-byte little-endian length, then a msgpack message ---------
+
+
+def write_frame(stream: IO[bytes], message: object) -> None:
+    """Write one length-prefixed msgpack message and flush."""
+    payload = msgpack.packb(message, use_bin_type=True)
+    stream.write(len(payload).to_bytes(_LENGTH_BYTES, "little") + payload)
+    stream.flush()
+
+
+def read_frame(stream: IO[bytes]) -> Any:
+    """Read one message; None at end of file (the other side is gone)."""
+    header = _read_exactly(stream, _LENGTH_BYTES)
+    if header is None:
+        return None
+    payload = _read_exactly(stream, int.from_bytes(header, "little"))
+    if payload is None:
+        return None
+    return msgpack.unpackb(payload, raw=False)
+
+
+def _read_exactly(stream: IO[bytes], size: int) -> bytes | None:
+    parts: list[bytes] = []
+    while size:
+        part = stream.read(size)
+        if not part:
+            return None
+        parts.append(part)
+        size -= len(part)
+    return b"".join(parts)
