@@ -945,10 +945,17 @@ class Store(MaintenanceMixin, BatchMixin):
             # A batch may as well read every bitmap first.
             self._tableset.read_bitmaps(txn, 1 << 30 if len(queries) >= BATCH_READS_BITMAPS else 1)
             columns = permute_columns(self._tables, queries)
-            for query, permuted in zip(queries.tolist(), rows_of(columns), strict=True):
-                records: dict[int, bytes] = {}
-                found = self._find(txn, permuted, query, k, records)
-                results.append(self._resolve(txn, found, with_meta, records))
+            query_list = queries.tolist()
+            founds = [
+                self._delta.matches(permuted, query, k)
+                for query, permuted in zip(query_list, rows_of(columns), strict=True)
+            ]
+            records: list[dict[int, bytes]] = [{} for _ in query_list]
+            self._tableset.find_many(
+                txn, columns, query_list, k, founds, records, self._handles.docs, self._permute_all
+            )
+            for found, found_records in zip(founds, records, strict=True):
+                results.append(self._resolve(txn, found, with_meta, found_records))
         return results
 
     def _find(

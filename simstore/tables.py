@@ -21,6 +21,7 @@ from concurrent.futures import ThreadPoolExecutor
 from dataclasses import replace
 
 import numpy as np
+import numpy.typing as npt
 
 from simstore import occupancy, runs
 from simstore._lmdb import Cursor, Database, Txn
@@ -177,54 +178,104 @@ class TableSet:
         most ``SEEN_LIMIT`` candidates are remembered.
         """
         get = txn.get
-        probe = runs.probe
         # (permuted keys in every table, the run's base) of each candidate
         seen: list[tuple[Sequence[int], int]] = []
         rejected: set[int] = set()
         for table_index, (table_probes, query_key) in enumerate(zip(self.probes, permuted, strict=True)):
-            hits = []
             for entry in table_probes:
                 if not entry[5] <= query_key < entry[6]:
                     continue
                 bitmap = entry[7]
                 if bitmap is not None:
-                    shift = entry[9]
-                    slot = query_key >> shift
+                    slot = query_key >> entry[9]
                     if not (bitmap[slot >> 3] >> (slot & 7)) & 1:
                         continue
-                    crowded = entry[8]
-                    if seen and crowded is not None and not (crowded[slot >> 3] >> (slot & 7)) & 1:
-                        # A plain loop: any() over a generator cost about a
-                        # microsecond a table here.
-                        base = entry[1]
-                        skip = False
-                        for keys, found_in in seen:
-                            if found_in == base and keys[table_index] >> shift == slot:
-                                skip = True
-                                break
-                        if skip:
-                            continue
-                hits.append(entry)
-            for db, base, bucket_shift, plan, bucket_bits, *_ in hits:
-                key = (base | query_key >> bucket_shift).to_bytes(8, "big")
-                value = get(key, db=db)
-                if value is None:
-                    continue
-                for doc_id in probe(key, value, plan, query_key, bucket_bits, k):
-                    if doc_id in found or doc_id in rejected:
-                        continue
-                    raw = get(doc_id.to_bytes(8, "big"), db=docs)
-                    if raw is None:
-                        raise CorruptStoreError(f"document {doc_id} is indexed but has no record")
-                    fingerprint = int.from_bytes(raw[:8], "big")
-                    distance = (fingerprint ^ query).bit_count()
-                    if distance <= k:
-                        found[doc_id] = distance
-                        records[doc_id] = raw
-                    else:
-                        rejected.add(doc_id)
-                    if len(seen) < SEEN_LIMIT:
-                        seen.append((permute_all(fingerprint), base))
+                _scan(
+                    get,
+                    docs,
+                    entry,
+                    table_index,
+                    query_key,
+                    query,
+                    k,
+                    found,
+                    records,
+                    seen,
+                    rejected,
+                    permute_all,
+                )
+
+    def find_many(
+        self,
+        txn: Txn,
+        columns: Sequence[U64Array],
+        queries: Sequence[int],
+        k: int,
+        founds: Sequence[dict[int, int]],
+        records: Sequence[dict[int, bytes]],
+        docs: Database,
+        permute_all: Callable[[int], Sequence[int]],
+    ) -> None:
+        """:meth:`find` for a batch: query ``i`` is ``queries[i]``, its permuted
+        key in table ``t`` is ``columns[t][i]``, and its results go to
+        ``founds[i]`` and ``records[i]``.
+
+        Every run's occupancy test runs over the whole batch in numpy; only
+        the (query, table, run) triples that pass it are visited in Python,
+        in the order :meth:`find` visits them, so that the crowded skip works
+        as it does there.
+        """
+        hit_queries: list[npt.NDArray[np.int64]] = []
+        hit_places: list[npt.NDArray[np.int64]] = []
+        places: list[tuple[int, RunProbe]] = []
+        for table_index, (table_probes, column) in enumerate(zip(self.probes, columns, strict=True)):
+            for entry in table_probes:
+                passed = np.ones(len(column), dtype=bool)
+                if entry[5] > 0:
+                    passed &= column >= np.uint64(entry[5])
+                if entry[6] < KEY_SPACE:
+                    passed &= column < np.uint64(entry[6])
+                bitmap = entry[7]
+                if bitmap is not None:
+                    slots = column >> np.uint64(entry[9])
+                    bytes_at = np.frombuffer(bitmap, dtype=np.uint8)[slots >> np.uint64(3)]
+                    passed &= ((bytes_at >> (slots & np.uint64(7)).astype(np.uint8)) & 1).astype(bool)
+                chosen = np.flatnonzero(passed)
+                hit_queries.append(chosen)
+                hit_places.append(np.full(len(chosen), len(places), dtype=np.int64))
+                places.append((table_index, entry))
+        if not places:
+            return
+        query_order = np.concatenate(hit_queries)
+        place_order = np.concatenate(hit_places)
+        # By query, then by table and run as find() visits them (places are
+        # numbered in that order already).
+        order = np.lexsort((place_order, query_order))
+        key_lists = [column.tolist() for column in columns]
+        get = txn.get
+        current = -1
+        seen: list[tuple[Sequence[int], int]] = []
+        rejected: set[int] = set()
+        for query_index, place in zip(query_order[order].tolist(), place_order[order].tolist(), strict=True):
+            if query_index != current:
+                current = query_index
+                seen = []
+                rejected = set()
+            table_index, entry = places[place]
+            _scan(
+                get,
+                docs,
+                entry,
+                table_index,
+                key_lists[table_index][query_index],
+                queries[query_index],
+                k,
+                founds[query_index],
+                records[query_index],
+                seen,
+                rejected,
+                permute_all,
+            )
 
     def entries(
         self, txn: Txn, index: int, run: Run, low: int = 0, high: int = KEY_SPACE
@@ -468,6 +519,55 @@ class TableSet:
 
 
 MAX_KEY = (1 << FINGERPRINT_BITS) - 1
+
+
+def _scan(
+    get: Callable[..., bytes | None],
+    docs: Database,
+    entry: RunProbe,
+    table_index: int,
+    query_key: int,
+    query: int,
+    k: int,
+    found: dict[int, int],
+    records: dict[int, bytes],
+    seen: list[tuple[Sequence[int], int]],
+    rejected: set[int],
+    permute_all: Callable[[int], Sequence[int]],
+) -> None:
+    """Probe one run of one table whose occupancy bitmap holds the query's
+    slot (see :meth:`TableSet.find`): skip it if a candidate already seen
+    in this run is that slot's only entry, else read the bucket and check
+    its candidates against their records."""
+    db, base, bucket_shift, plan, bucket_bits, _, _, bitmap, crowded, shift = entry
+    if seen and bitmap is not None and crowded is not None:
+        slot = query_key >> shift
+        if not (crowded[slot >> 3] >> (slot & 7)) & 1:
+            # A plain loop: any() over a generator cost about a microsecond here.
+            for keys, found_in in seen:
+                if found_in == base and keys[table_index] >> shift == slot:
+                    return
+    key = (base | query_key >> bucket_shift).to_bytes(8, "big")
+    value = get(key, db=db)
+    if value is None:
+        return
+    for doc_id in runs.probe(key, value, plan, query_key, bucket_bits, k):
+        if doc_id in found or doc_id in rejected:
+            continue
+        raw = get(doc_id.to_bytes(8, "big"), db=docs)
+        if raw is None:
+            raise CorruptStoreError(f"document {doc_id} is indexed but has no record")
+        fingerprint = int.from_bytes(raw[:8], "big")
+        distance = (fingerprint ^ query).bit_count()
+        if distance <= k:
+            found[doc_id] = distance
+            records[doc_id] = raw
+        else:
+            rejected.add(doc_id)
+        if len(seen) < SEEN_LIMIT:
+            seen.append((permute_all(fingerprint), base))
+
+
 #: LMDB's cost of one bucket beside its bytes: the 8-byte key and a node header.
 BUCKET_OVERHEAD = 16
 
