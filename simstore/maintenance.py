@@ -22,6 +22,7 @@ from simstore.format import CATALOG_KEY, META_KEY, State, StoredParams, encode_m
 from simstore.params import COMPACTION_CREDIT, DEFAULT_MERGE_THRESHOLD, Options
 from simstore.permute import Table, U64Array
 from simstore.results import StoreFullWarning
+from simstore.runs import filter_bits_for
 from simstore.tables import TableSet, run_bytes
 from simstore.version import __version__
 
@@ -233,7 +234,8 @@ class MaintenanceMixin:
             generation = self._params.generation + 1
             databases = self._env.create_tables(txn, len(tables), generation)
             doc_ids, fingerprints = self._all_documents(txn)
-            catalog = TableSet(tables, databases).write_run(txn, Catalog(), doc_ids, fingerprints)
+            tableset = TableSet(tables, databases, filter_bits_for(chosen_k))
+            catalog = tableset.write_run(txn, Catalog(), doc_ids, fingerprints)
             for db in self._handles.tables:
                 txn.drop(db, delete=True)
             txn.drop(self._handles.delta, delete=False)
@@ -298,7 +300,12 @@ class MaintenanceMixin:
         estimate = documents * 40 + 2 * key_bytes
         if run_entries:
             max_id = 2 * (len(self) + documents)  # the id width, roughly
-            estimate += run_bytes(run_entries, self._tables if tables is None else tables, max_id)
+            estimate += run_bytes(
+                run_entries,
+                self._tables if tables is None else tables,
+                max_id,
+                self._tableset.filter_bits if tables is None else filter_bits_for(self.k),
+            )
         with self._lock:
             self._check_usable()
             if self.readonly:

@@ -82,6 +82,7 @@ from simstore.results import (
     Stats,
     match_order,
 )
+from simstore.runs import filter_bits_for
 from simstore.simhash import UNRECORDED_SETTINGS, Fingerprinter
 from simstore.skew import degenerate_fingerprints, table_skew
 from simstore.tables import TableSet
@@ -227,7 +228,7 @@ class Store(MaintenanceMixin, BatchMixin):
         # to; a read of the same snapshot skips the sync.
         self._synced_snapshot = -1
         # The tables' runs and bitmaps, for the catalog version in _catalog_version.
-        self._tableset = TableSet(self._tables, handles.tables)
+        self._tableset = TableSet(self._tables, handles.tables, filter_bits_for(params.k))
         self._catalog_version = -1
         self._meta_raw = bytes(raw_meta)
         # Compaction work this process owes for the documents it wrote (entries).

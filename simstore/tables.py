@@ -56,8 +56,15 @@ class TableSet:
     """The tables of one layout and, per process, what queries need of them:
     the catalog last adopted and the bitmaps read so far."""
 
-    def __init__(self, tables: tuple[Table, ...], databases: Sequence[Database]) -> None:
+    def __init__(
+        self,
+        tables: tuple[Table, ...],
+        databases: Sequence[Database],
+        filter_bits: int = runs.MIN_FILTER_BITS,
+    ) -> None:
         self.tables = tables
+        # Bits past the prefix new runs record at least (runs.filter_bits_for).
+        self.filter_bits = filter_bits
         self.databases = list(databases)
         self.catalog = Catalog()
         # Bitmaps of finished runs never change, so they are kept across
@@ -303,7 +310,10 @@ class TableSet:
         run_id = catalog.new_run_id()
         count = len(doc_ids)
         max_id = int(doc_ids.max())
-        geometries = tuple(runs.choose_geometry(count, table.prefix_bits, max_id) for table in self.tables)
+        geometries = tuple(
+            runs.choose_geometry(count, table.prefix_bits, max_id, filter_bits=self.filter_bits)
+            for table in self.tables
+        )
         bits = tuple(occupancy.bits_for(count, table.prefix_bits, len(self.tables)) for table in self.tables)
         with ThreadPoolExecutor(max_workers=1, thread_name_prefix="simstore-sort") as sorter:
             known = [geometry.known_bits for geometry in geometries]
@@ -414,7 +424,13 @@ class TableSet:
             id_bytes = max(run.geometries[index].id_bytes for run in inputs)
             known = min(run.geometries[index].known_bits for run in inputs)
             geometries.append(
-                runs.choose_geometry(count, table.prefix_bits, (1 << (8 * id_bytes)) - 1, known_limit=known)
+                runs.choose_geometry(
+                    count,
+                    table.prefix_bits,
+                    (1 << (8 * id_bytes)) - 1,
+                    known_limit=known,
+                    filter_bits=self.filter_bits,
+                )
             )
         bits = tuple(occupancy.bits_for(count, table.prefix_bits, len(self.tables)) for table in self.tables)
         output = Run(catalog.new_run_id(), count, tuple(geometries), bits)
@@ -572,12 +588,14 @@ def _scan(
 BUCKET_OVERHEAD = 16
 
 
-def run_bytes(entries: int, tables: Sequence[Table], max_id: int) -> int:
+def run_bytes(
+    entries: int, tables: Sequence[Table], max_id: int, filter_bits: int = runs.MIN_FILTER_BITS
+) -> int:
     """About the bytes a run of ``entries`` entries takes in every table, with
     its bitmaps: what a write must find room for."""
     total = 0
     for table in tables:
-        geometry = runs.choose_geometry(entries, table.prefix_bits, max_id)
+        geometry = runs.choose_geometry(entries, table.prefix_bits, max_id, filter_bits=filter_bits)
         buckets = min(entries, 1 << geometry.bucket_bits)
         bits = occupancy.bits_for(entries, table.prefix_bits, len(tables))
         total += entries * geometry.entry_bytes + buckets * (runs.HEADER.size + BUCKET_OVERHEAD)

@@ -32,7 +32,10 @@ def run_contents(draw: st.DrawFn) -> tuple[runs.Geometry, np.ndarray, np.ndarray
         draw(st.sampled_from([1, 255, 70_001, 1 << 33]))
     )
     known_limit = draw(st.integers(min_value=prefix_bits, max_value=64))
-    geometry = runs.choose_geometry(len(permuted), prefix_bits, int(doc_ids.max()), known_limit=known_limit)
+    filter_bits = runs.filter_bits_for(draw(st.integers(min_value=0, max_value=8)))
+    geometry = runs.choose_geometry(
+        len(permuted), prefix_bits, int(doc_ids.max()), known_limit=known_limit, filter_bits=filter_bits
+    )
     return geometry, permuted, doc_ids
 
 
