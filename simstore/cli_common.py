@@ -5,16 +5,14 @@ from __future__ import annotations
 
 import argparse
 import base64
-import contextlib
 import json
 import os
 import shutil
 import sys
-import tempfile
 import warnings
 from collections.abc import Callable, Iterable, Iterator, Sequence
 from dataclasses import dataclass, field
-from typing import Any, TextIO
+from typing import Any
 
 import numpy as np
 
@@ -137,26 +135,6 @@ def non_negative(text: str) -> int:
 
 def print_json(value: Any) -> None:
     print(json.dumps(value, ensure_ascii=False))
-
-
-@contextlib.contextmanager
-def output_stream(path: str) -> Iterator[TextIO]:
-    """``path`` opened for writing (``-`` is stdout); a failed command leaves
-    no half-written file: it writes to a temporary file renamed at the end."""
-    if path == STDIN:
-        yield sys.stdout
-        sys.stdout.flush()
-        return
-    folder = os.path.dirname(os.path.abspath(path))
-    handle, temporary = tempfile.mkstemp(prefix=".simstore-", dir=folder)
-    try:
-        with os.fdopen(handle, "w", encoding="utf-8", newline="") as stream:
-            yield stream
-        os.replace(temporary, path)
-    except BaseException:
-        with contextlib.suppress(OSError):
-            os.remove(temporary)
-        raise
 
 
 # ------------------------------------------------------------------- inputs

@@ -22,7 +22,6 @@ from simstore.cli_common import (
     inputs_of,
     key_to_json,
     non_negative,
-    output_stream,
     print_json,
     progress,
     read_options,
@@ -30,9 +29,9 @@ from simstore.cli_common import (
     table_progress,
     unique_keys,
 )
+from simstore.cli_outputs import Output, output_stream, resolve_output
 from simstore.opening import open as open_store
 from simstore.readers import (
-    STDIN,
     DocumentWriter,
     ErrorCounter,
     Input,
@@ -85,6 +84,8 @@ def run_dedup(args: argparse.Namespace) -> int:
         args.parser.error("--clusters needs the documents in a store; it cannot be used with --against")
     if args.against is not None and args.keep != "first":
         args.parser.error("--keep chooses within clusters; it cannot be used with --against")
+    # Before any input is read: a wrong -o should not cost a long first pass.
+    output = resolve_output(args.output)
     options = read_options(args)
     errors = skip_reporter(args)
     summary = DedupSummary(output=args.output)
@@ -92,7 +93,7 @@ def run_dedup(args: argparse.Namespace) -> int:
         inputs = inputs_of(args.files, spool_dir=scratch)
         if args.against is not None:
             with open_store(args.against, "r") as store:
-                dropped = dedup_against(args, store, inputs, options, errors, summary)
+                dropped = dedup_against(args, store, inputs, output, options, errors, summary)
         else:
             if args.store is not None:
                 # An existing store keeps its k; -k then only narrows the distance.
@@ -107,10 +108,10 @@ def run_dedup(args: argparse.Namespace) -> int:
                     merge_on_close=False,
                 )
             with store:
-                dropped = dedup_within(args, store, inputs, options, errors, summary)
+                dropped = dedup_within(args, store, inputs, output, options, errors, summary)
         summary.skipped = errors.skipped
         if not (args.pairs or args.clusters):
-            summary.kept = write_kept(args, inputs, options, dropped)
+            summary.kept = write_kept(inputs, output, options, dropped)
     report = vars(summary).copy()
     if args.against is not None:
         # Against a store, a duplicate is a document with a stored match; there are no clusters.
@@ -120,7 +121,7 @@ def run_dedup(args: argparse.Namespace) -> int:
     if args.json:
         print_json(report)
     else:
-        stream = sys.stderr if args.output == STDIN else sys.stdout
+        stream = sys.stderr if output.is_stdout else sys.stdout
         for name, value in report.items():
             print(f"{name.replace('_', ' '):16} {value}", file=stream)
     return 0
@@ -153,6 +154,7 @@ def dedup_within(
     args: argparse.Namespace,
     store: Store,
     inputs: list[Input],
+    output: Output,
     options: ReadOptions,
     errors: ErrorCounter,
     summary: DedupSummary,
@@ -180,7 +182,7 @@ def dedup_within(
     summary.largest_cluster = max((cluster.size for cluster in clusters), default=0)
     if args.pairs:
         bar, update = table_progress(args, "pairs")
-        with bar, output_stream(args.output) as stream:
+        with bar, output_stream(output) as stream:
             for pair in store.near_duplicate_pairs(k=args.k, progress=update):
                 record = {
                     "a": key_to_json(pair.key_a),
@@ -189,7 +191,7 @@ def dedup_within(
                 }
                 stream.write(json.dumps(record, ensure_ascii=False) + "\n")
     elif args.clusters:
-        with output_stream(args.output) as stream:
+        with output_stream(output) as stream:
             for cluster in clusters:
                 record = {
                     "cluster": cluster.cluster_id,
@@ -205,6 +207,7 @@ def dedup_against(
     args: argparse.Namespace,
     store: Store,
     inputs: list[Input],
+    output: Output,
     options: ReadOptions,
     errors: ErrorCounter,
     summary: DedupSummary,
@@ -215,7 +218,7 @@ def dedup_against(
     fingerprints = collected.fingerprint_array()
     matched: set[Key] = set()
     with contextlib.ExitStack() as stack:
-        stream = stack.enter_context(output_stream(args.output)) if args.pairs else None
+        stream = stack.enter_context(output_stream(output)) if args.pairs else None
         bar = stack.enter_context(progress(args, desc="matching", total=len(fingerprints), unit="doc"))
         for start in range(0, len(fingerprints), QUERY_CHUNK):
             results = store.query_many(fingerprints[start : start + QUERY_CHUNK], k=args.k)
@@ -236,7 +239,7 @@ def dedup_against(
     return matched
 
 
-def write_kept(args: argparse.Namespace, inputs: list[Input], options: ReadOptions, dropped: set[Key]) -> int:
+def write_kept(inputs: list[Input], output: Output, options: ReadOptions, dropped: set[Key]) -> int:
     """Read the inputs again and write every document not dropped, in the
     inputs' format (JSONL when they differ)."""
     formats = {
@@ -248,7 +251,7 @@ def write_kept(args: argparse.Namespace, inputs: list[Input], options: ReadOptio
     quiet = ErrorCounter(None)  # bad lines were reported by the first pass
     again = ReadOptions(options.format, options.id_field, options.text_field, (), "skip")
     kept = 0
-    with output_stream(args.output) as stream:
+    with output_stream(output) as stream:
         writer = DocumentWriter(stream, output_format)
         for document in unique_keys(read_documents(inputs, again, quiet), again, quiet):
             if document.key not in dropped:

@@ -26,7 +26,6 @@ from simstore.cli_common import (
     key_to_json,
     non_negative,
     note,
-    output_stream,
     parse_fingerprint,
     print_json,
     progress,
@@ -34,6 +33,7 @@ from simstore.cli_common import (
     show_key,
     skip_reporter,
 )
+from simstore.cli_outputs import output_stream, resolve_output
 from simstore.errors import SimstoreError
 from simstore.isolated import check_in_child
 from simstore.opening import open as open_store
@@ -336,10 +336,11 @@ def configure_export(parser: argparse.ArgumentParser) -> None:
 
 
 def run_export(args: argparse.Namespace) -> int:
+    output = resolve_output(args.output)
     with open_store(args.store, "r") as store:
         items = list(store.items())
         with (
-            output_stream(args.output) as stream,
+            output_stream(output) as stream,
             progress(args, desc="exporting", total=len(items), unit="doc") as bar,
         ):
             for key, _fingerprint in items:
