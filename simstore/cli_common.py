@@ -12,7 +12,7 @@ import sys
 import warnings
 from collections.abc import Callable, Iterable, Iterator, Sequence
 from dataclasses import dataclass, field
-from typing import Any
+from typing import Any, TextIO
 
 import numpy as np
 
@@ -133,8 +133,8 @@ def non_negative(text: str) -> int:
     return value
 
 
-def print_json(value: Any) -> None:
-    print(json.dumps(value, ensure_ascii=False))
+def print_json(value: Any, file: TextIO | None = None) -> None:
+    print(json.dumps(value, ensure_ascii=False), file=file)
 
 
 # ------------------------------------------------------------------- inputs

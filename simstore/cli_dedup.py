@@ -93,7 +93,7 @@ def run_dedup(args: argparse.Namespace) -> int:
         inputs = inputs_of(args.files, spool_dir=scratch)
         if args.against is not None:
             with open_store(args.against, "r") as store:
-                dropped = dedup_against(args, store, inputs, output, options, errors, summary)
+                kept_keys = dedup_against(args, store, inputs, output, options, errors, summary)
         else:
             if args.store is not None:
                 # An existing store keeps its k; -k then only narrows the distance.
@@ -108,20 +108,21 @@ def run_dedup(args: argparse.Namespace) -> int:
                     merge_on_close=False,
                 )
             with store:
-                dropped = dedup_within(args, store, inputs, output, options, errors, summary)
+                kept_keys = dedup_within(args, store, inputs, output, options, errors, summary)
         summary.skipped = errors.skipped
         if not (args.pairs or args.clusters):
-            summary.kept = write_kept(inputs, output, options, dropped)
+            summary.kept = write_kept(inputs, output, options, kept_keys)
     report = vars(summary).copy()
     if args.against is not None:
         # Against a store, a duplicate is a document with a stored match; there are no clusters.
         del report["clusters"], report["largest_cluster"]
     if args.pairs or args.clusters:
         del report["kept"]
+    # The summary never goes into the data stream (-o -, -o /dev/stdout).
+    stream = sys.stderr if output.is_stdout else sys.stdout
     if args.json:
-        print_json(report)
+        print_json(report, file=stream)
     else:
-        stream = sys.stderr if output.is_stdout else sys.stdout
         for name, value in report.items():
             print(f"{name.replace('_', ' '):16} {value}", file=stream)
     return 0
@@ -160,7 +161,7 @@ def dedup_within(
     summary: DedupSummary,
 ) -> set[Key]:
     """Add the documents, cluster the store, write pairs or clusters if asked;
-    returns the keys of the documents not kept."""
+    returns the keys of the documents to keep (read, not skipped, not dropped)."""
     persistent = args.store is not None
     collected = _collect(
         args, store, inputs, options, errors, with_length=persistent or args.keep == "longest"
@@ -200,7 +201,7 @@ def dedup_within(
                     "members": [key_to_json(key) for key in cluster.members],
                 }
                 stream.write(json.dumps(record, ensure_ascii=False) + "\n")
-    return dropped
+    return set(collected.keys) - dropped
 
 
 def dedup_against(
@@ -212,7 +213,8 @@ def dedup_against(
     errors: ErrorCounter,
     summary: DedupSummary,
 ) -> set[Key]:
-    """Match every document against ``store``; returns the keys that matched."""
+    """Match every document against ``store``; returns the keys of the
+    documents to keep (read, not skipped, and with no match)."""
     collected = _collect(args, store, inputs, options, errors, with_length=False)
     summary.documents = collected.read
     fingerprints = collected.fingerprint_array()
@@ -236,12 +238,14 @@ def dedup_against(
                         stream.write(json.dumps(record, ensure_ascii=False) + "\n")
             bar.update(len(results))
     summary.duplicates = len(matched)
-    return matched
+    return set(collected.keys) - matched
 
 
-def write_kept(inputs: list[Input], output: Output, options: ReadOptions, dropped: set[Key]) -> int:
-    """Read the inputs again and write every document not dropped, in the
-    inputs' format (JSONL when they differ)."""
+def write_kept(inputs: list[Input], output: Output, options: ReadOptions, kept_keys: set[Key]) -> int:
+    """Read the inputs again and write the documents of ``kept_keys``, in the
+    inputs' format (JSONL when they differ). A document skipped as a bad line
+    in the first pass is not among them, even where reading alone accepts it
+    (a text with no words)."""
     formats = {
         format_of(item.path, item.format if item.format != "auto" else options.format) for item in inputs
     }
@@ -254,7 +258,7 @@ def write_kept(inputs: list[Input], output: Output, options: ReadOptions, droppe
     with output_stream(output) as stream:
         writer = DocumentWriter(stream, output_format)
         for document in unique_keys(read_documents(inputs, again, quiet), again, quiet):
-            if document.key not in dropped:
+            if document.key in kept_keys:
                 writer.write(document)
                 kept += 1
     return kept

@@ -565,3 +565,42 @@ def test_progress_bars_only_on_a_terminal(
     assert "clustering" in capsys.readouterr().err
     assert main(["dedup", corpus_file, "-o", out_path, "-q"]) == 0
     assert "clustering" not in capsys.readouterr().err
+
+
+# ------------------------------------------------------- issue 18.4: edges
+
+
+def test_dedup_json_summary_stays_off_the_data_stream(
+    corpus_file: str, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """`dedup --json -o -`: the documents on stdout, the JSON summary on stderr."""
+    assert main(["dedup", corpus_file, "-o", "-", "--json", "-q"]) == 0
+    out, err = capsys.readouterr()
+    assert [json.loads(line)["id"] for line in out.splitlines()] == ["a", "b", "c"]
+    assert json.loads(err)["kept"] == 3
+
+
+@pytest.mark.parametrize("against", [False, True])
+def test_dedup_skip_leaves_skipped_documents_out(
+    corpus_file: str, tmp_path: object, store_path: str, against: bool, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """--on-error skip: a document skipped for having no words is reported, counted and
+    not written to the kept output (it was, as reading alone accepts it)."""
+    folder = str(tmp_path)
+    path = write_jsonl(
+        os.path.join(folder, "p.jsonl"),
+        [{"id": "a", "text": BASE}, {"id": "dots", "text": "... !!! ???"}, {"id": "b", "text": OTHER}],
+    )
+    argv = ["dedup", path, "-o", os.path.join(folder, "kept.jsonl"), "--on-error", "skip", "--json"]
+    if against:
+        assert main(["add", store_path, corpus_file, "-q"]) == 0
+        capsys.readouterr()
+        argv += ["--against", store_path]
+    assert main(argv) == 0
+    out, err = capsys.readouterr()
+    assert f"{path}:2:" in err
+    summary = json.loads(out)
+    assert summary["skipped"] == 1
+    kept = [record["id"] for record in read_jsonl(os.path.join(folder, "kept.jsonl"))]
+    assert kept == ([] if against else ["a", "b"])
+    assert summary["kept"] == len(kept)
