@@ -26,9 +26,12 @@ from __future__ import annotations
 import argparse
 import contextlib
 import os
+import signal
 import sys
-from collections.abc import Callable, Sequence
+import threading
+from collections.abc import Callable, Iterator, Sequence
 from dataclasses import dataclass
+from types import FrameType
 
 from simstore.cli_common import PROG
 from simstore.cli_dedup import configure_dedup, run_dedup
@@ -113,20 +116,49 @@ def main(argv: Sequence[str] | None = None) -> int:
     argparse's ``SystemExit``)."""
     parser = build_parser()
     args = parser.parse_args(argv)
-    try:
-        status: int = args.run(args)
-        return status
-    except (SimstoreError, OSError) as exc:
-        if isinstance(exc, BrokenPipeError):
-            # The reader went away (`simstore export STORE | head`): stop quietly.
-            with contextlib.suppress(OSError):
-                os.dup2(os.open(os.devnull, os.O_WRONLY), sys.stdout.fileno())
+    with _interrupts():
+        try:
+            status: int = args.run(args)
+            return status
+        except (SimstoreError, OSError) as exc:
+            if isinstance(exc, BrokenPipeError):
+                # The reader went away (`simstore export STORE | head`): stop quietly.
+                with contextlib.suppress(OSError):
+                    os.dup2(os.open(os.devnull, os.O_WRONLY), sys.stdout.fileno())
+                return 1
+            print(f"{PROG}: error: {_message(exc)}", file=sys.stderr)
             return 1
-        print(f"{PROG}: error: {_message(exc)}", file=sys.stderr)
-        return 1
-    except KeyboardInterrupt:
-        print(f"{PROG}: interrupted; nothing of the unfinished transaction was written", file=sys.stderr)
-        return 130
+        except KeyboardInterrupt as exc:
+            # A verb that committed part of its work says how much (add --batch-size).
+            message = str(exc) or "interrupted; nothing of the unfinished transaction was written"
+            print(f"{PROG}: {message}", file=sys.stderr)
+            return 130
+
+
+@contextlib.contextmanager
+def _interrupts() -> Iterator[None]:
+    """The first Ctrl-C unwinds (transactions abort, temporary files go);
+    a second one, while that runs, exits at once instead of printing a
+    traceback from the middle of the clean-up. Exiting at once is safe: LMDB
+    keeps every committed transaction and drops the unfinished one."""
+    if threading.current_thread() is not threading.main_thread():
+        yield
+        return
+
+    def exit_at_once(signum: int, frame: FrameType | None) -> None:
+        os.write(2, f"{PROG}: interrupted again; exiting at once\n".encode())
+        os._exit(130)
+
+    def first(signum: int, frame: FrameType | None) -> None:
+        signal.signal(signal.SIGINT, exit_at_once)
+        raise KeyboardInterrupt
+
+    previous = signal.signal(signal.SIGINT, first)
+    try:
+        yield
+    finally:
+        if previous is not None:  # None: a handler installed from C, which Python cannot restore
+            signal.signal(signal.SIGINT, previous)
 
 
 def _message(exc: BaseException) -> str:

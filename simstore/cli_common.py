@@ -228,6 +228,15 @@ class Collected:
         self.fingerprints.clear()
         self.metas.clear()
 
+    def take(self, count: int) -> Collected:
+        """Remove the first ``count`` documents and return them."""
+        values = self.fingerprint_array()
+        head = Collected(self.keys[:count], [values[:count]], self.metas[:count])
+        del self.keys[:count]
+        del self.metas[:count]
+        self.fingerprints = [values[count:]] if count < len(values) else []
+        return head
+
 
 def fingerprint_documents(
     store: Store,
@@ -236,10 +245,13 @@ def fingerprint_documents(
     errors: ErrorCounter,
     *,
     with_length: bool,
+    chunk_docs: int | None = None,
 ) -> Iterator[tuple[list[Document], np.ndarray]]:
-    """Fingerprint documents in chunks; a text the fingerprinter refuses is a
-    bad line like any other."""
+    """Fingerprint documents in chunks of at most ``chunk_docs`` (default
+    and ceiling :data:`FINGERPRINT_CHUNK_DOCS`); a text the fingerprinter
+    refuses is a bad line like any other."""
     fingerprinter = store.fingerprinter
+    most_docs = min(chunk_docs or FINGERPRINT_CHUNK_DOCS, FINGERPRINT_CHUNK_DOCS)
     chunk: list[Document] = []
     characters = 0
 
@@ -275,7 +287,7 @@ def fingerprint_documents(
             )
         chunk.append(document)
         characters += len(document.text)
-        if len(chunk) >= FINGERPRINT_CHUNK_DOCS or characters >= FINGERPRINT_CHUNK_CHARS:
+        if len(chunk) >= most_docs or characters >= FINGERPRINT_CHUNK_CHARS:
             yield from flush()
             chunk = []
             characters = 0

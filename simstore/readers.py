@@ -216,7 +216,10 @@ class _Chained(io.RawIOBase):
         return True
 
     def readinto(self, buffer: Any) -> int:
-        data = self._head.pop(0) if self._head else self._rest.read(len(buffer))
+        # read1: what the pipe holds now; read(n) would wait for n bytes, so
+        # `add --batch-size N -` would commit nothing until 8 KiB arrived.
+        read_some = getattr(self._rest, "read1", self._rest.read)
+        data = self._head.pop(0) if self._head else read_some(len(buffer))
         if not data:
             return 0
         if len(data) > len(buffer):

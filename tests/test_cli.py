@@ -604,3 +604,96 @@ def test_dedup_skip_leaves_skipped_documents_out(
     kept = [record["id"] for record in read_jsonl(os.path.join(folder, "kept.jsonl"))]
     assert kept == ([] if against else ["a", "b"])
     assert summary["kept"] == len(kept)
+
+
+def _spy_on_add_many(monkeypatch: pytest.MonkeyPatch, interrupt_at: int | None = None) -> list[int]:
+    """Record the size of every add_many call; raise KeyboardInterrupt at call ``interrupt_at``."""
+    original = simstore.Store.add_many
+    sizes: list[int] = []
+
+    def add_many(self: simstore.Store, keys: object, *args: object, **kwargs: object) -> object:
+        if interrupt_at is not None and len(sizes) + 1 == interrupt_at:
+            raise KeyboardInterrupt
+        sizes.append(len(keys))  # type: ignore[arg-type]
+        return original(self, keys, *args, **kwargs)  # type: ignore[arg-type]
+
+    monkeypatch.setattr(simstore.Store, "add_many", add_many)
+    return sizes
+
+
+def _numbered_corpus(path: str, count: int) -> str:
+    return write_jsonl(path, [{"id": f"d{i:02d}", "text": f"{BASE} number {i:02d}"} for i in range(count)])
+
+
+def test_add_batch_size_commits_at_exact_multiples(
+    store_path: str, tmp_path: object, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """--batch-size 5 commits 5, 5, 5, 5, 3, whatever the fingerprinting chunks (here 3
+    documents each, cut by characters); it committed 6, 6, 6, 5 (3000 gave 4483, 8986...)."""
+    import simstore.cli_common as cli
+
+    path = _numbered_corpus(os.path.join(str(tmp_path), "n.jsonl"), 23)
+    monkeypatch.setattr(cli, "FINGERPRINT_CHUNK_CHARS", 3 * len(f"{BASE} number 00"))
+    sizes = _spy_on_add_many(monkeypatch)
+    assert main(["add", store_path, path, "--batch-size", "5", "-q"]) == 0
+    assert sizes == [5, 5, 5, 5, 3]
+    assert "added 23 documents" in capsys.readouterr().out
+
+
+def test_add_interrupted_between_batches_exits_130(
+    store_path: str, tmp_path: object, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """Ctrl-C after two batches: exit 130 and `interrupted; 10 documents of earlier
+    batches were committed` (it was `error: ; 10 documents ...` and exit 1)."""
+    path = _numbered_corpus(os.path.join(str(tmp_path), "n.jsonl"), 23)
+    _spy_on_add_many(monkeypatch, interrupt_at=3)
+    assert main(["add", store_path, path, "--batch-size", "5", "-q"]) == 130
+    err = capsys.readouterr().err
+    assert err.startswith("simstore: interrupted; 10 documents of earlier batches were committed")
+    assert "error" not in err
+    assert len(err.splitlines()) == 1
+    with simstore.open(store_path, "r") as store:
+        assert sorted(store.keys()) == [f"d{i:02d}" for i in range(10)]
+
+
+def test_add_ctrl_c_while_reading_stdin(store_path: str) -> None:
+    """A real SIGINT while `add --batch-size 5 -` waits for more input, after two batches
+    were committed (they were not: documents were fingerprinted 20,000 at a time, so
+    nothing was committed before that many arrived): exit 130, one line, no traceback."""
+    import signal
+    import time
+
+    process = subprocess.Popen(
+        [sys.executable, "-m", "simstore.cli", "add", store_path, "-", "--batch-size", "5"],
+        stdin=subprocess.PIPE,
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        text=True,
+    )
+    try:
+        assert process.stdin is not None
+        for i in range(12):
+            process.stdin.write(json.dumps({"id": f"d{i:02d}", "text": f"{BASE} number {i:02d}"}) + "\n")
+        process.stdin.flush()
+        deadline = time.monotonic() + 60
+        committed = 0
+        while committed < 10 and time.monotonic() < deadline:
+            time.sleep(0.1)
+            try:
+                with simstore.open(store_path, "r") as store:
+                    committed = len(store)
+            except simstore.SimstoreError:
+                pass
+        assert committed == 10, "the first two batches were not committed while the input stayed open"
+        process.send_signal(signal.SIGINT)
+        out, err = process.communicate(timeout=60)
+    finally:
+        if process.poll() is None:
+            process.kill()
+            process.communicate()
+    assert process.returncode == 130, err
+    assert err == (
+        "simstore: interrupted; 10 documents of earlier batches were committed "
+        "(re-running the same input is safe: an existing key is replaced)\n"
+    )
+    assert out == ""
