@@ -29,6 +29,7 @@ from simstore.readers import (
     Input,
     InputError,
     ReadOptions,
+    sniff_format,
 )
 from simstore.records import Key
 from simstore.simhash import ShortTextWarning
@@ -195,18 +196,10 @@ def inputs_of(paths: Sequence[str], spool_dir: str | None = None) -> list[Input]
                     shutil.copyfileobj(source, copy)
                 else:
                     copy.write(sys.stdin.read().encode("utf-8"))
-            inputs.append(Input(spooled, STDIN_NAME, format=_sniff_spooled(spooled)))
+            inputs.append(Input(spooled, STDIN_NAME, format=sniff_format(spooled)))
         else:
             inputs.append(Input(path, STDIN_NAME if path == STDIN else ""))
     return inputs
-
-
-def _sniff_spooled(path: str) -> str:
-    with open(path, "rb") as stream:
-        for line in stream:
-            if line.strip():
-                return "jsonl" if line.lstrip(b"\xef\xbb\xbf").lstrip().startswith(b"{") else "text"
-    return "text"
 
 
 @dataclass

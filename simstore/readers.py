@@ -27,12 +27,14 @@ A document without an id field gets the key ``"SOURCE:LINE"`` (for example
 from __future__ import annotations
 
 import codecs
+import contextlib
 import csv
 import gzip
 import io
 import json
 import os
 import sys
+import zlib
 from collections.abc import Callable, Iterable, Iterator
 from dataclasses import dataclass, field
 from typing import IO, Any, TextIO, cast
@@ -176,21 +178,97 @@ def _read_one(item: Input, options: ReadOptions) -> Iterator[Document | InputErr
         return
     if not os.path.exists(item.path):
         raise InputError(item.display, 0, "no such file")
-    with _open_binary(item.path) as stream:
+    with open(item.path, "rb") as raw, _damaged_gzip(item.display):
+        stream = _checked_stream(raw, item.display)
         yield from _read_stream(stream, fmt, item.display, options)
 
 
-def _open_binary(path: str) -> IO[bytes]:
-    if path.lower().endswith(".gz"):
-        return cast(IO[bytes], gzip.open(path, "rb"))
-    return open(path, "rb")
+@contextlib.contextmanager
+def _damaged_gzip(name: str) -> Iterator[None]:
+    """Truncated or damaged gzip data as a whole-file :class:`InputError`."""
+    try:
+        yield
+    except (EOFError, gzip.BadGzipFile, zlib.error) as exc:
+        raise InputError(name, 0, f"damaged gzip data ({exc})") from exc
+
+
+#: Bytes read to recognise a compressed or binary file.
+_SNIFF_BYTES = 16
+_GZIP_MAGIC = b"\x1f\x8b"
+#: Formats recognised by their first bytes, to say what a binary input is.
+_BINARY_MAGIC = (
+    (b"PAR1", "a Parquet file, which simstore cannot read yet; convert it to JSON lines first"),
+    (b"ARROW1", "an Arrow file, which simstore cannot read yet; convert it to JSON lines first"),
+    (b"ORC", "an ORC file, which simstore cannot read yet; convert it to JSON lines first"),
+    (b"PK\x03\x04", "a zip archive; unpack it and give the files or their directory"),
+    (b"BZh", "bzip2-compressed; decompress it (bzcat FILE | simstore ... -)"),
+    (b"\xfd7zXZ\x00", "xz-compressed; decompress it (xzcat FILE | simstore ... -)"),
+    (b"\x28\xb5\x2f\xfd", "zstd-compressed; decompress it (zstdcat FILE | simstore ... -)"),
+    (b"SQLite format 3\x00", "an SQLite database, not text"),
+    (codecs.BOM_UTF16_LE, "UTF-16 text; convert it to UTF-8 (iconv -f UTF-16 -t UTF-8)"),
+    (codecs.BOM_UTF16_BE, "UTF-16 text; convert it to UTF-8 (iconv -f UTF-16 -t UTF-8)"),
+)
+NUL_MESSAGE = (
+    "a NUL byte: this is a binary file, not text (simstore reads JSON lines, CSV, TSV, "
+    "plain text and their .gz)"
+)
+
+
+def _checked_stream(raw: IO[bytes], name: str) -> IO[bytes]:
+    """``raw`` ready to read as text: decompressed if it is gzip (known by its
+    first bytes, whatever its name; stdin too), and refused with a whole-file
+    :class:`InputError` if its first bytes say it is a binary format.
+
+    A NUL byte further on is refused line by line (:func:`_decoded_lines`).
+    """
+    if raw.seekable():
+        head = raw.read(_SNIFF_BYTES)
+        raw.seek(-len(head), os.SEEK_CUR)
+        stream = raw
+    else:
+        head = raw.read(_SNIFF_BYTES)  # a pipe: give the bytes back in front
+        stream = cast(IO[bytes], io.BufferedReader(_Chained([head], raw)))
+    if head.startswith(_GZIP_MAGIC):
+        decompressed = gzip.GzipFile(fileobj=stream, mode="rb")
+        head = decompressed.peek(_SNIFF_BYTES)[:_SNIFF_BYTES]
+        stream = cast(IO[bytes], decompressed)
+    if _looks_binary(head):
+        # The magic numbers only name what the bytes already say: a text
+        # file may well begin with "ORC" or "PAR1".
+        for magic, what in _BINARY_MAGIC:
+            if head.startswith(magic):
+                raise InputError(name, 1, f"is {what}")
+    if b"\x00" in head:
+        raise InputError(name, head[: head.index(b"\x00")].count(b"\n") + 1, NUL_MESSAGE)
+    return stream
+
+
+#: Bytes no text holds: C0 controls other than tab, newlines, form feed and escape.
+_BINARY_BYTES = frozenset(range(32)) - frozenset(b"\t\n\v\f\r\x1b")
+
+
+def _looks_binary(head: bytes) -> bool:
+    """Whether the first bytes of an input hold a byte no text holds, or are
+    not UTF-8 (a character cut off at the end of ``head`` aside)."""
+    if any(byte in _BINARY_BYTES for byte in head):
+        return True
+    try:
+        codecs.getincrementaldecoder("utf-8")().decode(head, final=False)
+    except UnicodeDecodeError:
+        return True
+    return False
 
 
 def _read_stdin(item: Input, options: ReadOptions) -> Iterator[Document | InputError]:
+    with _damaged_gzip(item.name or STDIN_NAME):
+        yield from _read_stdin_checked(item, options)
+
+
+def _read_stdin_checked(item: Input, options: ReadOptions) -> Iterator[Document | InputError]:
     raw: IO[bytes] | None = getattr(sys.stdin, "buffer", None)
-    stream: IO[bytes] = raw if raw is not None else io.BytesIO(sys.stdin.read().encode("utf-8"))
-    fmt = item.format if item.format != "auto" else options.format
     name = item.name or STDIN_NAME
+    stream = _checked_stream(raw if raw is not None else io.BytesIO(sys.stdin.read().encode("utf-8")), name)
+    fmt = item.format if item.format != "auto" else options.format
     if fmt == "auto":
         # Peek at the first non-blank line to tell JSON lines from text.
         head: list[bytes] = []
@@ -202,6 +280,16 @@ def _read_stdin(item: Input, options: ReadOptions) -> Iterator[Document | InputE
         fmt = "jsonl" if first.startswith(b"{") else "text"
         stream = cast(IO[bytes], io.BufferedReader(_Chained(head, stream)))
     yield from _read_stream(stream, fmt, name, options)
+
+
+def sniff_format(path: str) -> str:
+    """``jsonl`` if the first non-blank line of the file at ``path`` (gzip
+    decompressed) starts with ``{``, else ``text``: how ``auto`` reads stdin."""
+    with open(path, "rb") as raw, _damaged_gzip(STDIN_NAME):
+        for line in _checked_stream(raw, STDIN_NAME):
+            if line.strip():
+                return "jsonl" if line.lstrip(codecs.BOM_UTF8).lstrip().startswith(b"{") else "text"
+    return "text"
 
 
 class _Chained(io.RawIOBase):
@@ -241,7 +329,12 @@ def _read_stream(
 
 
 def _decoded_lines(stream: Iterable[bytes], name: str) -> Iterator[tuple[int, str | InputError]]:
+    """Each line decoded, or an :class:`InputError` for a line that is not
+    UTF-8; a NUL byte raises one for the whole file (a binary file read as
+    text would give lines of garbage, each of them skippable)."""
     for number, raw in enumerate(stream, 1):
+        if b"\x00" in raw:
+            raise InputError(name, number, NUL_MESSAGE)
         try:
             line = raw.decode("utf-8")
         except UnicodeDecodeError as exc:
@@ -306,6 +399,8 @@ def _read_delimited(
     except UnicodeDecodeError as exc:
         raise InputError(name, reader.line_num + 1, f"not UTF-8 ({exc.reason})") from exc
     except csv.Error as exc:
+        if "NUL" in str(exc):
+            raise InputError(name, reader.line_num, NUL_MESSAGE) from exc
         raise InputError(name, reader.line_num, f"bad CSV: {exc}") from exc
     finally:
         text_stream.detach()
@@ -344,8 +439,17 @@ def _read_directory(item: Input, options: ReadOptions) -> Iterator[Document | In
             key = os.path.relpath(path, root).replace(os.sep, "/")
             shown = os.path.join(item.display, key)
             try:
-                with _open_binary(path) as stream:
-                    text = stream.read().decode("utf-8").removeprefix("\ufeff")
+                with open(path, "rb") as raw:
+                    data = _checked_stream(raw, shown).read()
+                if b"\x00" in data:
+                    raise InputError(shown, 0, NUL_MESSAGE)
+                text = data.decode("utf-8").removeprefix("\ufeff")
+            except InputError as exc:
+                yield exc  # one file of the directory: skippable like a bad line
+                continue
+            except (EOFError, gzip.BadGzipFile, zlib.error) as exc:
+                yield InputError(shown, 0, f"damaged gzip data ({exc})")
+                continue
             except UnicodeDecodeError as exc:
                 yield InputError(shown, 0, f"not UTF-8 ({exc.reason} at byte {exc.start})")
                 continue

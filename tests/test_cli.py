@@ -697,3 +697,61 @@ def test_add_ctrl_c_while_reading_stdin(store_path: str) -> None:
         "(re-running the same input is safe: an existing key is replaced)\n"
     )
     assert out == ""
+
+
+@pytest.mark.parametrize("verb", ["add", "dedup"])
+def test_binary_input_is_refused(
+    verb: str, store_path: str, tmp_path: object, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """A .parquet file was read as text: with --on-error skip, exit 0 and lines of binary
+    garbage kept. Now it is refused as a whole, whatever --on-error says, and so is any
+    file with a NUL byte."""
+    folder = str(tmp_path)
+    parquet = os.path.join(folder, "part-0.parquet")
+    with open(parquet, "wb") as handle:
+        handle.write(b"PAR1\x15\x04\x15\x00" + b"binary\ncolumn chunk\n" * 50 + b"\x00\x00PAR1")
+    nul = os.path.join(folder, "dump.txt")
+    with open(nul, "wb") as handle:
+        handle.write(f"{BASE}\n{OTHER}\n".encode() + b"half a record\x00\x01\x02\n" + THIRD.encode() + b"\n")
+    out = os.path.join(folder, "kept.txt")
+    target = [store_path] if verb == "add" else []
+    where = [] if verb == "add" else ["-o", out]
+    for path, expected in [
+        (parquet, f"{parquet}:1: is a Parquet file, which simstore cannot read yet"),
+        (nul, f"{nul}:3: a NUL byte: this is a binary file, not text"),
+    ]:
+        assert main([verb, *target, path, *where, "--on-error", "skip"]) == 1
+        err = capsys.readouterr().err
+        assert err.startswith(f"simstore: error: {expected}"), err
+        assert len(err.splitlines()) == 1
+        assert not os.path.exists(out)
+    assert not os.path.exists(store_path) or len(simstore.open(store_path, "r")) == 0
+
+
+def test_gzip_on_stdin_is_decompressed(
+    store_path: str, tmp_path: object, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """`simstore add STORE - < dump.jsonl.gz` and `dedup -` recognise gzip by its magic bytes
+    (so does a file whose name does not end in .gz)."""
+    import gzip
+    import io
+
+    records = [{"id": "a", "text": BASE}, {"id": "b", "text": OTHER}, {"id": "a2", "text": BASE.upper()}]
+    compressed = gzip.compress("".join(json.dumps(record) + "\n" for record in records).encode())
+
+    def stdin() -> io.TextIOWrapper:
+        return io.TextIOWrapper(io.BufferedReader(io.BytesIO(compressed)))  # type: ignore[arg-type]
+
+    monkeypatch.setattr(sys, "stdin", stdin())
+    assert main(["add", store_path, "-", "-q"]) == 0
+    with simstore.open(store_path, "r") as store:
+        assert sorted(store.keys()) == ["a", "a2", "b"]
+    capsys.readouterr()
+    monkeypatch.setattr(sys, "stdin", stdin())
+    assert main(["dedup", "-", "-o", "-", "-q"]) == 0
+    assert [json.loads(line)["id"] for line in capsys.readouterr().out.splitlines()] == ["a", "b"]
+    unnamed = os.path.join(str(tmp_path), "dump.jsonl")
+    with open(unnamed, "wb") as handle:
+        handle.write(compressed)
+    assert main(["dedup", unnamed, "-o", "-", "-q"]) == 0
+    assert [json.loads(line)["id"] for line in capsys.readouterr().out.splitlines()] == ["a", "b"]
