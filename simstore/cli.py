@@ -162,7 +162,9 @@ def _interrupts() -> Iterator[None]:
 
 
 def _message(exc: BaseException) -> str:
-    if isinstance(exc, OSError) and not isinstance(exc, SimstoreError) and exc.strerror:
+    """One line without Python's wording: an ``OSError`` (simstore's too) as
+    ``FILE: what`` rather than ``[Errno 2] ...``."""
+    if isinstance(exc, OSError) and exc.strerror:
         return f"{exc.filename}: {exc.strerror}" if exc.filename else exc.strerror
     return str(exc)
 

@@ -17,7 +17,8 @@ from typing import Any, TextIO
 import numpy as np
 
 from simstore.batch import LENGTH_FIELD
-from simstore.errors import InvalidValueError, SimstoreError
+from simstore.errors import InvalidValueError, ParameterMismatchError, SimstoreError, StoreNotFoundError
+from simstore.opening import open as open_store
 from simstore.permute import MAX_FINGERPRINT
 from simstore.readers import (
     FORMATS,
@@ -47,6 +48,45 @@ DEFAULT_K = 3
 
 class CommandError(SimstoreError):
     """A command cannot go on; its message is printed as ``simstore: error: ...``."""
+
+
+# ------------------------------------------------------------ opening stores
+#
+# The library's messages speak Python (``use mode 'c'``, ``pass None``); these
+# say the same in the command line's words.
+
+
+def open_existing(path: str, mode: str = "r") -> Store:
+    """The store at ``path``, which the command needs to exist already."""
+    try:
+        return open_store(path, mode)
+    except StoreNotFoundError:
+        raise CommandError(
+            f"no simstore store at {path} (`simstore add {path} FILE...` or `simstore import` creates one)"
+        ) from None
+
+
+def open_or_create(path: str, k: int | None, **options: Any) -> Store:
+    """The store at ``path``, created with ``-k k`` if missing."""
+    try:
+        return open_store(path, "c", k=k, **options)
+    except ParameterMismatchError as exc:
+        stored_k, _ = exc.differences.get("k", (None, None))
+        if set(exc.differences) == {"k"}:
+            raise CommandError(
+                f"{path} has k={stored_k}, not {k}: leave out -k to use the store's k, or change it "
+                f"with `simstore relayout {path} -k {k} --docs N`"
+            ) from None
+        raise
+
+
+def check_distance(k: int | None, store: Store) -> None:
+    """``-k`` of a query against ``store``, which finds nothing beyond its own k."""
+    if k is not None and k > store.k:
+        raise CommandError(
+            f"-k {k} is larger than the k={store.k} of {store.path}: its tables find documents within "
+            f"{store.k} bits only (change it with `simstore relayout {store.path} -k {k} --docs N`)"
+        )
 
 
 # ------------------------------------------------------------ shared helpers
@@ -131,6 +171,17 @@ def non_negative(text: str) -> int:
         raise argparse.ArgumentTypeError(f"not an integer: {text!r}") from None
     if value < 0:
         raise argparse.ArgumentTypeError(f"must be 0 or more, got {value}")
+    return value
+
+
+def document_count(text: str) -> float:
+    """``--docs``: a number of documents (``1e9`` allowed), at least 1."""
+    try:
+        value = float(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"not a number of documents: {text!r}") from None
+    if not value >= 1 or value == float("inf"):
+        raise argparse.ArgumentTypeError(f"must be at least 1 document, got {text}")
     return value
 
 

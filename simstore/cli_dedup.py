@@ -18,10 +18,13 @@ from simstore.cli_common import (
     QUERY_CHUNK,
     Collected,
     add_input_options,
+    check_distance,
     fingerprint_documents,
     inputs_of,
     key_to_json,
     non_negative,
+    open_existing,
+    open_or_create,
     print_json,
     progress,
     read_options,
@@ -92,13 +95,15 @@ def run_dedup(args: argparse.Namespace) -> int:
     with tempfile.TemporaryDirectory(prefix="simstore-dedup-") as scratch:
         inputs = inputs_of(args.files, spool_dir=scratch)
         if args.against is not None:
-            with open_store(args.against, "r") as store:
+            with open_existing(args.against) as store:
+                check_distance(args.k, store)
                 kept_keys = dedup_against(args, store, inputs, output, options, errors, summary)
         else:
             if args.store is not None:
                 # An existing store keeps its k; -k then only narrows the distance.
                 new_k = args.k if not os.path.exists(args.store) else None
-                store = open_store(args.store, "c", k=new_k)
+                store = open_or_create(args.store, new_k)
+                check_distance(args.k, store)
             else:
                 store = open_store(
                     os.path.join(scratch, "dedup.simstore"),

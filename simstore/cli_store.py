@@ -18,6 +18,8 @@ from simstore.cli_common import (
     Collected,
     CommandError,
     add_input_options,
+    check_distance,
+    document_count,
     fingerprint_documents,
     from_json,
     hex_fingerprint,
@@ -26,6 +28,8 @@ from simstore.cli_common import (
     key_to_json,
     non_negative,
     note,
+    open_existing,
+    open_or_create,
     parse_fingerprint,
     print_json,
     progress,
@@ -36,7 +40,6 @@ from simstore.cli_common import (
 from simstore.cli_outputs import output_stream, resolve_output
 from simstore.errors import SimstoreError
 from simstore.isolated import check_in_child
-from simstore.opening import open as open_store
 from simstore.planner import format_plan, plan
 from simstore.readers import (
     ON_ERROR,
@@ -76,7 +79,7 @@ def run_add(args: argparse.Namespace) -> int:
     pending = Collected()
     # The delta is merged below on success only: a merge run by close() after
     # Ctrl-C or an error would hold the command up (16 s at 10M documents).
-    with open_store(args.store, "c", k=args.k, merge_on_close=False) as store:
+    with open_or_create(args.store, args.k, merge_on_close=False) as store:
 
         def commit(batch: Collected) -> None:
             nonlocal committed
@@ -144,7 +147,7 @@ def run_query(args: argparse.Namespace) -> int:
     given = [args.text is not None, args.file is not None, args.fingerprint is not None]
     if sum(given) != 1:
         args.parser.error("give exactly one of TEXT, --file F or --fingerprint HEX")
-    with open_store(args.store, "r") as store:
+    with open_existing(args.store) as store:
         if args.fingerprint is not None:
             query = args.fingerprint
         else:
@@ -158,6 +161,7 @@ def run_query(args: argparse.Namespace) -> int:
             with warnings.catch_warnings():
                 warnings.simplefilter("ignore", ShortTextWarning)
                 query = store.fingerprinter.fingerprint(text)
+        check_distance(args.k, store)
         matches = store.query(fingerprint=query, k=args.k, with_meta=args.meta)
     if args.json:
         print_json(
@@ -200,7 +204,7 @@ def configure_stats(parser: argparse.ArgumentParser) -> None:
 
 
 def run_stats(args: argparse.Namespace) -> int:
-    with open_store(args.store, "r") as store:
+    with open_existing(args.store) as store:
         stats = store.stats(skew=args.skew)
     summary: dict[str, Any] = {
         "path": stats.path,
@@ -232,7 +236,9 @@ def run_stats(args: argparse.Namespace) -> int:
 
 def configure_plan(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("-k", "--k", type=non_negative, default=3, help="largest distance (default 3)")
-    parser.add_argument("--docs", type=float, required=True, help="expected number of documents, e.g. 1e9")
+    parser.add_argument(
+        "--docs", type=document_count, required=True, help="expected number of documents, e.g. 1e9"
+    )
     parser.add_argument("--max-tables", type=non_negative, default=None, help="at most this many tables")
     parser.add_argument("--limit", type=non_negative, default=None, help="show only the best N layouts")
 
@@ -263,13 +269,13 @@ def run_plan(args: argparse.Namespace) -> int:
 def configure_relayout(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("store", help="the store file")
     choice = parser.add_mutually_exclusive_group(required=True)
-    choice.add_argument("--docs", type=float, help="let the planner choose for this many documents")
+    choice.add_argument("--docs", type=document_count, help="let the planner choose for this many documents")
     choice.add_argument("--blocks", type=non_negative, help="Manku's one-level layout with this many blocks")
     parser.add_argument("-k", "--k", type=non_negative, default=None, help="a new k (default: the store's)")
 
 
 def run_relayout(args: argparse.Namespace) -> int:
-    with open_store(args.store, "w") as store:
+    with open_existing(args.store, "w") as store:
         if args.docs is not None:
             store.relayout(k=args.k, expected_docs=args.docs)
         else:
@@ -283,7 +289,7 @@ def run_check(args: argparse.Namespace) -> int:
     # Open here first, so that a file that is not a store is refused as
     # usual; the walk over every page runs in a child process that damage
     # can kill without taking the command with it (simstore.isolated).
-    open_store(args.store, "r").close()
+    open_existing(args.store).close()
     problems = check_in_child(args.store)
     if args.json:
         print_json({"ok": not problems, "problems": problems})
@@ -299,7 +305,7 @@ def run_check(args: argparse.Namespace) -> int:
 
 
 def run_merge(args: argparse.Namespace) -> int:
-    with open_store(args.store, "w") as store:
+    with open_existing(args.store, "w") as store:
         merged = store.merge()
     print(f"merged {merged} documents")
     return 0
@@ -314,7 +320,7 @@ def configure_remove(parser: argparse.ArgumentParser) -> None:
 
 
 def run_remove(args: argparse.Namespace) -> int:
-    with open_store(args.store, "w") as store:
+    with open_existing(args.store, "w") as store:
         # Resolve every key first, so that a missing one removes nothing.
         resolved: list[Key] = []
         missing: list[str] = []
@@ -353,7 +359,7 @@ def configure_export(parser: argparse.ArgumentParser) -> None:
 
 def run_export(args: argparse.Namespace) -> int:
     output = resolve_output(args.output)
-    with open_store(args.store, "r") as store:
+    with open_existing(args.store) as store:
         items = list(store.items())
         with (
             output_stream(output) as stream,
@@ -405,7 +411,7 @@ def run_import(args: argparse.Namespace) -> int:
     finally:
         if stream is not sys.stdin:
             stream.close()
-    with open_store(args.store, "c", k=args.k) as store:
+    with open_or_create(args.store, args.k) as store:
         if keys:
             has_meta = any(meta is not None for meta in metas)
             store.add_many(keys, np.array(fingerprints, dtype=np.uint64), metas=metas if has_meta else None)

@@ -755,3 +755,32 @@ def test_gzip_on_stdin_is_decompressed(
         handle.write(compressed)
     assert main(["dedup", unnamed, "-o", "-", "-q"]) == 0
     assert [json.loads(line)["id"] for line in capsys.readouterr().out.splitlines()] == ["a", "b"]
+
+
+def test_messages_speak_the_command_line(
+    good_store: str, corpus_file: str, tmp_path: object, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """Errors name flags and verbs, not Python's `use mode 'c'`, `pass None` or `[Errno 2]`."""
+    missing = os.path.join(str(tmp_path), "nope.simstore")
+    for argv in (
+        ["stats", missing],
+        ["query", missing, "--fingerprint", "0"],
+        ["remove", missing, "a"],
+        ["dedup", corpus_file, "--against", missing, "-o", "-"],
+    ):
+        assert main(argv) == 1
+        assert capsys.readouterr().err == (
+            f"simstore: error: no simstore store at {missing} "
+            f"(`simstore add {missing} FILE...` or `simstore import` creates one)\n"
+        )
+    assert main(["add", good_store, corpus_file, "-k", "4"]) == 1
+    err = capsys.readouterr().err
+    assert err.startswith(f"simstore: error: {good_store} has k=3, not 4: leave out -k")
+    assert main(["query", good_store, "--fingerprint", "0", "-k", "9"]) == 1
+    assert capsys.readouterr().err.startswith(f"simstore: error: -k 9 is larger than the k=3 of {good_store}")
+    with pytest.raises(SystemExit):
+        main(["relayout", good_store, "--docs", "0"])
+    assert "--docs: must be at least 1 document, got 0" in capsys.readouterr().err
+    assert main(["query", good_store, "--file", os.path.join(str(tmp_path), "q.txt")]) == 1
+    err = capsys.readouterr().err
+    assert err == f"simstore: error: {tmp_path}/q.txt: No such file or directory\n"
