@@ -30,6 +30,7 @@ from simstore.readers import (
     Input,
     InputError,
     ReadOptions,
+    ReadProgress,
     sniff_format,
 )
 from simstore.records import Key
@@ -98,6 +99,38 @@ def progress(args: argparse.Namespace, **options: Any) -> Any:
 
     disabled = bool(getattr(args, "quiet", False)) or not sys.stderr.isatty()
     return tqdm(file=sys.stderr, disable=disabled, dynamic_ncols=True, **options)
+
+
+class ReadingBar:
+    """The "reading" bar: the bytes of the inputs where their size is known
+    (so tqdm shows a total and an ETA), with the documents read as a
+    postfix; the documents alone otherwise (stdin from a pipe)."""
+
+    def __init__(self, args: argparse.Namespace, inputs: Sequence[Input]) -> None:
+        self.tracker = ReadProgress.of(inputs)
+        self.documents = 0
+        if self.tracker.total is None:
+            self.bar = progress(args, desc="reading", unit="doc")
+        else:
+            self.bar = progress(
+                args, desc="reading", total=self.tracker.total, unit="B", unit_scale=True, unit_divisor=1024
+            )
+
+    def __enter__(self) -> ReadingBar:
+        self.bar.__enter__()
+        return self
+
+    def __exit__(self, *exc_info: object) -> None:
+        self.bar.__exit__(*exc_info)
+
+    def update(self, documents: int) -> None:
+        """``documents`` more were read."""
+        self.documents += documents
+        if self.tracker.total is None:
+            self.bar.update(documents)
+            return
+        self.bar.set_postfix_str(f"{self.documents} docs", refresh=False)
+        self.bar.update(self.tracker.position() - self.bar.n)
 
 
 def table_progress(args: argparse.Namespace, description: str) -> tuple[Any, Callable[[int, int], None]]:

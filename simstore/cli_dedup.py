@@ -17,6 +17,7 @@ from simstore.cli_common import (
     DEFAULT_K,
     QUERY_CHUNK,
     Collected,
+    ReadingBar,
     add_input_options,
     check_distance,
     fingerprint_documents,
@@ -143,8 +144,8 @@ def _collect(
     with_length: bool,
 ) -> Collected:
     collected = Collected()
-    with progress(args, desc="reading", unit="doc") as bar:
-        documents = unique_keys(read_documents(inputs, options, errors), options, errors)
+    with ReadingBar(args, inputs) as bar:
+        documents = unique_keys(read_documents(inputs, options, errors, bar.tracker), options, errors)
         for chunk, values in fingerprint_documents(
             store, documents, options, errors, with_length=with_length
         ):

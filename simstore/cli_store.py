@@ -17,6 +17,7 @@ from simstore.cli_common import (
     PROG,
     Collected,
     CommandError,
+    ReadingBar,
     add_input_options,
     check_distance,
     document_count,
@@ -89,8 +90,9 @@ def run_add(args: argparse.Namespace) -> int:
                 committed += len(batch.keys)
 
         try:
-            with progress(args, desc="reading", unit="doc") as bar:
-                documents = read_documents(inputs_of(args.files), options, errors)
+            inputs = inputs_of(args.files)
+            with ReadingBar(args, inputs) as bar:
+                documents = read_documents(inputs, options, errors, bar.tracker)
                 for chunk, values in fingerprint_documents(
                     store,
                     documents,

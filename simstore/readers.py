@@ -33,6 +33,7 @@ import gzip
 import io
 import json
 import os
+import stat
 import sys
 import zlib
 from collections.abc import Callable, Iterable, Iterator
@@ -148,18 +149,74 @@ def format_of(path: str, requested: str = "auto") -> str:
     return _EXTENSIONS.get(os.path.splitext(base)[1].lower(), "text")
 
 
+@dataclass
+class ReadProgress:
+    """How far :func:`read_documents` is through its inputs, in bytes as
+    stored (compressed for gzip): ``total`` is their size where every input
+    has one (files and directories; stdin only when it is a file)."""
+
+    total: int | None = None
+    _done: int = 0
+    _current: IO[bytes] | None = None
+
+    @classmethod
+    def of(cls, inputs: Iterable[Input]) -> ReadProgress:
+        total: int | None = 0
+        for item in inputs:
+            size = _size_of(item)
+            total = None if size is None or total is None else total + size
+        return cls(total)
+
+    def position(self) -> int:
+        """Bytes read so far."""
+        current = 0
+        if self._current is not None:
+            with contextlib.suppress(OSError, ValueError):
+                current = self._current.tell()
+        return self._done + current
+
+    def _start(self, stream: IO[bytes]) -> None:
+        self._current = stream
+
+    def _finish(self, size: int) -> None:
+        self._done += size
+        self._current = None
+
+
+def _size_of(item: Input) -> int | None:
+    try:
+        if item.path == STDIN:
+            status = os.fstat(sys.stdin.fileno())
+            if not stat.S_ISREG(status.st_mode):
+                return None
+            return status.st_size - sys.stdin.buffer.tell()
+        if os.path.isdir(item.path):
+            return sum(
+                os.path.getsize(os.path.join(folder, name))
+                for folder, _, files in os.walk(item.path)
+                for name in files
+            )
+        return os.path.getsize(item.path)
+    except (OSError, ValueError, AttributeError):
+        return None
+
+
 def read_documents(
-    inputs: Iterable[Input], options: ReadOptions, on_skip: Callable[[InputError], None]
+    inputs: Iterable[Input],
+    options: ReadOptions,
+    on_skip: Callable[[InputError], None],
+    progress: ReadProgress | None = None,
 ) -> Iterator[Document]:
     """Every document of ``inputs`` in order.
 
     A bad line raises :class:`InputError` when ``options.on_error`` is
     ``"fail"``; with ``"skip"`` it is passed to ``on_skip`` and left out.
     Errors that concern a whole file (a missing column, an unreadable file)
-    always raise.
+    always raise. ``progress``, if given, follows the bytes read.
     """
+    tracker = progress if progress is not None else ReadProgress()
     for item in inputs:
-        for result in _read_one(item, options):
+        for result in _read_one(item, options, tracker):
             if isinstance(result, InputError):
                 if options.on_error == "fail":
                     raise result
@@ -168,19 +225,24 @@ def read_documents(
                 yield result
 
 
-def _read_one(item: Input, options: ReadOptions) -> Iterator[Document | InputError]:
+def _read_one(item: Input, options: ReadOptions, tracker: ReadProgress) -> Iterator[Document | InputError]:
     if item.path == STDIN:
+        if (raw := getattr(sys.stdin, "buffer", None)) is not None:
+            tracker._start(raw)
         yield from _read_stdin(item, options)
+        tracker._finish(tracker.position())
         return
     fmt = format_of(item.path, item.format if item.format != "auto" else options.format)
     if fmt == "dir":
-        yield from _read_directory(item, options)
+        yield from _read_directory(item, tracker)
         return
     if not os.path.exists(item.path):
         raise InputError(item.display, 0, "no such file")
     with open(item.path, "rb") as raw, _damaged_gzip(item.display):
+        tracker._start(raw)
         stream = _checked_stream(raw, item.display)
         yield from _read_stream(stream, fmt, item.display, options)
+        tracker._finish(os.fstat(raw.fileno()).st_size)
 
 
 @contextlib.contextmanager
@@ -430,7 +492,7 @@ def _document_from_fields(
     return Document(key, text, name, number, record, meta or None)
 
 
-def _read_directory(item: Input, options: ReadOptions) -> Iterator[Document | InputError]:
+def _read_directory(item: Input, tracker: ReadProgress) -> Iterator[Document | InputError]:
     root = item.path
     for folder, subfolders, files in os.walk(root):
         subfolders.sort()
@@ -441,6 +503,7 @@ def _read_directory(item: Input, options: ReadOptions) -> Iterator[Document | In
             try:
                 with open(path, "rb") as raw:
                     data = _checked_stream(raw, shown).read()
+                    tracker._finish(os.fstat(raw.fileno()).st_size)
                 if b"\x00" in data:
                     raise InputError(shown, 0, NUL_MESSAGE)
                 text = data.decode("utf-8").removeprefix("\ufeff")

@@ -784,3 +784,34 @@ def test_messages_speak_the_command_line(
     assert main(["query", good_store, "--file", os.path.join(str(tmp_path), "q.txt")]) == 1
     err = capsys.readouterr().err
     assert err == f"simstore: error: {tmp_path}/q.txt: No such file or directory\n"
+
+
+def test_reading_bar_has_a_total_where_the_size_is_known(
+    store_path: str, tmp_path: object, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """The reading bar counts the input's bytes against its size (a total and an ETA),
+    gzip by its compressed bytes; it had no total. From a pipe it counts documents."""
+    import gzip
+    import re
+
+    from tqdm import tqdm
+
+    folder = str(tmp_path)
+    path = _numbered_corpus(os.path.join(folder, "n.jsonl"), 40)
+    packed = os.path.join(folder, "n.jsonl.gz")
+    with open(path, "rb") as source, gzip.open(packed, "wb") as target:
+        target.write(source.read())
+    monkeypatch.setattr(sys.stderr, "isatty", lambda: True)
+
+    def reading_bar(err: str) -> str:
+        return [part for part in err.replace("\r", "\n").splitlines() if part.startswith("reading")][-1]
+
+    for verb in (["add", store_path], ["dedup", "-o", os.path.join(folder, "kept.jsonl")]):
+        for source in (path, packed):
+            assert main([*verb, source]) == 0
+            bar = reading_bar(capsys.readouterr().err)
+            assert bar.startswith("reading: 100%"), bar
+            done = re.search(r"\| (\S+)/(\S+) \[", bar)
+            assert done is not None, bar
+            assert done.group(1) == done.group(2) == tqdm.format_sizeof(os.path.getsize(source), divisor=1024)
+            assert "B/s, 40 docs]" in bar, bar
