@@ -48,6 +48,7 @@ from simstore.readers import (
     STDIN_NAME,
     InputError,
     read_documents,
+    text_lines,
 )
 from simstore.records import Key
 from simstore.simhash import ShortTextWarning
@@ -393,26 +394,22 @@ def run_import(args: argparse.Namespace) -> int:
     keys: list[Key] = []
     fingerprints: list[int] = []
     metas: list[dict[str, Any] | None] = []
-    stream = sys.stdin if args.file == STDIN else open(args.file, encoding="utf-8")  # noqa: SIM115
-    name = STDIN_NAME if args.file == STDIN else args.file
-    try:
-        for number, line in enumerate(stream, 1):
-            if not line.strip():
-                continue
-            try:
-                key, fingerprint, meta = _parse_export_line(line)
-            except ValueError as exc:
-                error = InputError(name, number, str(exc))
-                if args.on_error == "fail":
-                    raise error from None
-                errors(error)
-                continue
-            keys.append(key)
-            fingerprints.append(fingerprint)
-            metas.append(meta)
-    finally:
-        if stream is not sys.stdin:
-            stream.close()
+    for number, line in text_lines(args.file):
+        if isinstance(line, str) and not line.strip():
+            continue
+        try:
+            if isinstance(line, InputError):
+                raise line
+            key, fingerprint, meta = _parse_export_line(line)
+        except ValueError as exc:
+            error = exc if isinstance(exc, InputError) else InputError(_shown(args.file), number, str(exc))
+            if args.on_error == "fail":
+                raise error from None
+            errors(error)
+            continue
+        keys.append(key)
+        fingerprints.append(fingerprint)
+        metas.append(meta)
     with open_or_create(args.store, args.k) as store:
         if keys:
             has_meta = any(meta is not None for meta in metas)
@@ -420,6 +417,10 @@ def run_import(args: argparse.Namespace) -> int:
         total = len(store)
     print(f"imported {len(keys)} documents; the store holds {total}")
     return 0
+
+
+def _shown(path: str) -> str:
+    return STDIN_NAME if path == STDIN else path
 
 
 def _parse_export_line(line: str) -> tuple[Key, int, dict[str, Any] | None]:

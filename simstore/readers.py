@@ -344,6 +344,24 @@ def _read_stdin_checked(item: Input, options: ReadOptions) -> Iterator[Document 
     yield from _read_stream(stream, fmt, name, options)
 
 
+def text_lines(path: str) -> Iterator[tuple[int, str | InputError]]:
+    """The lines of the file at ``path`` (``-``: stdin), numbered from 1, as
+    the readers see them: gzip decompressed, binary refused, a line that is
+    not UTF-8 an :class:`InputError` in its place."""
+    name = STDIN_NAME if path == STDIN else path
+    with _damaged_gzip(name):
+        if path == STDIN:
+            raw: IO[bytes] | None = getattr(sys.stdin, "buffer", None)
+            if raw is None:
+                raw = io.BytesIO(sys.stdin.read().encode("utf-8"))
+            yield from _decoded_lines(_checked_stream(raw, name), name)
+            return
+        if not os.path.exists(path):
+            raise InputError(name, 0, "no such file")
+        with open(path, "rb") as file:
+            yield from _decoded_lines(_checked_stream(file, name), name)
+
+
 def sniff_format(path: str) -> str:
     """``jsonl`` if the first non-blank line of the file at ``path`` (gzip
     decompressed) starts with ``{``, else ``text``: how ``auto`` reads stdin."""

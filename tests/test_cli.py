@@ -815,3 +815,35 @@ def test_reading_bar_has_a_total_where_the_size_is_known(
             assert done is not None, bar
             assert done.group(1) == done.group(2) == tqdm.format_sizeof(os.path.getsize(source), divisor=1024)
             assert "B/s, 40 docs]" in bar, bar
+
+
+def test_import_reads_like_the_other_inputs(
+    store_path: str, tmp_path: object, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """`simstore export | gzip | simstore import STORE -` works; a line that is not UTF-8 is a
+    bad line (it was a UnicodeDecodeError traceback); a binary file is refused."""
+    import gzip
+    import io
+
+    exported = b'{"key": "a", "fingerprint": "ff"}\n{"key": "b", "fingerprint": "0f"}\n'
+    monkeypatch.setattr(
+        sys,
+        "stdin",
+        io.TextIOWrapper(io.BufferedReader(io.BytesIO(gzip.compress(exported)))),  # type: ignore[arg-type]
+    )
+    assert main(["import", store_path, "-", "-q"]) == 0
+    assert "imported 2 documents" in capsys.readouterr().out
+    latin = os.path.join(str(tmp_path), "latin.jsonl")
+    with open(latin, "wb") as handle:
+        handle.write(b'{"key": "caf\xe9", "fingerprint": "1"}\n{"key": "c", "fingerprint": "2"}\n')
+    assert main(["import", store_path, latin]) == 1
+    err = capsys.readouterr().err
+    assert err.startswith(f"simstore: error: {latin}:1: not UTF-8")
+    assert main(["import", store_path, latin, "--on-error", "skip", "-q"]) == 0
+    with simstore.open(store_path, "r") as store:
+        assert sorted(store.keys()) == ["a", "b", "c"]
+    binary = os.path.join(str(tmp_path), "x.parquet")
+    with open(binary, "wb") as handle:
+        handle.write(b"PAR1\x00\x01" * 10)
+    assert main(["import", store_path, binary, "--on-error", "skip"]) == 1
+    assert "is a Parquet file" in capsys.readouterr().err
