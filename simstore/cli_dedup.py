@@ -103,7 +103,8 @@ def run_dedup(args: argparse.Namespace) -> int:
             if args.store is not None:
                 # An existing store keeps its k; -k then only narrows the distance.
                 new_k = args.k if not os.path.exists(args.store) else None
-                store = open_or_create(args.store, new_k)
+                # Merged below on success only, not by close() after Ctrl-C or an error.
+                store = open_or_create(args.store, new_k, merge_on_close=False)
                 check_distance(args.k, store)
             else:
                 store = open_store(
@@ -115,6 +116,14 @@ def run_dedup(args: argparse.Namespace) -> int:
                 )
             with store:
                 kept_keys = dedup_within(args, store, inputs, output, options, errors, summary)
+                if args.store is not None:
+                    try:
+                        store.merge()
+                    except KeyboardInterrupt:
+                        raise KeyboardInterrupt(
+                            f"interrupted while merging; the documents were added to {args.store} "
+                            "(the store merges its delta later)"
+                        ) from None
         summary.skipped = errors.skipped
         if not (args.pairs or args.clusters):
             summary.kept = write_kept(inputs, output, options, kept_keys)
@@ -178,6 +187,21 @@ def dedup_within(
         with progress(args, desc="writing", total=1, unit="txn") as bar:
             store.add_many(collected.keys, collected.fingerprint_array(), metas=metas)
             bar.update(1)
+    try:
+        dropped = _cluster(args, store, output, summary)
+    except KeyboardInterrupt:
+        if persistent and collected.keys:
+            raise KeyboardInterrupt(
+                f"interrupted; the {len(collected.keys)} documents read were added to {args.store} "
+                "(re-running the same input is safe: an existing key is replaced)"
+            ) from None
+        raise
+    return set(collected.keys) - dropped
+
+
+def _cluster(args: argparse.Namespace, store: Store, output: Output, summary: DedupSummary) -> set[Key]:
+    """Cluster the store, write pairs or clusters if asked; returns the keys
+    of the documents not kept."""
     bar, update = table_progress(args, "clustering")
     with bar:
         clusters = store.clusters(k=args.k, keep=args.keep, progress=update)
@@ -207,7 +231,7 @@ def dedup_within(
                     "members": [key_to_json(key) for key in cluster.members],
                 }
                 stream.write(json.dumps(record, ensure_ascii=False) + "\n")
-    return set(collected.keys) - dropped
+    return dropped
 
 
 def dedup_against(

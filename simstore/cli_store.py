@@ -126,7 +126,13 @@ def run_add(args: argparse.Namespace) -> int:
                     "(re-running the same input is safe: an existing key is replaced)"
                 ) from exc
             raise
-        store.merge()
+        try:
+            store.merge()
+        except KeyboardInterrupt:
+            raise KeyboardInterrupt(
+                f"interrupted while merging; all {committed} documents were committed "
+                "(the store merges its delta later)"
+            ) from None
         total = len(store)
     summary = {"store": args.store, "added": committed, "skipped": errors.skipped, "docs": total}
     if args.json:

@@ -847,3 +847,63 @@ def test_import_reads_like_the_other_inputs(
         handle.write(b"PAR1\x00\x01" * 10)
     assert main(["import", store_path, binary, "--on-error", "skip"]) == 1
     assert "is a Parquet file" in capsys.readouterr().err
+
+
+def test_interrupts_after_a_commit_say_what_was_committed(
+    store_path: str,
+    corpus_file: str,
+    tmp_path: object,
+    monkeypatch: pytest.MonkeyPatch,
+    capsys: pytest.CaptureFixture[str],
+) -> None:
+    """Ctrl-C in add's final merge, or in dedup --store's clustering or merge, comes after
+    the documents were committed: exit 130 saying so (not `nothing ... was written`), and
+    no merge is started on the way out."""
+    merges: list[int] = []
+
+    def interrupted(*args: object, **kwargs: object) -> object:
+        merges.append(1)
+        raise KeyboardInterrupt
+
+    monkeypatch.setattr(simstore.Store, "merge", interrupted)
+    assert main(["add", store_path, corpus_file, "-q"]) == 130
+    assert capsys.readouterr().err.startswith(
+        "simstore: interrupted while merging; all 5 documents were committed"
+    )
+    assert merges == [1]  # close() did not start another
+    monkeypatch.undo()
+    other = os.path.join(str(tmp_path), "other.simstore")
+    out = os.path.join(str(tmp_path), "kept.jsonl")
+    monkeypatch.setattr(simstore.Store, "clusters", interrupted)
+    assert main(["dedup", corpus_file, "--store", other, "-o", out, "-q"]) == 130
+    assert capsys.readouterr().err.startswith(
+        f"simstore: interrupted; the 5 documents read were added to {other}"
+    )
+    assert not os.path.exists(out)
+    monkeypatch.undo()
+    for path in (store_path, other):
+        with simstore.open(path, "r") as store:
+            assert len(store) == 5
+
+
+def test_a_second_ctrl_c_exits_at_once(tmp_path: object) -> None:
+    """A Ctrl-C while the first one's clean-up runs exits 130 at once, with one line and
+    no traceback (it printed tracebacks)."""
+    script = (
+        "import os, signal, sys\n"
+        "import simstore.cli as cli\n"
+        "def run(args):\n"
+        "    try:\n"
+        "        os.kill(os.getpid(), signal.SIGINT)\n"
+        "    finally:\n"
+        "        os.kill(os.getpid(), signal.SIGINT)  # during the clean-up\n"
+        "        print('clean-up went on', file=sys.stderr)\n"
+        "    return 0\n"
+        "cli.VERBS['stats'] = cli.Verb('', cli.configure_store_only, run)\n"
+        "sys.exit(cli.main(['stats', 'x']))\n"
+    )
+    completed = subprocess.run(
+        [sys.executable, "-c", script], capture_output=True, text=True, timeout=60, check=False
+    )
+    assert completed.returncode == 130
+    assert completed.stderr == "simstore: interrupted again; exiting at once\n"
