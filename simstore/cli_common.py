@@ -8,6 +8,7 @@ import base64
 import json
 import os
 import shutil
+import stat
 import sys
 import warnings
 from collections.abc import Callable, Iterable, Iterator, Sequence
@@ -31,6 +32,7 @@ from simstore.readers import (
     InputError,
     ReadOptions,
     ReadProgress,
+    format_of,
     sniff_format,
 )
 from simstore.records import Key
@@ -266,24 +268,43 @@ def read_options(args: argparse.Namespace) -> ReadOptions:
 
 
 def inputs_of(paths: Sequence[str], spool_dir: str | None = None) -> list[Input]:
-    """Command-line paths as inputs; with ``spool_dir``, stdin is first copied
-    to a file there so that it can be read twice."""
+    """Command-line paths as inputs; with ``spool_dir``, stdin and other
+    inputs that can be read only once (a pipe such as ``<(zcat dump.gz)``) are
+    first copied to a file there, so that they can be read twice."""
     if sum(path == STDIN for path in paths) > 1:
         raise CommandError("standard input (-) may be given only once")
     inputs = []
-    for path in paths:
-        if path == STDIN and spool_dir is not None:
-            spooled = os.path.join(spool_dir, "stdin")
+    for index, path in enumerate(paths):
+        name = STDIN_NAME if path == STDIN else ""
+        if spool_dir is not None and _read_once(path):
+            spooled = os.path.join(spool_dir, f"input-{index}")
             with open(spooled, "wb") as copy:
-                source = getattr(sys.stdin, "buffer", None)
-                if source is not None:
-                    shutil.copyfileobj(source, copy)
+                if path == STDIN:
+                    source = getattr(sys.stdin, "buffer", None)
+                    if source is not None:
+                        shutil.copyfileobj(source, copy)
+                    else:
+                        copy.write(sys.stdin.read().encode("utf-8"))
                 else:
-                    copy.write(sys.stdin.read().encode("utf-8"))
-            inputs.append(Input(spooled, STDIN_NAME, format=sniff_format(spooled)))
+                    with open(path, "rb") as source:
+                        shutil.copyfileobj(source, copy)
+            named = format_of(path) if path != STDIN else "text"
+            sniffed = named if named != "text" else sniff_format(spooled, name or path)
+            inputs.append(Input(spooled, name or path, format=sniffed))
         else:
-            inputs.append(Input(path, STDIN_NAME if path == STDIN else ""))
+            inputs.append(Input(path, name))
     return inputs
+
+
+def _read_once(path: str) -> bool:
+    """Whether ``path`` is stdin, or exists and is neither a regular file nor a directory."""
+    if path == STDIN:
+        return True
+    try:
+        mode = os.stat(path).st_mode
+    except OSError:
+        return False  # reported as a missing input when it is read
+    return not (stat.S_ISREG(mode) or stat.S_ISDIR(mode))
 
 
 @dataclass

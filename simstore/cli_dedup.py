@@ -40,7 +40,7 @@ from simstore.readers import (
     ErrorCounter,
     Input,
     ReadOptions,
-    format_of,
+    input_format,
     read_documents,
 )
 from simstore.records import Key
@@ -276,9 +276,7 @@ def write_kept(inputs: list[Input], output: Output, options: ReadOptions, kept_k
     inputs' format (JSONL when they differ). A document skipped as a bad line
     in the first pass is not among them, even where reading alone accepts it
     (a text with no words)."""
-    formats = {
-        format_of(item.path, item.format if item.format != "auto" else options.format) for item in inputs
-    }
+    formats = {input_format(item, options.format) for item in inputs}
     output_format = formats.pop() if len(formats) == 1 else "jsonl"
     if output_format == "dir":
         output_format = "jsonl"

@@ -145,8 +145,7 @@ def format_of(path: str, requested: str = "auto") -> str:
         return "dir"
     if requested != "auto":
         return requested
-    base = path[:-3] if path.lower().endswith(".gz") else path
-    return _EXTENSIONS.get(os.path.splitext(base)[1].lower(), "text")
+    return _by_extension(path) or "text"
 
 
 @dataclass
@@ -184,6 +183,7 @@ class ReadProgress:
 
 
 def _size_of(item: Input) -> int | None:
+    """The input's size, or None where it has none yet (a pipe)."""
     try:
         if item.path == STDIN:
             status = os.fstat(sys.stdin.fileno())
@@ -196,7 +196,8 @@ def _size_of(item: Input) -> int | None:
                 for folder, _, files in os.walk(item.path)
                 for name in files
             )
-        return os.path.getsize(item.path)
+        status = os.stat(item.path)
+        return status.st_size if stat.S_ISREG(status.st_mode) else None
     except (OSError, ValueError, AttributeError):
         return None
 
@@ -232,7 +233,7 @@ def _read_one(item: Input, options: ReadOptions, tracker: ReadProgress) -> Itera
         yield from _read_stdin(item, options)
         tracker._finish(tracker.position())
         return
-    fmt = format_of(item.path, item.format if item.format != "auto" else options.format)
+    fmt = input_format(item, options.format)
     if fmt == "dir":
         yield from _read_directory(item, tracker)
         return
@@ -241,8 +242,24 @@ def _read_one(item: Input, options: ReadOptions, tracker: ReadProgress) -> Itera
     with open(item.path, "rb") as raw, _damaged_gzip(item.display):
         tracker._start(raw)
         stream = _checked_stream(raw, item.display)
+        unnamed = "auto" == options.format == item.format and _by_extension(item.path) is None
+        if unnamed and not stat.S_ISREG(os.fstat(raw.fileno()).st_mode):
+            # A pipe (`<(zcat dump.jsonl.gz)`) has no telling name: sniff it as stdin is.
+            fmt, stream = _sniffed(stream)
         yield from _read_stream(stream, fmt, item.display, options)
         tracker._finish(os.fstat(raw.fileno()).st_size)
+
+
+def input_format(item: Input, requested: str = "auto") -> str:
+    """How ``item`` is read: ``requested`` (``--format``) unless ``"auto"``,
+    else the format sniffed for it (``item.format``: stdin, a pipe), else by
+    its extension."""
+    return format_of(item.path, requested if requested != "auto" else item.format)
+
+
+def _by_extension(path: str) -> str | None:
+    base = path[:-3] if path.lower().endswith(".gz") else path
+    return _EXTENSIONS.get(os.path.splitext(base)[1].lower())
 
 
 @contextlib.contextmanager
@@ -330,18 +347,23 @@ def _read_stdin_checked(item: Input, options: ReadOptions) -> Iterator[Document 
     raw: IO[bytes] | None = getattr(sys.stdin, "buffer", None)
     name = item.name or STDIN_NAME
     stream = _checked_stream(raw if raw is not None else io.BytesIO(sys.stdin.read().encode("utf-8")), name)
-    fmt = item.format if item.format != "auto" else options.format
+    fmt = options.format if options.format != "auto" else item.format
     if fmt == "auto":
-        # Peek at the first non-blank line to tell JSON lines from text.
-        head: list[bytes] = []
-        for line in stream:
-            head.append(line)
-            if line.strip():
-                break
-        first = head[-1].lstrip(codecs.BOM_UTF8).lstrip() if head else b""
-        fmt = "jsonl" if first.startswith(b"{") else "text"
-        stream = cast(IO[bytes], io.BufferedReader(_Chained(head, stream)))
+        fmt, stream = _sniffed(stream)
     yield from _read_stream(stream, fmt, name, options)
+
+
+def _sniffed(stream: IO[bytes]) -> tuple[str, IO[bytes]]:
+    """``jsonl`` if the first non-blank line starts with ``{``, else ``text``;
+    and the stream, with the lines read to tell given back in front."""
+    head: list[bytes] = []
+    for line in stream:
+        head.append(line)
+        if line.strip():
+            break
+    first = head[-1].lstrip(codecs.BOM_UTF8).lstrip() if head else b""
+    fmt = "jsonl" if first.startswith(b"{") else "text"
+    return fmt, cast(IO[bytes], io.BufferedReader(_Chained(head, stream)))
 
 
 def text_lines(path: str) -> Iterator[tuple[int, str | InputError]]:
@@ -362,11 +384,12 @@ def text_lines(path: str) -> Iterator[tuple[int, str | InputError]]:
             yield from _decoded_lines(_checked_stream(file, name), name)
 
 
-def sniff_format(path: str) -> str:
+def sniff_format(path: str, name: str = STDIN_NAME) -> str:
     """``jsonl`` if the first non-blank line of the file at ``path`` (gzip
-    decompressed) starts with ``{``, else ``text``: how ``auto`` reads stdin."""
-    with open(path, "rb") as raw, _damaged_gzip(STDIN_NAME):
-        for line in _checked_stream(raw, STDIN_NAME):
+    decompressed) starts with ``{``, else ``text``: how ``auto`` reads stdin.
+    ``name`` is the input's name in messages."""
+    with open(path, "rb") as raw, _damaged_gzip(name):
+        for line in _checked_stream(raw, name):
             if line.strip():
                 return "jsonl" if line.lstrip(codecs.BOM_UTF8).lstrip().startswith(b"{") else "text"
     return "text"

@@ -907,3 +907,54 @@ def test_a_second_ctrl_c_exits_at_once(tmp_path: object) -> None:
     )
     assert completed.returncode == 130
     assert completed.stderr == "simstore: interrupted again; exiting at once\n"
+
+
+def test_dedup_reads_a_pipe_twice(tmp_path: object, capsys: pytest.CaptureFixture[str]) -> None:
+    """`dedup <(zcat dump.jsonl.gz) -o kept.jsonl`: dedup reads its inputs twice, and a pipe
+    can be read once, so it kept nothing. A pipe is now copied aside first, like stdin, and
+    sniffed like stdin (it was read as text for want of an extension)."""
+    import contextlib
+    import threading
+
+    fifo = os.path.join(str(tmp_path), "pipe")
+    os.mkfifo(fifo)
+    records = [{"id": "a", "text": BASE}, {"id": "b", "text": OTHER}, {"id": "a2", "text": BASE.upper()}]
+
+    done = threading.Event()
+
+    def write() -> None:
+        with open(fifo, "w", encoding="utf-8") as stream:
+            stream.write("".join(json.dumps(record) + "\n" for record in records))
+        # A second reader (the old code's second pass) gets an empty pipe, not a hang.
+        while not done.wait(0.1):
+            with contextlib.suppress(OSError):
+                os.close(os.open(fifo, os.O_WRONLY | os.O_NONBLOCK))
+
+    writer = threading.Thread(target=write, daemon=True)
+    writer.start()
+    out = os.path.join(str(tmp_path), "kept.jsonl")
+    try:
+        assert main(["dedup", fifo, "-o", out, "--json", "-q"]) == 0
+    finally:
+        done.set()
+        if writer.is_alive():
+            with contextlib.suppress(OSError):
+                os.close(os.open(fifo, os.O_RDONLY | os.O_NONBLOCK))
+        writer.join(10)
+    summary = json.loads(capsys.readouterr().out)
+    assert (summary["documents"], summary["kept"]) == (3, 2)
+    assert read_jsonl(out) == records[:2]
+
+
+def test_dedup_format_beats_the_stdin_sniff(
+    monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """`dedup - --format csv` read stdin as text (the sniff won), header line included."""
+    import io
+
+    data = f'id,text\n1,"{OTHER}"\n2,"{THIRD}"\n3,"{OTHER.upper()}"\n'
+    monkeypatch.setattr(sys, "stdin", io.TextIOWrapper(io.BytesIO(data.encode())))
+    assert main(["dedup", "-", "--format", "csv", "-o", "-", "--json", "-q"]) == 0
+    out, err = capsys.readouterr()
+    assert json.loads(err)["documents"] == 3
+    assert out == f'id,text\n1,"{OTHER}"\n2,{THIRD}\n'
