@@ -9,8 +9,9 @@ line there. The verbs live in :mod:`simstore.cli_store` and
 
 Exit status: 0 success, 1 a simstore error or bad input (one line on stderr,
 ``simstore: error: ...``, no traceback), 2 a usage error (argparse's usage
-message). Progress bars go to stderr, only when it is a terminal and ``-q``
-is not given. Read verbs take ``--json``.
+message), 130 interrupted by Ctrl-C (one line saying what was committed).
+Progress bars go to stderr, only when it is a terminal and ``-q`` is not
+given. Read verbs take ``--json``.
 
 Writes are all or nothing by default: ``add`` and ``import`` read, check and
 fingerprint the whole input first and write it in one transaction, so with

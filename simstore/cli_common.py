@@ -1,5 +1,6 @@
-"""What the ``simstore`` command line's verbs share: argument types, JSON
-output, input files, progress bars, and fingerprinting documents in chunks."""
+"""What the ``simstore`` command line's verbs share: opening stores (with
+messages in the command line's words), argument types, JSON output, input
+files, progress bars, and fingerprinting documents in chunks."""
 
 from __future__ import annotations
 

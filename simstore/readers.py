@@ -18,7 +18,13 @@ Formats (``--format auto`` picks by extension, after an optional ``.gz``):
 - a directory: every regular file below it, in sorted order, is one document
   whose key is its path relative to the directory.
 - ``-``: standard input; ``auto`` reads JSON lines if the first non-blank line
-  starts with ``{`` and plain text otherwise.
+  starts with ``{`` and plain text otherwise. So does a pipe without a telling
+  extension (``<(zcat dump.gz)``).
+
+Gzip is recognised by its first bytes (in a file of any name, and on stdin)
+and decompressed. Binary input is refused as a whole, whatever ``on_error``
+says: known binary formats (Parquet, zip, ...) by their first bytes, anything
+else by a NUL byte, which no text holds.
 
 A document without an id field gets the key ``"SOURCE:LINE"`` (for example
 ``corpus.txt:17``), which is unique within one run.
@@ -174,10 +180,12 @@ class ReadProgress:
                 current = self._current.tell()
         return self._done + current
 
-    def _start(self, stream: IO[bytes]) -> None:
+    def reading(self, stream: IO[bytes]) -> None:
+        """``stream`` (the file as stored) is being read now."""
         self._current = stream
 
-    def _finish(self, size: int) -> None:
+    def done(self, size: int) -> None:
+        """The stream being read, or a file read at once, is done: ``size`` bytes."""
         self._done += size
         self._current = None
 
@@ -229,9 +237,9 @@ def read_documents(
 def _read_one(item: Input, options: ReadOptions, tracker: ReadProgress) -> Iterator[Document | InputError]:
     if item.path == STDIN:
         if (raw := getattr(sys.stdin, "buffer", None)) is not None:
-            tracker._start(raw)
+            tracker.reading(raw)
         yield from _read_stdin(item, options)
-        tracker._finish(tracker.position())
+        tracker.done(tracker.position())
         return
     fmt = input_format(item, options.format)
     if fmt == "dir":
@@ -240,14 +248,14 @@ def _read_one(item: Input, options: ReadOptions, tracker: ReadProgress) -> Itera
     if not os.path.exists(item.path):
         raise InputError(item.display, 0, "no such file")
     with open(item.path, "rb") as raw, _damaged_gzip(item.display):
-        tracker._start(raw)
+        tracker.reading(raw)
         stream = _checked_stream(raw, item.display)
         unnamed = "auto" == options.format == item.format and _by_extension(item.path) is None
         if unnamed and not stat.S_ISREG(os.fstat(raw.fileno()).st_mode):
             # A pipe (`<(zcat dump.jsonl.gz)`) has no telling name: sniff it as stdin is.
             fmt, stream = _sniffed(stream)
         yield from _read_stream(stream, fmt, item.display, options)
-        tracker._finish(os.fstat(raw.fileno()).st_size)
+        tracker.done(os.fstat(raw.fileno()).st_size)
 
 
 def input_format(item: Input, requested: str = "auto") -> str:
@@ -544,7 +552,7 @@ def _read_directory(item: Input, tracker: ReadProgress) -> Iterator[Document | I
             try:
                 with open(path, "rb") as raw:
                     data = _checked_stream(raw, shown).read()
-                    tracker._finish(os.fstat(raw.fileno()).st_size)
+                    tracker.done(os.fstat(raw.fileno()).st_size)
                 if b"\x00" in data:
                     raise InputError(shown, 0, NUL_MESSAGE)
                 text = data.decode("utf-8").removeprefix("\ufeff")

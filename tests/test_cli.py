@@ -728,6 +728,18 @@ def test_binary_input_is_refused(
     assert not os.path.exists(store_path) or len(simstore.open(store_path, "r")) == 0
 
 
+def test_text_that_starts_like_a_binary_format_is_text(
+    store_path: str, tmp_path: object, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """Magic numbers only name a file whose first bytes are binary already: text that
+    begins with "ORC" or "PAR1" is read as text."""
+    path = os.path.join(str(tmp_path), "notes.txt")
+    with open(path, "w", encoding="utf-8") as handle:
+        handle.write(f"ORCA {BASE}\nPAR1 {OTHER}\nBZh91AY&SY {THIRD}\n")
+    assert main(["add", store_path, path, "-q"]) == 0
+    assert "added 3 documents" in capsys.readouterr().out
+
+
 def test_gzip_on_stdin_is_decompressed(
     store_path: str, tmp_path: object, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
 ) -> None:
