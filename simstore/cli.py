@@ -95,13 +95,35 @@ VERBS: dict[str, Verb] = {
 }
 
 
+class _VerbParser(argparse.ArgumentParser):
+    """A verb's parser, which takes its options and positionals in any order.
+
+    argparse's own order rules fail on an optional positional after an
+    option: ``simstore query STORE -k 2 TEXT`` gave ``unrecognized arguments:
+    TEXT``, as ``STORE`` alone had already filled both positionals.
+    """
+
+    _parsing = False
+
+    def parse_known_args(  # type: ignore[override]  # typeshed overloads on the namespace type
+        self, args: Sequence[str] | None = None, namespace: argparse.Namespace | None = None
+    ) -> tuple[argparse.Namespace, list[str]]:
+        if self._parsing:  # parse_known_intermixed_args calls back here
+            return super().parse_known_args(args, namespace)
+        self._parsing = True
+        try:
+            return self.parse_known_intermixed_args(args, namespace)
+        finally:
+            self._parsing = False
+
+
 def build_parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(
         prog=PROG,
         description="A persistent near-duplicate index: add documents, query them, deduplicate files.",
     )
     parser.add_argument("--version", action="version", version=f"{PROG} {__version__}")
-    verbs = parser.add_subparsers(dest="verb", required=True, metavar="VERB")
+    verbs = parser.add_subparsers(dest="verb", required=True, metavar="VERB", parser_class=_VerbParser)
     for name, verb in VERBS.items():
         sub = verbs.add_parser(name, help=verb.help, description=verb.help[:1].upper() + verb.help[1:] + ".")
         verb.configure(sub)

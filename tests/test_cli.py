@@ -970,3 +970,13 @@ def test_dedup_format_beats_the_stdin_sniff(
     out, err = capsys.readouterr()
     assert json.loads(err)["documents"] == 3
     assert out == f'id,text\n1,"{OTHER}"\n2,{THIRD}\n'
+
+
+def test_options_and_positionals_in_any_order(good_store: str, capsys: pytest.CaptureFixture[str]) -> None:
+    """`query STORE -k 2 TEXT` said `unrecognized arguments: TEXT` (STORE alone had filled
+    both positionals before the option)."""
+    assert main(["query", good_store, "-k", "2", "--json", BASE]) == 0
+    assert json.loads(capsys.readouterr().out)["matches"] == []
+    assert main(["query", good_store, "--fingerprint", "2", "-k", "1", "--json"]) == 0
+    keys = [match["key"] for match in json.loads(capsys.readouterr().out)["matches"]]
+    assert keys == ["b", "c"]  # fingerprints 2 and 3; 1 is 2 bits away
