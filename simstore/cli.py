@@ -167,6 +167,9 @@ def _interrupts() -> Iterator[None]:
     if threading.current_thread() is not threading.main_thread():
         yield
         return
+    if signal.getsignal(signal.SIGINT) is signal.SIG_IGN:
+        yield  # ignored on purpose by whoever started us (a background job): keep it so
+        return
 
     def exit_at_once(signum: int, frame: FrameType | None) -> None:
         os.write(2, f"{PROG}: interrupted again; exiting at once\n".encode())

@@ -656,6 +656,14 @@ def test_add_interrupted_between_batches_exits_130(
         assert sorted(store.keys()) == [f"d{i:02d}" for i in range(10)]
 
 
+def _sigint_as_at_a_terminal() -> None:
+    """In a child before exec: SIGINT handled by default, even where the tests run
+    with it ignored (started in the background), as the CLI leaves it ignored then."""
+    import signal
+
+    signal.signal(signal.SIGINT, signal.SIG_DFL)
+
+
 def test_add_ctrl_c_while_reading_stdin(store_path: str) -> None:
     """A real SIGINT while `add --batch-size 5 -` waits for more input, after two batches
     were committed (they were not: documents were fingerprinted 20,000 at a time, so
@@ -669,6 +677,7 @@ def test_add_ctrl_c_while_reading_stdin(store_path: str) -> None:
         stdout=subprocess.PIPE,
         stderr=subprocess.PIPE,
         text=True,
+        preexec_fn=_sigint_as_at_a_terminal,
     )
     try:
         assert process.stdin is not None
@@ -904,6 +913,7 @@ def test_a_second_ctrl_c_exits_at_once(tmp_path: object) -> None:
     script = (
         "import os, signal, sys\n"
         "import simstore.cli as cli\n"
+        "signal.signal(signal.SIGINT, signal.default_int_handler)  # even if the tests ignore it\n"
         "def run(args):\n"
         "    try:\n"
         "        os.kill(os.getpid(), signal.SIGINT)\n"
@@ -980,3 +990,22 @@ def test_options_and_positionals_in_any_order(good_store: str, capsys: pytest.Ca
     assert main(["query", good_store, "--fingerprint", "2", "-k", "1", "--json"]) == 0
     keys = [match["key"] for match in json.loads(capsys.readouterr().out)["matches"]]
     assert keys == ["b", "c"]  # fingerprints 2 and 3; 1 is 2 bits away
+
+
+def test_an_ignored_sigint_stays_ignored() -> None:
+    """A command started with SIGINT ignored (a background job of a script) keeps it
+    ignored: the Ctrl-C handler of the command line is not installed over it."""
+    script = (
+        "import os, signal, sys\n"
+        "import simstore.cli as cli\n"
+        "signal.signal(signal.SIGINT, signal.SIG_IGN)\n"
+        "def run(args):\n"
+        "    os.kill(os.getpid(), signal.SIGINT)\n"
+        "    return 0\n"
+        "cli.VERBS['stats'] = cli.Verb('', cli.configure_store_only, run)\n"
+        "sys.exit(cli.main(['stats', 'x']))\n"
+    )
+    completed = subprocess.run(
+        [sys.executable, "-c", script], capture_output=True, text=True, timeout=60, check=False
+    )
+    assert (completed.returncode, completed.stderr) == (0, "")
