@@ -12,6 +12,8 @@ and opened without harming what is at the path.
   ``/proc/self/fd/N`` name a descriptor this process already holds, so they
   are written through that descriptor, with the offset and append mode the
   shell gave it.
+- A writable file in a directory where no file can be created is written in
+  place (there is no room for a temporary file beside it).
 - A new file gets the mode ``open()`` would give it, 0666 less the umask
   (0644 by default), as ``cp`` and ``sort -o`` do; a replaced file keeps its
   mode.
@@ -101,6 +103,11 @@ def resolve_output(given: str) -> Output:
             )
         shown = os.path.dirname(given) or "."
         raise CommandError(f"cannot write {given}: the directory {shown} does not exist")
+    if not os.access(folder, os.W_OK | os.X_OK):
+        # No temporary file can go beside it; a file we may write is written in place.
+        if status is not None and os.access(target, os.W_OK):
+            return Output(given, target, direct=True)
+        raise CommandError(f"cannot write {given}: no permission to create files in {folder}")
     return Output(given, target)
 
 

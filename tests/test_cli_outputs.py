@@ -210,3 +210,33 @@ def test_a_missing_output_directory_is_reported_first(
 def test_a_directory_is_no_output(corpus: str, tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
     assert main(["dedup", corpus, "-o", str(tmp_path)]) == 1
     assert capsys.readouterr().err == f"simstore: error: cannot write {tmp_path}: it is a directory\n"
+
+
+def test_a_read_only_directory(
+    corpus: str, tmp_path: Path, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """In a directory where no file can be created, a writable OUT is written in place and a
+    new one is refused naming the directory (it failed naming a temporary file). os.access
+    is faked: the tests may run as root."""
+    from simstore import cli_outputs
+
+    folder = tmp_path / "ro"
+    folder.mkdir()
+    real_access = os.access
+
+    def access(path: object, mode: int, **kwargs: object) -> bool:
+        if os.fspath(path) == str(folder):  # type: ignore[arg-type]
+            return False
+        return real_access(path, mode)  # type: ignore[arg-type]
+
+    monkeypatch.setattr(cli_outputs.os, "access", access)
+    new = folder / "new.jsonl"
+    assert main(["dedup", corpus, "-o", str(new)]) == 1
+    assert capsys.readouterr().err == (
+        f"simstore: error: cannot write {new}: no permission to create files in {folder}\n"
+    )
+    existing = folder / "kept.jsonl"
+    existing.write_text("old\n", encoding="utf-8")
+    assert cli_outputs.resolve_output(str(existing)).direct
+    assert main(["dedup", corpus, "-o", str(existing), "-q"]) == 0
+    assert kept_ids(existing.read_text(encoding="utf-8")) == ["a", "b"]
