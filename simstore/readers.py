@@ -44,7 +44,7 @@ import sys
 import zlib
 from collections.abc import Callable, Iterable, Iterator
 from dataclasses import dataclass, field
-from typing import IO, Any, TextIO, cast
+from typing import IO, Any, TextIO, TypeVar, cast
 
 from simstore.errors import SimstoreError
 from simstore.records import Key
@@ -247,15 +247,21 @@ def _read_one(item: Input, options: ReadOptions, tracker: ReadProgress) -> Itera
         return
     if not os.path.exists(item.path):
         raise InputError(item.display, 0, "no such file")
-    with open(item.path, "rb") as raw, _damaged_gzip(item.display):
+    with open(item.path, "rb") as raw:
         tracker.reading(raw)
-        stream = _checked_stream(raw, item.display)
-        unnamed = "auto" == options.format == item.format and _by_extension(item.path) is None
-        if unnamed and not stat.S_ISREG(os.fstat(raw.fileno()).st_mode):
-            # A pipe (`<(zcat dump.jsonl.gz)`) has no telling name: sniff it as stdin is.
-            fmt, stream = _sniffed(stream)
-        yield from _read_stream(stream, fmt, item.display, options)
+        yield from _gzip_checked(item.display, _read_file(raw, item, fmt, options), _line_of)
         tracker.done(os.fstat(raw.fileno()).st_size)
+
+
+def _read_file(
+    raw: IO[bytes], item: Input, fmt: str, options: ReadOptions
+) -> Iterator[Document | InputError]:
+    stream = _checked_stream(raw, item.display)
+    unnamed = "auto" == options.format == item.format and _by_extension(item.path) is None
+    if unnamed and not stat.S_ISREG(os.fstat(raw.fileno()).st_mode):
+        # A pipe (`<(zcat dump.jsonl.gz)`) has no telling name: sniff it as stdin is.
+        fmt, stream = _sniffed(stream)
+    yield from _read_stream(stream, fmt, item.display, options)
 
 
 def input_format(item: Input, requested: str = "auto") -> str:
@@ -270,13 +276,27 @@ def _by_extension(path: str) -> str | None:
     return _EXTENSIONS.get(os.path.splitext(base)[1].lower())
 
 
-@contextlib.contextmanager
-def _damaged_gzip(name: str) -> Iterator[None]:
-    """Truncated or damaged gzip data as a whole-file :class:`InputError`."""
+_Result = TypeVar("_Result")
+_DAMAGED_GZIP = (EOFError, gzip.BadGzipFile, zlib.error)
+
+
+def _gzip_checked(
+    name: str, results: Iterator[_Result], line_of: Callable[[_Result], int]
+) -> Iterator[_Result]:
+    """``results``, with truncated or damaged gzip data raised as an
+    :class:`InputError` at the line after the last one read: how far a
+    truncated download got (line 1 when nothing could be read)."""
+    line = 0
     try:
-        yield
-    except (EOFError, gzip.BadGzipFile, zlib.error) as exc:
-        raise InputError(name, 0, f"damaged gzip data ({exc})") from exc
+        for result in results:
+            line = line_of(result) or line
+            yield result
+    except _DAMAGED_GZIP as exc:
+        raise InputError(name, line + 1, f"damaged gzip data ({exc})") from exc
+
+
+def _line_of(result: Document | InputError) -> int:
+    return result.line
 
 
 #: Bytes read to recognise a compressed or binary file.
@@ -347,8 +367,7 @@ def _looks_binary(head: bytes) -> bool:
 
 
 def _read_stdin(item: Input, options: ReadOptions) -> Iterator[Document | InputError]:
-    with _damaged_gzip(item.name or STDIN_NAME):
-        yield from _read_stdin_checked(item, options)
+    yield from _gzip_checked(item.name or STDIN_NAME, _read_stdin_checked(item, options), _line_of)
 
 
 def _read_stdin_checked(item: Input, options: ReadOptions) -> Iterator[Document | InputError]:
@@ -379,27 +398,37 @@ def text_lines(path: str) -> Iterator[tuple[int, str | InputError]]:
     the readers see them: gzip decompressed, binary refused, a line that is
     not UTF-8 an :class:`InputError` in its place."""
     name = STDIN_NAME if path == STDIN else path
-    with _damaged_gzip(name):
-        if path == STDIN:
-            raw: IO[bytes] | None = getattr(sys.stdin, "buffer", None)
-            if raw is None:
-                raw = io.BytesIO(sys.stdin.read().encode("utf-8"))
-            yield from _decoded_lines(_checked_stream(raw, name), name)
-            return
-        if not os.path.exists(path):
-            raise InputError(name, 0, "no such file")
-        with open(path, "rb") as file:
-            yield from _decoded_lines(_checked_stream(file, name), name)
+    if path == STDIN:
+        raw: IO[bytes] | None = getattr(sys.stdin, "buffer", None)
+        if raw is None:
+            raw = io.BytesIO(sys.stdin.read().encode("utf-8"))
+        yield from _gzip_checked(name, _lines_of(raw, name), _number_of)
+        return
+    if not os.path.exists(path):
+        raise InputError(name, 0, "no such file")
+    with open(path, "rb") as file:
+        yield from _gzip_checked(name, _lines_of(file, name), _number_of)
+
+
+def _lines_of(raw: IO[bytes], name: str) -> Iterator[tuple[int, str | InputError]]:
+    yield from _decoded_lines(_checked_stream(raw, name), name)
+
+
+def _number_of(numbered: tuple[int, str | InputError]) -> int:
+    return numbered[0]
 
 
 def sniff_format(path: str, name: str = STDIN_NAME) -> str:
     """``jsonl`` if the first non-blank line of the file at ``path`` (gzip
     decompressed) starts with ``{``, else ``text``: how ``auto`` reads stdin.
     ``name`` is the input's name in messages."""
-    with open(path, "rb") as raw, _damaged_gzip(name):
-        for line in _checked_stream(raw, name):
-            if line.strip():
-                return "jsonl" if line.lstrip(codecs.BOM_UTF8).lstrip().startswith(b"{") else "text"
+    with open(path, "rb") as raw:
+        try:
+            for line in _checked_stream(raw, name):
+                if line.strip():
+                    return "jsonl" if line.lstrip(codecs.BOM_UTF8).lstrip().startswith(b"{") else "text"
+        except _DAMAGED_GZIP as exc:
+            raise InputError(name, 1, f"damaged gzip data ({exc})") from exc
     return "text"
 
 
@@ -559,7 +588,7 @@ def _read_directory(item: Input, tracker: ReadProgress) -> Iterator[Document | I
             except InputError as exc:
                 yield exc  # one file of the directory: skippable like a bad line
                 continue
-            except (EOFError, gzip.BadGzipFile, zlib.error) as exc:
+            except _DAMAGED_GZIP as exc:
                 yield InputError(shown, 0, f"damaged gzip data ({exc})")
                 continue
             except UnicodeDecodeError as exc:

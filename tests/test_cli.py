@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import json
 import os
+import re
 import subprocess
 import sys
 
@@ -747,6 +748,31 @@ def test_text_that_starts_like_a_binary_format_is_text(
         handle.write(f"ORCA {BASE}\nPAR1 {OTHER}\nBZh91AY&SY {THIRD}\n")
     assert main(["add", store_path, path, "-q"]) == 0
     assert "added 3 documents" in capsys.readouterr().out
+
+
+def test_damaged_gzip_says_how_far_it_got(
+    store_path: str, tmp_path: object, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """Truncated gzip is one message at the line after the last one read (line 1 when
+    nothing could be read), as every bad input is FILE:LINE; it was a line-less message,
+    and a traceback before that."""
+    import gzip
+
+    records = [{"id": f"d{i}", "text": f"{BASE} {i}"} for i in range(200)]
+    data = gzip.compress("".join(json.dumps(record) + "\n" for record in records).encode())
+    truncated = os.path.join(str(tmp_path), "cut.jsonl.gz")
+    with open(truncated, "wb") as handle:
+        handle.write(data[: len(data) // 2])
+    assert main(["add", store_path, truncated, "--on-error", "skip"]) == 1
+    err = capsys.readouterr().err
+    found = re.fullmatch(rf"simstore: error: {re.escape(truncated)}:(\d+): damaged gzip data \(.*\)\n", err)
+    assert found is not None, err
+    assert 1 < int(found.group(1)) <= 200
+    magic_only = os.path.join(str(tmp_path), "m.jsonl")
+    with open(magic_only, "wb") as handle:
+        handle.write(b"\x1f\x8b")
+    assert main(["add", store_path, magic_only]) == 1
+    assert capsys.readouterr().err.startswith(f"simstore: error: {magic_only}:1: damaged gzip data")
 
 
 def test_gzip_on_stdin_is_decompressed(
