@@ -9,8 +9,9 @@ line there. The verbs live in :mod:`simstore.cli_store`,
 
 Exit status: 0 success, 1 a simstore error or bad input (one line on stderr,
 ``simstore: error: ...``, no traceback), 2 a usage error (argparse's usage
-message). Progress bars go to stderr, only when it is a terminal and ``-q``
-is not given. Read verbs take ``--json``.
+message), 130 interrupted by Ctrl-C (one line saying what was committed).
+Progress bars go to stderr, only when it is a terminal and ``-q`` is not
+given. Read verbs take ``--json``.
 
 Writes are all or nothing by default: ``add`` and ``import`` read, check and
 fingerprint the whole input first and write it in one transaction, so with
@@ -26,9 +27,12 @@ from __future__ import annotations
 import argparse
 import contextlib
 import os
+import signal
 import sys
-from collections.abc import Callable, Sequence
+import threading
+from collections.abc import Callable, Iterator, Sequence
 from dataclasses import dataclass
+from types import FrameType
 
 from simstore.cli_common import PROG
 from simstore.cli_dedup import configure_dedup, run_dedup
@@ -104,13 +108,35 @@ VERBS: dict[str, Verb] = {
 }
 
 
+class _VerbParser(argparse.ArgumentParser):
+    """A verb's parser, which takes its options and positionals in any order.
+
+    argparse's own order rules fail on an optional positional after an
+    option: ``simstore query STORE -k 2 TEXT`` gave ``unrecognized arguments:
+    TEXT``, as ``STORE`` alone had already filled both positionals.
+    """
+
+    _parsing = False
+
+    def parse_known_args(  # type: ignore[override]  # typeshed overloads on the namespace type
+        self, args: Sequence[str] | None = None, namespace: argparse.Namespace | None = None
+    ) -> tuple[argparse.Namespace, list[str]]:
+        if self._parsing:  # parse_known_intermixed_args calls back here
+            return super().parse_known_args(args, namespace)
+        self._parsing = True
+        try:
+            return self.parse_known_intermixed_args(args, namespace)
+        finally:
+            self._parsing = False
+
+
 def build_parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(
         prog=PROG,
         description="A persistent near-duplicate index: add documents, query them, deduplicate files.",
     )
     parser.add_argument("--version", action="version", version=f"{PROG} {__version__}")
-    verbs = parser.add_subparsers(dest="verb", required=True, metavar="VERB")
+    verbs = parser.add_subparsers(dest="verb", required=True, metavar="VERB", parser_class=_VerbParser)
     for name, verb in VERBS.items():
         sub = verbs.add_parser(name, help=verb.help, description=verb.help[:1].upper() + verb.help[1:] + ".")
         verb.configure(sub)
@@ -126,24 +152,58 @@ def main(argv: Sequence[str] | None = None) -> int:
     argparse's ``SystemExit``)."""
     parser = build_parser()
     args = parser.parse_args(argv)
-    try:
-        status: int = args.run(args)
-        return status
-    except (SimstoreError, OSError) as exc:
-        if isinstance(exc, BrokenPipeError):
-            # The reader went away (`simstore export STORE | head`): stop quietly.
-            with contextlib.suppress(OSError):
-                os.dup2(os.open(os.devnull, os.O_WRONLY), sys.stdout.fileno())
+    with _interrupts():
+        try:
+            status: int = args.run(args)
+            return status
+        except (SimstoreError, OSError) as exc:
+            if isinstance(exc, BrokenPipeError):
+                # The reader went away (`simstore export STORE | head`): stop quietly.
+                with contextlib.suppress(OSError):
+                    os.dup2(os.open(os.devnull, os.O_WRONLY), sys.stdout.fileno())
+                return 1
+            print(f"{PROG}: error: {_message(exc)}", file=sys.stderr)
             return 1
-        print(f"{PROG}: error: {_message(exc)}", file=sys.stderr)
-        return 1
-    except KeyboardInterrupt:
-        print(f"{PROG}: interrupted; nothing of the unfinished transaction was written", file=sys.stderr)
-        return 130
+        except KeyboardInterrupt as exc:
+            # A verb that committed part of its work says how much (add --batch-size).
+            message = str(exc) or "interrupted; nothing of the unfinished transaction was written"
+            print(f"{PROG}: {message}", file=sys.stderr)
+            return 130
+
+
+@contextlib.contextmanager
+def _interrupts() -> Iterator[None]:
+    """The first Ctrl-C unwinds (transactions abort, temporary files go);
+    a second one, while that runs, exits at once instead of printing a
+    traceback from the middle of the clean-up. Exiting at once is safe: LMDB
+    keeps every committed transaction and drops the unfinished one."""
+    if threading.current_thread() is not threading.main_thread():
+        yield
+        return
+    if signal.getsignal(signal.SIGINT) is signal.SIG_IGN:
+        yield  # ignored on purpose by whoever started us (a background job): keep it so
+        return
+
+    def exit_at_once(signum: int, frame: FrameType | None) -> None:
+        os.write(2, f"{PROG}: interrupted again; exiting at once\n".encode())
+        os._exit(130)
+
+    def first(signum: int, frame: FrameType | None) -> None:
+        signal.signal(signal.SIGINT, exit_at_once)
+        raise KeyboardInterrupt
+
+    previous = signal.signal(signal.SIGINT, first)
+    try:
+        yield
+    finally:
+        if previous is not None:  # None: a handler installed from C, which Python cannot restore
+            signal.signal(signal.SIGINT, previous)
 
 
 def _message(exc: BaseException) -> str:
-    if isinstance(exc, OSError) and not isinstance(exc, SimstoreError) and exc.strerror:
+    """One line without Python's wording: an ``OSError`` (simstore's too) as
+    ``FILE: what`` rather than ``[Errno 2] ...``."""
+    if isinstance(exc, OSError) and exc.strerror:
         return f"{exc.filename}: {exc.strerror}" if exc.filename else exc.strerror
     return str(exc)
 

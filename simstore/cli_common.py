@@ -1,16 +1,16 @@
-"""What the ``simstore`` command line's verbs share: argument types, JSON
-output, input files, progress bars, and fingerprinting documents in chunks."""
+"""What the ``simstore`` command line's verbs share: opening stores (with
+messages in the command line's words), argument types, JSON output, input
+files, progress bars, and fingerprinting documents in chunks."""
 
 from __future__ import annotations
 
 import argparse
 import base64
-import contextlib
 import json
 import os
 import shutil
+import stat
 import sys
-import tempfile
 import warnings
 from collections.abc import Callable, Iterable, Iterator, Sequence
 from dataclasses import dataclass, field
@@ -19,7 +19,8 @@ from typing import Any, TextIO
 import numpy as np
 
 from simstore.batch import LENGTH_FIELD
-from simstore.errors import InvalidValueError, SimstoreError
+from simstore.errors import InvalidValueError, ParameterMismatchError, SimstoreError, StoreNotFoundError
+from simstore.opening import open as open_store
 from simstore.permute import MAX_FINGERPRINT
 from simstore.readers import (
     FORMATS,
@@ -31,6 +32,9 @@ from simstore.readers import (
     Input,
     InputError,
     ReadOptions,
+    ReadProgress,
+    format_of,
+    sniff_format,
 )
 from simstore.records import Key
 from simstore.simhash import ShortTextWarning
@@ -50,6 +54,45 @@ class CommandError(SimstoreError):
     """A command cannot go on; its message is printed as ``simstore: error: ...``."""
 
 
+# ------------------------------------------------------------ opening stores
+#
+# The library's messages speak Python (``use mode 'c'``, ``pass None``); these
+# say the same in the command line's words.
+
+
+def open_existing(path: str, mode: str = "r") -> Store:
+    """The store at ``path``, which the command needs to exist already."""
+    try:
+        return open_store(path, mode)
+    except StoreNotFoundError:
+        raise CommandError(
+            f"no simstore store at {path} (`simstore add {path} FILE...` or `simstore import` creates one)"
+        ) from None
+
+
+def open_or_create(path: str, k: int | None, **options: Any) -> Store:
+    """The store at ``path``, created with ``-k k`` if missing."""
+    try:
+        return open_store(path, "c", k=k, **options)
+    except ParameterMismatchError as exc:
+        stored_k, _ = exc.differences.get("k", (None, None))
+        if set(exc.differences) == {"k"}:
+            raise CommandError(
+                f"{path} has k={stored_k}, not {k}: leave out -k to use the store's k, or change it "
+                f"with `simstore relayout {path} -k {k} --docs N`"
+            ) from None
+        raise
+
+
+def check_distance(k: int | None, store: Store) -> None:
+    """``-k`` of a query against ``store``, which finds nothing beyond its own k."""
+    if k is not None and k > store.k:
+        raise CommandError(
+            f"-k {k} is larger than the k={store.k} of {store.path}: its tables find documents within "
+            f"{store.k} bits only (change it with `simstore relayout {store.path} -k {k} --docs N`)"
+        )
+
+
 # ------------------------------------------------------------ shared helpers
 
 
@@ -59,6 +102,38 @@ def progress(args: argparse.Namespace, **options: Any) -> Any:
 
     disabled = bool(getattr(args, "quiet", False)) or not sys.stderr.isatty()
     return tqdm(file=sys.stderr, disable=disabled, dynamic_ncols=True, **options)
+
+
+class ReadingBar:
+    """The "reading" bar: the bytes of the inputs where their size is known
+    (so tqdm shows a total and an ETA), with the documents read as a
+    postfix; the documents alone otherwise (stdin from a pipe)."""
+
+    def __init__(self, args: argparse.Namespace, inputs: Sequence[Input]) -> None:
+        self.tracker = ReadProgress.of(inputs)
+        self.documents = 0
+        if self.tracker.total is None:
+            self.bar = progress(args, desc="reading", unit="doc")
+        else:
+            self.bar = progress(
+                args, desc="reading", total=self.tracker.total, unit="B", unit_scale=True, unit_divisor=1024
+            )
+
+    def __enter__(self) -> ReadingBar:
+        self.bar.__enter__()
+        return self
+
+    def __exit__(self, *exc_info: object) -> None:
+        self.bar.__exit__(*exc_info)
+
+    def update(self, documents: int) -> None:
+        """``documents`` more were read."""
+        self.documents += documents
+        if self.tracker.total is None:
+            self.bar.update(documents)
+            return
+        self.bar.set_postfix_str(f"{self.documents} docs", refresh=False)
+        self.bar.update(self.tracker.position() - self.bar.n)
 
 
 def table_progress(args: argparse.Namespace, description: str) -> tuple[Any, Callable[[int, int], None]]:
@@ -135,28 +210,19 @@ def non_negative(text: str) -> int:
     return value
 
 
-def print_json(value: Any) -> None:
-    print(json.dumps(value, ensure_ascii=False))
-
-
-@contextlib.contextmanager
-def output_stream(path: str) -> Iterator[TextIO]:
-    """``path`` opened for writing (``-`` is stdout); a failed command leaves
-    no half-written file: it writes to a temporary file renamed at the end."""
-    if path == STDIN:
-        yield sys.stdout
-        sys.stdout.flush()
-        return
-    folder = os.path.dirname(os.path.abspath(path))
-    handle, temporary = tempfile.mkstemp(prefix=".simstore-", dir=folder)
+def document_count(text: str) -> float:
+    """``--docs``: a number of documents (``1e9`` allowed), at least 1."""
     try:
-        with os.fdopen(handle, "w", encoding="utf-8", newline="") as stream:
-            yield stream
-        os.replace(temporary, path)
-    except BaseException:
-        with contextlib.suppress(OSError):
-            os.remove(temporary)
-        raise
+        value = float(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"not a number of documents: {text!r}") from None
+    if not value >= 1 or value == float("inf"):
+        raise argparse.ArgumentTypeError(f"must be at least 1 document, got {text}")
+    return value
+
+
+def print_json(value: Any, file: TextIO | None = None) -> None:
+    print(json.dumps(value, ensure_ascii=False), file=file)
 
 
 # ------------------------------------------------------------------- inputs
@@ -203,32 +269,43 @@ def read_options(args: argparse.Namespace) -> ReadOptions:
 
 
 def inputs_of(paths: Sequence[str], spool_dir: str | None = None) -> list[Input]:
-    """Command-line paths as inputs; with ``spool_dir``, stdin is first copied
-    to a file there so that it can be read twice."""
+    """Command-line paths as inputs; with ``spool_dir``, stdin and other
+    inputs that can be read only once (a pipe such as ``<(zcat dump.gz)``) are
+    first copied to a file there, so that they can be read twice."""
     if sum(path == STDIN for path in paths) > 1:
         raise CommandError("standard input (-) may be given only once")
     inputs = []
-    for path in paths:
-        if path == STDIN and spool_dir is not None:
-            spooled = os.path.join(spool_dir, "stdin")
+    for index, path in enumerate(paths):
+        name = STDIN_NAME if path == STDIN else ""
+        if spool_dir is not None and _read_once(path):
+            spooled = os.path.join(spool_dir, f"input-{index}")
             with open(spooled, "wb") as copy:
-                source = getattr(sys.stdin, "buffer", None)
-                if source is not None:
-                    shutil.copyfileobj(source, copy)
+                if path == STDIN:
+                    source = getattr(sys.stdin, "buffer", None)
+                    if source is not None:
+                        shutil.copyfileobj(source, copy)
+                    else:
+                        copy.write(sys.stdin.read().encode("utf-8"))
                 else:
-                    copy.write(sys.stdin.read().encode("utf-8"))
-            inputs.append(Input(spooled, STDIN_NAME, format=_sniff_spooled(spooled)))
+                    with open(path, "rb") as source:
+                        shutil.copyfileobj(source, copy)
+            named = format_of(path) if path != STDIN else "text"
+            sniffed = named if named != "text" else sniff_format(spooled, name or path)
+            inputs.append(Input(spooled, name or path, format=sniffed))
         else:
-            inputs.append(Input(path, STDIN_NAME if path == STDIN else ""))
+            inputs.append(Input(path, name))
     return inputs
 
 
-def _sniff_spooled(path: str) -> str:
-    with open(path, "rb") as stream:
-        for line in stream:
-            if line.strip():
-                return "jsonl" if line.lstrip(b"\xef\xbb\xbf").lstrip().startswith(b"{") else "text"
-    return "text"
+def _read_once(path: str) -> bool:
+    """Whether ``path`` is stdin, or exists and is neither a regular file nor a directory."""
+    if path == STDIN:
+        return True
+    try:
+        mode = os.stat(path).st_mode
+    except OSError:
+        return False  # reported as a missing input when it is read
+    return not (stat.S_ISREG(mode) or stat.S_ISDIR(mode))
 
 
 @dataclass
@@ -250,6 +327,15 @@ class Collected:
         self.fingerprints.clear()
         self.metas.clear()
 
+    def take(self, count: int) -> Collected:
+        """Remove the first ``count`` documents and return them."""
+        values = self.fingerprint_array()
+        head = Collected(self.keys[:count], [values[:count]], self.metas[:count])
+        del self.keys[:count]
+        del self.metas[:count]
+        self.fingerprints = [values[count:]] if count < len(values) else []
+        return head
+
 
 def fingerprint_documents(
     store: Store,
@@ -258,10 +344,13 @@ def fingerprint_documents(
     errors: ErrorCounter,
     *,
     with_length: bool,
+    chunk_docs: int | None = None,
 ) -> Iterator[tuple[list[Document], np.ndarray]]:
-    """Fingerprint documents in chunks; a text the fingerprinter refuses is a
-    bad line like any other."""
+    """Fingerprint documents in chunks of at most ``chunk_docs`` (default
+    and ceiling :data:`FINGERPRINT_CHUNK_DOCS`); a text the fingerprinter
+    refuses is a bad line like any other."""
     fingerprinter = store.fingerprinter
+    most_docs = min(chunk_docs or FINGERPRINT_CHUNK_DOCS, FINGERPRINT_CHUNK_DOCS)
     chunk: list[Document] = []
     characters = 0
 
@@ -298,7 +387,7 @@ def fingerprint_documents(
             )
         chunk.append(document)
         characters += len(document.text)
-        if len(chunk) >= FINGERPRINT_CHUNK_DOCS or characters >= FINGERPRINT_CHUNK_CHARS:
+        if len(chunk) >= most_docs or characters >= FINGERPRINT_CHUNK_CHARS:
             yield from flush()
             chunk = []
             characters = 0

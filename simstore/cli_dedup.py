@@ -17,12 +17,15 @@ from simstore.cli_common import (
     DEFAULT_K,
     QUERY_CHUNK,
     Collected,
+    ReadingBar,
     add_input_options,
+    check_distance,
     fingerprint_documents,
     inputs_of,
     key_to_json,
     non_negative,
-    output_stream,
+    open_existing,
+    open_or_create,
     print_json,
     progress,
     read_options,
@@ -30,14 +33,14 @@ from simstore.cli_common import (
     table_progress,
     unique_keys,
 )
+from simstore.cli_outputs import Output, output_stream, resolve_output
 from simstore.opening import open as open_store
 from simstore.readers import (
-    STDIN,
     DocumentWriter,
     ErrorCounter,
     Input,
     ReadOptions,
-    format_of,
+    input_format,
     read_documents,
 )
 from simstore.records import Key
@@ -85,19 +88,24 @@ def run_dedup(args: argparse.Namespace) -> int:
         args.parser.error("--clusters needs the documents in a store; it cannot be used with --against")
     if args.against is not None and args.keep != "first":
         args.parser.error("--keep chooses within clusters; it cannot be used with --against")
+    # Before any input is read: a wrong -o should not cost a long first pass.
+    output = resolve_output(args.output)
     options = read_options(args)
     errors = skip_reporter(args)
     summary = DedupSummary(output=args.output)
     with tempfile.TemporaryDirectory(prefix="simstore-dedup-") as scratch:
         inputs = inputs_of(args.files, spool_dir=scratch)
         if args.against is not None:
-            with open_store(args.against, "r") as store:
-                dropped = dedup_against(args, store, inputs, options, errors, summary)
+            with open_existing(args.against) as store:
+                check_distance(args.k, store)
+                kept_keys = dedup_against(args, store, inputs, output, options, errors, summary)
         else:
             if args.store is not None:
                 # An existing store keeps its k; -k then only narrows the distance.
                 new_k = args.k if not os.path.exists(args.store) else None
-                store = open_store(args.store, "c", k=new_k)
+                # Merged below on success only, not by close() after Ctrl-C or an error.
+                store = open_or_create(args.store, new_k, merge_on_close=False)
+                check_distance(args.k, store)
             else:
                 store = open_store(
                     os.path.join(scratch, "dedup.simstore"),
@@ -107,20 +115,29 @@ def run_dedup(args: argparse.Namespace) -> int:
                     merge_on_close=False,
                 )
             with store:
-                dropped = dedup_within(args, store, inputs, options, errors, summary)
+                kept_keys = dedup_within(args, store, inputs, output, options, errors, summary)
+                if args.store is not None:
+                    try:
+                        store.merge()
+                    except KeyboardInterrupt:
+                        raise KeyboardInterrupt(
+                            f"interrupted while merging; the documents were added to {args.store} "
+                            "(the store merges its delta later)"
+                        ) from None
         summary.skipped = errors.skipped
         if not (args.pairs or args.clusters):
-            summary.kept = write_kept(args, inputs, options, dropped)
+            summary.kept = write_kept(inputs, output, options, kept_keys)
     report = vars(summary).copy()
     if args.against is not None:
         # Against a store, a duplicate is a document with a stored match; there are no clusters.
         del report["clusters"], report["largest_cluster"]
     if args.pairs or args.clusters:
         del report["kept"]
+    # The summary never goes into the data stream (-o -, -o /dev/stdout).
+    stream = sys.stderr if output.is_stdout else sys.stdout
     if args.json:
-        print_json(report)
+        print_json(report, file=stream)
     else:
-        stream = sys.stderr if args.output == STDIN else sys.stdout
         for name, value in report.items():
             print(f"{name.replace('_', ' '):16} {value}", file=stream)
     return 0
@@ -136,8 +153,8 @@ def _collect(
     with_length: bool,
 ) -> Collected:
     collected = Collected()
-    with progress(args, desc="reading", unit="doc") as bar:
-        documents = unique_keys(read_documents(inputs, options, errors), options, errors)
+    with ReadingBar(args, inputs) as bar:
+        documents = unique_keys(read_documents(inputs, options, errors, bar.tracker), options, errors)
         for chunk, values in fingerprint_documents(
             store, documents, options, errors, with_length=with_length
         ):
@@ -153,12 +170,13 @@ def dedup_within(
     args: argparse.Namespace,
     store: Store,
     inputs: list[Input],
+    output: Output,
     options: ReadOptions,
     errors: ErrorCounter,
     summary: DedupSummary,
 ) -> set[Key]:
     """Add the documents, cluster the store, write pairs or clusters if asked;
-    returns the keys of the documents not kept."""
+    returns the keys of the documents to keep (read, not skipped, not dropped)."""
     persistent = args.store is not None
     collected = _collect(
         args, store, inputs, options, errors, with_length=persistent or args.keep == "longest"
@@ -169,6 +187,21 @@ def dedup_within(
         with progress(args, desc="writing", total=1, unit="txn") as bar:
             store.add_many(collected.keys, collected.fingerprint_array(), metas=metas)
             bar.update(1)
+    try:
+        dropped = _cluster(args, store, output, summary)
+    except KeyboardInterrupt:
+        if persistent and collected.keys:
+            raise KeyboardInterrupt(
+                f"interrupted; the {len(collected.keys)} documents read were added to {args.store} "
+                "(re-running the same input is safe: an existing key is replaced)"
+            ) from None
+        raise
+    return set(collected.keys) - dropped
+
+
+def _cluster(args: argparse.Namespace, store: Store, output: Output, summary: DedupSummary) -> set[Key]:
+    """Cluster the store, write pairs or clusters if asked; returns the keys
+    of the documents not kept."""
     bar, update = table_progress(args, "clustering")
     with bar:
         clusters = store.clusters(k=args.k, keep=args.keep, progress=update)
@@ -180,7 +213,7 @@ def dedup_within(
     summary.largest_cluster = max((cluster.size for cluster in clusters), default=0)
     if args.pairs:
         bar, update = table_progress(args, "pairs")
-        with bar, output_stream(args.output) as stream:
+        with bar, output_stream(output) as stream:
             for pair in store.near_duplicate_pairs(k=args.k, progress=update):
                 record = {
                     "a": key_to_json(pair.key_a),
@@ -189,7 +222,7 @@ def dedup_within(
                 }
                 stream.write(json.dumps(record, ensure_ascii=False) + "\n")
     elif args.clusters:
-        with output_stream(args.output) as stream:
+        with output_stream(output) as stream:
             for cluster in clusters:
                 record = {
                     "cluster": cluster.cluster_id,
@@ -205,17 +238,19 @@ def dedup_against(
     args: argparse.Namespace,
     store: Store,
     inputs: list[Input],
+    output: Output,
     options: ReadOptions,
     errors: ErrorCounter,
     summary: DedupSummary,
 ) -> set[Key]:
-    """Match every document against ``store``; returns the keys that matched."""
+    """Match every document against ``store``; returns the keys of the
+    documents to keep (read, not skipped, and with no match)."""
     collected = _collect(args, store, inputs, options, errors, with_length=False)
     summary.documents = collected.read
     fingerprints = collected.fingerprint_array()
     matched: set[Key] = set()
     with contextlib.ExitStack() as stack:
-        stream = stack.enter_context(output_stream(args.output)) if args.pairs else None
+        stream = stack.enter_context(output_stream(output)) if args.pairs else None
         bar = stack.enter_context(progress(args, desc="matching", total=len(fingerprints), unit="doc"))
         for start in range(0, len(fingerprints), QUERY_CHUNK):
             results = store.query_many(fingerprints[start : start + QUERY_CHUNK], k=args.k)
@@ -233,25 +268,25 @@ def dedup_against(
                         stream.write(json.dumps(record, ensure_ascii=False) + "\n")
             bar.update(len(results))
     summary.duplicates = len(matched)
-    return matched
+    return set(collected.keys) - matched
 
 
-def write_kept(args: argparse.Namespace, inputs: list[Input], options: ReadOptions, dropped: set[Key]) -> int:
-    """Read the inputs again and write every document not dropped, in the
-    inputs' format (JSONL when they differ)."""
-    formats = {
-        format_of(item.path, item.format if item.format != "auto" else options.format) for item in inputs
-    }
+def write_kept(inputs: list[Input], output: Output, options: ReadOptions, kept_keys: set[Key]) -> int:
+    """Read the inputs again and write the documents of ``kept_keys``, in the
+    inputs' format (JSONL when they differ). A document skipped as a bad line
+    in the first pass is not among them, even where reading alone accepts it
+    (a text with no words)."""
+    formats = {input_format(item, options.format) for item in inputs}
     output_format = formats.pop() if len(formats) == 1 else "jsonl"
     if output_format == "dir":
         output_format = "jsonl"
     quiet = ErrorCounter(None)  # bad lines were reported by the first pass
     again = ReadOptions(options.format, options.id_field, options.text_field, (), "skip")
     kept = 0
-    with output_stream(args.output) as stream:
+    with output_stream(output) as stream:
         writer = DocumentWriter(stream, output_format)
         for document in unique_keys(read_documents(inputs, again, quiet), again, quiet):
-            if document.key not in dropped:
+            if document.key in kept_keys:
                 writer.write(document)
                 kept += 1
     return kept

@@ -17,7 +17,10 @@ from simstore.cli_common import (
     PROG,
     Collected,
     CommandError,
+    ReadingBar,
     add_input_options,
+    check_distance,
+    document_count,
     fingerprint_documents,
     from_json,
     hex_fingerprint,
@@ -26,7 +29,8 @@ from simstore.cli_common import (
     key_to_json,
     non_negative,
     note,
-    output_stream,
+    open_existing,
+    open_or_create,
     parse_fingerprint,
     print_json,
     progress,
@@ -34,9 +38,9 @@ from simstore.cli_common import (
     show_key,
     skip_reporter,
 )
+from simstore.cli_outputs import output_stream, resolve_output
 from simstore.errors import SimstoreError
 from simstore.isolated import check_in_child
-from simstore.opening import open as open_store
 from simstore.planner import format_plan, plan
 from simstore.readers import (
     ON_ERROR,
@@ -44,6 +48,7 @@ from simstore.readers import (
     STDIN_NAME,
     InputError,
     read_documents,
+    text_lines,
 )
 from simstore.records import Key
 from simstore.simhash import ShortTextWarning
@@ -74,37 +79,60 @@ def run_add(args: argparse.Namespace) -> int:
     errors = skip_reporter(args)
     committed = 0
     pending = Collected()
-    with open_store(args.store, "c", k=args.k) as store:
+    # The delta is merged below on success only: a merge run by close() after
+    # Ctrl-C or an error would hold the command up (16 s at 10M documents).
+    with open_or_create(args.store, args.k, merge_on_close=False) as store:
 
-        def commit() -> None:
+        def commit(batch: Collected) -> None:
             nonlocal committed
-            if pending.keys:
-                metas = pending.metas if any(meta is not None for meta in pending.metas) else None
-                store.add_many(pending.keys, pending.fingerprint_array(), metas=metas)
-                committed += len(pending.keys)
-                pending.clear()
+            if batch.keys:
+                metas = batch.metas if any(meta is not None for meta in batch.metas) else None
+                store.add_many(batch.keys, batch.fingerprint_array(), metas=metas)
+                committed += len(batch.keys)
 
         try:
-            with progress(args, desc="reading", unit="doc") as bar:
-                documents = read_documents(inputs_of(args.files), options, errors)
+            inputs = inputs_of(args.files)
+            with ReadingBar(args, inputs) as bar:
+                documents = read_documents(inputs, options, errors, bar.tracker)
                 for chunk, values in fingerprint_documents(
-                    store, documents, options, errors, with_length=not args.no_length
+                    store,
+                    documents,
+                    options,
+                    errors,
+                    with_length=not args.no_length,
+                    chunk_docs=args.batch_size or None,
                 ):
                     pending.keys.extend(doc.key for doc in chunk)
                     pending.metas.extend(doc.meta for doc in chunk)
                     pending.fingerprints.append(values)
                     pending.read += len(chunk)
                     bar.update(len(chunk))
-                    if args.batch_size and len(pending.keys) >= args.batch_size:
-                        commit()
-            commit()
-        except (SimstoreError, KeyboardInterrupt) as exc:
+                    # Commit at exact multiples of --batch-size.
+                    while args.batch_size and len(pending.keys) >= args.batch_size:
+                        commit(pending.take(args.batch_size))
+            commit(pending)
+            pending.clear()
+        except KeyboardInterrupt:
+            if committed:
+                raise KeyboardInterrupt(
+                    f"interrupted; {committed} documents of earlier batches were committed "
+                    "(re-running the same input is safe: an existing key is replaced)"
+                ) from None
+            raise
+        except SimstoreError as exc:
             if committed:
                 raise CommandError(
                     f"{exc}; {committed} documents of earlier batches were committed "
                     "(re-running the same input is safe: an existing key is replaced)"
                 ) from exc
             raise
+        try:
+            store.merge()
+        except KeyboardInterrupt:
+            raise KeyboardInterrupt(
+                f"interrupted while merging; all {committed} documents were committed "
+                "(the store merges its delta later)"
+            ) from None
         total = len(store)
     summary = {"store": args.store, "added": committed, "skipped": errors.skipped, "docs": total}
     if args.json:
@@ -128,7 +156,7 @@ def run_query(args: argparse.Namespace) -> int:
     given = [args.text is not None, args.file is not None, args.fingerprint is not None]
     if sum(given) != 1:
         args.parser.error("give exactly one of TEXT, --file F or --fingerprint HEX")
-    with open_store(args.store, "r") as store:
+    with open_existing(args.store) as store:
         if args.fingerprint is not None:
             query = args.fingerprint
         else:
@@ -142,6 +170,7 @@ def run_query(args: argparse.Namespace) -> int:
             with warnings.catch_warnings():
                 warnings.simplefilter("ignore", ShortTextWarning)
                 query = store.fingerprinter.fingerprint(text)
+        check_distance(args.k, store)
         matches = store.query(fingerprint=query, k=args.k, with_meta=args.meta)
     if args.json:
         print_json(
@@ -184,7 +213,7 @@ def configure_stats(parser: argparse.ArgumentParser) -> None:
 
 
 def run_stats(args: argparse.Namespace) -> int:
-    with open_store(args.store, "r") as store:
+    with open_existing(args.store) as store:
         stats = store.stats(skew=args.skew)
     summary: dict[str, Any] = {
         "path": stats.path,
@@ -219,7 +248,9 @@ def run_stats(args: argparse.Namespace) -> int:
 
 def configure_plan(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("-k", "--k", type=non_negative, default=3, help="largest distance (default 3)")
-    parser.add_argument("--docs", type=float, required=True, help="expected number of documents, e.g. 1e9")
+    parser.add_argument(
+        "--docs", type=document_count, required=True, help="expected number of documents, e.g. 1e9"
+    )
     parser.add_argument("--max-tables", type=non_negative, default=None, help="at most this many tables")
     parser.add_argument("--limit", type=non_negative, default=None, help="show only the best N layouts")
 
@@ -250,13 +281,13 @@ def run_plan(args: argparse.Namespace) -> int:
 def configure_relayout(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("store", help="the store file")
     choice = parser.add_mutually_exclusive_group(required=True)
-    choice.add_argument("--docs", type=float, help="let the planner choose for this many documents")
+    choice.add_argument("--docs", type=document_count, help="let the planner choose for this many documents")
     choice.add_argument("--blocks", type=non_negative, help="Manku's one-level layout with this many blocks")
     parser.add_argument("-k", "--k", type=non_negative, default=None, help="a new k (default: the store's)")
 
 
 def run_relayout(args: argparse.Namespace) -> int:
-    with open_store(args.store, "w") as store:
+    with open_existing(args.store, "w") as store:
         if args.docs is not None:
             store.relayout(k=args.k, expected_docs=args.docs)
         else:
@@ -270,7 +301,7 @@ def run_check(args: argparse.Namespace) -> int:
     # Open here first, so that a file that is not a store is refused as
     # usual; the walk over every page runs in a child process that damage
     # can kill without taking the command with it (simstore.isolated).
-    open_store(args.store, "r").close()
+    open_existing(args.store).close()
     problems = check_in_child(args.store)
     if args.json:
         print_json({"ok": not problems, "problems": problems})
@@ -286,7 +317,7 @@ def run_check(args: argparse.Namespace) -> int:
 
 
 def run_merge(args: argparse.Namespace) -> int:
-    with open_store(args.store, "w") as store:
+    with open_existing(args.store, "w") as store:
         merged = store.merge()
     print(f"merged {merged} documents")
     return 0
@@ -301,7 +332,7 @@ def configure_remove(parser: argparse.ArgumentParser) -> None:
 
 
 def run_remove(args: argparse.Namespace) -> int:
-    with open_store(args.store, "w") as store:
+    with open_existing(args.store, "w") as store:
         # Resolve every key first, so that a missing one removes nothing.
         resolved: list[Key] = []
         missing: list[str] = []
@@ -339,10 +370,11 @@ def configure_export(parser: argparse.ArgumentParser) -> None:
 
 
 def run_export(args: argparse.Namespace) -> int:
-    with open_store(args.store, "r") as store:
+    output = resolve_output(args.output)
+    with open_existing(args.store) as store:
         items = list(store.items())
         with (
-            output_stream(args.output) as stream,
+            output_stream(output) as stream,
             progress(args, desc="exporting", total=len(items), unit="doc") as bar,
         ):
             for key, _fingerprint in items:
@@ -371,33 +403,33 @@ def run_import(args: argparse.Namespace) -> int:
     keys: list[Key] = []
     fingerprints: list[int] = []
     metas: list[dict[str, Any] | None] = []
-    stream = sys.stdin if args.file == STDIN else open(args.file, encoding="utf-8")  # noqa: SIM115
-    name = STDIN_NAME if args.file == STDIN else args.file
-    try:
-        for number, line in enumerate(stream, 1):
-            if not line.strip():
-                continue
-            try:
-                key, fingerprint, meta = _parse_export_line(line)
-            except ValueError as exc:
-                error = InputError(name, number, str(exc))
-                if args.on_error == "fail":
-                    raise error from None
-                errors(error)
-                continue
-            keys.append(key)
-            fingerprints.append(fingerprint)
-            metas.append(meta)
-    finally:
-        if stream is not sys.stdin:
-            stream.close()
-    with open_store(args.store, "c", k=args.k) as store:
+    for number, line in text_lines(args.file):
+        if isinstance(line, str) and not line.strip():
+            continue
+        try:
+            if isinstance(line, InputError):
+                raise line
+            key, fingerprint, meta = _parse_export_line(line)
+        except ValueError as exc:
+            error = exc if isinstance(exc, InputError) else InputError(_shown(args.file), number, str(exc))
+            if args.on_error == "fail":
+                raise error from None
+            errors(error)
+            continue
+        keys.append(key)
+        fingerprints.append(fingerprint)
+        metas.append(meta)
+    with open_or_create(args.store, args.k) as store:
         if keys:
             has_meta = any(meta is not None for meta in metas)
             store.add_many(keys, np.array(fingerprints, dtype=np.uint64), metas=metas if has_meta else None)
         total = len(store)
     print(f"imported {len(keys)} documents; the store holds {total}")
     return 0
+
+
+def _shown(path: str) -> str:
+    return STDIN_NAME if path == STDIN else path
 
 
 def _parse_export_line(line: str) -> tuple[Key, int, dict[str, Any] | None]:

@@ -18,7 +18,13 @@ Formats (``--format auto`` picks by extension, after an optional ``.gz``):
 - a directory: every regular file below it, in sorted order, is one document
   whose key is its path relative to the directory.
 - ``-``: standard input; ``auto`` reads JSON lines if the first non-blank line
-  starts with ``{`` and plain text otherwise.
+  starts with ``{`` and plain text otherwise. So does a pipe without a telling
+  extension (``<(zcat dump.gz)``).
+
+Gzip is recognised by its first bytes (in a file of any name, and on stdin)
+and decompressed. Binary input is refused as a whole, whatever ``on_error``
+says: known binary formats (Parquet, zip, ...) by their first bytes, anything
+else by a NUL byte, which no text holds.
 
 A document without an id field gets the key ``"SOURCE:LINE"`` (for example
 ``corpus.txt:17``), which is unique within one run.
@@ -27,15 +33,18 @@ A document without an id field gets the key ``"SOURCE:LINE"`` (for example
 from __future__ import annotations
 
 import codecs
+import contextlib
 import csv
 import gzip
 import io
 import json
 import os
+import stat
 import sys
+import zlib
 from collections.abc import Callable, Iterable, Iterator
 from dataclasses import dataclass, field
-from typing import IO, Any, TextIO, cast
+from typing import IO, Any, TextIO, TypeVar, cast
 
 from simstore.errors import SimstoreError
 from simstore.records import Key
@@ -142,22 +151,81 @@ def format_of(path: str, requested: str = "auto") -> str:
         return "dir"
     if requested != "auto":
         return requested
-    base = path[:-3] if path.lower().endswith(".gz") else path
-    return _EXTENSIONS.get(os.path.splitext(base)[1].lower(), "text")
+    return _by_extension(path) or "text"
+
+
+@dataclass
+class ReadProgress:
+    """How far :func:`read_documents` is through its inputs, in bytes as
+    stored (compressed for gzip): ``total`` is their size where every input
+    has one (files and directories; stdin only when it is a file)."""
+
+    total: int | None = None
+    _done: int = 0
+    _current: IO[bytes] | None = None
+
+    @classmethod
+    def of(cls, inputs: Iterable[Input]) -> ReadProgress:
+        total: int | None = 0
+        for item in inputs:
+            size = _size_of(item)
+            total = None if size is None or total is None else total + size
+        return cls(total)
+
+    def position(self) -> int:
+        """Bytes read so far."""
+        current = 0
+        if self._current is not None:
+            with contextlib.suppress(OSError, ValueError):
+                current = self._current.tell()
+        return self._done + current
+
+    def reading(self, stream: IO[bytes]) -> None:
+        """``stream`` (the file as stored) is being read now."""
+        self._current = stream
+
+    def done(self, size: int) -> None:
+        """The stream being read, or a file read at once, is done: ``size`` bytes."""
+        self._done += size
+        self._current = None
+
+
+def _size_of(item: Input) -> int | None:
+    """The input's size, or None where it has none yet (a pipe)."""
+    try:
+        if item.path == STDIN:
+            status = os.fstat(sys.stdin.fileno())
+            if not stat.S_ISREG(status.st_mode):
+                return None
+            return status.st_size - sys.stdin.buffer.tell()
+        if os.path.isdir(item.path):
+            return sum(
+                os.path.getsize(os.path.join(folder, name))
+                for folder, _, files in os.walk(item.path)
+                for name in files
+            )
+        status = os.stat(item.path)
+        return status.st_size if stat.S_ISREG(status.st_mode) else None
+    except (OSError, ValueError, AttributeError):
+        return None
 
 
 def read_documents(
-    inputs: Iterable[Input], options: ReadOptions, on_skip: Callable[[InputError], None]
+    inputs: Iterable[Input],
+    options: ReadOptions,
+    on_skip: Callable[[InputError], None],
+    progress: ReadProgress | None = None,
 ) -> Iterator[Document]:
     """Every document of ``inputs`` in order.
 
     A bad line raises :class:`InputError` when ``options.on_error`` is
     ``"fail"``; with ``"skip"`` it is passed to ``on_skip`` and left out.
     Errors that concern a whole file (a missing column, an unreadable file)
-    always raise.
+    always raise. ``progress``, if given, follows the bytes read.
     """
+    tracker = progress if progress is not None else ReadProgress()
     for item in inputs:
-        for result in _read_one(item, options):
+        for result in _read_one(item, options, tracker):
             if isinstance(result, InputError):
                 if options.on_error == "fail":
                     raise result
@@ -166,42 +234,202 @@ def read_documents(
                 yield result
 
 
-def _read_one(item: Input, options: ReadOptions) -> Iterator[Document | InputError]:
+def _read_one(item: Input, options: ReadOptions, tracker: ReadProgress) -> Iterator[Document | InputError]:
     if item.path == STDIN:
+        if (raw := getattr(sys.stdin, "buffer", None)) is not None:
+            tracker.reading(raw)
         yield from _read_stdin(item, options)
+        tracker.done(tracker.position())
         return
-    fmt = format_of(item.path, item.format if item.format != "auto" else options.format)
+    fmt = input_format(item, options.format)
     if fmt == "dir":
-        yield from _read_directory(item, options)
+        yield from _read_directory(item, tracker)
         return
     if not os.path.exists(item.path):
         raise InputError(item.display, 0, "no such file")
-    with _open_binary(item.path) as stream:
-        yield from _read_stream(stream, fmt, item.display, options)
+    with open(item.path, "rb") as raw:
+        tracker.reading(raw)
+        yield from _gzip_checked(item.display, _read_file(raw, item, fmt, options), _line_of)
+        tracker.done(os.fstat(raw.fileno()).st_size)
 
 
-def _open_binary(path: str) -> IO[bytes]:
-    if path.lower().endswith(".gz"):
-        return cast(IO[bytes], gzip.open(path, "rb"))
-    return open(path, "rb")
+def _read_file(
+    raw: IO[bytes], item: Input, fmt: str, options: ReadOptions
+) -> Iterator[Document | InputError]:
+    stream = _checked_stream(raw, item.display)
+    unnamed = "auto" == options.format == item.format and _by_extension(item.path) is None
+    if unnamed and not stat.S_ISREG(os.fstat(raw.fileno()).st_mode):
+        # A pipe (`<(zcat dump.jsonl.gz)`) has no telling name: sniff it as stdin is.
+        fmt, stream = _sniffed(stream)
+    yield from _read_stream(stream, fmt, item.display, options)
+
+
+def input_format(item: Input, requested: str = "auto") -> str:
+    """How ``item`` is read: ``requested`` (``--format``) unless ``"auto"``,
+    else the format sniffed for it (``item.format``: stdin, a pipe), else by
+    its extension."""
+    return format_of(item.path, requested if requested != "auto" else item.format)
+
+
+def _by_extension(path: str) -> str | None:
+    base = path[:-3] if path.lower().endswith(".gz") else path
+    return _EXTENSIONS.get(os.path.splitext(base)[1].lower())
+
+
+_Result = TypeVar("_Result")
+_DAMAGED_GZIP = (EOFError, gzip.BadGzipFile, zlib.error)
+
+
+def _gzip_checked(
+    name: str, results: Iterator[_Result], line_of: Callable[[_Result], int]
+) -> Iterator[_Result]:
+    """``results``, with truncated or damaged gzip data raised as an
+    :class:`InputError` at the line after the last one read: how far a
+    truncated download got (line 1 when nothing could be read)."""
+    line = 0
+    try:
+        for result in results:
+            line = line_of(result) or line
+            yield result
+    except _DAMAGED_GZIP as exc:
+        raise InputError(name, line + 1, f"damaged gzip data ({exc})") from exc
+
+
+def _line_of(result: Document | InputError) -> int:
+    return result.line
+
+
+#: Bytes read to recognise a compressed or binary file.
+_SNIFF_BYTES = 16
+_GZIP_MAGIC = b"\x1f\x8b"
+#: Formats recognised by their first bytes, to say what a binary input is.
+_BINARY_MAGIC = (
+    (b"PAR1", "a Parquet file, which simstore cannot read yet; convert it to JSON lines first"),
+    (b"ARROW1", "an Arrow file, which simstore cannot read yet; convert it to JSON lines first"),
+    (b"ORC", "an ORC file, which simstore cannot read yet; convert it to JSON lines first"),
+    (b"PK\x03\x04", "a zip archive; unpack it and give the files or their directory"),
+    (b"BZh", "bzip2-compressed; decompress it (bzcat FILE | simstore ... -)"),
+    (b"\xfd7zXZ\x00", "xz-compressed; decompress it (xzcat FILE | simstore ... -)"),
+    (b"\x28\xb5\x2f\xfd", "zstd-compressed; decompress it (zstdcat FILE | simstore ... -)"),
+    (b"SQLite format 3\x00", "an SQLite database, not text"),
+    (codecs.BOM_UTF16_LE, "UTF-16 text; convert it to UTF-8 (iconv -f UTF-16 -t UTF-8)"),
+    (codecs.BOM_UTF16_BE, "UTF-16 text; convert it to UTF-8 (iconv -f UTF-16 -t UTF-8)"),
+)
+NUL_MESSAGE = (
+    "a NUL byte: this is a binary file, not text (simstore reads JSON lines, CSV, TSV, "
+    "plain text and their .gz)"
+)
+
+
+def _checked_stream(raw: IO[bytes], name: str) -> IO[bytes]:
+    """``raw`` ready to read as text: decompressed if it is gzip (known by its
+    first bytes, whatever its name; stdin too), and refused with a whole-file
+    :class:`InputError` if its first bytes say it is a binary format.
+
+    A NUL byte further on is refused line by line (:func:`_decoded_lines`).
+    """
+    if raw.seekable():
+        head = raw.read(_SNIFF_BYTES)
+        raw.seek(-len(head), os.SEEK_CUR)
+        stream = raw
+    else:
+        head = raw.read(_SNIFF_BYTES)  # a pipe: give the bytes back in front
+        stream = cast(IO[bytes], io.BufferedReader(_Chained([head], raw)))
+    if head.startswith(_GZIP_MAGIC):
+        decompressed = gzip.GzipFile(fileobj=stream, mode="rb")
+        head = decompressed.peek(_SNIFF_BYTES)[:_SNIFF_BYTES]
+        stream = cast(IO[bytes], decompressed)
+    if _looks_binary(head):
+        # The magic numbers only name what the bytes already say: a text
+        # file may well begin with "ORC" or "PAR1".
+        for magic, what in _BINARY_MAGIC:
+            if head.startswith(magic):
+                raise InputError(name, 1, f"is {what}")
+    if b"\x00" in head:
+        raise InputError(name, head[: head.index(b"\x00")].count(b"\n") + 1, NUL_MESSAGE)
+    return stream
+
+
+#: Bytes no text holds: C0 controls other than tab, newlines, form feed and escape.
+_BINARY_BYTES = frozenset(range(32)) - frozenset(b"\t\n\v\f\r\x1b")
+
+
+def _looks_binary(head: bytes) -> bool:
+    """Whether the first bytes of an input hold a byte no text holds, or are
+    not UTF-8 (a character cut off at the end of ``head`` aside)."""
+    if any(byte in _BINARY_BYTES for byte in head):
+        return True
+    try:
+        codecs.getincrementaldecoder("utf-8")().decode(head, final=False)
+    except UnicodeDecodeError:
+        return True
+    return False
 
 
 def _read_stdin(item: Input, options: ReadOptions) -> Iterator[Document | InputError]:
+    yield from _gzip_checked(item.name or STDIN_NAME, _read_stdin_checked(item, options), _line_of)
+
+
+def _read_stdin_checked(item: Input, options: ReadOptions) -> Iterator[Document | InputError]:
     raw: IO[bytes] | None = getattr(sys.stdin, "buffer", None)
-    stream: IO[bytes] = raw if raw is not None else io.BytesIO(sys.stdin.read().encode("utf-8"))
-    fmt = item.format if item.format != "auto" else options.format
     name = item.name or STDIN_NAME
+    stream = _checked_stream(raw if raw is not None else io.BytesIO(sys.stdin.read().encode("utf-8")), name)
+    fmt = options.format if options.format != "auto" else item.format
     if fmt == "auto":
-        # Peek at the first non-blank line to tell JSON lines from text.
-        head: list[bytes] = []
-        for line in stream:
-            head.append(line)
-            if line.strip():
-                break
-        first = head[-1].lstrip(codecs.BOM_UTF8).lstrip() if head else b""
-        fmt = "jsonl" if first.startswith(b"{") else "text"
-        stream = cast(IO[bytes], io.BufferedReader(_Chained(head, stream)))
+        fmt, stream = _sniffed(stream)
     yield from _read_stream(stream, fmt, name, options)
+
+
+def _sniffed(stream: IO[bytes]) -> tuple[str, IO[bytes]]:
+    """``jsonl`` if the first non-blank line starts with ``{``, else ``text``;
+    and the stream, with the lines read to tell given back in front."""
+    head: list[bytes] = []
+    for line in stream:
+        head.append(line)
+        if line.strip():
+            break
+    first = head[-1].lstrip(codecs.BOM_UTF8).lstrip() if head else b""
+    fmt = "jsonl" if first.startswith(b"{") else "text"
+    return fmt, cast(IO[bytes], io.BufferedReader(_Chained(head, stream)))
+
+
+def text_lines(path: str) -> Iterator[tuple[int, str | InputError]]:
+    """The lines of the file at ``path`` (``-``: stdin), numbered from 1, as
+    the readers see them: gzip decompressed, binary refused, a line that is
+    not UTF-8 an :class:`InputError` in its place."""
+    name = STDIN_NAME if path == STDIN else path
+    if path == STDIN:
+        raw: IO[bytes] | None = getattr(sys.stdin, "buffer", None)
+        if raw is None:
+            raw = io.BytesIO(sys.stdin.read().encode("utf-8"))
+        yield from _gzip_checked(name, _lines_of(raw, name), _number_of)
+        return
+    if not os.path.exists(path):
+        raise InputError(name, 0, "no such file")
+    with open(path, "rb") as file:
+        yield from _gzip_checked(name, _lines_of(file, name), _number_of)
+
+
+def _lines_of(raw: IO[bytes], name: str) -> Iterator[tuple[int, str | InputError]]:
+    yield from _decoded_lines(_checked_stream(raw, name), name)
+
+
+def _number_of(numbered: tuple[int, str | InputError]) -> int:
+    return numbered[0]
+
+
+def sniff_format(path: str, name: str = STDIN_NAME) -> str:
+    """``jsonl`` if the first non-blank line of the file at ``path`` (gzip
+    decompressed) starts with ``{``, else ``text``: how ``auto`` reads stdin.
+    ``name`` is the input's name in messages."""
+    with open(path, "rb") as raw:
+        try:
+            for line in _checked_stream(raw, name):
+                if line.strip():
+                    return "jsonl" if line.lstrip(codecs.BOM_UTF8).lstrip().startswith(b"{") else "text"
+        except _DAMAGED_GZIP as exc:
+            raise InputError(name, 1, f"damaged gzip data ({exc})") from exc
+    return "text"
 
 
 class _Chained(io.RawIOBase):
@@ -216,7 +444,10 @@ class _Chained(io.RawIOBase):
         return True
 
     def readinto(self, buffer: Any) -> int:
-        data = self._head.pop(0) if self._head else self._rest.read(len(buffer))
+        # read1: what the pipe holds now; read(n) would wait for n bytes, so
+        # `add --batch-size N -` would commit nothing until 8 KiB arrived.
+        read_some = getattr(self._rest, "read1", self._rest.read)
+        data = self._head.pop(0) if self._head else read_some(len(buffer))
         if not data:
             return 0
         if len(data) > len(buffer):
@@ -238,7 +469,12 @@ def _read_stream(
 
 
 def _decoded_lines(stream: Iterable[bytes], name: str) -> Iterator[tuple[int, str | InputError]]:
+    """Each line decoded, or an :class:`InputError` for a line that is not
+    UTF-8; a NUL byte raises one for the whole file (a binary file read as
+    text would give lines of garbage, each of them skippable)."""
     for number, raw in enumerate(stream, 1):
+        if b"\x00" in raw:
+            raise InputError(name, number, NUL_MESSAGE)
         try:
             line = raw.decode("utf-8")
         except UnicodeDecodeError as exc:
@@ -303,6 +539,8 @@ def _read_delimited(
     except UnicodeDecodeError as exc:
         raise InputError(name, reader.line_num + 1, f"not UTF-8 ({exc.reason})") from exc
     except csv.Error as exc:
+        if "NUL" in str(exc):
+            raise InputError(name, reader.line_num, NUL_MESSAGE) from exc
         raise InputError(name, reader.line_num, f"bad CSV: {exc}") from exc
     finally:
         text_stream.detach()
@@ -332,7 +570,7 @@ def _document_from_fields(
     return Document(key, text, name, number, record, meta or None)
 
 
-def _read_directory(item: Input, options: ReadOptions) -> Iterator[Document | InputError]:
+def _read_directory(item: Input, tracker: ReadProgress) -> Iterator[Document | InputError]:
     root = item.path
     for folder, subfolders, files in os.walk(root):
         subfolders.sort()
@@ -341,8 +579,18 @@ def _read_directory(item: Input, options: ReadOptions) -> Iterator[Document | In
             key = os.path.relpath(path, root).replace(os.sep, "/")
             shown = os.path.join(item.display, key)
             try:
-                with _open_binary(path) as stream:
-                    text = stream.read().decode("utf-8").removeprefix("\ufeff")
+                with open(path, "rb") as raw:
+                    data = _checked_stream(raw, shown).read()
+                    tracker.done(os.fstat(raw.fileno()).st_size)
+                if b"\x00" in data:
+                    raise InputError(shown, 0, NUL_MESSAGE)
+                text = data.decode("utf-8").removeprefix("\ufeff")
+            except InputError as exc:
+                yield exc  # one file of the directory: skippable like a bad line
+                continue
+            except _DAMAGED_GZIP as exc:
+                yield InputError(shown, 0, f"damaged gzip data ({exc})")
+                continue
             except UnicodeDecodeError as exc:
                 yield InputError(shown, 0, f"not UTF-8 ({exc.reason} at byte {exc.start})")
                 continue

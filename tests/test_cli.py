@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import json
 import os
+import re
 import subprocess
 import sys
 
@@ -565,3 +566,472 @@ def test_progress_bars_only_on_a_terminal(
     assert "clustering" in capsys.readouterr().err
     assert main(["dedup", corpus_file, "-o", out_path, "-q"]) == 0
     assert "clustering" not in capsys.readouterr().err
+
+
+# ------------------------------------------------------- issue 18.4: edges
+
+
+def test_dedup_json_summary_stays_off_the_data_stream(
+    corpus_file: str, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """`dedup --json -o -`: the documents on stdout, the JSON summary on stderr."""
+    assert main(["dedup", corpus_file, "-o", "-", "--json", "-q"]) == 0
+    out, err = capsys.readouterr()
+    assert [json.loads(line)["id"] for line in out.splitlines()] == ["a", "b", "c"]
+    assert json.loads(err)["kept"] == 3
+
+
+@pytest.mark.parametrize("against", [False, True])
+def test_dedup_skip_leaves_skipped_documents_out(
+    corpus_file: str, tmp_path: object, store_path: str, against: bool, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """--on-error skip: a document skipped for having no words is reported, counted and
+    not written to the kept output (it was, as reading alone accepts it)."""
+    folder = str(tmp_path)
+    path = write_jsonl(
+        os.path.join(folder, "p.jsonl"),
+        [{"id": "a", "text": BASE}, {"id": "dots", "text": "... !!! ???"}, {"id": "b", "text": OTHER}],
+    )
+    argv = ["dedup", path, "-o", os.path.join(folder, "kept.jsonl"), "--on-error", "skip", "--json"]
+    if against:
+        assert main(["add", store_path, corpus_file, "-q"]) == 0
+        capsys.readouterr()
+        argv += ["--against", store_path]
+    assert main(argv) == 0
+    out, err = capsys.readouterr()
+    assert f"{path}:2:" in err
+    summary = json.loads(out)
+    assert summary["skipped"] == 1
+    kept = [record["id"] for record in read_jsonl(os.path.join(folder, "kept.jsonl"))]
+    assert kept == ([] if against else ["a", "b"])
+    assert summary["kept"] == len(kept)
+
+
+def _spy_on_add_many(monkeypatch: pytest.MonkeyPatch, interrupt_at: int | None = None) -> list[int]:
+    """Record the size of every add_many call; raise KeyboardInterrupt at call ``interrupt_at``."""
+    original = simstore.Store.add_many
+    sizes: list[int] = []
+
+    def add_many(self: simstore.Store, keys: object, *args: object, **kwargs: object) -> object:
+        if interrupt_at is not None and len(sizes) + 1 == interrupt_at:
+            raise KeyboardInterrupt
+        sizes.append(len(keys))  # type: ignore[arg-type]
+        return original(self, keys, *args, **kwargs)  # type: ignore[arg-type]
+
+    monkeypatch.setattr(simstore.Store, "add_many", add_many)
+    return sizes
+
+
+def _numbered_corpus(path: str, count: int) -> str:
+    return write_jsonl(path, [{"id": f"d{i:02d}", "text": f"{BASE} number {i:02d}"} for i in range(count)])
+
+
+def test_add_batch_size_commits_at_exact_multiples(
+    store_path: str, tmp_path: object, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """--batch-size 5 commits 5, 5, 5, 5, 3, whatever the fingerprinting chunks (here 3
+    documents each, cut by characters); it committed 6, 6, 6, 5 (3000 gave 4483, 8986...)."""
+    import simstore.cli_common as cli
+
+    path = _numbered_corpus(os.path.join(str(tmp_path), "n.jsonl"), 23)
+    monkeypatch.setattr(cli, "FINGERPRINT_CHUNK_CHARS", 3 * len(f"{BASE} number 00"))
+    sizes = _spy_on_add_many(monkeypatch)
+    assert main(["add", store_path, path, "--batch-size", "5", "-q"]) == 0
+    assert sizes == [5, 5, 5, 5, 3]
+    assert "added 23 documents" in capsys.readouterr().out
+
+
+def test_add_interrupted_between_batches_exits_130(
+    store_path: str, tmp_path: object, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """Ctrl-C after two batches: exit 130 and `interrupted; 10 documents of earlier
+    batches were committed` (it was `error: ; 10 documents ...` and exit 1)."""
+    path = _numbered_corpus(os.path.join(str(tmp_path), "n.jsonl"), 23)
+    _spy_on_add_many(monkeypatch, interrupt_at=3)
+    assert main(["add", store_path, path, "--batch-size", "5", "-q"]) == 130
+    err = capsys.readouterr().err
+    assert err.startswith("simstore: interrupted; 10 documents of earlier batches were committed")
+    assert "error" not in err
+    assert len(err.splitlines()) == 1
+    with simstore.open(store_path, "r") as store:
+        assert sorted(store.keys()) == [f"d{i:02d}" for i in range(10)]
+
+
+def _sigint_as_at_a_terminal() -> None:
+    """In a child before exec: SIGINT handled by default, even where the tests run
+    with it ignored (started in the background), as the CLI leaves it ignored then."""
+    import signal
+
+    signal.signal(signal.SIGINT, signal.SIG_DFL)
+
+
+def test_add_ctrl_c_while_reading_stdin(store_path: str) -> None:
+    """A real SIGINT while `add --batch-size 5 -` waits for more input, after two batches
+    were committed (they were not: documents were fingerprinted 20,000 at a time, so
+    nothing was committed before that many arrived): exit 130, one line, no traceback."""
+    import signal
+    import time
+
+    process = subprocess.Popen(
+        [sys.executable, "-m", "simstore.cli", "add", store_path, "-", "--batch-size", "5"],
+        stdin=subprocess.PIPE,
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        text=True,
+        preexec_fn=_sigint_as_at_a_terminal,
+    )
+    try:
+        assert process.stdin is not None
+        for i in range(12):
+            process.stdin.write(json.dumps({"id": f"d{i:02d}", "text": f"{BASE} number {i:02d}"}) + "\n")
+        process.stdin.flush()
+        deadline = time.monotonic() + 60
+        committed = 0
+        while committed < 10 and time.monotonic() < deadline:
+            time.sleep(0.1)
+            try:
+                with simstore.open(store_path, "r") as store:
+                    committed = len(store)
+            except simstore.SimstoreError:
+                pass
+        assert committed == 10, "the first two batches were not committed while the input stayed open"
+        process.send_signal(signal.SIGINT)
+        out, err = process.communicate(timeout=60)
+    finally:
+        if process.poll() is None:
+            process.kill()
+            process.communicate()
+    assert process.returncode == 130, err
+    assert err == (
+        "simstore: interrupted; 10 documents of earlier batches were committed "
+        "(re-running the same input is safe: an existing key is replaced)\n"
+    )
+    assert out == ""
+
+
+@pytest.mark.parametrize("verb", ["add", "dedup"])
+def test_binary_input_is_refused(
+    verb: str, store_path: str, tmp_path: object, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """A .parquet file was read as text: with --on-error skip, exit 0 and lines of binary
+    garbage kept. Now it is refused as a whole, whatever --on-error says, and so is any
+    file with a NUL byte."""
+    folder = str(tmp_path)
+    parquet = os.path.join(folder, "part-0.parquet")
+    with open(parquet, "wb") as handle:
+        handle.write(b"PAR1\x15\x04\x15\x00" + b"binary\ncolumn chunk\n" * 50 + b"\x00\x00PAR1")
+    nul = os.path.join(folder, "dump.txt")
+    with open(nul, "wb") as handle:
+        handle.write(f"{BASE}\n{OTHER}\n".encode() + b"half a record\x00\x01\x02\n" + THIRD.encode() + b"\n")
+    out = os.path.join(folder, "kept.txt")
+    target = [store_path] if verb == "add" else []
+    where = [] if verb == "add" else ["-o", out]
+    for path, expected in [
+        (parquet, f"{parquet}:1: is a Parquet file, which simstore cannot read yet"),
+        (nul, f"{nul}:3: a NUL byte: this is a binary file, not text"),
+    ]:
+        assert main([verb, *target, path, *where, "--on-error", "skip"]) == 1
+        err = capsys.readouterr().err
+        assert err.startswith(f"simstore: error: {expected}"), err
+        assert len(err.splitlines()) == 1
+        assert not os.path.exists(out)
+    assert not os.path.exists(store_path) or len(simstore.open(store_path, "r")) == 0
+
+
+def test_text_that_starts_like_a_binary_format_is_text(
+    store_path: str, tmp_path: object, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """Magic numbers only name a file whose first bytes are binary already: text that
+    begins with "ORC" or "PAR1" is read as text."""
+    path = os.path.join(str(tmp_path), "notes.txt")
+    with open(path, "w", encoding="utf-8") as handle:
+        handle.write(f"ORCA {BASE}\nPAR1 {OTHER}\nBZh91AY&SY {THIRD}\n")
+    assert main(["add", store_path, path, "-q"]) == 0
+    assert "added 3 documents" in capsys.readouterr().out
+
+
+def test_damaged_gzip_says_how_far_it_got(
+    store_path: str, tmp_path: object, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """Truncated gzip is one message at the line after the last one read (line 1 when
+    nothing could be read), as every bad input is FILE:LINE; it was a line-less message,
+    and a traceback before that."""
+    import gzip
+
+    records = [{"id": f"d{i}", "text": f"{BASE} {i}"} for i in range(200)]
+    data = gzip.compress("".join(json.dumps(record) + "\n" for record in records).encode())
+    truncated = os.path.join(str(tmp_path), "cut.jsonl.gz")
+    with open(truncated, "wb") as handle:
+        handle.write(data[: len(data) // 2])
+    assert main(["add", store_path, truncated, "--on-error", "skip"]) == 1
+    err = capsys.readouterr().err
+    found = re.fullmatch(rf"simstore: error: {re.escape(truncated)}:(\d+): damaged gzip data \(.*\)\n", err)
+    assert found is not None, err
+    assert 1 < int(found.group(1)) <= 200
+    magic_only = os.path.join(str(tmp_path), "m.jsonl")
+    with open(magic_only, "wb") as handle:
+        handle.write(b"\x1f\x8b")
+    assert main(["add", store_path, magic_only]) == 1
+    assert capsys.readouterr().err.startswith(f"simstore: error: {magic_only}:1: damaged gzip data")
+
+
+def test_gzip_on_stdin_is_decompressed(
+    store_path: str, tmp_path: object, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """`simstore add STORE - < dump.jsonl.gz` and `dedup -` recognise gzip by its magic bytes
+    (so does a file whose name does not end in .gz)."""
+    import gzip
+    import io
+
+    records = [{"id": "a", "text": BASE}, {"id": "b", "text": OTHER}, {"id": "a2", "text": BASE.upper()}]
+    compressed = gzip.compress("".join(json.dumps(record) + "\n" for record in records).encode())
+
+    def stdin() -> io.TextIOWrapper:
+        return io.TextIOWrapper(io.BufferedReader(io.BytesIO(compressed)))  # type: ignore[arg-type]
+
+    monkeypatch.setattr(sys, "stdin", stdin())
+    assert main(["add", store_path, "-", "-q"]) == 0
+    with simstore.open(store_path, "r") as store:
+        assert sorted(store.keys()) == ["a", "a2", "b"]
+    capsys.readouterr()
+    monkeypatch.setattr(sys, "stdin", stdin())
+    assert main(["dedup", "-", "-o", "-", "-q"]) == 0
+    assert [json.loads(line)["id"] for line in capsys.readouterr().out.splitlines()] == ["a", "b"]
+    unnamed = os.path.join(str(tmp_path), "dump.jsonl")
+    with open(unnamed, "wb") as handle:
+        handle.write(compressed)
+    assert main(["dedup", unnamed, "-o", "-", "-q"]) == 0
+    assert [json.loads(line)["id"] for line in capsys.readouterr().out.splitlines()] == ["a", "b"]
+
+
+def test_messages_speak_the_command_line(
+    good_store: str, corpus_file: str, tmp_path: object, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """Errors name flags and verbs, not Python's `use mode 'c'`, `pass None` or `[Errno 2]`."""
+    missing = os.path.join(str(tmp_path), "nope.simstore")
+    for argv in (
+        ["stats", missing],
+        ["query", missing, "--fingerprint", "0"],
+        ["remove", missing, "a"],
+        ["dedup", corpus_file, "--against", missing, "-o", "-"],
+    ):
+        assert main(argv) == 1
+        assert capsys.readouterr().err == (
+            f"simstore: error: no simstore store at {missing} "
+            f"(`simstore add {missing} FILE...` or `simstore import` creates one)\n"
+        )
+    assert main(["add", good_store, corpus_file, "-k", "4"]) == 1
+    err = capsys.readouterr().err
+    assert err.startswith(f"simstore: error: {good_store} has k=3, not 4: leave out -k")
+    assert main(["query", good_store, "--fingerprint", "0", "-k", "9"]) == 1
+    assert capsys.readouterr().err.startswith(f"simstore: error: -k 9 is larger than the k=3 of {good_store}")
+    with pytest.raises(SystemExit):
+        main(["relayout", good_store, "--docs", "0"])
+    assert "--docs: must be at least 1 document, got 0" in capsys.readouterr().err
+    assert main(["query", good_store, "--file", os.path.join(str(tmp_path), "q.txt")]) == 1
+    err = capsys.readouterr().err
+    assert err == f"simstore: error: {tmp_path}/q.txt: No such file or directory\n"
+
+
+def test_reading_bar_has_a_total_where_the_size_is_known(
+    store_path: str, tmp_path: object, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """The reading bar counts the input's bytes against its size (a total and an ETA),
+    gzip by its compressed bytes; it had no total. From a pipe it counts documents."""
+    import gzip
+    import re
+
+    from tqdm import tqdm
+
+    folder = str(tmp_path)
+    path = _numbered_corpus(os.path.join(folder, "n.jsonl"), 40)
+    packed = os.path.join(folder, "n.jsonl.gz")
+    with open(path, "rb") as source, gzip.open(packed, "wb") as target:
+        target.write(source.read())
+    monkeypatch.setattr(sys.stderr, "isatty", lambda: True)
+
+    def reading_bar(err: str) -> str:
+        return [part for part in err.replace("\r", "\n").splitlines() if part.startswith("reading")][-1]
+
+    for verb in (["add", store_path], ["dedup", "-o", os.path.join(folder, "kept.jsonl")]):
+        for source in (path, packed):
+            assert main([*verb, source]) == 0
+            bar = reading_bar(capsys.readouterr().err)
+            assert bar.startswith("reading: 100%"), bar
+            done = re.search(r"\| (\S+)/(\S+) \[", bar)
+            assert done is not None, bar
+            assert done.group(1) == done.group(2) == tqdm.format_sizeof(os.path.getsize(source), divisor=1024)
+            assert "B/s, 40 docs]" in bar, bar
+
+
+def test_import_reads_like_the_other_inputs(
+    store_path: str, tmp_path: object, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """`simstore export | gzip | simstore import STORE -` works; a line that is not UTF-8 is a
+    bad line (it was a UnicodeDecodeError traceback); a binary file is refused."""
+    import gzip
+    import io
+
+    exported = b'{"key": "a", "fingerprint": "ff"}\n{"key": "b", "fingerprint": "0f"}\n'
+    monkeypatch.setattr(
+        sys,
+        "stdin",
+        io.TextIOWrapper(io.BufferedReader(io.BytesIO(gzip.compress(exported)))),  # type: ignore[arg-type]
+    )
+    assert main(["import", store_path, "-", "-q"]) == 0
+    assert "imported 2 documents" in capsys.readouterr().out
+    latin = os.path.join(str(tmp_path), "latin.jsonl")
+    with open(latin, "wb") as handle:
+        handle.write(b'{"key": "caf\xe9", "fingerprint": "1"}\n{"key": "c", "fingerprint": "2"}\n')
+    assert main(["import", store_path, latin]) == 1
+    err = capsys.readouterr().err
+    assert err.startswith(f"simstore: error: {latin}:1: not UTF-8")
+    assert main(["import", store_path, latin, "--on-error", "skip", "-q"]) == 0
+    with simstore.open(store_path, "r") as store:
+        assert sorted(store.keys()) == ["a", "b", "c"]
+    binary = os.path.join(str(tmp_path), "x.parquet")
+    with open(binary, "wb") as handle:
+        handle.write(b"PAR1\x00\x01" * 10)
+    assert main(["import", store_path, binary, "--on-error", "skip"]) == 1
+    assert "is a Parquet file" in capsys.readouterr().err
+
+
+def test_interrupts_after_a_commit_say_what_was_committed(
+    store_path: str,
+    corpus_file: str,
+    tmp_path: object,
+    monkeypatch: pytest.MonkeyPatch,
+    capsys: pytest.CaptureFixture[str],
+) -> None:
+    """Ctrl-C in add's final merge, or in dedup --store's clustering or merge, comes after
+    the documents were committed: exit 130 saying so (not `nothing ... was written`), and
+    no merge is started on the way out."""
+    merges: list[int] = []
+
+    def interrupted(*args: object, **kwargs: object) -> object:
+        merges.append(1)
+        raise KeyboardInterrupt
+
+    monkeypatch.setattr(simstore.Store, "merge", interrupted)
+    assert main(["add", store_path, corpus_file, "-q"]) == 130
+    assert capsys.readouterr().err.startswith(
+        "simstore: interrupted while merging; all 5 documents were committed"
+    )
+    assert merges == [1]  # close() did not start another
+    monkeypatch.undo()
+    other = os.path.join(str(tmp_path), "other.simstore")
+    out = os.path.join(str(tmp_path), "kept.jsonl")
+    monkeypatch.setattr(simstore.Store, "clusters", interrupted)
+    assert main(["dedup", corpus_file, "--store", other, "-o", out, "-q"]) == 130
+    assert capsys.readouterr().err.startswith(
+        f"simstore: interrupted; the 5 documents read were added to {other}"
+    )
+    assert not os.path.exists(out)
+    monkeypatch.undo()
+    for path in (store_path, other):
+        with simstore.open(path, "r") as store:
+            assert len(store) == 5
+
+
+def test_a_second_ctrl_c_exits_at_once(tmp_path: object) -> None:
+    """A Ctrl-C while the first one's clean-up runs exits 130 at once, with one line and
+    no traceback (it printed tracebacks)."""
+    script = (
+        "import os, signal, sys\n"
+        "import simstore.cli as cli\n"
+        "signal.signal(signal.SIGINT, signal.default_int_handler)  # even if the tests ignore it\n"
+        "def run(args):\n"
+        "    try:\n"
+        "        os.kill(os.getpid(), signal.SIGINT)\n"
+        "    finally:\n"
+        "        os.kill(os.getpid(), signal.SIGINT)  # during the clean-up\n"
+        "        print('clean-up went on', file=sys.stderr)\n"
+        "    return 0\n"
+        "cli.VERBS['stats'] = cli.Verb('', cli.configure_store_only, run)\n"
+        "sys.exit(cli.main(['stats', 'x']))\n"
+    )
+    completed = subprocess.run(
+        [sys.executable, "-c", script], capture_output=True, text=True, timeout=60, check=False
+    )
+    assert completed.returncode == 130
+    assert completed.stderr == "simstore: interrupted again; exiting at once\n"
+
+
+def test_dedup_reads_a_pipe_twice(tmp_path: object, capsys: pytest.CaptureFixture[str]) -> None:
+    """`dedup <(zcat dump.jsonl.gz) -o kept.jsonl`: dedup reads its inputs twice, and a pipe
+    can be read once, so it kept nothing. A pipe is now copied aside first, like stdin, and
+    sniffed like stdin (it was read as text for want of an extension)."""
+    import contextlib
+    import threading
+
+    fifo = os.path.join(str(tmp_path), "pipe")
+    os.mkfifo(fifo)
+    records = [{"id": "a", "text": BASE}, {"id": "b", "text": OTHER}, {"id": "a2", "text": BASE.upper()}]
+
+    done = threading.Event()
+
+    def write() -> None:
+        with open(fifo, "w", encoding="utf-8") as stream:
+            stream.write("".join(json.dumps(record) + "\n" for record in records))
+        # A second reader (the old code's second pass) gets an empty pipe, not a hang.
+        while not done.wait(0.1):
+            with contextlib.suppress(OSError):
+                os.close(os.open(fifo, os.O_WRONLY | os.O_NONBLOCK))
+
+    writer = threading.Thread(target=write, daemon=True)
+    writer.start()
+    out = os.path.join(str(tmp_path), "kept.jsonl")
+    try:
+        assert main(["dedup", fifo, "-o", out, "--json", "-q"]) == 0
+    finally:
+        done.set()
+        if writer.is_alive():
+            with contextlib.suppress(OSError):
+                os.close(os.open(fifo, os.O_RDONLY | os.O_NONBLOCK))
+        writer.join(10)
+    summary = json.loads(capsys.readouterr().out)
+    assert (summary["documents"], summary["kept"]) == (3, 2)
+    assert read_jsonl(out) == records[:2]
+
+
+def test_dedup_format_beats_the_stdin_sniff(
+    monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """`dedup - --format csv` read stdin as text (the sniff won), header line included."""
+    import io
+
+    data = f'id,text\n1,"{OTHER}"\n2,"{THIRD}"\n3,"{OTHER.upper()}"\n'
+    monkeypatch.setattr(sys, "stdin", io.TextIOWrapper(io.BytesIO(data.encode())))
+    assert main(["dedup", "-", "--format", "csv", "-o", "-", "--json", "-q"]) == 0
+    out, err = capsys.readouterr()
+    assert json.loads(err)["documents"] == 3
+    assert out == f'id,text\n1,"{OTHER}"\n2,{THIRD}\n'
+
+
+def test_options_and_positionals_in_any_order(good_store: str, capsys: pytest.CaptureFixture[str]) -> None:
+    """`query STORE -k 2 TEXT` said `unrecognized arguments: TEXT` (STORE alone had filled
+    both positionals before the option)."""
+    assert main(["query", good_store, "-k", "2", "--json", BASE]) == 0
+    assert json.loads(capsys.readouterr().out)["matches"] == []
+    assert main(["query", good_store, "--fingerprint", "2", "-k", "1", "--json"]) == 0
+    keys = [match["key"] for match in json.loads(capsys.readouterr().out)["matches"]]
+    assert keys == ["b", "c"]  # fingerprints 2 and 3; 1 is 2 bits away
+
+
+def test_an_ignored_sigint_stays_ignored() -> None:
+    """A command started with SIGINT ignored (a background job of a script) keeps it
+    ignored: the Ctrl-C handler of the command line is not installed over it."""
+    script = (
+        "import os, signal, sys\n"
+        "import simstore.cli as cli\n"
+        "signal.signal(signal.SIGINT, signal.SIG_IGN)\n"
+        "def run(args):\n"
+        "    os.kill(os.getpid(), signal.SIGINT)\n"
+        "    return 0\n"
+        "cli.VERBS['stats'] = cli.Verb('', cli.configure_store_only, run)\n"
+        "sys.exit(cli.main(['stats', 'x']))\n"
+    )
+    completed = subprocess.run(
+        [sys.executable, "-c", script], capture_output=True, text=True, timeout=60, check=False
+    )
+    assert (completed.returncode, completed.stderr) == (0, "")

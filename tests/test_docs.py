@@ -53,3 +53,66 @@ def test_undocumented_finds_a_missing_verb() -> None:
     text = "```sh\nsimstore add s f\nsimstore stats s\n```\n"
     assert "add" not in undocumented(text)
     assert "query" in undocumented(text)
+
+
+def python_section_example() -> str:
+    """The first ```python block of the README's "Using it from Python" section."""
+    text = README.read_text(encoding="utf-8")
+    section = text[text.index("## Using it from Python") :]
+    section = section[: section.index("\n## ", 1)]
+    start = section.index("```python\n") + len("```python\n")
+    return section[start : section.index("```", start)]
+
+
+def checked_program(example: str) -> tuple[str, dict[int, str]]:
+    """The example with every line followed by a ``# -> SHOWN`` comment turned into
+    ``_seen.append((n, value))``; returns it and SHOWN by n."""
+    lines = example.splitlines()
+    shown: dict[int, str] = {}
+    for number, line in enumerate(lines):
+        if line.strip().startswith("# -> "):
+            statement = lines[number - 1]
+            expression = statement.split("  #", 1)[0].strip()
+            indent = statement[: len(statement) - len(statement.lstrip())]
+            lines[number - 1] = f"{indent}_seen.append(({number}, {expression}))"
+            shown[number] = line.strip().removeprefix("# -> ")
+    return "\n".join(lines) + "\n", shown
+
+
+def test_python_example_runs_and_shows_what_it_returns(tmp_path: Path, monkeypatch: object) -> None:
+    """The Python section's example runs, and each `# -> ` line matches the repr of what
+    the line above returns (`...` is any text): the query results were listed in the wrong
+    order."""
+    import pytest
+
+    assert isinstance(monkeypatch, pytest.MonkeyPatch)
+    monkeypatch.chdir(tmp_path)
+    program, shown = checked_program(python_section_example())
+    assert len(shown) >= 5, "the example shows what query, add_if_new, pairs and clusters return"
+    for name in ("add_if_new", "near_duplicate_pairs", "clusters"):
+        assert f"store.{name}(" in program
+    namespace: dict[str, object] = {"_seen": []}
+    exec(compile(program, "README.md", "exec"), namespace)
+    seen = dict(namespace["_seen"])  # type: ignore[call-overload]
+    assert set(seen) == set(shown)
+    for number, pattern in shown.items():
+        regex = ".*?".join(re.escape(part) for part in pattern.split("..."))
+        assert re.fullmatch(regex, repr(seen[number])), f"README shows {pattern}, got {seen[number]!r}"
+
+
+def test_newcomer_commands_use_their_own_venvs() -> None:
+    """The quick start's two commands (install and run; run the tests) shared one .venv."""
+    text = README.read_text(encoding="utf-8")
+    quick_start = text[text.index("## Quick start") : text.index("\n## ", text.index("## Quick start") + 1)]
+    venvs = re.findall(r"python3 -m venv (\S+) && \. (\S+)/bin/activate", quick_start)
+    assert len(venvs) == 2, venvs
+    assert all(created == activated for created, activated in venvs)
+    assert len({created for created, _ in venvs}) == 2, venvs
+
+
+def test_extras_are_installed_from_the_clone() -> None:
+    """simstore is installed from its clone, so an extra is `pip install '.[dask]'`;
+    `pip install 'simstore[dask]'` would look for a package that is not published."""
+    text = README.read_text(encoding="utf-8")
+    assert "install 'simstore[" not in text
+    assert "pip install '.[dask]'" in text
