@@ -4,9 +4,9 @@ from __future__ import annotations
 
 import argparse
 
-from simstore.cli_common import print_json, progress
+from simstore.cli_common import CommandError, open_existing, print_json, progress
+from simstore.errors import StoreNotFoundError
 from simstore.migrate import migrate
-from simstore.opening import open as open_store
 
 
 def configure_compact(parser: argparse.ArgumentParser) -> None:
@@ -20,7 +20,7 @@ def configure_compact(parser: argparse.ArgumentParser) -> None:
 
 
 def run_compact(args: argparse.Namespace) -> int:
-    with open_store(args.store, "w") as store:
+    with open_existing(args.store, "w") as store:
         before = store.stats()
         moved = store.compact(copy_to=args.copy_to)
         after = store.stats()
@@ -56,7 +56,10 @@ def run_migrate(args: argparse.Namespace) -> int:
         bar.update(done - bar.n)
 
     with bar:
-        copied = migrate(args.old, args.new, progress=update)
+        try:
+            copied = migrate(args.old, args.new, progress=update)
+        except StoreNotFoundError:
+            raise CommandError(f"no store at {args.old} to migrate") from None
     if args.json:
         print_json({"documents": copied, "new": args.new})
     else:

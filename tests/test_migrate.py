@@ -172,3 +172,16 @@ def test_compact_refuses_to_replace_a_file(tmp_path: Path, capsys: pytest.Captur
     assert taken.read_text() == "mine"
     assert main(["compact", str(path), "--json"]) == 0
     assert json.loads(capsys.readouterr().out)["entries_moved"] >= 0
+
+
+def test_the_maintenance_verbs_name_a_missing_store_in_the_command_line_s_words(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    missing = tmp_path / "missing.simstore"
+    assert main(["compact", str(missing)]) == 1
+    error = capsys.readouterr().err
+    assert "no simstore store at" in error
+    assert "mode" not in error
+    assert main(["migrate", str(missing), str(tmp_path / "new.simstore")]) == 1
+    assert "no store at" in capsys.readouterr().err
+    assert not missing.exists()
