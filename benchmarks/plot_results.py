@@ -497,28 +497,23 @@ def plot_scale(path: Path, out: Path) -> bool:
     fig, (size_axis, query_axis) = plt.subplots(1, 2, figsize=(12, 5))
     for name, steps in series.items():
         docs = [step["docs"] / 1e6 for step in steps]
-        (line,) = size_axis.plot(
-            docs, [s["file_b_per_doc"] for s in steps], marker="o", label=f"{name}: file"
-        )
-        size_axis.plot(
-            docs,
-            [s["used_b_per_doc"] for s in steps],
-            marker=".",
-            linestyle=":",
-            color=line.get_color(),
-            label=f"{name}: pages in use",
-        )
-        query_axis.plot(
-            docs, [s["warm_p50_us"] for s in steps], marker="o", color=line.get_color(), label=f"{name}: warm"
-        )
-        query_axis.plot(
-            docs,
-            [s["first_p50_us"] for s in steps],
-            marker=".",
-            linestyle=":",
-            color=line.get_color(),
-            label=f"{name}: first pass",
-        )
+        color = None
+        # A solid line for the headline figure, dotted for its companion.
+        for axis, field, label, dotted in (
+            (size_axis, "file_b_per_doc", "file", False),
+            (size_axis, "used_b_per_doc", "pages in use", True),
+            (query_axis, "warm_p50_us", "warm", False),
+            (query_axis, "first_p50_us", "first pass", True),
+        ):
+            (line,) = axis.plot(
+                docs,
+                [step[field] for step in steps],
+                marker="." if dotted else "o",
+                linestyle=":" if dotted else "-",
+                color=color,
+                label=f"{name}: {label}",
+            )
+            color = line.get_color()
     size_axis.set(xlabel="documents (millions)", ylabel="bytes per document", title="size on disk")
     query_axis.set(xlabel="documents (millions)", ylabel="µs", title="single query p50", yscale="log")
     for axis in (size_axis, query_axis):

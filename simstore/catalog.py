@@ -22,6 +22,7 @@ from typing import Any
 import msgpack
 
 from simstore.errors import CorruptStoreError
+from simstore.format import unpack_bounded
 from simstore.runs import MAX_RUN_ID, Geometry
 
 KEY_SPACE = 1 << 64
@@ -107,12 +108,7 @@ class Catalog:
         """Parse and check a stored catalog; ``None`` is a store with no runs yet."""
         if raw is None:
             return cls()
-        if len(raw) > MAX_CATALOG_BYTES:
-            raise CorruptStoreError(f"the run catalog is {len(raw)} bytes, more than {MAX_CATALOG_BYTES}")
-        try:
-            record = msgpack.unpackb(raw, raw=False, strict_map_key=True)
-        except Exception as exc:  # msgpack raises several unrelated types on bad input
-            raise CorruptStoreError(f"the run catalog is not valid msgpack: {exc}") from exc
+        record = unpack_bounded(raw, MAX_CATALOG_BYTES, "run catalog")
         if not isinstance(record, dict) or not isinstance(record.get("runs"), list):
             raise CorruptStoreError("the run catalog is damaged")
         next_run_id = record.get("next")

@@ -108,6 +108,18 @@ def encode_meta(params: StoredParams, *, version: str) -> bytes:
     return packed
 
 
+def unpack_bounded(raw: bytes, limit: int, what: str) -> Any:
+    """A stored msgpack record, refused as damaged (``CorruptStoreError``)
+    when longer than ``limit`` bytes or not valid msgpack: a damaged or
+    hostile record must not cost unbounded memory or raise a foreign type."""
+    if len(raw) > limit:
+        raise CorruptStoreError(f"the {what} is {len(raw)} bytes, more than {limit}")
+    try:
+        return msgpack.unpackb(raw, raw=False, strict_map_key=True)
+    except Exception as exc:  # msgpack raises several unrelated types on bad input
+        raise CorruptStoreError(f"the {what} is not valid msgpack: {exc}") from exc
+
+
 def decode_meta(raw: bytes, *, accept: int = FORMAT_VERSION) -> StoredParams:
     """Parse and validate a meta record of format version ``accept`` (today's,
     unless a migration reads an old store).
@@ -117,12 +129,7 @@ def decode_meta(raw: bytes, *, accept: int = FORMAT_VERSION) -> StoredParams:
         FormatVersionError: the record is from a newer format version.
         CorruptStoreError: the record is simstore's but damaged.
     """
-    if len(raw) > MAX_META_BYTES:
-        raise CorruptStoreError(f"the meta record is {len(raw)} bytes, more than {MAX_META_BYTES}")
-    try:
-        record = msgpack.unpackb(raw, raw=False, strict_map_key=True)
-    except Exception as exc:  # msgpack raises several unrelated types on bad input
-        raise CorruptStoreError(f"the meta record is not valid msgpack: {exc}") from exc
+    record = unpack_bounded(raw, MAX_META_BYTES, "meta record")
     if not isinstance(record, dict) or record.get("format") != FORMAT_NAME:
         raise NotAStoreError("the file's meta record is not a simstore meta record")
     version = record.get("version")

@@ -15,17 +15,10 @@ from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
+from test_cli import BASE, OTHER
 
 from simstore.cli import main
 
-BASE = (
-    "In the beginning God created the heaven and the earth. And the earth was without form, and void; "
-    "and darkness was upon the face of the deep. And the Spirit of God moved upon the face of the waters."
-)
-OTHER = (
-    "Blessed is the man that walketh not in the counsel of the ungodly, nor standeth in the way of sinners, "
-    "nor sitteth in the seat of the scornful. But his delight is in the law of the LORD."
-)
 KEPT = [{"id": "a", "text": BASE}, {"id": "b", "text": OTHER}]
 
 
