@@ -185,9 +185,6 @@ class Catalog:
             return self.compaction.output
         raise CorruptStoreError(f"the run catalog lacks run {run_id}")
 
-    def total_entries(self) -> int:
-        return sum(run.entries for run in self.runs)
-
 
 def finish_compaction(catalog: Catalog) -> Catalog:
     """The catalog once the compaction under way is done in every table."""

@@ -15,7 +15,7 @@ from simstore.errors import CorruptStoreError
 from simstore.format import CATALOG_KEY, STATE_KEY, State
 from simstore.permute import FINGERPRINT_BITS, Table
 from simstore.records import decode_id, decode_record, lookup_key, unpack_key
-from simstore.tables import TableSet, bucket_span
+from simstore.tables import TableSet
 
 
 class Checkable(Protocol):
@@ -140,13 +140,7 @@ def _buckets(
 ) -> Iterator[tuple[bytes, np.ndarray, np.ndarray]]:
     """The run's sound buckets in the range; damaged ones are problems."""
     geometry = run.geometries[index]
-    first, past = _span(run, index, low, high)
-    cursor = txn.cursor(tableset.databases[index])
-    if not cursor.set_range(first):
-        return
-    for key, value in cursor:
-        if key >= past:
-            break
+    for key, value in tableset.buckets(txn, index, run, low, high):
         try:
             keys, ids = runs.check_bucket(key, value, geometry)
         except CorruptStoreError as exc:
@@ -158,10 +152,6 @@ def _buckets(
         ):
             problems.append(f"table {index}: bucket {key.hex()} holds entries of another bucket")
         yield key, keys, ids
-
-
-def _span(run: Run, index: int, low: int, high: int) -> tuple[bytes, bytes]:
-    return bucket_span(run.run_id, run.geometries[index], low, high)
 
 
 def _run_bitmaps(

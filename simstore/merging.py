@@ -60,10 +60,6 @@ class TableWrites:
     sorted entries made one table ahead on ``sorter``: numpy releases the
     GIL, so the next table's sort runs on the other core while LMDB writes
     this one's.
-
-    ``every_fingerprint`` holds every stored fingerprint once a table's
-    bitmaps had to be rebuilt, for the other tables of the same write (a
-    merge's steps share one: no document changes during a merge).
     """
 
     def __init__(
@@ -72,16 +68,16 @@ class TableWrites:
         fingerprints: U64Array,
         tables: tuple[Table, ...],
         sorter: Executor,
-        known_bits: Sequence[int] | None = None,
+        known_bits: Sequence[int],
     ) -> None:
         # Held as uint32 when they fit: half the memory of the two tables'
-        # entries in flight. They are written as 8 bytes all the same.
+        # entries in flight.
         fits = not doc_ids.size or int(doc_ids.max()) <= np.iinfo(np.uint32).max
         self.doc_ids: IdArray = doc_ids.astype(np.uint32) if fits else doc_ids
         self.fingerprints = fingerprints
         self.tables = tables
-        self.known_bits = tuple(known_bits) if known_bits is not None else (64,) * len(tables)
-        self.every_fingerprint: list[U64Array] = []
+        # Per table, the leading bits of each key the run records.
+        self.known_bits = tuple(known_bits)
         self._sorter = sorter
         self._sorting: dict[int, Future[tuple[U64Array, IdArray]]] = {}
 

@@ -159,6 +159,16 @@ class _Scheduler:
             self._pending.add(number)
             return number, chunk
 
+    def _work(self, taken: tuple[int, Chunk], fingerprint: Callable[[int, list[str]], ChunkResult]) -> None:
+        """Fingerprint one taken chunk (``fingerprint(start, texts)``) and
+        record its result, or the exception it raised, for the batch."""
+        number, (start, texts) = taken
+        try:
+            outcome: ChunkResult | BaseException = fingerprint(start, texts)
+        except Exception as exc:
+            outcome = exc
+        self._finish(number, start, outcome)
+
     def _finish(self, number: int, start: int, outcome: ChunkResult | BaseException) -> None:
         with self._done:
             self._pending.discard(number)
@@ -182,12 +192,7 @@ class _Scheduler:
             return
         try:
             while (taken := self._take()) is not None:
-                number, (start, texts) = taken
-                try:
-                    outcome: ChunkResult | BaseException = worker.fingerprint(start, texts)
-                except Exception as exc:
-                    outcome = exc
-                self._finish(number, start, outcome)
+                self._work(taken, worker.fingerprint)
         finally:
             worker.close()
 
@@ -202,12 +207,7 @@ class _Scheduler:
             while True:
                 taken = self._take()
                 if taken is not None:
-                    number, (start, texts) = taken
-                    try:
-                        outcome: ChunkResult | BaseException = self._local(texts, start)
-                    except Exception as exc:
-                        outcome = exc
-                    self._finish(number, start, outcome)
+                    self._work(taken, lambda start, texts: self._local(texts, start))
                 ready: list[ChunkResult] = []
                 with self._done:
                     if taken is None:

@@ -284,19 +284,26 @@ class TableSet:
                 permute_all,
             )
 
-    def entries(
+    def buckets(
         self, txn: Txn, index: int, run: Run, low: int = 0, high: int = KEY_SPACE
-    ) -> Iterator[tuple[bytes, U64Array, U64Array]]:
-        """The buckets of ``run`` in table ``index`` covering permuted keys in
-        ``[low, high)``: ``(key, known keys, ids)`` each, checked."""
-        geometry = run.geometries[index]
-        first, past = bucket_span(run.run_id, geometry, low, high)
+    ) -> Iterator[tuple[bytes, bytes]]:
+        """The stored ``(key, value)`` of every bucket of ``run`` in table
+        ``index`` covering permuted keys in ``[low, high)``, unchecked."""
+        first, past = bucket_span(run.run_id, run.geometries[index], low, high)
         cursor = txn.cursor(self.databases[index])
         if not cursor.set_range(first):
             return
         for key, value in cursor:
             if key >= past:
                 break
+            yield key, value
+
+    def entries(
+        self, txn: Txn, index: int, run: Run, low: int = 0, high: int = KEY_SPACE
+    ) -> Iterator[tuple[bytes, U64Array, U64Array]]:
+        """:meth:`buckets` decoded: ``(key, known keys, ids)`` each, checked."""
+        geometry = run.geometries[index]
+        for key, value in self.buckets(txn, index, run, low, high):
             keys, ids = runs.check_bucket(key, value, geometry)
             yield key, keys, ids
 
@@ -660,11 +667,3 @@ def _delete_range(txn: Txn, db: Database, first: bytes, past: bytes) -> None:
     while (key := cursor.key()) and key < past:
         if not cursor.delete():
             break
-
-
-def drop_runs(txn: Txn, databases: Sequence[Database], run_ids: Sequence[int]) -> None:
-    """Delete every bucket and bitmap chunk of ``run_ids`` from every table."""
-    for db in databases:
-        for run_id in run_ids:
-            _delete_range(txn, db, *runs.run_bounds(run_id))
-            _delete_range(txn, db, *occupancy.run_chunk_bounds(run_id))
