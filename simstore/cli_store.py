@@ -271,17 +271,27 @@ def run_stats(args: argparse.Namespace) -> int:
 
 def configure_plan(parser: argparse.ArgumentParser) -> None:
     parser.add_argument(
-        "-k", "--k", type=non_negative, default=DEFAULT_K, help=f"largest distance (default {DEFAULT_K})"
+        "-k",
+        "--k",
+        type=non_negative,
+        help=f"largest distance (default {DEFAULT_K}, or what --min-similarity needs)",
     )
     parser.add_argument(
         "--docs", type=document_count, required=True, help="expected number of documents, e.g. 1e9"
+    )
+    parser.add_argument(
+        "--min-similarity",
+        type=similarity,
+        metavar="J",
+        help="plan for the k that finds 97 %% of the real near-duplicate pairs at J or more",
     )
     parser.add_argument("--max-tables", type=non_negative, default=None, help="at most this many tables")
     parser.add_argument("--limit", type=non_negative, default=None, help="show only the best N layouts")
 
 
 def run_plan(args: argparse.Namespace) -> int:
-    layouts = plan(args.k, args.docs, max_tables=args.max_tables)
+    k = DEFAULT_K if args.k is None and args.min_similarity is None else args.k
+    layouts = plan(k, args.docs, max_tables=args.max_tables, min_similarity=args.min_similarity)
     if args.json:
         print_json(
             [

@@ -82,7 +82,7 @@ def open(  # noqa: A001 - mirrors dbm.open, deliberately
             ``add_if_new``, pairs and clusters apply unless a call passes its
             own (see :meth:`Store.query`). A new store given one and no ``k``
             gets the ``k`` at which 97 % of real near-duplicate pairs that
-            similar were found (``simstore.choose.K_FOR_SIMILARITY``). Stored;
+            similar were found (``simstore.planner.K_FOR_SIMILARITY``). Stored;
             ``None`` on an existing store means "the file decides".
         **options: per-open settings, see :class:`simstore.Options`.
 

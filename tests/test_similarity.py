@@ -340,7 +340,7 @@ def test_clusters_with_a_threshold_split_dissimilar_texts(tmp_path: Path) -> Non
 
 
 def test_a_stored_threshold_chooses_k_and_applies_by_default(tmp_path: Path) -> None:
-    from simstore.choose import k_for_similarity
+    from simstore.planner import k_for_similarity
 
     words = VOCABULARY[:100]
     base = " ".join(words)
@@ -368,7 +368,7 @@ def test_a_stored_threshold_chooses_k_and_applies_by_default(tmp_path: Path) -> 
 
 
 def test_threshold_table_and_bad_thresholds_at_open(tmp_path: Path) -> None:
-    from simstore.choose import K_FOR_SIMILARITY, k_for_similarity
+    from simstore.planner import K_FOR_SIMILARITY, k_for_similarity
 
     thresholds = [similarity for similarity, _ in K_FOR_SIMILARITY]
     assert thresholds == sorted(thresholds, reverse=True)
@@ -376,6 +376,10 @@ def test_threshold_table_and_bad_thresholds_at_open(tmp_path: Path) -> None:
     assert ks == sorted(ks)  # a lower threshold never needs a smaller k
     with simstore.open(tmp_path / "k.simstore", "c", k=2, min_similarity=0.9) as store:
         assert store.k == 2  # an explicit k wins
+    assert simstore.plan(None, 1e6, min_similarity=0.9)[0].k == k_for_similarity(0.9)
+    assert simstore.best_layout(6, 1e6).k == 6
+    with pytest.raises(InvalidValueError, match="min_similarity"):
+        simstore.plan(None, 1e6)
     with pytest.raises(InvalidValueError):
         simstore.open(tmp_path / "bad.simstore", "c", min_similarity=2)
     with pytest.raises(InvalidValueError, match="sketch"):
