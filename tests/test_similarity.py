@@ -387,3 +387,23 @@ def test_threshold_table_and_bad_thresholds_at_open(tmp_path: Path) -> None:
             tmp_path / "bad.simstore", "c", min_similarity=0.9, fingerprinter=Fingerprinter(sketch=None)
         )
     assert not (tmp_path / "bad.simstore").exists()
+
+
+def test_sketch_of_and_rows_of_zeros(tmp_path: Path) -> None:
+    texts = [" ".join(VOCABULARY[:50]), " ".join(VOCABULARY[60:120])]
+    fingerprints, sketches = Fingerprinter().fingerprints_and_sketches(texts)
+    sketches[1] = 0  # a row of zeros: this document has no sketch
+    with simstore.open(tmp_path / "s.simstore", "c") as store:
+        store.add_many(["a", "b"], fingerprints, sketches=sketches)
+        assert store.sketch_of("a") == sketches[0].tobytes()
+        assert store.sketch_of("b") is None
+        assert store.stats().sketched_docs == 1
+        with pytest.raises(simstore.KeyNotFoundError):
+            store.sketch_of("missing")
+        with pytest.raises(InvalidValueError, match="rows of 128 bytes"):
+            store.add_many(["c"], fingerprints[:1], sketches=sketches[:, :64].copy())
+        with pytest.raises(InvalidTypeError):
+            store.add_many(["c"], fingerprints[:1], sketches=sketches[:1].astype(np.int16))
+        with pytest.raises(InvalidTypeError, match="sketches= goes with fingerprints="):
+            store.add_many(["c"], texts=texts[:1], sketches=sketches[:1])
+        assert "c" not in store
