@@ -1,0 +1,302 @@
+"""The report of the real-text benchmark: markdown tables and the recall/precision plot.
+
+Takes the :class:`realtext_quality.CorpusResult` of each corpus; writes nothing but what
+it is asked to (``benchmarks/results/quality_real.md`` and ``quality_real.png`` by
+``bench_quality.py --real``).
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Sequence
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+import numpy.typing as npt
+from realtext_quality import (
+    BANDS,
+    DISTANCE_THRESHOLDS,
+    RECALL_TARGET,
+    SHORT_TOKENS,
+    VERIFY_POINTS,
+    CorpusResult,
+    lsh_shape,
+    smallest_k,
+)
+
+
+def _pct(value: float) -> str:
+    return "-" if value is None or (isinstance(value, float) and math.isnan(value)) else f"{100 * value:.1f}"
+
+
+def _table(headers: Sequence[str], rows: Sequence[Sequence[object]]) -> list[str]:
+    lines = ["| " + " | ".join(headers) + " |", "|" + "|".join("---" for _ in headers) + "|"]
+    lines += ["| " + " | ".join(str(c) for c in row) + " |" for row in rows]
+    return lines
+
+
+def corpora_table(results: Sequence[CorpusResult]) -> list[str]:
+    """One row per corpus: size and true pairs per band."""
+    rows = []
+    for r in results:
+        g = r.groups["all"]
+        rows.append(
+            [r.name, r.docs, f"{r.median_tokens:.0f}", r.short_docs]
+            + [g[name] for name, _, _ in BANDS]
+            + [g["0.5-0.8"], f"{r.seconds:.0f}"]
+        )
+    headers = ["corpus", "docs", "median tokens", f"docs < {SHORT_TOKENS} tokens"]
+    headers += [f"pairs {name}" for name, _, _ in BANDS] + ["pairs 0.5-0.8", "seconds"]
+    return _table(headers, rows)
+
+
+def bytes_table(sketch_bytes: int | None) -> list[str]:
+    """Bytes per document of each system's signature."""
+    rows: list[list[object]] = [["simstore (fingerprint)", 8, "uint64 simhash"]]
+    if sketch_bytes:
+        rows.append(
+            ["simstore + verification sketch", 8 + sketch_bytes, f"fingerprint + {sketch_bytes} B sketch"]
+        )
+    rows.append(["simhash (PyPI)", 8, "64-bit int"])
+    try:
+        bands, rows_per_band = lsh_shape()
+        lsh = (
+            "MinHash: 128 hash values held as uint64 (1024 B); the LSH tables add "
+            f"{bands} band keys of {rows_per_band} values ({bands * rows_per_band * 8} B)"
+        )
+    except ImportError:
+        lsh = "datasketch not installed"
+    rows.append(["datasketch MinHashLSH(0.8, 128)", 1024, lsh])
+    return _table(["system", "bytes per document", "what is stored"], rows)
+
+
+def distance_table(results: Sequence[CorpusResult], kind: str) -> list[str]:
+    """Smallest k holding RECALL_TARGET of the pairs t <= J < 1, per corpus and pooled."""
+    rows = []
+    pooled_j: list[npt.NDArray[np.float64]] = []
+    pooled_d: list[npt.NDArray[np.int64]] = []
+    for r in results:
+        j, d = r.truth_distances[kind]
+        pooled_j.append(j)
+        pooled_d.append(d)
+        rows.append([r.name, *(_k_cell(j, d, t) for t in DISTANCE_THRESHOLDS)])
+    j = np.concatenate(pooled_j) if pooled_j else np.zeros(0)
+    d = np.concatenate(pooled_d) if pooled_d else np.zeros(0, dtype=np.int64)
+    rows.append(["**pooled**", *(_k_cell(j, d, t) for t in DISTANCE_THRESHOLDS)])
+    return _table(["corpus", *(f"t = {t}: k (pairs)" for t in DISTANCE_THRESHOLDS)], rows)
+
+
+def _k_cell(j: npt.NDArray[np.float64], d: npt.NDArray[np.int64], threshold: float) -> str:
+    chosen = d[(j >= threshold) & (j < 1.0)]
+    k = smallest_k(chosen, RECALL_TARGET)
+    return "-" if k is None else f"{k} ({len(chosen)})"
+
+
+def error_table(results: Sequence[CorpusResult]) -> list[str]:
+    """Sketch estimate minus exact J, pooled over corpora, per geometry."""
+    with_errors = [r for r in results if r.errors is not None]
+    if not with_errors:
+        return ["(no verification sketch in this simstore: skipped)"]
+    exact = np.concatenate([r.errors["exact"] for r in with_errors])
+    geometries = [key for key in with_errors[0].errors if key != "exact"]
+    rows = []
+    for geometry in geometries:
+        bins, bits = (int(v) for v in geometry.split("x"))
+        diff = np.concatenate([r.errors[geometry] for r in with_errors]) - exact
+        high = exact >= 0.5
+        cells: list[object] = [geometry.replace("x", " x "), bins * bits // 8]
+        for part in (high, ~high):
+            err = diff[part]
+            if len(err):
+                cells += [
+                    f"{np.abs(err).mean():.4f}",
+                    f"{np.percentile(err, 1):+.3f} / {np.percentile(err, 99):+.3f}",
+                ]
+            else:
+                cells += ["-", "-"]
+        for k, threshold in VERIFY_POINTS:
+            near = sum(r.verify_by_geometry[geometry]["near"] for r in with_errors if r.verify_by_geometry)
+            hits = sum(
+                r.verify_by_geometry[geometry][f"k{k} t{threshold} hits"]
+                for r in with_errors
+                if r.verify_by_geometry
+            )
+            fp = sum(
+                r.verify_by_geometry[geometry][f"k{k} t{threshold} fp"]
+                for r in with_errors
+                if r.verify_by_geometry
+            )
+            reported = sum(
+                r.verify_by_geometry[geometry][f"k{k} t{threshold} reported"]
+                for r in with_errors
+                if r.verify_by_geometry
+            )
+            precision = 1 - fp / reported if reported else 1.0
+            cells.append(f"{_pct(hits / near if near else math.nan)} / {_pct(precision)}")
+        rows.append(cells)
+    headers = [
+        "bins x bits",
+        "bytes",
+        "MAE, J >= 0.5",
+        "p1 / p99 of est - J, J >= 0.5",
+        "MAE, J < 0.5",
+        "p1 / p99, J < 0.5",
+    ]
+    headers += [f"k={k}, est >= {t}: recall 0.9<=J<1 / precision %" for k, t in VERIFY_POINTS]
+    n_high = int((exact >= 0.5).sum())
+    note = (
+        f"Pairs: {n_high} with J >= 0.5 (every true pair) and {len(exact) - n_high} below "
+        "(candidates within 12 bits, sampled, and random pairs), pooled over the corpora."
+    )
+    return [note, "", *_table(headers, rows)]
+
+
+def system_rows(
+    tables: dict[str, dict[int, dict[str, float]]], single: dict[str, dict[str, float]]
+) -> list[list[object]]:
+    """Rows (system, k, recall per band, r90, reported, FP, precision)."""
+    rows: list[list[object]] = []
+    for system, by_k in tables.items():
+        for k, s in by_k.items():
+            rows.append(_score_row(system, k, s))
+    for system, s in single.items():
+        rows.append(_score_row(system, "-", s))
+    return rows
+
+
+def _score_row(system: str, k: object, s: dict[str, float]) -> list[object]:
+    return [
+        system,
+        k,
+        *(_pct(s[name]) for name, _, _ in BANDS),
+        _pct(s["r90"]),
+        int(s["reported"]),
+        int(s["fp"]),
+        f"{100 * s['precision']:.2f}",
+    ]
+
+
+SCORE_HEADERS = [
+    "system",
+    "k",
+    "recall J=1",
+    "0.97-1",
+    "0.9-0.97",
+    "0.8-0.9",
+    "0.9<=J<1",
+    "reported",
+    "false (J<0.5)",
+    "precision %",
+]
+
+
+def corpus_sections(results: Sequence[CorpusResult]) -> list[str]:
+    """The full k = 0..12 tables, per corpus and pair group."""
+    lines: list[str] = []
+    for r in results:
+        for group, tables in r.tables.items():
+            label = {
+                "all": "all pairs",
+                "long": f"pairs of texts of >= {SHORT_TOKENS} tokens",
+                "short": f"pairs with a text of < {SHORT_TOKENS} tokens",
+            }[group]
+            counts = r.groups[group]
+            lines += [
+                "",
+                f"### {r.name}: {label}",
+                "",
+                "True pairs: " + ", ".join(f"{k} {v}" for k, v in counts.items()),
+                "",
+            ]
+            lines += _table(SCORE_HEADERS, system_rows(tables, r.single.get(group, {})))
+    return lines
+
+
+def headline(results: Sequence[CorpusResult], systems: Sequence[tuple[str, int]]) -> list[str]:
+    """A compact table: recall of 0.97 <= J < 1 and of 0.9 <= J < 1, and precision, at chosen (system, k)."""
+    rows = []
+    for system, k in systems:
+        cells: list[object] = [f"{system} k={k}" if k >= 0 else system]
+        for r in results:
+            s = r.single["all"].get(system) if k < 0 else r.tables["all"].get(system, {}).get(k)
+            cells.append(
+                "-" if s is None else f"{_pct(s['>=0.97'])} / {_pct(s['r90'])} / {100 * s['precision']:.1f}"
+            )
+        rows.append(cells)
+    return _table(["system", *(r.name for r in results)], rows)
+
+
+def markdown(results: Sequence[CorpusResult], header: dict[str, Any], sketch_bytes: int | None) -> str:
+    """The whole report."""
+    lines = ["# Fingerprint quality on real text", ""]
+    lines += [f"- {key}: {value}" for key, value in header.items()]
+    lines += ["", "## Corpora", "", *corpora_table(results)]
+    lines += ["", "## Bytes per document", "", *bytes_table(sketch_bytes)]
+    lines += ["", "## Headline: recall 0.97 <= J < 1 / recall 0.9 <= J < 1 / precision, %", ""]
+    chosen = [("simstore", k) for k in (3, 5, 8)]
+    if any("simstore+verify>=0.9" in r.tables["all"] for r in results):
+        chosen += [("simstore+verify>=0.9", k) for k in (8, 12)] + [("simstore+verify>=0.8", 8)]
+    chosen += [("simhash (PyPI)", 3), ("simhash (PyPI)", 8), ("MinHashLSH", -1)]
+    lines += headline(results, chosen)
+    lines += [
+        "",
+        f"## Smallest k holding {RECALL_TARGET:.0%} of the pairs t <= J < 1 (default fingerprint)",
+        "",
+    ]
+    lines += [f"Texts of >= {SHORT_TOKENS} tokens:", "", *distance_table(results, "long")]
+    lines += ["", f"Pairs with a text of < {SHORT_TOKENS} tokens:", "", *distance_table(results, "short")]
+    lines += ["", "## Verification sketch: estimate against exact J", "", *error_table(results)]
+    lines += ["", "## Every k", *corpus_sections(results), ""]
+    return "\n".join(lines)
+
+
+def plot(results: Sequence[CorpusResult], path: Path) -> Path | None:
+    """Recall (0.9 <= J < 1) against precision per system, one panel per corpus."""
+    try:
+        import matplotlib
+
+        matplotlib.use("Agg")
+        import matplotlib.pyplot as plt
+    except ImportError:
+        return None
+    columns = 4
+    rows = math.ceil(len(results) / columns)
+    fig, axes = plt.subplots(rows, columns, figsize=(4 * columns, 3.6 * rows), squeeze=False)
+    styles = {
+        "simstore": "C0",
+        "simstore+verify>=0.8": "C2",
+        "simstore+verify>=0.9": "C3",
+        "simstore+verify>=0.97": "C4",
+        "simhash (PyPI)": "C1",
+    }
+    for ax, r in zip(axes.flat, results, strict=False):
+        for system, colour in styles.items():
+            by_k = r.tables["all"].get(system)
+            if not by_k:
+                continue
+            x = [100 * s["precision"] for s in by_k.values()]
+            y = [100 * s["r90"] for s in by_k.values()]
+            ax.plot(x, y, marker="o", ms=2.5, color=colour, label=system)
+            for k in (3, 8, 12):
+                ax.annotate(str(k), (x[k], y[k]), fontsize=6, color=colour)
+        minhash = r.single.get("all", {}).get("MinHashLSH")
+        if minhash:
+            ax.plot(
+                [100 * minhash["precision"]], [100 * minhash["r90"]], "k*", ms=9, label="MinHashLSH(0.8, 128)"
+            )
+        ax.set_title(f"{r.name} ({r.docs} docs)", fontsize=9)
+        ax.set_xlabel("precision % (false = J < 0.5)", fontsize=8)
+        ax.set_ylabel("recall % of 0.9 <= J < 1", fontsize=8)
+        ax.grid(alpha=0.3)
+        ax.tick_params(labelsize=7)
+    for ax in list(axes.flat)[len(results) :]:
+        ax.axis("off")
+    handles, labels = axes.flat[0].get_legend_handles_labels()
+    fig.legend(handles, labels, loc="lower right", fontsize=8)
+    fig.suptitle("Real text: recall against precision as k goes 0..12 (labels: k)", fontsize=10)
+    fig.tight_layout()
+    path.parent.mkdir(exist_ok=True)
+    fig.savefig(path, dpi=110)
+    plt.close(fig)
+    return path
