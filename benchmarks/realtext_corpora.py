@@ -13,24 +13,32 @@ per line). Build them once with::
 The corpora (sources and versions are the constants below; benchmarks/README.md lists them):
 
 ``docs_en``
-    English documentation across releases: every ``.rst``/``.md``/``.txt`` file under
-    ``doc/`` or ``docs/`` and the top-level README/CHANGES of several releases of
-    click, flask, jinja2, werkzeug, pytest and sphinx (sdists from PyPI), one document
-    per file per release, 100 tokens or more, at most 100K characters. A file unchanged
-    between releases is an exact duplicate; an edited one a near-duplicate.
+    English documentation across releases and architectures: every
+    ``.rst``/``.md``/``.txt`` file under ``doc/`` or ``docs/`` and the top-level
+    README/CHANGES of several releases of click, flask, jinja2, werkzeug, pytest and
+    sphinx (sdists from PyPI), one document per file per release, and the English pages
+    of the Debian installation guide for four architectures (``installation-guide-*``,
+    HTML to text), one document per page per architecture. A file unchanged between
+    releases is an exact duplicate; an edited one, or another architecture's version of
+    a page, a near-duplicate.
 ``licence_en``
-    Whole licence texts: the Debian copyright files of the packages installed on the
-    machine (``/usr/share/doc/*/copyright``) and of the packages downloaded here, and
-    the LICENSE/COPYING files of the sdists above; identical files kept once.
+    Licence texts across packages: the ``License:`` stanzas of the machine-readable
+    Debian copyright files (and whole files of the free-form ones) of the packages
+    installed on the machine (``/usr/share/doc/*/copyright``) and of the packages
+    downloaded here, and the LICENSE/COPYING files of the sdists above; identical texts
+    kept once, so an exact duplicate is one that differs only in case or spacing.
 ``licence_en_para``
-    The same files cut into paragraphs (blank-line separated, 3 tokens or more),
-    identical paragraphs kept once; the short-text corpus in English.
-``man_zh``
+    The same files cut into paragraphs (at blank lines and the `` .`` lines of the
+    copyright format, 3 tokens or more), identical paragraphs kept once; the short-text
+    corpus in English.
+``docs_zh``
     Chinese manual pages (Debian ``manpages-zh``, zh_CN and zh_TW, rendered by groff),
-    and README/CHANGELOG of several pypinyin releases (Chinese docs across releases).
-``man_zh_para``
-    The zh_CN/zh_TW manual pages cut into paragraphs, identical ones kept once; the
-    short-text corpus in Chinese.
+    the Simplified and Traditional Chinese pages of the installation guide for the four
+    architectures, and README/CHANGELOG of several pypinyin releases (Chinese docs
+    across releases).
+``docs_zh_para``
+    The Chinese manual pages and installation-guide pages cut into paragraphs,
+    identical ones kept once; the short-text corpus in Chinese.
 ``templated_en``
     Generated reference pages sharing a template: the OpenSSL API and command pages
     (``libssl-doc``, ``openssl``) and the Linux system-call and library pages
@@ -49,6 +57,7 @@ from __future__ import annotations
 import argparse
 import concurrent.futures
 import gzip
+import html.parser
 import json
 import os
 import random
@@ -69,8 +78,8 @@ CORPUS_NAMES = (
     "docs_en",
     "licence_en",
     "licence_en_para",
-    "man_zh",
-    "man_zh_para",
+    "docs_zh",
+    "docs_zh_para",
     "templated_en",
     "negative_en",
 )
@@ -87,9 +96,15 @@ DOCS_RELEASES: dict[str, tuple[str, ...]] = {
 ZH_RELEASES: dict[str, tuple[str, ...]] = {
     "pypinyin": ("0.30.0", "0.35.0", "0.38.0", "0.40.0", "0.42.0", "0.44.0", "0.46.0", "0.48.0", "0.50.0"),
 }
-DEBIAN_PACKAGES = ("manpages-zh", "libssl-doc", "openssl", "manpages-dev", "manpages", "git-man")
+# The Debian installation guide is generated for each architecture from one source.
+INSTALL_GUIDES = tuple(f"installation-guide-{arch}" for arch in ("amd64", "arm64", "armhf", "i386"))
+DEBIAN_PACKAGES = (
+    *("manpages-zh", "libssl-doc", "openssl", "manpages-dev", "manpages", "git-man"),
+    *INSTALL_GUIDES,
+)
 MIN_LONG_TOKENS = 100
-MAX_CHARS = 100_000
+MAX_CHARS = 100_000  # longer texts (a few changelogs and copyright files) are left out
+MAX_PARAGRAPH_CHARS = 5_000
 MAX_DOCS = 20_000
 NEGATIVE_MAX_JACCARD = 0.3
 
@@ -203,9 +218,67 @@ def token_count(text: str) -> int:
 
 
 def paragraphs(text: str) -> list[str]:
-    """Blank-line separated blocks of ``text``, lines joined and stripped."""
-    blocks = re.split(r"\n\s*\n", text)
+    """Blocks of ``text`` separated by blank lines or by lines of a lone ``.`` (the
+    blank line inside a field of a Debian copyright file), lines joined and stripped."""
+    blocks = re.split(r"\n(?:[ \t]*\.?[ \t]*\n)+", text)
     return [" ".join(line.strip() for line in b.splitlines()).strip() for b in blocks]
+
+
+def licence_blocks(text: str) -> list[str]:
+    """The ``License:`` stanzas of a machine-readable Debian copyright file that hold a
+    licence text, or the whole text of a free-form one."""
+    if not text.startswith("Format:"):
+        return [text]
+    stanzas = re.split(r"\n[ \t]*\n", text)
+    return [s for s in stanzas if s.startswith("License:") and "\n" in s.strip()]
+
+
+class _TextOfHtml(html.parser.HTMLParser):
+    """The text of an HTML page, a blank line after each block element."""
+
+    BLOCKS = frozenset(("p", "div", "pre", "li", "dt", "dd", "tr", "table", "br"))
+    BLOCKS |= frozenset(f"h{level}" for level in range(1, 7))
+
+    def __init__(self) -> None:
+        super().__init__(convert_charrefs=True)
+        self.parts: list[str] = []
+        self.skip = 0
+
+    def handle_starttag(self, tag: str, attrs: list[tuple[str, str | None]]) -> None:
+        if tag in ("script", "style", "head"):
+            self.skip += 1
+        elif tag in self.BLOCKS:
+            self.parts.append("\n\n")
+
+    def handle_endtag(self, tag: str) -> None:
+        if tag in ("script", "style", "head"):
+            self.skip = max(0, self.skip - 1)
+        elif tag in self.BLOCKS:
+            self.parts.append("\n\n")
+
+    def handle_data(self, data: str) -> None:
+        if not self.skip:
+            self.parts.append(data)
+
+
+def html_text(markup: str) -> str:
+    """Plain text of an HTML page: paragraphs apart, white space inside them collapsed."""
+    parser = _TextOfHtml()
+    parser.feed(markup)
+    blocks = re.split(r"\n\s*\n", "".join(parser.parts))
+    return "\n\n".join(" ".join(b.split()) for b in blocks if b.strip())
+
+
+def install_guide_pages(languages: tuple[str, ...]) -> list[tuple[str, str]]:
+    """(source, text) of each installation-guide page in ``languages``, per architecture."""
+    root = fetch_debs(DEBIAN_PACKAGES) / "usr" / "share" / "doc"
+    pages = []
+    for package in INSTALL_GUIDES:
+        for language in languages:
+            for path in sorted((root / package / language).glob("*.html")):
+                text = html_text(path.read_text("utf-8", "replace"))
+                pages.append((f"{package}/{language}/{path.name}", text))
+    return pages
 
 
 def unique(records: Iterable[dict[str, str]]) -> list[dict[str, str]]:
@@ -233,7 +306,7 @@ def para_records(pages: list[tuple[str, str]], min_tokens: int = 3) -> list[dict
     out = []
     for source, text in pages:
         for number, para in enumerate(paragraphs(text)):
-            if para and token_count(para) >= min_tokens:
+            if para and len(para) <= MAX_PARAGRAPH_CHARS and token_count(para) >= min_tokens:
                 out.append({"source": f"{source}#p{number}", "text": para})
     return unique(out)
 
@@ -270,8 +343,10 @@ def release_docs(releases: dict[str, tuple[str, ...]]) -> list[dict[str, str]]:
 
 
 def build_docs_en() -> list[dict[str, str]]:
-    """docs_en: documentation files of several releases of six projects."""
+    """docs_en: documentation files of several releases of six projects, and the
+    installation guide's English pages for four architectures."""
     records = release_docs(DOCS_RELEASES)
+    records += [{"source": s, "text": t} for s, t in install_guide_pages(("en",))]
     return cap([r for r in records if token_count(r["text"]) >= MIN_LONG_TOKENS], "docs_en")
 
 
@@ -294,23 +369,26 @@ def _licence_texts() -> list[tuple[str, str]]:
 def build_licence() -> tuple[list[dict[str, str]], list[dict[str, str]]]:
     """licence_en (whole files) and licence_en_para (their paragraphs)."""
     texts = _licence_texts()
-    whole = unique({"source": s, "text": t} for s, t in texts)
-    whole = [r for r in whole if token_count(r["text"]) >= MIN_LONG_TOKENS]
+    blocks = ({"source": s, "text": b} for s, t in texts for b in licence_blocks(t) if len(b) <= MAX_CHARS)
+    whole = [r for r in unique(blocks) if token_count(r["text"]) >= MIN_LONG_TOKENS]
     return cap(whole, "licence_en"), cap(para_records(texts), "licence_en_para")
 
 
-def build_man_zh() -> tuple[list[dict[str, str]], list[dict[str, str]]]:
-    """man_zh (pages and pypinyin docs across releases) and man_zh_para."""
+def build_docs_zh() -> tuple[list[dict[str, str]], list[dict[str, str]]]:
+    """docs_zh (manual pages, installation guide, pypinyin docs across releases) and
+    docs_zh_para."""
     root = fetch_debs(DEBIAN_PACKAGES) / "usr" / "share" / "man"
     pages = render_all(man_pages(root, "zh_*/man*/*"))
     named = [(f"manpages-zh:{p.relative_to(root)}", t) for p, t in pages]
+    named += install_guide_pages(("zh_CN", "zh_TW"))
+    named = [(s, t) for s, t in named if len(t) <= MAX_CHARS]
     long = [{"source": s, "text": t} for s, t in named if token_count(t) >= MIN_LONG_TOKENS]
     for name, versions in ZH_RELEASES.items():
         for version in versions:
             for path, text in sdist_files(fetch_sdist(name, version)):
                 if path in ("README.rst", "CHANGELOG.rst"):
                     long.append({"source": f"{name}-{version}/{path}", "text": text})
-    return cap(long, "man_zh"), cap(para_records(named, min_tokens=2), "man_zh_para")
+    return cap(long, "docs_zh"), cap(para_records(named, min_tokens=2), "docs_zh_para")
 
 
 def build_templated() -> list[dict[str, str]]:
@@ -319,7 +397,7 @@ def build_templated() -> list[dict[str, str]]:
     paths = man_pages(root, "man3/*ssl*") + man_pages(root, "man1/*ssl*") + man_pages(root, "man7/*ssl*")
     paths += man_pages(root, "man2/*") + man_pages(root, "man3/*.3.gz") + man_pages(root, "man3/*.3type.gz")
     pages = render_all(sorted(set(paths)))
-    records = [{"source": f"man:{p.relative_to(root)}", "text": t} for p, t in pages]
+    records = [{"source": f"man:{p.relative_to(root)}", "text": t} for p, t in pages if len(t) <= MAX_CHARS]
     return cap([r for r in records if token_count(r["text"]) >= MIN_LONG_TOKENS], "templated_en")
 
 
@@ -334,7 +412,7 @@ def build_negative() -> list[dict[str, str]]:
     records = [{"source": f"man:{p.relative_to(root)}", "text": t} for p, t in pages]
     latest = {name: versions[-1:] for name, versions in DOCS_RELEASES.items()}
     records += release_docs(latest)
-    records = unique(r for r in records if token_count(r["text"]) >= 300)
+    records = unique(r for r in records if len(r["text"]) <= MAX_CHARS and token_count(r["text"]) >= 300)
     sets = shingle_ids([r["text"] for r in records])
     pairs = similar_pairs(sets, NEGATIVE_MAX_JACCARD)
     dropped: set[int] = set()
@@ -380,10 +458,10 @@ def build(names: Iterable[str], force: bool = False) -> None:
         whole, paras = build_licence()
         write_corpus("licence_en", whole)
         write_corpus("licence_en_para", paras)
-    if {"man_zh", "man_zh_para"} & set(todo):
-        long, paras = build_man_zh()
-        write_corpus("man_zh", long)
-        write_corpus("man_zh_para", paras)
+    if {"docs_zh", "docs_zh_para"} & set(todo):
+        long, paras = build_docs_zh()
+        write_corpus("docs_zh", long)
+        write_corpus("docs_zh_para", paras)
     if "templated_en" in todo:
         write_corpus("templated_en", build_templated())
     if "negative_en" in todo:
