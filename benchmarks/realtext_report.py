@@ -214,17 +214,50 @@ def corpus_sections(results: Sequence[CorpusResult]) -> list[str]:
 
 
 def headline(results: Sequence[CorpusResult], systems: Sequence[tuple[str, int]]) -> list[str]:
-    """A compact table: recall of 0.97 <= J < 1 and of 0.9 <= J < 1, and precision, at chosen (system, k)."""
+    """A compact table: recall of 0.97 <= J < 1 and of 0.9 <= J < 1, and precision, at
+    chosen (system, k), per corpus and pooled."""
     rows = []
     for system, k in systems:
         cells: list[object] = [f"{system} k={k}" if k >= 0 else system]
         for r in results:
-            s = r.single["all"].get(system) if k < 0 else r.tables["all"].get(system, {}).get(k)
-            cells.append(
-                "-" if s is None else f"{_pct(s['>=0.97'])} / {_pct(s['r90'])} / {100 * s['precision']:.1f}"
-            )
+            s = r.single.get("all", {}).get(system) if k < 0 else r.tables["all"].get(system, {}).get(k)
+            cells.append(_cell(s))
+        cells.append(_cell(pooled(results, system, k)))
         rows.append(cells)
-    return _table(["system", *(r.name for r in results)], rows)
+    return _table(["system", *(r.name for r in results), "**pooled**"], rows)
+
+
+def _cell(s: dict[str, float] | None) -> str:
+    if s is None:
+        return "-"
+    return f"{_pct(s['>=0.97'])} / {_pct(s['r90'])} / {100 * s['precision']:.1f}"
+
+
+def pooled(results: Sequence[CorpusResult], system: str, k: int) -> dict[str, float] | None:
+    """Scores of ``system`` at ``k`` (k < 0: a system without k) summed over the corpora
+    (all pairs): recall = hits / true pairs per band, precision from the summed counts."""
+    hits = dict.fromkeys([name for name, _, _ in BANDS] + ["r90"], 0.0)
+    totals = dict.fromkeys(hits, 0)
+    reported = fp = 0
+    found = False
+    for r in results:
+        s = r.single.get("all", {}).get(system) if k < 0 else r.tables["all"].get(system, {}).get(k)
+        if s is None:
+            continue
+        found = True
+        counts = dict(r.groups["all"])
+        counts["r90"] = counts[">=0.97"] + counts["0.9-0.97"]
+        for name in hits:
+            if counts[name]:
+                hits[name] += s[name] * counts[name]
+                totals[name] += counts[name]
+        reported += int(s["reported"])
+        fp += int(s["fp"])
+    if not found:
+        return None
+    out = {name: hits[name] / totals[name] if totals[name] else math.nan for name in hits}
+    out.update(reported=reported, fp=fp, precision=1 - fp / reported if reported else 1.0)
+    return out
 
 
 def markdown(results: Sequence[CorpusResult], header: dict[str, Any], sketch_bytes: int | None) -> str:
@@ -251,8 +284,19 @@ def markdown(results: Sequence[CorpusResult], header: dict[str, Any], sketch_byt
     return "\n".join(lines)
 
 
+STYLES = {
+    "simstore": "C0",
+    "simstore+verify>=0.8": "C2",
+    "simstore+verify>=0.9": "C3",
+    "simstore+verify>=0.97": "C4",
+    "simhash (PyPI)": "C1",
+}
+
+
 def plot(results: Sequence[CorpusResult], path: Path) -> Path | None:
-    """Recall (0.9 <= J < 1) against precision per system, one panel per corpus."""
+    """Recall (0.9 <= J < 1) against precision per system as k goes 0..12: one panel
+    pooled over the corpora, one per corpus; corpora without such pairs (the templated
+    and negative ones) show their false pairs against k instead."""
     try:
         import matplotlib
 
@@ -260,43 +304,76 @@ def plot(results: Sequence[CorpusResult], path: Path) -> Path | None:
         import matplotlib.pyplot as plt
     except ImportError:
         return None
+    panels: list[tuple[str, CorpusResult | None]] = [("pooled: all corpora", None)]
+    panels += [(r.name, r) for r in results]
     columns = 4
-    rows = math.ceil(len(results) / columns)
-    fig, axes = plt.subplots(rows, columns, figsize=(4 * columns, 3.6 * rows), squeeze=False)
-    styles = {
-        "simstore": "C0",
-        "simstore+verify>=0.8": "C2",
-        "simstore+verify>=0.9": "C3",
-        "simstore+verify>=0.97": "C4",
-        "simhash (PyPI)": "C1",
-    }
-    for ax, r in zip(axes.flat, results, strict=False):
-        for system, colour in styles.items():
-            by_k = r.tables["all"].get(system)
-            if not by_k:
-                continue
-            x = [100 * s["precision"] for s in by_k.values()]
-            y = [100 * s["r90"] for s in by_k.values()]
-            ax.plot(x, y, marker="o", ms=2.5, color=colour, label=system)
-            for k in (3, 8, 12):
-                ax.annotate(str(k), (x[k], y[k]), fontsize=6, color=colour)
-        minhash = r.single.get("all", {}).get("MinHashLSH")
-        if minhash:
-            ax.plot(
-                [100 * minhash["precision"]], [100 * minhash["r90"]], "k*", ms=9, label="MinHashLSH(0.8, 128)"
-            )
-        ax.set_title(f"{r.name} ({r.docs} docs)", fontsize=9)
-        ax.set_xlabel("precision % (false = J < 0.5)", fontsize=8)
-        ax.set_ylabel("recall % of 0.9 <= J < 1", fontsize=8)
+    rows = math.ceil(len(panels) / columns)
+    fig, axes = plt.subplots(rows, columns, figsize=(4.2 * columns, 3.7 * rows), squeeze=False)
+    for ax, (title, r) in zip(axes.flat, panels, strict=False):
+        curves: dict[str, dict[int, dict[str, float]]] = {}
+        for system in STYLES:
+            if r is None:
+                found = {k: pooled(results, system, k) for k in range(13)}
+                by_k = {k: s for k, s in found.items() if s is not None}
+            else:
+                by_k = r.tables["all"].get(system, {})
+            if by_k:
+                curves[system] = by_k
+        minhash = (
+            pooled(results, "MinHashLSH", -1) if r is None else r.single.get("all", {}).get("MinHashLSH")
+        )
+        near = 1 if r is None else r.groups["all"][">=0.97"] + r.groups["all"]["0.9-0.97"]
+        if near:
+            _recall_panel(ax, curves, minhash)
+        else:
+            _false_panel(ax, curves, minhash)
+        ax.set_title(title if r is None else f"{title} ({r.docs} docs)", fontsize=9)
         ax.grid(alpha=0.3)
         ax.tick_params(labelsize=7)
-    for ax in list(axes.flat)[len(results) :]:
+    for ax in list(axes.flat)[len(panels) :]:
         ax.axis("off")
     handles, labels = axes.flat[0].get_legend_handles_labels()
-    fig.legend(handles, labels, loc="lower right", fontsize=8)
-    fig.suptitle("Real text: recall against precision as k goes 0..12 (labels: k)", fontsize=10)
-    fig.tight_layout()
+    fig.legend(handles, labels, loc="lower center", ncol=len(labels), fontsize=8, frameon=False)
+    fig.suptitle(
+        "Real text: recall of 0.9 <= J < 1 against precision (false pair: J < 0.5) "
+        "as k goes 0..12 (labels: k)",
+        fontsize=10,
+    )
+    fig.tight_layout(rect=(0, 0.04, 1, 1))
     path.parent.mkdir(exist_ok=True)
     fig.savefig(path, dpi=110)
     plt.close(fig)
     return path
+
+
+def _recall_panel(
+    ax: Any, curves: dict[str, dict[int, dict[str, float]]], minhash: dict[str, float] | None
+) -> None:
+    """Recall of 0.9 <= J < 1 against precision, one line per system."""
+    for system, by_k in curves.items():
+        x = [100 * s["precision"] for s in by_k.values()]
+        y = [100 * s["r90"] for s in by_k.values()]
+        ax.plot(x, y, marker="o", ms=2.5, color=STYLES[system], label=system)
+        for k in (3, 8, 12):
+            if k in by_k:
+                ax.annotate(str(k), (x[k], y[k]), fontsize=6, color=STYLES[system])
+    if minhash:
+        ax.plot(
+            [100 * minhash["precision"]], [100 * minhash["r90"]], "k*", ms=9, label="MinHashLSH(0.8, 128)"
+        )
+    ax.set_xlabel("precision %", fontsize=8)
+    ax.set_ylabel("recall % of 0.9 <= J < 1", fontsize=8)
+
+
+def _false_panel(
+    ax: Any, curves: dict[str, dict[int, dict[str, float]]], minhash: dict[str, float] | None
+) -> None:
+    """False pairs against k, one line per system (a corpus without near-duplicates)."""
+    for system, by_k in curves.items():
+        y = [s["fp"] + 0.5 for s in by_k.values()]
+        ax.plot(list(by_k), y, marker="o", ms=2.5, color=STYLES[system], label=system)
+    if minhash:
+        ax.plot([0], [minhash["fp"] + 0.5], "k*", ms=9, label="MinHashLSH(0.8, 128)")
+    ax.set_yscale("log")
+    ax.set_xlabel("k (no pairs with 0.9 <= J < 1 here)", fontsize=8)
+    ax.set_ylabel("false pairs + 0.5 (log scale)", fontsize=8)
