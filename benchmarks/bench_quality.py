@@ -29,7 +29,7 @@ Run (2-core x86-64 VM, Python 3.11, numpy 2.4, jieba 0.42.1)::
 reference pages, a negative control), fetched from Debian and PyPI packages at run
 time (see ``realtext_corpora.py``, ``realtext_quality.py``), with and without the
 verification sketch, beside the ``simhash`` package and MinHashLSH; it writes
-benchmarks/results/quality_real.md and quality_real.png::
+benchmarks/results/quality_real.md, quality_real.png and quality_real.json::
 
     python benchmarks/bench_quality.py --real --simhash-python /tmp/simhash-venv/bin/python
 
@@ -685,7 +685,7 @@ def run_real(args: argparse.Namespace) -> None:
         limit=args.limit,
         output=output,
         plot_path=None if args.no_plots or partial else RESULTS / "quality_real.png",
-        json_path=Path(args.json) if args.json else None,
+        json_path=Path(args.json) if args.json else (None if partial else RESULTS / "quality_real.json"),
         command="python " + " ".join([Path(sys.argv[0]).as_posix(), *sys.argv[1:]]),
     )
 

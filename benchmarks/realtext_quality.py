@@ -467,6 +467,35 @@ def _verify_scores(
 VERIFY_POINTS = ((8, 0.9), (12, 0.9), (8, 0.8))
 
 
+def distance_quantiles(results: Sequence[CorpusResult]) -> dict[str, dict[str, dict[str, Any]]]:
+    """For the planner: per corpus (and pooled), per pair kind (long, short) and J
+    threshold t, the number of pairs with t <= J < 1 and the smallest k holding 90, 95,
+    97 and 99 % of them."""
+    out: dict[str, dict[str, dict[str, Any]]] = {}
+    for kind in ("long", "short"):
+        pooled_j = np.concatenate([r.truth_distances[kind][0] for r in results]) if results else np.zeros(0)
+        pooled_d = np.concatenate([r.truth_distances[kind][1] for r in results]) if results else np.zeros(0)
+        named = [(r.name, *r.truth_distances[kind]) for r in results] + [("pooled", pooled_j, pooled_d)]
+        for name, j, d in named:
+            for threshold in DISTANCE_THRESHOLDS:
+                chosen = d[(j >= threshold) & (j < 1.0)]
+                cell = {"pairs": len(chosen)}
+                cell.update({f"k{round(100 * q)}": smallest_k(chosen, q) for q in (0.9, 0.95, 0.97, 0.99)})
+                out.setdefault(name, {}).setdefault(kind, {})[str(threshold)] = cell
+    return out
+
+
+def summary(results: Sequence[CorpusResult]) -> dict[str, Any]:
+    """The scores as plain data (``--json``)."""
+    return {
+        "corpora": {
+            r.name: {"docs": r.docs, "groups": r.groups, "tables": r.tables, "single": r.single}
+            for r in results
+        },
+        "distance_quantiles": distance_quantiles(results),
+    }
+
+
 # -- the run ---------------------------------------------------------------------------
 
 
@@ -506,6 +535,5 @@ def run(
     if plot_path:
         realtext_report.plot(results, plot_path)
     if json_path:
-        summary = {r.name: {"groups": r.groups, "tables": r.tables, "single": r.single} for r in results}
-        json_path.write_text(json.dumps(summary, indent=1, default=float))
+        json_path.write_text(json.dumps(summary(results), indent=1, default=float))
     return results

@@ -73,3 +73,36 @@ def test_jaccard_of_given_pairs_and_short_texts() -> None:
 def test_threshold_is_checked() -> None:
     with pytest.raises(ValueError, match="threshold"):
         truth.similar_pairs(truth.shingle_matrix([["a"]]), 0.0)
+
+
+def test_pairs_within_and_lookup_match_brute_force() -> None:
+    quality = pytest.importorskip("realtext_quality")
+    rng = np.random.default_rng(3)
+    base = rng.integers(0, 2**63, 40, dtype=np.uint64)
+    flips = np.uint64(1) << rng.integers(0, 64, (400, 6)).astype(np.uint64)
+    fingerprints = base[rng.integers(0, 40, 400)] ^ np.bitwise_xor.reduce(
+        flips * (rng.random((400, 6)) < 0.5), 1
+    )
+    first, second, distance = quality.pairs_within(fingerprints, k_max=5, block=37)
+    expected = [
+        (i, j, int(np.bitwise_count(fingerprints[i] ^ fingerprints[j])))
+        for i in range(400)
+        for j in range(i + 1, 400)
+        if np.bitwise_count(fingerprints[i] ^ fingerprints[j]) <= 5
+    ]
+    got = sorted(zip(first.tolist(), second.tolist(), distance.tolist(), strict=True))
+    assert got == expected
+    docs = _near_copies(1, 60)
+    matrix = truth.shingle_matrix(docs)
+    corpus = quality.Corpus(
+        "t",
+        [" ".join(d) for d in docs],
+        np.array([len(d) for d in docs]),
+        matrix,
+        truth.similar_pairs(matrix, 0.5),
+    )
+    a, b = np.triu_indices(60, 1)
+    exact = truth.jaccard(matrix, a, b)
+    looked = corpus.lookup(a.astype(np.int64), b.astype(np.int64))
+    np.testing.assert_allclose(looked[exact >= 0.5], exact[exact >= 0.5])
+    assert (looked[exact < 0.5] == -1).all()
