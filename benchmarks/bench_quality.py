@@ -57,6 +57,7 @@ from __future__ import annotations
 import argparse
 import collections
 import dataclasses
+import functools
 import gzip
 import json
 import math
@@ -655,6 +656,9 @@ def main(argv: Sequence[str] | None = None) -> None:
     parser.add_argument("--limit", type=int, default=None, help="with --real: first N documents of each")
     parser.add_argument("--no-verify", action="store_true", help="with --real: no verification sketch")
     parser.add_argument("--output", default=None, help="with --real: the markdown report (quality_real.md)")
+    parser.add_argument(
+        "--real-configs", nargs="*", default=(), help="with --real: also score these --configs specs"
+    )
     args = parser.parse_args(argv)
     if args.real:
         run_real(args)
@@ -678,6 +682,10 @@ def run_real(args: argparse.Namespace) -> None:
     realtext_corpora.build(names)
     partial = bool(args.limit or args.real_corpora)
     output = Path(args.output) if args.output else (None if partial else RESULTS / "quality_real.md")
+    configs = {}
+    for spec in args.real_configs:
+        config = parse_config(spec)
+        configs[config.name] = functools.partial(_config_fingerprints, config)
     realtext_quality.run(
         names,
         args.simhash_python,
@@ -687,7 +695,13 @@ def run_real(args: argparse.Namespace) -> None:
         plot_path=None if args.no_plots or partial else RESULTS / "quality_real.png",
         json_path=Path(args.json) if args.json else (None if partial else RESULTS / "quality_real.json"),
         command="python " + " ".join([Path(sys.argv[0]).as_posix(), *sys.argv[1:]]),
+        configs=configs,
     )
+
+
+def _config_fingerprints(config: Config, texts: Sequence[str]) -> npt.NDArray[np.uint64]:
+    """Fingerprints of ``texts`` under a ``--configs`` configuration."""
+    return simstore_fingerprints(config, [tokenise(normalise(t)) for t in texts])
 
 
 # -- building the corpora from Debian packages ------------------------------------------

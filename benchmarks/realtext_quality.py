@@ -376,13 +376,25 @@ def group_masks(
     return masks
 
 
-def run_corpus(name: str, python: str | None, verify: bool, limit: int | None) -> CorpusResult:
-    """Score every system on one corpus and print its tables."""
+FingerprintFunction = Callable[[Sequence[str]], npt.NDArray[np.uint64]]
+
+
+def run_corpus(
+    name: str,
+    python: str | None,
+    verify: bool,
+    limit: int | None,
+    configs: dict[str, FingerprintFunction] | None = None,
+) -> CorpusResult:
+    """Score every system on one corpus; ``configs`` adds other fingerprint functions
+    (scored as ``simstore[NAME]``, without verification)."""
     started = time.perf_counter()
     corpus = prepare(name, limit)
     fingerprints, sketches, sketch = simstore_fingerprints(corpus.texts)
     verify = verify and sketches is not None
     systems: dict[str, Reported] = {"simstore": reported_by_fingerprints(corpus, fingerprints)}
+    for config, function in (configs or {}).items():
+        systems[f"simstore[{config}]"] = reported_by_fingerprints(corpus, function(corpus.texts))
     base = systems["simstore"]
     if verify:
         base.estimates["default"] = estimate(sketches, base.first, base.second, sketch)
@@ -509,6 +521,7 @@ def run(
     plot_path: Path | None = RESULTS / "quality_real.png",
     json_path: Path | None = None,
     command: str = "",
+    configs: dict[str, FingerprintFunction] | None = None,
 ) -> list[CorpusResult]:
     """Score every corpus, print the report, and write it (markdown, plot, JSON)."""
     import realtext_report
@@ -517,7 +530,7 @@ def run(
     started = time.perf_counter()
     results = []
     for name in names:
-        result = run_corpus(name, python, verify, limit)
+        result = run_corpus(name, python, verify, limit, configs)
         print(f"{name}: {result.docs} docs, {result.seconds:.0f} s", flush=True)
         results.append(result)
     module = sketch_module() if verify else None
@@ -527,7 +540,7 @@ def run(
     header.update(versions("simstore", "datasketch", "jieba", "scipy"))
     header["simhash (PyPI)"] = python if python and Path(python).exists() else "not run"
     header["seconds"] = f"{time.perf_counter() - started:.0f}"
-    text = realtext_report.markdown(results, header, sketch_bytes)
+    text = realtext_report.markdown(results, header, sketch_bytes, list(configs or ()))
     print(text)
     if output:
         output.parent.mkdir(exist_ok=True)

@@ -260,14 +260,20 @@ def pooled(results: Sequence[CorpusResult], system: str, k: int) -> dict[str, fl
     return out
 
 
-def markdown(results: Sequence[CorpusResult], header: dict[str, Any], sketch_bytes: int | None) -> str:
-    """The whole report."""
+def markdown(
+    results: Sequence[CorpusResult],
+    header: dict[str, Any],
+    sketch_bytes: int | None,
+    configs: Sequence[str] = (),
+) -> str:
+    """The whole report (``configs``: other simstore configurations scored)."""
     lines = ["# Fingerprint quality on real text", ""]
     lines += [f"- {key}: {value}" for key, value in header.items()]
     lines += ["", "## Corpora", "", *corpora_table(results)]
     lines += ["", "## Bytes per document", "", *bytes_table(sketch_bytes)]
     lines += ["", "## Headline: recall 0.97 <= J < 1 / recall 0.9 <= J < 1 / precision, %", ""]
     chosen = [("simstore", k) for k in (3, 5, 8)]
+    chosen += [(f"simstore[{config}]", k) for config in configs for k in (3, 5, 8)]
     if any("simstore+verify>=0.9" in r.tables["all"] for r in results):
         chosen += [("simstore+verify>=0.9", k) for k in (8, 12)] + [("simstore+verify>=0.8", 8)]
     chosen += [("simhash (PyPI)", 3), ("simhash (PyPI)", 8), ("MinHashLSH", -1)]
