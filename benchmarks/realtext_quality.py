@@ -339,7 +339,7 @@ def sketch_errors(
         ]
     )
     module = sketch_module()
-    out: dict[str, Any] = {"exact": exact}
+    out: dict[str, Any] = {"exact": exact, "short": corpus.short(first, second)}
     for (bins, bits), rows in sketches.items():
         out[f"{bins}x{bits}"] = estimate(rows, first, second, module.Sketch(bins=bins, bits=bits))
     return out
