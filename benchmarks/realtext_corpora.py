@@ -46,8 +46,10 @@ The corpora (sources and versions are the constants below; benchmarks/README.md 
     and the licence footer: this is where false pairs come from.
 ``negative_en``
     A negative control: unrelated long documents (the Linux man pages of sections 4, 5
-    and 7 from ``manpages``, git's manual pages from ``git-man``, and the latest
-    release's docs of each PyPI project above), made unrelated by construction: a
+    and 7 from ``manpages``, git's manual pages from ``git-man``, the reStructuredText
+    sources of the Python 3.11 library reference, HOWTOs, language reference, tutorial
+    and FAQ from ``python3.11-doc``, and the latest release's docs of each PyPI project
+    above), made unrelated by construction: a
     greedy pass drops a document of every pair with Jaccard >= 0.3, so no true pair at
     J >= 0.5 is left and every reported pair is a false one.
 """
@@ -99,7 +101,7 @@ ZH_RELEASES: dict[str, tuple[str, ...]] = {
 # The Debian installation guide is generated for each architecture from one source.
 INSTALL_GUIDES = tuple(f"installation-guide-{arch}" for arch in ("amd64", "arm64", "armhf", "i386"))
 DEBIAN_PACKAGES = (
-    *("manpages-zh", "libssl-doc", "openssl", "manpages-dev", "manpages", "git-man"),
+    *("manpages-zh", "libssl-doc", "openssl", "manpages-dev", "manpages", "git-man", "python3.11-doc"),
     *INSTALL_GUIDES,
 )
 MIN_LONG_TOKENS = 100
@@ -412,6 +414,11 @@ def build_negative() -> list[dict[str, str]]:
     records = [{"source": f"man:{p.relative_to(root)}", "text": t} for p, t in pages]
     latest = {name: versions[-1:] for name, versions in DOCS_RELEASES.items()}
     records += release_docs(latest)
+    sources = root.parent / "doc" / "python3.11" / "html" / "_sources"
+    for part in ("library", "howto", "reference", "tutorial", "faq", "using"):
+        for path in sorted((sources / part).glob("*.rst.txt")):
+            text = path.read_text("utf-8", "replace")
+            records.append({"source": f"python3.11-doc:{part}/{path.name}", "text": text})
     records = unique(r for r in records if len(r["text"]) <= MAX_CHARS and token_count(r["text"]) >= 300)
     sets = shingle_ids([r["text"] for r in records])
     pairs = similar_pairs(sets, NEGATIVE_MAX_JACCARD)
