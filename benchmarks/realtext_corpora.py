@@ -8,7 +8,8 @@ per line). Build them once with::
 
     python benchmarks/realtext_corpora.py --build
 
-(about 90 MB of downloads, 3-5 minutes on a 2-core VM; ``--build --force`` rebuilds).
+(about 160 MB of downloads, 300 MB in the cache, 2-4 minutes on a 2-core VM;
+``--build --force`` rebuilds).
 
 The corpora (sources and versions are the constants below; benchmarks/README.md lists them):
 
