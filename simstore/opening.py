@@ -279,12 +279,13 @@ def _create(env: _lmdb.Environment, requested: LayoutRequest) -> tuple[StoredPar
     the first's counters while its documents stayed, and lose them).
     """
     chosen_k, tables, layout_spec, chosen_blocks = choose_layout(requested)
+    fingerprinter = requested.fingerprinter or Fingerprinter()
     params = StoredParams(
         k=chosen_k,
         blocks=chosen_blocks,
         tables=tables,
         layout=layout_spec,
-        fingerprinter=(requested.fingerprinter or Fingerprinter()).settings(),
+        fingerprinter=fingerprinter.settings(),
         segmenter=segmenter_info(),
     )
 
@@ -293,7 +294,7 @@ def _create(env: _lmdb.Environment, requested: LayoutRequest) -> tuple[StoredPar
     def body(txn: _lmdb.Txn) -> bool:
         if env.has_named_databases(txn):
             return False  # created meanwhile (or foreign: the caller's read says which)
-        handles = env.create_handles(txn, len(tables))
+        handles = env.create_handles(txn, len(tables), sketches=fingerprinter.sketch is not None)
         txn.put(META_KEY, raw_meta, db=handles.meta)
         txn.put(STATE_KEY, State().encode(), db=handles.meta)
         return True

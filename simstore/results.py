@@ -26,12 +26,16 @@ class StoreFullWarning(UserWarning):
 
 class Match(NamedTuple):
     """A stored document within the query's distance; ``meta`` is filled
-    only when the query asks ``with_meta=True``."""
+    only when the query asks ``with_meta=True``; ``similarity`` is the
+    estimated Jaccard similarity of the two texts' word 3-shingles (from
+    their verification sketches), ``None`` when either came as a bare
+    fingerprint or the store keeps no sketches."""
 
     key: Key
     distance: int
     fingerprint: int
     meta: dict[str, Any] | None = None
+    similarity: float | None = None
 
 
 class Record(NamedTuple):
