@@ -434,6 +434,9 @@ def run_corpus(
         except (AttributeError, TypeError) as exc:  # the library's shingle API moved
             print(f"  sketch geometries skipped: {exc}")
         else:
+            same = by_geometry.get((sketch.bins, sketch.bits))
+            if same is not None and not np.array_equal(same, sketches):
+                raise AssertionError("sketches from batch_shingles differ from the Fingerprinter's")
             errors = sketch_errors(corpus, base, by_geometry)
             verify_by_geometry = {}
             for (bins, bits), rows in by_geometry.items():
