@@ -43,8 +43,11 @@ The corpora (sources and versions are the constants below; benchmarks/README.md 
 ``templated_en``
     Generated reference pages sharing a template: the OpenSSL API and command pages
     (``libssl-doc``, ``openssl``) and the Linux system-call and library pages
-    (``manpages-dev``), rendered by groff. Unrelated pages share headings, boilerplate
-    and the licence footer: this is where false pairs come from.
+    (``manpages-dev``), rendered by groff; the gtk-doc API reference of GTK 3, GDK 3,
+    GLib, GObject and GIO (``libgtk-3-doc``, ``libglib2.0-doc``); PostgreSQL's SQL
+    command and client application reference pages (``postgresql-doc-15``, ``sql-*`` and
+    ``app-*``), HTML to text. Unrelated pages share headings, navigation, boilerplate
+    and footers: this is where false pairs come from.
 ``negative_en``
     A negative control: unrelated long documents (the Linux man pages of sections 4, 5
     and 7 from ``manpages``, git's manual pages from ``git-man``, the reStructuredText
@@ -103,6 +106,7 @@ ZH_RELEASES: dict[str, tuple[str, ...]] = {
 INSTALL_GUIDES = tuple(f"installation-guide-{arch}" for arch in ("amd64", "arm64", "armhf", "i386"))
 DEBIAN_PACKAGES = (
     *("manpages-zh", "libssl-doc", "openssl", "manpages-dev", "manpages", "git-man", "python3.11-doc"),
+    *("libgtk-3-doc", "libglib2.0-doc", "postgresql-doc-15"),
     *INSTALL_GUIDES,
 )
 MIN_LONG_TOKENS = 100
@@ -400,7 +404,15 @@ def build_templated() -> list[dict[str, str]]:
     paths = man_pages(root, "man3/*ssl*") + man_pages(root, "man1/*ssl*") + man_pages(root, "man7/*ssl*")
     paths += man_pages(root, "man2/*") + man_pages(root, "man3/*.3.gz") + man_pages(root, "man3/*.3type.gz")
     pages = render_all(sorted(set(paths)))
-    records = [{"source": f"man:{p.relative_to(root)}", "text": t} for p, t in pages if len(t) <= MAX_CHARS]
+    records = [{"source": f"man:{p.relative_to(root)}", "text": t} for p, t in pages]
+    share = root.parent
+    html_paths = sorted((share / "gtk-doc" / "html").glob("*/*.html"))
+    html_paths += sorted((share / "doc" / "postgresql-doc-15" / "html").glob("sql-*.html"))
+    html_paths += sorted((share / "doc" / "postgresql-doc-15" / "html").glob("app-*.html"))
+    for path in html_paths:
+        text = html_text(path.read_text("utf-8", "replace"))
+        records.append({"source": f"html:{path.relative_to(share)}", "text": text})
+    records = [r for r in records if len(r["text"]) <= MAX_CHARS]
     return cap([r for r in records if token_count(r["text"]) >= MIN_LONG_TOKENS], "templated_en")
 
 
