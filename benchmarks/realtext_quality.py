@@ -363,6 +363,7 @@ class CorpusResult:
     truth_distances: dict[str, tuple[npt.NDArray[np.float64], npt.NDArray[np.int64]]]
     errors: dict[str, Any] | None
     verify_by_geometry: dict[str, dict[str, float]] | None
+    sweep: dict[str, dict[int, dict[str, float]]] = field(default_factory=dict)
 
 
 def group_masks(
@@ -456,6 +457,8 @@ def run_corpus(
         verify_by_geometry=verify_by_geometry,
     )
     result.verify_by_geometry = _verify_scores(result, base, groups["all"])
+    if verify:
+        result.sweep = threshold_sweep(base, groups["all"])
     return result
 
 
@@ -480,6 +483,22 @@ def _verify_scores(
 
 
 VERIFY_POINTS = ((8, 0.9), (12, 0.9), (8, 0.8))
+SWEEP_KS = (3, 5, 6, 8, 10, 12)
+SWEEP_THRESHOLDS = (0.7, 0.75, 0.8, 0.85, 0.87, 0.88, 0.9, 0.95)
+
+
+def threshold_sweep(base: Reported, counts: dict[str, int]) -> dict[str, dict[int, dict[str, float]]]:
+    """Scores of the candidates within k kept at est >= t, for the default sketch, over
+    SWEEP_KS x SWEEP_THRESHOLDS; ``below`` counts kept pairs whose exact J < t."""
+    est = base.estimates["default"]
+    out: dict[str, dict[int, dict[str, float]]] = {}
+    for threshold in SWEEP_THRESHOLDS:
+        for k in SWEEP_KS:
+            kept = base.jaccard[(base.distance <= k) & (est >= threshold)]
+            scores = score(kept, counts)
+            scores["below"] = int((kept < threshold).sum())
+            out.setdefault(f"est>={threshold}", {})[k] = scores
+    return out
 
 
 def distance_quantiles(results: Sequence[CorpusResult]) -> dict[str, dict[str, dict[str, Any]]]:

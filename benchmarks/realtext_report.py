@@ -19,6 +19,8 @@ from realtext_quality import (
     DISTANCE_THRESHOLDS,
     RECALL_TARGET,
     SHORT_TOKENS,
+    SWEEP_KS,
+    SWEEP_THRESHOLDS,
     VERIFY_POINTS,
     CorpusResult,
     lsh_shape,
@@ -232,13 +234,14 @@ def pooled(results: Sequence[CorpusResult], system: str, k: int) -> dict[str, fl
     (all pairs): recall = hits / true pairs per band, precision from the summed counts."""
     hits = dict.fromkeys([name for name, _, _ in BANDS] + ["r90"], 0.0)
     totals = dict.fromkeys(hits, 0)
-    reported = fp = 0
+    reported = fp = below = 0
     found = False
     for r in results:
-        s = r.single.get("all", {}).get(system) if k < 0 else r.tables["all"].get(system, {}).get(k)
+        s = _scores_of(r, system, k)
         if s is None:
             continue
         found = True
+        below += int(s.get("below", 0))
         counts = dict(r.groups["all"])
         counts["r90"] = counts[">=0.97"] + counts["0.9-0.97"]
         for name in hits:
@@ -250,8 +253,33 @@ def pooled(results: Sequence[CorpusResult], system: str, k: int) -> dict[str, fl
     if not found:
         return None
     out = {name: hits[name] / totals[name] if totals[name] else math.nan for name in hits}
-    out.update(reported=reported, fp=fp, precision=1 - fp / reported if reported else 1.0)
+    out.update(reported=reported, fp=fp, precision=1 - fp / reported if reported else 1.0, below=below)
     return out
+
+
+def _scores_of(r: CorpusResult, system: str, k: int) -> dict[str, float] | None:
+    """One corpus's scores (all pairs) of a system at k, a threshold-sweep entry included."""
+    if k < 0:
+        return r.single.get("all", {}).get(system)
+    found = r.tables["all"].get(system, {}).get(k)
+    return found if found is not None else r.sweep.get(system, {}).get(k)
+
+
+def sweep_table(results: Sequence[CorpusResult]) -> list[str]:
+    """Pooled scores of the default sketch's threshold sweep."""
+    if not any(r.sweep for r in results):
+        return ["(no verification sketch in this simstore: skipped)"]
+    rows = []
+    for threshold in SWEEP_THRESHOLDS:
+        for k in SWEEP_KS:
+            s = pooled(results, f"est>={threshold}", k)
+            if s is None:
+                continue
+            share = s["below"] / s["reported"] if s["reported"] else 0.0
+            counts = [int(s["reported"]), int(s["fp"]), f"{100 * s['precision']:.2f}", f"{100 * share:.1f}"]
+            rows.append([threshold, k, *(_pct(s[name]) for name, _, _ in BANDS), _pct(s["r90"]), *counts])
+    headers = ["est >=", *SCORE_HEADERS[1:], "kept with J < t %"]
+    return _table(headers, rows)
 
 
 def markdown(
@@ -280,6 +308,13 @@ def markdown(
     lines += [f"Texts of >= {SHORT_TOKENS} tokens:", "", *distance_table(results, "long")]
     lines += ["", f"Pairs with a text of < {SHORT_TOKENS} tokens:", "", *distance_table(results, "short")]
     lines += ["", "## Verification sketch: estimate against exact J", "", *error_table(results)]
+    lines += ["", "## Verification threshold sweep (default sketch), pooled over the corpora", ""]
+    lines += [
+        "Candidates within k of the default fingerprint, kept when the sketch estimates J >= t; "
+        "the last column is the share of kept pairs whose exact J is below t.",
+        "",
+        *sweep_table(results),
+    ]
     lines += ["", "## Every k", *corpus_sections(results), ""]
     return "\n".join(lines)
 
