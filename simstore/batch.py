@@ -108,6 +108,9 @@ class BatchMixin:
         @property
         def sketch(self) -> Sketch | None: ...
 
+        @property
+        def min_similarity(self) -> float | None: ...
+
     # ------------------------------------------------------------------ pairs
 
     def near_duplicate_pairs(
@@ -141,8 +144,9 @@ class BatchMixin:
         return self._pairs(k, threshold, progress)
 
     def _batch_threshold(self, min_similarity: object) -> float | None:
+        """The threshold of a pairs or clusters call: its own or the store's."""
         if min_similarity is None:
-            return None
+            return self.min_similarity
         threshold = check_similarity(min_similarity)
         if self.sketch is None:
             raise InvalidValueError(

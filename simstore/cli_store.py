@@ -244,6 +244,9 @@ def run_stats(args: argparse.Namespace) -> int:
         "bytes_used": stats.bytes_used,
         "runs": stats.runs,
         "compacting": stats.compacting,
+        "sketched_docs": stats.sketched_docs,
+        "sketch_bytes": stats.sketch_bytes,
+        "min_similarity": stats.min_similarity,
     }
     if stats.skew is not None and stats.degenerate is not None:
         summary["largest_range"] = [table.largest_range for table in stats.skew]

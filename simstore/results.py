@@ -73,6 +73,11 @@ class Stats:
     degenerate: Degenerate | None = None
     runs: int = 0
     compacting: bool = False
+    #: Documents with a verification sketch, the sketch's bytes, and the
+    #: store's own similarity threshold (``None``: none).
+    sketched_docs: int = 0
+    sketch_bytes: int = 0
+    min_similarity: float | None = None
 
 
 def match_order(match: Match) -> tuple[int, tuple[int, Key]]:

@@ -586,10 +586,17 @@ class Store(MaintenanceMixin, BatchMixin):
             )
         return sketches
 
+    @property
+    def min_similarity(self) -> float | None:
+        """The similarity threshold calls apply unless they pass their own
+        (stored in the file; ``None``: none)."""
+        return self._params.min_similarity
+
     def _threshold(self, min_similarity: object, query_sketch: object) -> float | None:
-        """The similarity threshold of a call, checked: ``None`` if none applies."""
+        """The similarity threshold of a call, checked: ``None`` if none
+        applies. The store's own applies where the query has a sketch."""
         if min_similarity is None:
-            return None
+            return self._params.min_similarity if query_sketch is not None else None
         threshold = check_similarity(min_similarity)
         if self.sketch is None:
             raise InvalidValueError(
@@ -1242,6 +1249,8 @@ class Store(MaintenanceMixin, BatchMixin):
         """
         with self._read() as txn:
             docs = int(txn.stat(self._handles.keys)["entries"])
+            sketches = self._handles.sketches
+            sketched_docs = 0 if sketches is None else int(txn.stat(sketches)["entries"])
             delta_docs = len(self._delta)
             # Every document outside the delta has one entry in every table.
             table_entries = (docs - delta_docs,) * len(self._tables)
@@ -1275,6 +1284,9 @@ class Store(MaintenanceMixin, BatchMixin):
             degenerate=degenerate,
             runs=len(catalog.runs),
             compacting=catalog.compaction is not None,
+            sketched_docs=sketched_docs,
+            sketch_bytes=0 if self.sketch is None else self.sketch.nbytes,
+            min_similarity=self._params.min_similarity,
         )
 
     def check(self) -> list[str]:

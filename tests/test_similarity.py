@@ -333,3 +333,52 @@ def test_clusters_with_a_threshold_split_dissimilar_texts(tmp_path: Path) -> Non
         assert 0.8 < cluster.worst_similarity < 1
         assert store.clusters(min_similarity=cluster.worst_similarity) == [cluster]
         assert store.clusters(min_similarity=min(1.0, cluster.worst_similarity + 1e-9)) == []
+
+
+# -- the store's own threshold ----------------------------------------------
+
+
+def test_a_stored_threshold_chooses_k_and_applies_by_default(tmp_path: Path) -> None:
+    from simstore.choose import k_for_similarity
+
+    words = VOCABULARY[:100]
+    base = " ".join(words)
+    edited = " ".join([*words[:50], "changed", *words[51:]])
+    path = tmp_path / "s.simstore"
+    with simstore.open(path, "c", min_similarity=0.99) as store:
+        assert store.k == k_for_similarity(0.99)
+        assert store.min_similarity == 0.99
+        fingerprint = store.add("base", base)
+        near = store.query(text=edited, min_similarity=0.0)
+        assert [m.key for m in near] == ["base"]
+        assert near[0].similarity is not None
+        assert near[0].similarity < 0.99
+        assert store.query(text=edited) == []  # the stored threshold applies
+        assert store.add_if_new("edited", edited) == []  # so this is new
+        assert [m.key for m in store.query(fingerprint)] == ["base", "edited"]  # no sketch: unjudged
+        assert list(store.near_duplicate_pairs()) == []
+        assert len(list(store.near_duplicate_pairs(min_similarity=0.5))) == 1
+    with simstore.open(path, "r") as store:
+        assert store.min_similarity == 0.99
+    with pytest.raises(ParameterMismatchError, match="min_similarity"):
+        simstore.open(path, "r", min_similarity=0.9)
+    with simstore.open(path, "r", min_similarity=0.99):
+        pass
+
+
+def test_threshold_table_and_bad_thresholds_at_open(tmp_path: Path) -> None:
+    from simstore.choose import K_FOR_SIMILARITY, k_for_similarity
+
+    thresholds = [similarity for similarity, _ in K_FOR_SIMILARITY]
+    assert thresholds == sorted(thresholds, reverse=True)
+    ks = [k_for_similarity(t) for t in (1.0, 0.95, 0.85, 0.5, 0.0)]
+    assert ks == sorted(ks)  # a lower threshold never needs a smaller k
+    with simstore.open(tmp_path / "k.simstore", "c", k=2, min_similarity=0.9) as store:
+        assert store.k == 2  # an explicit k wins
+    with pytest.raises(InvalidValueError):
+        simstore.open(tmp_path / "bad.simstore", "c", min_similarity=2)
+    with pytest.raises(InvalidValueError, match="sketch"):
+        simstore.open(
+            tmp_path / "bad.simstore", "c", min_similarity=0.9, fingerprinter=Fingerprinter(sketch=None)
+        )
+    assert not (tmp_path / "bad.simstore").exists()
