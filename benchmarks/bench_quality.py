@@ -35,7 +35,8 @@ benchmarks/results/quality_real.md, quality_real.png and quality_real.json::
 
 (the first run builds the corpora in ~/.cache/simstore-bench; ``--real-corpora``
 picks some, ``--limit N`` takes the first N documents of each, ``--no-verify``
-leaves out the sketch columns).
+leaves out the sketch columns, ``--real-seeds N`` adds the smallest-k table for the
+feature-hash seeds 0..N-1, ``--real-configs SPEC ...`` scores other configurations).
 
 ``--configs`` picks configurations (name=ngrams,weighting[,top_n], ngrams
 like ``1+2``; the weighting ``cap:A:C``, benchmark-only, weighs a feature
@@ -659,6 +660,12 @@ def main(argv: Sequence[str] | None = None) -> None:
     parser.add_argument(
         "--real-configs", nargs="*", default=(), help="with --real: also score these --configs specs"
     )
+    parser.add_argument(
+        "--real-seeds",
+        type=int,
+        default=1,
+        help="with --real: smallest-k table for feature-hash seeds 0..N-1",
+    )
     args = parser.parse_args(argv)
     if args.real:
         run_real(args)
@@ -696,6 +703,7 @@ def run_real(args: argparse.Namespace) -> None:
         json_path=Path(args.json) if args.json else (None if partial else RESULTS / "quality_real.json"),
         command="python " + " ".join([Path(sys.argv[0]).as_posix(), *sys.argv[1:]]),
         configs=configs,
+        seeds=args.real_seeds,
     )
 
 

@@ -364,6 +364,9 @@ class CorpusResult:
     errors: dict[str, Any] | None
     verify_by_geometry: dict[str, dict[str, float]] | None
     sweep: dict[str, dict[int, dict[str, float]]] = field(default_factory=dict)
+    seed_distances: dict[int, tuple[npt.NDArray[np.float64], npt.NDArray[np.int64]]] = field(
+        default_factory=dict
+    )
 
 
 def group_masks(
@@ -386,9 +389,11 @@ def run_corpus(
     verify: bool,
     limit: int | None,
     configs: dict[str, FingerprintFunction] | None = None,
+    seeds: int = 1,
 ) -> CorpusResult:
     """Score every system on one corpus; ``configs`` adds other fingerprint functions
-    (scored as ``simstore[NAME]``, without verification)."""
+    (scored as ``simstore[NAME]``, without verification); ``seeds`` > 1 also measures
+    the true pairs' distances under feature-hash seeds 1..seeds-1."""
     started = time.perf_counter()
     corpus = prepare(name, limit)
     fingerprints, sketches, sketch = simstore_fingerprints(corpus.texts)
@@ -457,6 +462,14 @@ def run_corpus(
         verify_by_geometry=verify_by_geometry,
     )
     result.verify_by_geometry = _verify_scores(result, base, groups["all"])
+    result.seed_distances[0] = truth_distances["long"]
+    for seed in range(1, seeds):
+        from simstore import Fingerprinter
+
+        seeded = np.asarray(Fingerprinter(seed=seed).fingerprint_many(corpus.texts), dtype=np.uint64)
+        long = ~short
+        d = np.bitwise_count(seeded[pairs.first[long]] ^ seeded[pairs.second[long]]).astype(np.int64)
+        result.seed_distances[seed] = (pairs.jaccard[long], d)
     if verify:
         result.sweep = threshold_sweep(base, groups["all"])
     return result
@@ -544,6 +557,7 @@ def run(
     json_path: Path | None = None,
     command: str = "",
     configs: dict[str, FingerprintFunction] | None = None,
+    seeds: int = 1,
 ) -> list[CorpusResult]:
     """Score every corpus, print the report, and write it (markdown, plot, JSON)."""
     import realtext_report
@@ -552,7 +566,7 @@ def run(
     started = time.perf_counter()
     results = []
     for name in names:
-        result = run_corpus(name, python, verify, limit, configs)
+        result = run_corpus(name, python, verify, limit, configs, seeds)
         print(f"{name}: {result.docs} docs, {result.seconds:.0f} s", flush=True)
         results.append(result)
     module = sketch_module() if verify else None
