@@ -31,7 +31,7 @@ time (see ``realtext_corpora.py``, ``realtext_quality.py``), with and without th
 verification sketch, beside the ``simhash`` package and MinHashLSH; it writes
 benchmarks/results/quality_real.md, quality_real.png and quality_real.json::
 
-    python benchmarks/bench_quality.py --real --simhash-python /tmp/simhash-venv/bin/python
+    python benchmarks/bench_quality.py --real --simhash-python /tmp/simhash-venv/bin/python --real-seeds 5
 
 (the first run builds the corpora in ~/.cache/simstore-bench; ``--real-corpora``
 picks some, ``--limit N`` takes the first N documents of each, ``--no-verify``

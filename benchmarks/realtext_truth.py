@@ -44,9 +44,15 @@ def tokens_of(texts: Sequence[str]) -> list[list[str]]:
 
 def shingles(tokens: Sequence[str]) -> set[str]:
     """The word 3-shingles of one token list (all tokens as one if fewer than 3)."""
+    return set(ordered_shingles(tokens))
+
+
+def ordered_shingles(tokens: Sequence[str]) -> list[str]:
+    """The distinct word 3-shingles of one token list in order of first occurrence (so
+    that column numbers do not depend on Python's per-process string hashing)."""
     if len(tokens) < 3:
-        return {" ".join(tokens)} if tokens else set()
-    return set(map(" ".join, zip(tokens, tokens[1:], tokens[2:], strict=False)))
+        return [" ".join(tokens)] if tokens else []
+    return list(dict.fromkeys(map(" ".join, zip(tokens, tokens[1:], tokens[2:], strict=False))))
 
 
 def shingle_matrix(token_lists: Sequence[Sequence[str]]) -> ShingleMatrix:
@@ -58,7 +64,8 @@ def shingle_matrix(token_lists: Sequence[Sequence[str]]) -> ShingleMatrix:
     ids: dict[str, int] = {}
     rows: list[npt.NDArray[np.int64]] = []
     for tokens in token_lists:
-        rows.append(np.fromiter((ids.setdefault(s, len(ids)) for s in shingles(tokens)), dtype=np.int64))
+        columns_of = (ids.setdefault(s, len(ids)) for s in ordered_shingles(tokens))
+        rows.append(np.fromiter(columns_of, dtype=np.int64))
     lengths = np.array([len(r) for r in rows], dtype=np.int64)
     columns = np.concatenate(rows) if rows else np.zeros(0, dtype=np.int64)
     frequency = np.bincount(columns, minlength=len(ids))
