@@ -540,7 +540,20 @@ def summary(results: Sequence[CorpusResult]) -> dict[str, Any]:
             for r in results
         },
         "distance_quantiles": distance_quantiles(results),
+        "seed_k97": seed_k97(results),
     }
+
+
+def seed_k97(results: Sequence[CorpusResult]) -> dict[str, dict[str, int | None]]:
+    """Per feature-hash seed measured: the pooled smallest k holding RECALL_TARGET of the
+    pairs t <= J < 1 (texts of >= SHORT_TOKENS tokens)."""
+    seeds = sorted(set.intersection(*(set(r.seed_distances) for r in results))) if results else []
+    out: dict[str, dict[str, int | None]] = {}
+    for seed in seeds:
+        j = np.concatenate([r.seed_distances[seed][0] for r in results])
+        d = np.concatenate([r.seed_distances[seed][1] for r in results])
+        out[str(seed)] = {str(t): smallest_k(d[(j >= t) & (j < 1.0)]) for t in DISTANCE_THRESHOLDS}
+    return out
 
 
 # -- the run ---------------------------------------------------------------------------
