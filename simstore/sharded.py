@@ -136,11 +136,12 @@ class ShardedStore:
         k: int | None = None,
         with_meta: bool = False,
         min_similarity: float | None = None,
+        sketches: Any = None,
     ) -> list[list[Match]]:
         """:meth:`query` for a batch: one sorted list per query, each shard
         answering the whole batch from one snapshot of its own."""
         first = self.shards[0]
-        queries, sketches = first._fingerprints_and_sketches_of(texts, fingerprints)
+        queries, sketches = first._fingerprints_and_sketches_of(texts, fingerprints, 1, sketches)
         k = first._check_k(k)
         threshold = first._threshold(min_similarity, sketches)
         merged: list[list[Match]] = [[] for _ in range(len(queries))]
