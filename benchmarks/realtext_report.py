@@ -248,6 +248,33 @@ def headline(results: Sequence[CorpusResult], systems: Sequence[tuple[str, int]]
     return _table(["system", *(r.name for r in results), "**pooled**"], rows)
 
 
+def short_headline(results: Sequence[CorpusResult], systems: Sequence[tuple[str, int]]) -> list[str]:
+    """Recall of 0.8 <= J < 0.9 and of 0.9 <= J < 1, and precision, on the pairs with a
+    text of fewer than SHORT_TOKENS tokens, per corpus that has them."""
+    with_short = [r for r in results if "short" in r.tables]
+    if not with_short:
+        return ["(no corpus has short texts)"]
+    rows = []
+    for system, k in systems:
+        cells: list[object] = [f"{system} k={k}" if k >= 0 else system]
+        for r in with_short:
+            by_k = r.tables["short"].get(system, {})
+            s = r.single.get("short", {}).get(system) if k < 0 else by_k.get(k)
+            cells.append(
+                "-" if s is None else f"{_pct(s['0.8-0.9'])} / {_pct(s['r90'])} / {100 * s['precision']:.1f}"
+            )
+        rows.append(cells)
+    headers = [
+        "system",
+        *(f"{r.name} ({r.groups['short']['0.8-0.9']} / {_near(r)} pairs)" for r in with_short),
+    ]
+    return _table(headers, rows)
+
+
+def _near(r: CorpusResult) -> int:
+    return r.groups["short"][">=0.97"] + r.groups["short"]["0.9-0.97"]
+
+
 def _cell(s: dict[str, float] | None) -> str:
     if s is None:
         return "-"
@@ -325,6 +352,13 @@ def markdown(
         chosen += [("simstore+verify>=0.9", k) for k in (8, 12)] + [("simstore+verify>=0.8", 8)]
     chosen += [("simhash (PyPI)", 3), ("simhash (PyPI)", 8), ("MinHashLSH", -1)]
     lines += headline(results, chosen)
+    lines += [
+        "",
+        f"Pairs with a text of < {SHORT_TOKENS} tokens: "
+        "recall 0.8 <= J < 0.9 / recall 0.9 <= J < 1 / precision, %",
+        "",
+    ]
+    lines += short_headline(results, chosen)
     lines += [
         "",
         f"## Smallest k holding {RECALL_TARGET:.0%} of the pairs t <= J < 1 (default fingerprint)",
