@@ -212,6 +212,21 @@ SCORE_HEADERS = [
 ]
 
 
+def pooled_every_k(results: Sequence[CorpusResult]) -> list[str]:
+    """The k = 0..12 table of every system with a k, summed over the corpora (all pairs)."""
+    systems = list(dict.fromkeys(name for r in results for name in r.tables["all"]))
+    rows = []
+    for system in systems:
+        for k in range(13):
+            s = pooled(results, system, k)
+            if s is not None:
+                rows.append(_score_row(system, k, s))
+    minhash = pooled(results, "MinHashLSH", -1)
+    if minhash is not None:
+        rows.append(_score_row("MinHashLSH", "-", minhash))
+    return _table(SCORE_HEADERS, rows)
+
+
 def corpus_sections(results: Sequence[CorpusResult]) -> list[str]:
     """The full k = 0..12 tables, per corpus and pair group."""
     lines: list[str] = []
@@ -375,7 +390,8 @@ def markdown(
         "",
         *sweep_table(results),
     ]
-    lines += ["", "## Every k", *corpus_sections(results), ""]
+    lines += ["", "## Every k, pooled over the corpora", "", *pooled_every_k(results)]
+    lines += ["", "## Every k, per corpus", *corpus_sections(results), ""]
     return "\n".join(lines)
 
 
