@@ -13,6 +13,7 @@ from typing import Any
 import numpy as np
 
 from simstore.batch import LENGTH_FIELD
+from simstore.choose import DEFAULT_K
 from simstore.cli_common import (
     PROG,
     Collected,
@@ -60,7 +61,10 @@ def configure_add(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("store", help="the store file (created if missing)")
     parser.add_argument("files", nargs="+", metavar="FILE", help="input files or directories; - for stdin")
     parser.add_argument(
-        "-k", "--k", type=non_negative, help="k of a new store (default 3); an existing store's must equal it"
+        "-k",
+        "--k",
+        type=non_negative,
+        help=f"k of a new store (default {DEFAULT_K}); an existing store's must equal it",
     )
     parser.add_argument(
         "--batch-size",
@@ -266,7 +270,9 @@ def run_stats(args: argparse.Namespace) -> int:
 
 
 def configure_plan(parser: argparse.ArgumentParser) -> None:
-    parser.add_argument("-k", "--k", type=non_negative, default=3, help="largest distance (default 3)")
+    parser.add_argument(
+        "-k", "--k", type=non_negative, default=DEFAULT_K, help=f"largest distance (default {DEFAULT_K})"
+    )
     parser.add_argument(
         "--docs", type=document_count, required=True, help="expected number of documents, e.g. 1e9"
     )
@@ -411,7 +417,7 @@ def run_export(args: argparse.Namespace) -> int:
 def configure_import(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("store", help="the store file (created if missing)")
     parser.add_argument("file", metavar="FILE", help="JSONL written by `simstore export` (- for stdin)")
-    parser.add_argument("-k", "--k", type=non_negative, help="k for a new store (default 3)")
+    parser.add_argument("-k", "--k", type=non_negative, help=f"k for a new store (default {DEFAULT_K})")
     parser.add_argument(
         "--on-error", choices=ON_ERROR, default="fail", help="stop at a bad line (default) or skip it"
     )

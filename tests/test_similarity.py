@@ -66,7 +66,8 @@ def _answer(matches: list[simstore.Match]) -> list[tuple[str, int, float]]:
 @pytest.mark.parametrize("threshold", [None, 0.0, 0.5, 0.8, 0.9, 1.0])
 def test_query_equals_brute_force_with_threshold_at_every_k(tmp_path: Path, threshold: float | None) -> None:
     texts = _corpus(1)
-    with simstore.open(tmp_path / "s.simstore", "c", k=5, merge_threshold=20) as store:
+    # min_similarity=0 at open: None in a call then means no threshold, not the default's.
+    with simstore.open(tmp_path / "s.simstore", "c", k=5, min_similarity=0.0, merge_threshold=20) as store:
         keys = list(texts)
         store.add_many(keys[:30], texts=[texts[key] for key in keys[:30]])  # into the tables
         for key in keys[30:]:
@@ -88,7 +89,7 @@ def test_query_many_equals_query(
 ) -> None:
     texts = _corpus(seed, bases=5, variants=3)
     path = tmp_path_factory.mktemp("many") / "s.simstore"
-    with simstore.open(path, "n", k=4) as store:
+    with simstore.open(path, "n", k=4, min_similarity=0.0) as store:
         store.add_many(list(texts), texts=list(texts.values()))
         queries = list(texts.values())[::3]
         batch = store.query_many(texts=queries, k=k, min_similarity=threshold)
@@ -238,7 +239,7 @@ def test_pairs_equal_brute_force_filtered_by_the_estimate(tmp_path: Path, thresh
             estimate = float(estimate_jaccard(sketches[i], sketches[j])[0])
             if distance <= 4 and (threshold is None or estimate >= threshold):
                 expected.add((keys[i], keys[j], distance, estimate))
-    with simstore.open(tmp_path / "s.simstore", "c", k=4, merge_threshold=25) as store:
+    with simstore.open(tmp_path / "s.simstore", "c", k=4, min_similarity=0.0, merge_threshold=25) as store:
         for key in keys:
             store.add(key, texts[key])
         got = set(store.near_duplicate_pairs(min_similarity=threshold))
