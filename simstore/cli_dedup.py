@@ -10,6 +10,7 @@ import json
 import os
 import sys
 import tempfile
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
 
@@ -38,8 +39,10 @@ from simstore.cli_common import (
     unique_keys,
 )
 from simstore.cli_outputs import Output, output_stream, resolve_output
+from simstore.columnar import COLUMNAR_FORMATS, ColumnarWriter, schema_of
 from simstore.opening import open as open_store
 from simstore.readers import (
+    Document,
     DocumentWriter,
     ErrorCounter,
     Input,
@@ -417,10 +420,18 @@ def write_kept(
     again = ReadOptions(options.format, options.id_field, options.text_field, (), "skip")
     kept = 0
     with contextlib.ExitStack() as stack:
-        writer = DocumentWriter(stack.enter_context(output_stream(output)), output_format)
-        dropped_writer = None
-        if dropped is not None:
-            dropped_writer = DocumentWriter(stack.enter_context(output_stream(dropped)), output_format)
+        writer: DocumentWriter | _RowWriter
+        dropped_writer: DocumentWriter | _RowWriter | None = None
+        if output_format in COLUMNAR_FORMATS:
+            schema = schema_of(inputs[0].path, output_format)
+            extra = _provenance_columns(schema, options)
+            writer = _RowWriter(stack, output, output_format, schema, extra if annotate else ())
+            if dropped is not None:
+                dropped_writer = _RowWriter(stack, dropped, output_format, schema, extra)
+        else:
+            writer = DocumentWriter(stack.enter_context(output_stream(output)), output_format)
+            if dropped is not None:
+                dropped_writer = DocumentWriter(stack.enter_context(output_stream(dropped)), output_format)
         for document in unique_keys(read_documents(inputs, again, quiet), again, quiet):
             is_kept = document.key in kept_keys
             kept += is_kept
@@ -432,3 +443,40 @@ def write_kept(
             if dropped_writer is not None and not is_kept and document.key in provenance:
                 dropped_writer.write(document, fields)
     return kept
+
+
+def _provenance_columns(schema: Any, options: ReadOptions) -> list[tuple[str, str]]:
+    """The provenance columns of a columnar output; ``duplicate_of`` holds
+    keys, so it takes the id column's type where it is an integer one."""
+    id_field = options.id_field or "id"
+    key_type = "string"
+    if id_field in schema.names and str(schema.field(id_field).type).startswith(("int", "uint")):
+        key_type = "int64"
+    return [
+        ("cluster_id", "int64"),
+        ("duplicate_of", key_type),
+        ("distance", "int64"),
+        ("similarity", "float64"),
+    ]
+
+
+class _RowWriter:
+    """Documents written back as rows of a Parquet or Arrow IPC file: the
+    rows as read (columns of the first input's schema), plus ``extra``."""
+
+    def __init__(
+        self,
+        stack: contextlib.ExitStack,
+        output: Output,
+        fmt: str,
+        schema: Any,
+        extra: Sequence[tuple[str, str]],
+    ) -> None:
+        stream = stack.enter_context(output_stream(output, binary=True))
+        self._writer = ColumnarWriter(stream, fmt, schema, extra)
+        # Closed before the stream: the footer must be written into it.
+        stack.callback(self._writer.close)
+
+    def write(self, document: Document, extra: Mapping[str, Any] | None = None) -> None:
+        record = document.record if isinstance(document.record, dict) else {}
+        self._writer.write(record if extra is None else {**record, **extra})

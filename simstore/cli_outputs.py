@@ -29,7 +29,7 @@ import sys
 import tempfile
 from collections.abc import Iterator
 from dataclasses import dataclass
-from typing import TextIO
+from typing import Any
 
 from simstore.cli_common import CommandError
 from simstore.readers import STDIN
@@ -120,28 +120,30 @@ def _descriptor_of(path: str) -> int | None:
 
 
 @contextlib.contextmanager
-def output_stream(output: Output | str) -> Iterator[TextIO]:
-    """``output`` opened for writing text, as the module docstring says."""
+def output_stream(output: Output | str, *, binary: bool = False) -> Iterator[Any]:
+    """``output`` opened for writing text (or bytes, if ``binary``), as the
+    module docstring says."""
     if isinstance(output, str):
         output = resolve_output(output)
+    mode, encoding, newline = ("wb", None, None) if binary else ("w", "utf-8", "")
     if output.descriptor == 1:
         sys.stdout.flush()
-        yield sys.stdout
+        yield sys.stdout.buffer if binary else sys.stdout
         sys.stdout.flush()
         return
     if output.descriptor is not None:
-        with os.fdopen(os.dup(output.descriptor), "w", encoding="utf-8", newline="") as stream:
+        with os.fdopen(os.dup(output.descriptor), mode, encoding=encoding, newline=newline) as stream:
             yield stream
         return
     if output.direct:
-        with open(output.path, "w", encoding="utf-8", newline="") as stream:
+        with open(output.path, mode, encoding=encoding, newline=newline) as stream:
             yield stream
         return
     folder = os.path.dirname(output.path)
     handle, temporary = tempfile.mkstemp(prefix=".simstore-", dir=folder)
     try:
         os.fchmod(handle, _mode_for(output.path))
-        with os.fdopen(handle, "w", encoding="utf-8", newline="") as stream:
+        with os.fdopen(handle, mode, encoding=encoding, newline=newline) as stream:
             yield stream
         os.replace(temporary, output.path)
     except BaseException:

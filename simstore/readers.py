@@ -46,10 +46,11 @@ from collections.abc import Callable, Iterable, Iterator, Mapping
 from dataclasses import dataclass, field
 from typing import IO, Any, TextIO, TypeVar, cast
 
+from simstore.columnar import COLUMNAR_FORMATS, PyarrowMissingError, read_rows
 from simstore.errors import SimstoreError
 from simstore.records import Key
 
-FORMATS = ("auto", "jsonl", "csv", "tsv", "text")
+FORMATS = ("auto", "jsonl", "csv", "tsv", "text", *COLUMNAR_FORMATS)
 ON_ERROR = ("fail", "skip")
 STDIN = "-"
 STDIN_NAME = "<stdin>"
@@ -63,6 +64,10 @@ _EXTENSIONS = {
     ".csv": "csv",
     ".tsv": "tsv",
     ".tab": "tsv",
+    ".parquet": "parquet",
+    ".arrow": "arrow",
+    ".feather": "arrow",
+    ".ipc": "arrow",
 }
 
 
@@ -247,10 +252,29 @@ def _read_one(item: Input, options: ReadOptions, tracker: ReadProgress) -> Itera
         return
     if not os.path.exists(item.path):
         raise InputError(item.display, 0, "no such file")
+    if fmt in COLUMNAR_FORMATS:
+        yield from _read_columnar(item, fmt, options)
+        tracker.done(os.path.getsize(item.path))
+        return
     with open(item.path, "rb") as raw:
         tracker.reading(raw)
         yield from _gzip_checked(item.display, _read_file(raw, item, fmt, options), _line_of)
         tracker.done(os.fstat(raw.fileno()).st_size)
+
+
+def _read_columnar(item: Input, fmt: str, options: ReadOptions) -> Iterator[Document | InputError]:
+    """A Parquet or Arrow IPC file's rows, a record batch at a time."""
+    try:
+        names, rows = read_rows(item.path, fmt)
+    except PyarrowMissingError:
+        raise
+    except Exception as exc:  # pyarrow's several error types for a file it cannot read
+        raise InputError(item.display, 0, f"not a readable {fmt} file: {exc}") from exc
+    for wanted in (options.text_field, options.id_field):
+        if wanted is not None and wanted not in names:
+            raise InputError(item.display, 1, f"no {wanted!r} column (columns: {', '.join(names)})")
+    for number, row in enumerate(rows, start=1):
+        yield _document_from_fields(row, item.display, number, options)
 
 
 def _read_file(
@@ -304,8 +328,8 @@ _SNIFF_BYTES = 16
 _GZIP_MAGIC = b"\x1f\x8b"
 #: Formats recognised by their first bytes, to say what a binary input is.
 _BINARY_MAGIC = (
-    (b"PAR1", "a Parquet file, which simstore cannot read yet; convert it to JSON lines first"),
-    (b"ARROW1", "an Arrow file, which simstore cannot read yet; convert it to JSON lines first"),
+    (b"PAR1", "a Parquet file: name it *.parquet or pass --format parquet"),
+    (b"ARROW1", "an Arrow file: name it *.arrow or pass --format arrow"),
     (b"ORC", "an ORC file, which simstore cannot read yet; convert it to JSON lines first"),
     (b"PK\x03\x04", "a zip archive; unpack it and give the files or their directory"),
     (b"BZh", "bzip2-compressed; decompress it (bzcat FILE | simstore ... -)"),
@@ -367,6 +391,8 @@ def _looks_binary(head: bytes) -> bool:
 
 
 def _read_stdin(item: Input, options: ReadOptions) -> Iterator[Document | InputError]:
+    if options.format in COLUMNAR_FORMATS:
+        raise InputError(STDIN_NAME, 0, f"{options.format} input must be a file, not stdin")
     yield from _gzip_checked(item.name or STDIN_NAME, _read_stdin_checked(item, options), _line_of)
 
 

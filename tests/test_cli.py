@@ -727,7 +727,7 @@ def test_binary_input_is_refused(
     target = [store_path] if verb == "add" else []
     where = [] if verb == "add" else ["-o", out]
     for path, expected in [
-        (parquet, f"{parquet}:1: is a Parquet file, which simstore cannot read yet"),
+        (parquet, f"{parquet}: not a readable parquet file"),
         (nul, f"{nul}:3: a NUL byte: this is a binary file, not text"),
     ]:
         assert main([verb, *target, path, *where, "--on-error", "skip"]) == 1

@@ -1,0 +1,119 @@
+"""Parquet and Arrow IPC files through the command line (issue 22, part 1):
+read a record batch at a time, written back with the input's schema, plus
+the provenance columns when annotating."""
+
+from __future__ import annotations
+
+import json
+import sys
+from pathlib import Path
+
+import pytest
+
+pa = pytest.importorskip("pyarrow")
+pq = pytest.importorskip("pyarrow.parquet")
+feather = pytest.importorskip("pyarrow.feather")
+
+import simstore  # noqa: E402
+from simstore.cli import main  # noqa: E402
+
+CORPUS = Path(__file__).parent.parent / "examples" / "corpus" / "kjv_near_duplicates.jsonl"
+
+
+@pytest.fixture(scope="module")
+def rows() -> list[dict[str, object]]:
+    return [json.loads(line) for line in CORPUS.read_text().splitlines()]
+
+
+def _kept_ids(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> set[str]:
+    kept = tmp_path / "kept.jsonl"
+    assert main(["dedup", str(CORPUS), "-o", str(kept)]) == 0
+    capsys.readouterr()
+    return {json.loads(line)["id"] for line in kept.read_text().splitlines()}
+
+
+@pytest.mark.parametrize("suffix", [".parquet", ".arrow"])
+def test_dedup_keeps_the_schema_and_the_rows_of_jsonl(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str], rows: list[dict[str, object]], suffix: str
+) -> None:
+    table = pa.Table.from_pylist(rows)
+    source = tmp_path / f"corpus{suffix}"
+    if suffix == ".parquet":
+        pq.write_table(table, source, row_group_size=50)  # several row groups to stream
+    else:
+        feather.write_feather(table, source)
+    output = tmp_path / f"kept{suffix}"
+    assert main(["dedup", str(source), "-o", str(output)]) == 0
+    capsys.readouterr()
+    kept = pq.read_table(output) if suffix == ".parquet" else feather.read_table(output)
+    assert kept.schema == table.schema
+    assert set(kept.column("id").to_pylist()) == _kept_ids(tmp_path, capsys)
+    by_id = {row["id"]: row for row in rows}
+    assert all(row == by_id[row["id"]] for row in kept.to_pylist())
+
+
+def test_annotate_and_dropped_add_typed_provenance_columns(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str], rows: list[dict[str, object]]
+) -> None:
+    # Integer ids: duplicate_of takes their type.
+    numbered = [{**row, "id": index} for index, row in enumerate(rows)]
+    source = tmp_path / "corpus.parquet"
+    pq.write_table(pa.Table.from_pylist(numbered), source)
+    annotated, dropped = tmp_path / "all.parquet", tmp_path / "dropped.parquet"
+    code = main(
+        ["dedup", str(source), "--annotate", "-o", str(annotated), "--dropped", str(dropped), "--json"]
+    )
+    assert code == 0
+    summary = json.loads(capsys.readouterr().out)
+    table = pq.read_table(annotated)
+    assert table.num_rows == len(rows)
+    assert [(field.name, str(field.type)) for field in table.schema][-4:] == [
+        ("cluster_id", "int64"),
+        ("duplicate_of", "int64"),
+        ("distance", "int64"),
+        ("similarity", "double"),
+    ]
+    dropped_rows = pq.read_table(dropped).to_pylist()
+    assert len(dropped_rows) == summary["duplicates"]
+    kept_ids = {row["id"] for row in table.to_pylist() if row["duplicate_of"] is None}
+    assert all(row["duplicate_of"] in kept_ids and row["similarity"] >= 0.8 for row in dropped_rows)
+
+
+def test_an_arrow_stream_file_and_add_then_query(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str], rows: list[dict[str, object]]
+) -> None:
+    table = pa.Table.from_pylist(rows)
+    source = tmp_path / "corpus.arrow"
+    with pa.OSFile(str(source), "wb") as sink, pa.ipc.new_stream(sink, table.schema) as writer:
+        writer.write_table(table, max_chunksize=64)
+    store = tmp_path / "s.simstore"
+    assert main(["add", str(store), str(source)]) == 0
+    capsys.readouterr()
+    with simstore.open(store, "r") as opened:
+        assert len(opened) == len(rows)
+        assert rows[0]["id"] in [match.key for match in opened.query(text=str(rows[0]["text"]))]
+
+
+def test_columnar_input_errors(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    source = tmp_path / "no_text.parquet"
+    pq.write_table(pa.table({"id": ["a"], "body": ["some words here"]}), source)
+    assert main(["dedup", str(source), "-o", str(tmp_path / "out.parquet")]) != 0
+    assert "no 'text' column" in capsys.readouterr().err
+    broken = tmp_path / "broken.parquet"
+    broken.write_bytes(b"not parquet at all")
+    assert main(["dedup", str(broken), "-o", str(tmp_path / "out.parquet")]) != 0
+    assert "not a readable parquet file" in capsys.readouterr().err
+    assert not (tmp_path / "out.parquet").exists()
+
+
+def test_without_pyarrow_the_error_says_what_to_install(
+    tmp_path: Path,
+    capsys: pytest.CaptureFixture[str],
+    monkeypatch: pytest.MonkeyPatch,
+    rows: list[dict[str, object]],
+) -> None:
+    source = tmp_path / "corpus.parquet"
+    pq.write_table(pa.Table.from_pylist(rows[:5]), source)
+    monkeypatch.setitem(sys.modules, "pyarrow.parquet", None)  # as if pyarrow were not installed
+    assert main(["dedup", str(source), "-o", str(tmp_path / "out.parquet")]) != 0
+    assert "need pyarrow" in capsys.readouterr().err
