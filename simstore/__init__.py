@@ -28,6 +28,7 @@ from simstore.errors import (
     StoreNotFoundError,
     WorkerError,
 )
+from simstore.frames import dedup_table
 from simstore.migrate import migrate
 from simstore.opening import open
 from simstore.params import Options
@@ -74,6 +75,7 @@ __all__ = [
     "WorkerError",
     "__version__",
     "best_layout",
+    "dedup_table",
     "estimate_jaccard",
     "fingerprint",
     "fingerprint_vector",

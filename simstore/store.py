@@ -46,6 +46,7 @@ from simstore.format import (
     StoredParams,
     decode_meta,
 )
+from simstore.frames import as_column
 from simstore.maintenance import Change as _Change
 from simstore.maintenance import MaintenanceMixin
 from simstore.packed import IntArray, PackedKeys, Positions
@@ -781,6 +782,7 @@ class Store(MaintenanceMixin, BatchMixin):
         """``add_many``'s arguments, checked and packed: ``(keys,
         fingerprints, packed metas or None, sketches or None)``. Raises
         before anything is written."""
+        keys, texts, fingerprints = as_column(keys), as_column(texts), as_column(fingerprints)
         if isinstance(keys, str | bytes) or not isinstance(keys, Iterable):
             raise InvalidTypeError("keys must be an iterable of keys, not a single key")
         if isinstance(keys, np.ndarray) and keys.ndim != 1:
@@ -1091,7 +1093,9 @@ class Store(MaintenanceMixin, BatchMixin):
             k, with_meta, min_similarity: as for :meth:`query`.
             sketches: with ``fingerprints``, their sketches (see :meth:`add_many`).
         """
-        queries, sketches = self._fingerprints_and_sketches_of(texts, fingerprints, 1, sketches)
+        queries, sketches = self._fingerprints_and_sketches_of(
+            as_column(texts), as_column(fingerprints), 1, sketches
+        )
         k = self._check_k(k)
         return self._query_many(queries, sketches, k, with_meta, self._threshold(min_similarity, sketches))
 

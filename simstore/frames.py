@@ -1,0 +1,153 @@
+"""Columns of dataframe libraries as plain values, and whole tables
+deduplicated in one call (issue 22).
+
+Keys, texts and fingerprints may come as pyarrow arrays (or chunked
+arrays), pandas or polars Series, or numpy arrays, not only as Python
+sequences. Numeric columns become numpy arrays without a Python object per
+row; strings become a list (tokenising needs Python strings anyway). None
+of those libraries is imported here: a column is recognised by what it
+offers (``to_numpy``, ``to_pylist``, ``tolist``).
+"""
+
+from __future__ import annotations
+
+import os
+import tempfile
+from collections.abc import Sequence
+from typing import Any
+
+import numpy as np
+
+from simstore.errors import InvalidTypeError, InvalidValueError
+
+__all__ = ["as_column", "dedup_table"]
+
+
+def as_column(values: Any) -> Any:
+    """``values`` as a numpy array (numeric columns) or a list (others), if
+    it is a dataframe library's column; anything else is returned as it is."""
+    if isinstance(values, np.ndarray | list | tuple | range | str | bytes):
+        return values
+    module = type(values).__module__.split(".")[0]
+    if module == "pyarrow":
+        import pyarrow as pa
+
+        kind = values.type
+        if pa.types.is_integer(kind) and values.null_count == 0:
+            return values.to_numpy(zero_copy_only=False)
+        return values.to_pylist()
+    if module in ("pandas", "polars"):
+        if _integer(getattr(values, "dtype", None)) and not bool(
+            values.isna().any() if module == "pandas" else values.is_null().any()
+        ):
+            return values.to_numpy()
+        return values.to_list() if hasattr(values, "to_list") else values.tolist()
+    return values
+
+
+def _integer(dtype: object) -> bool:
+    """Whether a pandas or polars dtype is an integer one."""
+    try:
+        return np.dtype(str(dtype).lower()).kind in "iu"
+    except TypeError:
+        return False
+
+
+def dedup_table(
+    table: Any,
+    text_column: str = "text",
+    id_column: str | None = None,
+    *,
+    k: int | None = None,
+    min_similarity: float | None = None,
+    keep: str = "first",
+    linkage: str = "star",
+    store_path: str | os.PathLike[str] | None = None,
+) -> tuple[Any, Any]:
+    """Deduplicate the rows of a pyarrow ``Table`` (or anything
+    ``pyarrow.table()`` accepts, such as a pandas DataFrame) by the text in
+    ``text_column``.
+
+    The rows go into a store (a temporary one, or ``store_path``, created if
+    missing and kept), are clustered (``linkage``, ``keep`` and
+    ``min_similarity`` as for :meth:`simstore.Store.clusters`; the store's
+    defaults otherwise), and one row is kept per cluster.
+
+    Returns:
+        ``(kept, provenance)``: the kept rows as a pyarrow Table with the
+        input's schema, and one provenance row per input row, in input
+        order: ``id`` (``id_column``'s value, or the row's position),
+        ``cluster_id``, ``duplicate_of`` (the id kept in its place; null for
+        kept rows and rows in no cluster), ``distance`` and ``similarity``
+        (to that row), and ``kept``.
+    """
+    import pyarrow as pa
+
+    from simstore.opening import open as open_store
+
+    if not isinstance(table, pa.Table):
+        table = pa.table(table)
+    for column in (text_column, id_column):
+        if column is not None and column not in table.column_names:
+            raise InvalidValueError(f"no column {column!r}; the table has {table.column_names}")
+    if keep not in ("first", "longest", "none"):
+        raise InvalidValueError(f"keep must be 'first', 'longest' or 'none', got {keep!r}")
+    keys: Sequence[Any] = range(table.num_rows) if id_column is None else as_column(table[id_column])
+    if len(set(np.asarray(keys).tolist())) != table.num_rows:
+        raise InvalidValueError(f"column {id_column!r} repeats an id; each row needs its own")
+    texts = table[text_column].to_pylist()
+    if any(not isinstance(text, str) for text in texts):
+        raise InvalidTypeError(f"column {text_column!r} must hold strings, without nulls")
+    with tempfile.TemporaryDirectory(prefix="simstore-table-") as scratch:
+        path = os.fspath(store_path) if store_path is not None else os.path.join(scratch, "table.simstore")
+        options: dict[str, Any] = {"sync": False}
+        if store_path is None:
+            options.update(k=k, min_similarity=min_similarity)
+        with open_store(path, "c", **options) as store:
+            metas = [{"length": len(text)} for text in texts] if keep == "longest" else None
+            store.add_many(keys, texts=texts, metas=metas)
+            clusters = store.clusters(
+                k, keep="first" if keep == "none" else keep, linkage=linkage, min_similarity=min_similarity
+            )
+            position = {key: index for index, key in enumerate(np.asarray(keys).tolist())}
+            count = table.num_rows
+            cluster_id: list[int | None] = [None] * count
+            duplicate_of: list[Any] = [None] * count
+            distance: list[int | None] = [None] * count
+            similarity: list[float | None] = [None] * count
+            kept = np.ones(count, dtype=bool)
+            for cluster in clusters:
+                representative = cluster.representative
+                leader = store[representative]
+                leader_sketch = store.sketch_of(representative)
+                for member in cluster.members:
+                    row = position[member]
+                    cluster_id[row] = cluster.cluster_id
+                    record = store[member]
+                    distance[row] = (record.fingerprint ^ leader.fingerprint).bit_count()
+                    similarity[row] = _similarity(store, leader_sketch, store.sketch_of(member))
+                    if member != representative:
+                        duplicate_of[row] = representative
+                    if member != representative or keep == "none":
+                        kept[row] = False
+    ids = pa.array(np.asarray(keys).tolist())
+    provenance = pa.table(
+        {
+            "id": ids,
+            "cluster_id": pa.array(cluster_id, type=pa.int64()),
+            "duplicate_of": pa.array(duplicate_of, type=ids.type),
+            "distance": pa.array(distance, type=pa.int64()),
+            "similarity": pa.array(similarity, type=pa.float64()),
+            "kept": pa.array(kept),
+        }
+    )
+    return table.filter(pa.array(kept)), provenance
+
+
+def _similarity(store: Any, first: bytes | None, second: bytes | None) -> float | None:
+    from simstore.sketch import estimate_jaccard
+
+    if first is None or second is None or store.sketch is None:
+        return None
+    estimate = estimate_jaccard(np.frombuffer(first, np.uint8), np.frombuffer(second, np.uint8), store.sketch)
+    return float(estimate[0])

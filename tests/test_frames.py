@@ -1,0 +1,100 @@
+"""Dataframe columns in the Python API and simstore.dedup_table (issue 22)."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import numpy as np
+import pytest
+
+pa = pytest.importorskip("pyarrow")
+pd = pytest.importorskip("pandas")
+pc = pytest.importorskip("pyarrow.compute")
+
+import simstore  # noqa: E402
+from simstore.cli import main  # noqa: E402
+from simstore.errors import InvalidTypeError, InvalidValueError  # noqa: E402
+
+CORPUS = Path(__file__).parent.parent / "examples" / "corpus" / "kjv_near_duplicates.jsonl"
+ROWS = [json.loads(line) for line in CORPUS.read_text().splitlines()]
+
+pytestmark = pytest.mark.filterwarnings("ignore::simstore.ShortTextWarning")
+
+
+def _contents(store: simstore.Store) -> list[tuple[object, int, bytes | None]]:
+    return [(key, fp, store.sketch_of(key)) for key, fp in store.items()]
+
+
+def test_add_many_takes_arrow_pandas_and_numpy_columns(tmp_path: Path) -> None:
+    keys = [row["id"] for row in ROWS[:40]]
+    texts = [row["text"] for row in ROWS[:40]]
+    with simstore.open(tmp_path / "plain.simstore", "c") as plain:
+        plain.add_many(keys, texts=texts)
+        expected = _contents(plain)
+        fingerprints = plain.fingerprints()
+    with simstore.open(tmp_path / "arrow.simstore", "c") as store:
+        store.add_many(pa.array(keys), texts=pa.chunked_array([texts[:10], texts[10:]]))
+        assert _contents(store) == expected
+    with simstore.open(tmp_path / "pandas.simstore", "c") as store:
+        store.add_many(pd.Series(keys), texts=pd.Series(texts))
+        assert _contents(store) == expected
+    with simstore.open(tmp_path / "ints.simstore", "c") as store:
+        store.add_many(pa.array(np.arange(40)), pa.array(fingerprints))
+        store.add_many(pd.Series(np.arange(40, 80)), pd.Series(fingerprints))
+        assert store.fingerprints().tolist() == fingerprints.tolist() * 2
+        assert list(store) == list(range(80))
+        answers = store.query_many(pa.array(fingerprints[:3]))
+        assert [answer[0].distance for answer in answers] == [0, 0, 0]
+    with simstore.open(tmp_path / "bad.simstore", "c") as store, pytest.raises(InvalidTypeError):
+        store.add_many(pa.array([1.5, 2.5]), pa.array(fingerprints[:2]))
+
+
+def test_dedup_table_equals_the_command_line(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    table = pa.Table.from_pylist(ROWS)
+    kept, provenance = simstore.dedup_table(table, "text", "id")
+    assert kept.schema == table.schema
+    output = tmp_path / "kept.jsonl"
+    assert main(["dedup", str(CORPUS), "-o", str(output)]) == 0
+    capsys.readouterr()
+    cli_kept = [json.loads(line)["id"] for line in output.read_text().splitlines()]
+    assert kept.column("id").to_pylist() == cli_kept
+    assert provenance.num_rows == table.num_rows
+    assert provenance.column("id").to_pylist() == table.column("id").to_pylist()
+    assert provenance.column("kept").to_pylist() == [row["id"] in set(cli_kept) for row in ROWS]
+    for row in provenance.to_pylist():
+        if row["duplicate_of"] is not None:
+            assert not row["kept"]
+            assert row["distance"] <= 5
+            assert row["similarity"] >= 0.8
+            assert row["duplicate_of"] in set(cli_kept)
+
+
+def test_dedup_table_from_pandas_with_keep_none_and_positions(tmp_path: Path) -> None:
+    frame = pd.DataFrame(ROWS)
+    kept, provenance = simstore.dedup_table(frame, keep="none")
+    clustered = provenance.filter(pc.is_valid(provenance.column("cluster_id")))
+    assert clustered.num_rows > 0
+    assert not any(clustered.column("kept").to_pylist())
+    assert kept.num_rows == len(ROWS) - clustered.num_rows
+    assert provenance.column("id").to_pylist() == list(range(len(ROWS)))  # no id column: positions
+
+
+def test_dedup_table_refuses_bad_tables() -> None:
+    with pytest.raises(InvalidValueError, match="no column"):
+        simstore.dedup_table(pa.table({"body": ["a b c"]}))
+    with pytest.raises(InvalidValueError, match="repeats an id"):
+        simstore.dedup_table(
+            pa.table({"id": ["a", "a"], "text": ["one two three", "four five six"]}), id_column="id"
+        )
+    with pytest.raises(InvalidTypeError, match="strings"):
+        simstore.dedup_table(pa.table({"text": ["one two three", None]}))
+    with pytest.raises(InvalidValueError, match="keep"):
+        simstore.dedup_table(pa.table({"text": ["one two three"]}), keep="last")
+
+
+def test_dedup_table_keeps_a_store_when_asked(tmp_path: Path) -> None:
+    path = tmp_path / "kept.simstore"
+    simstore.dedup_table(pa.Table.from_pylist(ROWS[:50]), id_column="id", store_path=path)
+    with simstore.open(path, "r") as store:
+        assert len(store) == 50
