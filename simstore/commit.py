@@ -53,6 +53,10 @@ Body = Callable[["_lmdb.Txn", State], tuple[Any, State, Change]]
 
 #: Most single writes one transaction takes; the rest wait for the next.
 MAX_GROUP = 1024
+#: How long a group's leader waits for the next group's commit to make its
+#: own durable before it flushes itself (a safety net: that group's leader
+#: always commits or flushes).
+AWAIT_FLUSH_SECONDS = 1.0
 
 
 class _Request:
@@ -103,6 +107,9 @@ class _Applied:
     def __init__(self, delta: Delta) -> None:
         self.delta = delta
         self.before: dict[int, int | None] = {}
+        # The id of the transaction, if the bodies changed the stored state
+        # (so that its commit writes pages, flushes and writes a meta page).
+        self.changed_txn: int | None = None
 
     def apply(self, change: Change) -> None:
         delta, before = self.delta, self.before
@@ -184,13 +191,17 @@ class CommitMixin:
         self._unflushed = 0  # commits since the last flush (sync="interval")
         self._unflushed_since = 0.0
         self._flush_timer: threading.Timer | None = None
-        # sync=True: commits leave their meta page to _make_durable (see
-        # _lmdb.Environment's defer_meta_sync), which a group's leader calls
-        # after it let go of the store, so that the next group's transaction
-        # runs while this one's meta page is flushed.
+        # sync=True: commits leave their meta page unflushed (see
+        # _lmdb.Environment's defer_meta_sync). LMDB flushes the whole file
+        # before it writes a commit's meta page, so the next commit makes the
+        # one before it durable: a group's leader hands the store to the next
+        # group and waits for its commit, and flushes itself (_make_durable)
+        # only when no group follows.
         self._flushing = threading.Lock()
+        self._durability = threading.Condition(threading.Lock())
         self._durable_txn = -1  # every commit up to this id is on the disk
-        self._group_txn: int | None = None  # set while a group's _write runs
+        self._last_group_txn = -1  # the latest commit of a group of this process
+        self._in_group = False  # a group's _write is running: its leader makes it durable
 
     # ------------------------------------------------------------ group commit
 
@@ -226,12 +237,21 @@ class CommitMixin:
             with queue.mutex:
                 if request in queue.waiting:  # interrupted before taking a group
                     queue.waiting.remove(request)
-                if queue.waiting:
+                followed = bool(queue.waiting)
+                if followed:
                     queue.waiting[0].wake.release()  # the next leader
                 else:
                     queue.leading = False
             try:
-                if committed is not None:
+                if not self._env.defer_meta_sync:
+                    pass  # the commit was as durable as sync makes it when it returned
+                elif committed is None:
+                    # Nothing committed: release the groups waiting for this
+                    # one's commit to make theirs durable.
+                    self._make_durable(self._last_group_txn)
+                elif followed:
+                    self._await_durable(committed)
+                else:
                     self._make_durable(committed)
             except BaseException as exc:
                 # Committed but not known to be on the disk: not acknowledged.
@@ -261,7 +281,7 @@ class CommitMixin:
                     bodies = self._bodies_in_order(
                         [request.body for request in pending], applied, isolate=True
                     )
-                    self._group_txn = -1
+                    self._in_group = True
                     try:
                         results = self._write(bodies)
                     except _BodyFailedError as failed:
@@ -274,9 +294,14 @@ class CommitMixin:
                         self._undo(applied)
                         raise
                     finally:
-                        if self._group_txn is not None and self._group_txn >= 0:
-                            committed = self._group_txn
-                        self._group_txn = None
+                        self._in_group = False
+                    committed = applied.changed_txn
+                    if committed is not None:
+                        self._last_group_txn = committed
+                        if self._env.defer_meta_sync:
+                            # LMDB flushed the file before this commit's meta
+                            # page: every commit before it is on the disk.
+                            self._durable_up_to(committed - 1)
                     for request, result in zip(pending, results, strict=True):
                         request.result = result
                         request.done = True
@@ -299,7 +324,25 @@ class CommitMixin:
             # Every commit up to this one has written its meta page by now.
             target = self._env.last_txn_id()
             self._env.flush()
-            self._durable_txn = max(self._durable_txn, target)
+            self._durable_up_to(target)
+
+    def _durable_up_to(self, txn_id: int) -> None:
+        with self._durability:
+            if txn_id > self._durable_txn:
+                self._durable_txn = txn_id
+                self._durability.notify_all()
+
+    def _await_durable(self, txn_id: int) -> None:
+        """Wait for the next group's commit to make commit ``txn_id`` durable.
+
+        That group's leader either commits (which flushes the file first) or
+        flushes; the timeout is a safety net only, after which this thread
+        flushes itself.
+        """
+        with self._durability:
+            if self._durability.wait_for(lambda: self._durable_txn >= txn_id, timeout=AWAIT_FLUSH_SECONDS):
+                return
+        self._make_durable(txn_id)
 
     def _bodies_in_order(
         self, bodies: list[Body], applied: _Applied, *, isolate: bool
@@ -323,6 +366,8 @@ class CommitMixin:
                 self._forget_delta()
                 state = self._sync_delta(txn)
             applied.delta = self._delta
+            applied.changed_txn = None
+            first_state = state
             results = []
             for index, body in enumerate(bodies):
                 try:
@@ -339,6 +384,8 @@ class CommitMixin:
                         raise _BodyFailedError(index, exc) from exc
                     raise
                 results.append(result)
+            if state != first_state:
+                applied.changed_txn = int(txn.id())
             # The delta is already in step; _write applies no change of its own.
             return results, state, Change([], [])
 
@@ -402,9 +449,7 @@ class CommitMixin:
         """After every commit (the store's lock held): make it durable as
         ``sync`` asks, or leave that to the group's leader."""
         if self._env.defer_meta_sync:
-            if self._group_txn is not None:
-                self._group_txn = self._env.last_txn_id()  # the leader flushes it
-            else:
+            if not self._in_group:
                 self._make_durable(self._env.last_txn_id())
             return
         if self._options.sync != "interval":
