@@ -8,7 +8,8 @@ Run (from the repository root)::
 
 ``--store PATH`` reuses an existing simstore store of the same N random
 fingerprints (e.g. one left by ``bench_peers.py --keep-store``) instead of
-building one. Each N writes ``online_<N>.json`` beside ``--output``.
+building one. The figures are written as JSON beside ``--output``, under its
+name (``online_1M.md``: ``online_1M.json``).
 
 Systems, each in its own process, all starting from the same N seeded random
 fingerprints (ids 0..N-1; ``bench_store.base_fingerprints``) and adding the
@@ -124,7 +125,7 @@ def simstore_adds(base_path: str, work_path: str, n: int, count: int, sync: bool
     os.close(descriptor)
     new = online_fingerprints(count).tolist()
     store = simstore.open(work_path, "w", sync=sync, merge_on_close=False)
-    threshold = store._current_merge_threshold()
+    threshold = store._merge_threshold()
     first_epoch = store._delta.merge_epoch
     add = store.add
     clock = time.perf_counter_ns
@@ -445,7 +446,7 @@ def main() -> int:
     parser.add_argument(
         "--update",
         action="store_true",
-        help="merge the systems measured now into an existing online_<N>.json instead of replacing it",
+        help="merge the systems measured now into the existing JSON beside --output instead of replacing it",
     )
     args = parser.parse_args()
     systems = [name.strip() for name in args.systems.split(",") if name.strip()]
@@ -635,8 +636,8 @@ def main() -> int:
     }
     if args.output:
         report.write(args.output)
-        label = f"{n // 1_000_000}M" if n % 1_000_000 == 0 else f"{n // 1000}K"
-        write_result_json(Path(args.output).parent / f"online_{label}.json", result, update=args.update)
+        # Beside the report, under its name: online_1M.md -> online_1M.json.
+        write_result_json(Path(args.output).with_suffix(".json"), result, update=args.update)
     return 0
 
 
