@@ -461,3 +461,95 @@ def test_flush_on_a_read_only_store_does_nothing(store_path: str) -> None:
         store.add("k", fingerprint=1)
     with simstore.open(store_path, "r") as store:
         store.flush()
+
+
+def two_groups(
+    store: Store, monkeypatch: pytest.MonkeyPatch, first: list[Call], second: list[Call]
+) -> list[tuple[str, Any]]:
+    """Run ``first`` as one group and ``second`` as the group queued behind it
+    while the first one's transaction is open."""
+    real_write = _lmdb.Environment.write
+    opened = threading.Event()
+    go_on = threading.Event()
+
+    def write(env: _lmdb.Environment, body: Any) -> Any:
+        if not opened.is_set():
+            opened.set()
+            assert go_on.wait(60)
+        return real_write(env, body)
+
+    monkeypatch.setattr(_lmdb.Environment, "write", write)
+    outcomes: list[tuple[str, Any]] = [("missing", None)] * (len(first) + len(second))
+    threads: list[threading.Thread] = []
+
+    def start(index: int, call: Call) -> None:
+        def run() -> None:
+            try:
+                outcomes[index] = ("ok", call())
+            except Exception as exc:
+                outcomes[index] = ("error", exc)
+
+        thread = threading.Thread(target=run)
+        thread.start()
+        threads.append(thread)
+
+    store._lock.acquire()
+    for index, call in enumerate(first):
+        start(index, call)
+        while _queued(store) < index + 1:
+            time.sleep(0.0005)
+    store._lock.release()
+    assert opened.wait(60)  # the first group's transaction is open
+    for index, call in enumerate(second, start=len(first)):
+        start(index, call)
+        while _queued(store) < index - len(first) + 1:
+            time.sleep(0.0005)
+    go_on.set()
+    for thread in threads:
+        thread.join(timeout=60)
+        assert not thread.is_alive()
+    return outcomes
+
+
+def test_the_next_groups_commit_makes_the_one_before_durable(
+    sync_store: Store, monkeypatch: pytest.MonkeyPatch, txn_of: dict[bytes, int]
+) -> None:
+    flushes = Flushes(monkeypatch)
+    first = [lambda n=n: sync_store.add(f"a{n}", fingerprint=fp_of(n)) for n in range(3)]
+    second = [lambda n=n: sync_store.add(f"b{n}", fingerprint=fp_of(100 + n)) for n in range(3)]
+    outcomes = two_groups(sync_store, monkeypatch, first, second)
+    assert all(kind == "ok" for kind, _ in outcomes)
+    assert txn_of[pack_key("b0")] == txn_of[pack_key("a0")] + 1
+    # The first group's leader waited for the second group's commit (LMDB
+    # flushed the file before writing its meta page); the second flushed.
+    assert flushes.count == 1
+    assert flushes.durable_up_to() >= txn_of[pack_key("b0")]
+
+
+def test_a_following_group_that_writes_nothing_still_releases_the_one_before(
+    sync_store: Store, monkeypatch: pytest.MonkeyPatch, txn_of: dict[bytes, int]
+) -> None:
+    sync_store.add("seen", fingerprint=fp_of(1))
+    flushes = Flushes(monkeypatch)
+    first = [lambda n=n: sync_store.add(f"a{n}", fingerprint=fp_of(10 + n)) for n in range(3)]
+    second: list[Call] = [
+        lambda: [match.key for match in sync_store.add_if_new("again", fingerprint=fp_of(1))],
+        lambda: sync_store.remove("never-stored"),
+    ]
+    outcomes = two_groups(sync_store, monkeypatch, first, second)
+    assert [kind for kind, _ in outcomes] == ["ok", "ok", "ok", "ok", "error"]
+    assert outcomes[3][1] == ["seen"]
+    assert flushes.count == 1  # the second group's leader flushed for the first
+    assert flushes.durable_up_to() >= txn_of[pack_key("a0")]
+
+
+def test_a_transaction_that_fails_fails_its_whole_group_and_writes_nothing(store_path: str) -> None:
+    with simstore.open(store_path, k=3, max_map_size=1 << 20) as store:
+        big = {"text": "x" * 60_000}
+        calls = [lambda n=n: store.add(f"big-{n}", fingerprint=fp_of(n), meta=big) for n in range(40)]
+        outcomes = run_as_group(store, calls)
+        assert all(kind == "error" and isinstance(value, simstore.StoreFullError) for kind, value in outcomes)
+        assert len(store) == 0
+        assert store._delta.as_dict() == {}
+        store.add("small", fingerprint=1)
+        assert store.check() == []
