@@ -6,7 +6,7 @@ fingerprints, stored in one LMDB file.
 >>> with simstore.open(path, k=3) as store:
 ...     _ = store.add("a", fingerprint=0b1011)
 ...     store.query(fingerprint=0b0011)
-[Match(key='a', distance=1, fingerprint=11, meta=None)]
+[Match(key='a', distance=1, fingerprint=11, meta=None, similarity=None)]
 """
 
 from simstore.batch import Cluster, Pair
@@ -37,6 +37,7 @@ from simstore.planner import Layout, best_layout, plan
 from simstore.results import Match, Record, SegmenterChangedWarning, Stats, StoreFullWarning
 from simstore.sharded import ShardedStore
 from simstore.simhash import Fingerprinter, ShortTextWarning, fingerprint, fingerprint_vector
+from simstore.sketch import Sketch, estimate_jaccard
 from simstore.store import Store
 from simstore.version import __version__
 
@@ -63,6 +64,7 @@ __all__ = [
     "ShardedStore",
     "ShortTextWarning",
     "SimstoreError",
+    "Sketch",
     "Stats",
     "Store",
     "StoreClosedError",
@@ -74,6 +76,7 @@ __all__ = [
     "WorkerError",
     "__version__",
     "best_layout",
+    "estimate_jaccard",
     "fingerprint",
     "fingerprint_vector",
     "hamming",

@@ -51,6 +51,9 @@ DB_DOCS = b"docs"
 DB_DOCMETA = b"docmeta"
 DB_DELTA = b"delta"
 FIXED_DB_NAMES = (DB_META, DB_KEYS, DB_DOCS, DB_DOCMETA, DB_DELTA)
+#: Each document's verification sketch (simstore.sketch), under its id: only
+#: in stores whose fingerprinter makes sketches (none before they existed).
+DB_SKETCHES = b"sketches"
 
 # Table sub-databases hold packed buckets of entries under 8-byte keys (see
 # simstore.runs): plain sub-databases, one value per key.
@@ -101,6 +104,7 @@ class Handles:
     docmeta: Database
     delta: Database
     tables: list[Database]
+    sketches: Database | None = None
 
 
 class Environment:
@@ -168,7 +172,7 @@ class Environment:
                 sync=sync,
                 metasync=sync if metasync is None else metasync,
                 map_size=map_size,
-                max_dbs=len(FIXED_DB_NAMES) + MAX_TABLES,
+                max_dbs=len(FIXED_DB_NAMES) + 1 + MAX_TABLES,
                 # No cached read transactions: a forked child that closes its
                 # inherited copy of the environment would otherwise reset the
                 # parent's reader slots (measured: no query cost at 1M docs).
@@ -376,9 +380,13 @@ class Environment:
             raise
         return bytes(raw_meta), handles
 
-    def create_handles(self, txn: Txn, table_count: int) -> Handles:
-        """Create every sub-database inside the write transaction ``txn``."""
-        return self._open_handles(table_count, 0, create=True, txn=txn)
+    def create_handles(self, txn: Txn, table_count: int, *, sketches: bool) -> Handles:
+        """Create every sub-database inside the write transaction ``txn``
+        (the sketches' only if ``sketches``)."""
+        handles = self._open_handles(table_count, 0, create=True, txn=txn)
+        if sketches:
+            handles.sketches = self.env.open_db(DB_SKETCHES, txn=txn, create=True)
+        return handles
 
     def create_tables(self, txn: Txn, table_count: int, generation: int) -> list[Database]:
         """Create the empty tables of a new layout inside the write transaction ``txn``."""
@@ -393,7 +401,12 @@ class Environment:
         def open_db(name: bytes, **flags: bool) -> Database:
             return self.env.open_db(name, txn=txn, create=create, **flags)
 
+        sketches = None
+        if not create:
+            with contextlib.suppress(lmdb.NotFoundError):  # a store without sketches
+                sketches = self.env.open_db(DB_SKETCHES, txn=txn, create=False)
         return Handles(
+            sketches=sketches,
             meta=open_db(DB_META),
             keys=open_db(DB_KEYS),
             docs=open_db(DB_DOCS),

@@ -1,9 +1,10 @@
 """A fingerprinting worker process (see :mod:`simstore.pool`).
 
-Started as ``python -c ... <package root> <parent pid>``; reads the
-fingerprint settings, answers ``["ready"]``, then answers each request
-``[start, texts]`` with ``["ok", <u8 bytes>, short count]``, ``["invalid",
-message]`` (an unusable text) or ``["error", message]``, until stdin ends.
+Started as ``python -c ... <package root> <parent pid>``; reads
+``[fingerprint settings, with sketches]``, answers ``["ready"]``, then
+answers each request ``[start, texts]`` with ``["ok", <u8 bytes>, short
+count, sketch bytes or nil]``, ``["invalid", message]`` (an unusable text) or
+``["error", message]``, until stdin ends.
 """
 
 from __future__ import annotations
@@ -59,10 +60,11 @@ def main(parent_pid: int) -> int:
     from simstore.pool import read_frame, write_frame
     from simstore.simhash import Fingerprinter
 
-    settings = read_frame(protocol_in)
-    if settings is None:
+    first = read_frame(protocol_in)
+    if first is None:
         return 0
     try:
+        settings, sketches = first
         fingerprinter = Fingerprinter.from_settings(settings)
     except Exception as exc:
         write_frame(protocol_out, ["error", f"{type(exc).__name__}: {exc}"])
@@ -71,8 +73,9 @@ def main(parent_pid: int) -> int:
     while (request := read_frame(protocol_in)) is not None:
         start, texts = request
         try:
-            values, short = fingerprinter._fingerprint_chunk(texts, start)
-            reply: list[object] = ["ok", np.asarray(values, dtype="<u8").tobytes(), short]
+            values, short, rows = fingerprinter._fingerprint_chunk(texts, start, sketches=sketches)
+            sketch_bytes = None if rows is None else np.ascontiguousarray(rows, dtype=np.uint8).tobytes()
+            reply: list[object] = ["ok", np.asarray(values, dtype="<u8").tobytes(), short, sketch_bytes]
         except InvalidValueError as exc:
             reply = ["invalid", str(exc)]
         except Exception:

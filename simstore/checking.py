@@ -55,6 +55,7 @@ def check_store(store: Checkable) -> list[str]:
         if replayed_delta != store._delta.as_dict():
             problems.append("the in-memory delta differs from the delta log")
         fingerprint_of = _records(txn, handles, state, problems)
+        _check_sketches(txn, handles, fingerprint_of, problems)
         for doc_id, fingerprint in replayed_delta.items():
             if fingerprint_of.get(doc_id) != fingerprint:
                 problems.append(f"delta document {doc_id} does not match its record")
@@ -89,6 +90,22 @@ def _records(txn: _lmdb.Txn, handles: _lmdb.Handles, state: State, problems: lis
     if key_count != len(fingerprint_of):
         problems.append(f"{key_count} keys but {len(fingerprint_of)} document records")
     return fingerprint_of
+
+
+def _check_sketches(
+    txn: _lmdb.Txn, handles: _lmdb.Handles, fingerprint_of: Mapping[int, int], problems: list[str]
+) -> None:
+    """Every sketch belongs to a stored document, and all have one width."""
+    if handles.sketches is None:
+        return
+    widths: set[int] = set()
+    for id_bytes, raw in txn.cursor(handles.sketches):
+        doc_id = decode_id(id_bytes)
+        if doc_id not in fingerprint_of:
+            problems.append(f"a sketch is stored for document {doc_id}, which has no record")
+        widths.add(len(raw))
+    if len(widths) > 1:
+        problems.append(f"stored sketches have several widths: {sorted(widths)}")
 
 
 def _check_table(

@@ -17,6 +17,13 @@ from simstore.simhash import Fingerprinter
 
 DEFAULT_K = 3
 
+#: For a similarity threshold ``J``, the smallest ``k`` at which at least 97 %
+#: of the near-duplicate pairs with Jaccard similarity (of word 3-shingles) at
+#: least ``J`` (exact copies aside) lie within ``k`` bits of each other, pooled
+#: over the real-text corpora of ``benchmarks/bench_quality.py --real``. A
+#: threshold between two rows takes the lower row's ``k`` (more recall).
+K_FOR_SIMILARITY: tuple[tuple[float, int], ...] = ((0.97, 6), (0.9, 8), (0.8, 10))
+
 
 @dataclass(frozen=True)
 class LayoutRequest:
@@ -28,6 +35,25 @@ class LayoutRequest:
     fingerprinter: Fingerprinter | None
     layout: Any
     expected_docs: int | None
+    min_similarity: float | None = None
+
+
+def k_for_similarity(threshold: float) -> int:
+    """The ``k`` a store verifying at ``threshold`` needs (see
+    :data:`K_FOR_SIMILARITY`): below the table's lowest threshold, its ``k``."""
+    for similarity, k in K_FOR_SIMILARITY:
+        if threshold >= similarity:
+            return k
+    return K_FOR_SIMILARITY[-1][1]
+
+
+def requested_k(requested: LayoutRequest) -> int:
+    """The ``k`` of a new store: asked for, or what its threshold needs, or the default."""
+    if requested.k is not None:
+        return requested.k
+    if requested.min_similarity is not None:
+        return k_for_similarity(requested.min_similarity)
+    return DEFAULT_K
 
 
 def layout_tables(layout: Any, k: int | None) -> tuple[int, tuple[Table, ...], dict[str, Any] | None]:
@@ -58,11 +84,11 @@ def choose_layout(requested: LayoutRequest) -> tuple[int, tuple[Table, ...], dic
         blocks = layout_spec.get("blocks")
         return chosen_k, tables, layout_spec, blocks if isinstance(blocks, int) else None
     if requested.blocks is None and requested.expected_docs is not None:
-        planned = best_layout(DEFAULT_K if requested.k is None else requested.k, requested.expected_docs)
+        planned = best_layout(requested_k(requested), requested.expected_docs)
         layout_spec = dict(planned.spec)
         blocks = layout_spec.get("blocks")
         return planned.k, tuple(planned.tables), layout_spec, blocks if isinstance(blocks, int) else None
-    chosen_k = DEFAULT_K if requested.k is None else requested.k
+    chosen_k = requested_k(requested)
     chosen_blocks = default_blocks(chosen_k) if requested.blocks is None else requested.blocks
     tables = tuple(one_level_tables(chosen_k, chosen_blocks))
     return chosen_k, tables, {"kind": "one-level", "blocks": chosen_blocks}, chosen_blocks

@@ -60,6 +60,17 @@ class CommandError(SimstoreError):
 # say the same in the command line's words.
 
 
+def similarity(value: str) -> float:
+    """An argparse type: a similarity threshold, a number from 0 to 1."""
+    try:
+        threshold = float(value)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"not a number: {value!r}") from None
+    if not 0.0 <= threshold <= 1.0:
+        raise argparse.ArgumentTypeError(f"must be from 0 to 1: {value!r}")
+    return threshold
+
+
 def open_existing(path: str, mode: str = "r") -> Store:
     """The store at ``path``, which the command needs to exist already."""
     try:
@@ -310,31 +321,57 @@ def _read_once(path: str) -> bool:
 
 @dataclass
 class Collected:
-    """Documents read and fingerprinted: keys, fingerprints, metadata."""
+    """Documents read and fingerprinted: keys, fingerprints, metadata, and
+    verification sketches when the store keeps them."""
 
     keys: list[Key] = field(default_factory=list)
     fingerprints: list[np.ndarray] = field(default_factory=list)
     metas: list[dict[str, Any] | None] = field(default_factory=list)
+    sketches: list[np.ndarray] = field(default_factory=list)
     read: int = 0
+
+    def extend(self, chunk: list[Document], values: np.ndarray, sketches: np.ndarray | None) -> None:
+        """Append a fingerprinted chunk."""
+        self.keys.extend(doc.key for doc in chunk)
+        self.metas.extend(doc.meta for doc in chunk)
+        self.fingerprints.append(values)
+        if sketches is not None:
+            self.sketches.append(sketches)
 
     def fingerprint_array(self) -> np.ndarray:
         if not self.fingerprints:
             return np.zeros(0, dtype=np.uint64)
         return np.concatenate(self.fingerprints)
 
+    def sketch_array(self) -> np.ndarray | None:
+        """The sketches, one row a document; ``None`` if none were made."""
+        if not self.sketches:
+            return None
+        return np.concatenate(self.sketches)
+
     def clear(self) -> None:
         self.keys.clear()
         self.fingerprints.clear()
         self.metas.clear()
+        self.sketches.clear()
 
     def take(self, count: int) -> Collected:
         """Remove the first ``count`` documents and return them."""
         values = self.fingerprint_array()
-        head = Collected(self.keys[:count], [values[:count]], self.metas[:count])
+        rows = self.sketch_array()
+        head = Collected(
+            self.keys[:count], [values[:count]], self.metas[:count], [] if rows is None else [rows[:count]]
+        )
         del self.keys[:count]
         del self.metas[:count]
         self.fingerprints = [values[count:]] if count < len(values) else []
+        self.sketches = [rows[count:]] if rows is not None and count < len(rows) else []
         return head
+
+    def add_to(self, store: Store) -> None:
+        """Add the collected documents to ``store`` in one transaction."""
+        metas = self.metas if any(meta is not None for meta in self.metas) else None
+        store.add_many(self.keys, self.fingerprint_array(), metas=metas, sketches=self.sketch_array())
 
 
 def fingerprint_documents(
@@ -345,38 +382,45 @@ def fingerprint_documents(
     *,
     with_length: bool,
     chunk_docs: int | None = None,
-) -> Iterator[tuple[list[Document], np.ndarray]]:
+) -> Iterator[tuple[list[Document], np.ndarray, np.ndarray | None]]:
     """Fingerprint documents in chunks of at most ``chunk_docs`` (default
-    and ceiling :data:`FINGERPRINT_CHUNK_DOCS`); a text the fingerprinter
-    refuses is a bad line like any other."""
+    and ceiling :data:`FINGERPRINT_CHUNK_DOCS`), with their sketches if the
+    store keeps them; a text the fingerprinter refuses is a bad line like
+    any other."""
     fingerprinter = store.fingerprinter
+    sketching = store.sketch is not None
     most_docs = min(chunk_docs or FINGERPRINT_CHUNK_DOCS, FINGERPRINT_CHUNK_DOCS)
     chunk: list[Document] = []
     characters = 0
 
-    def flush() -> Iterator[tuple[list[Document], np.ndarray]]:
+    def fingerprint(texts: list[str]) -> tuple[np.ndarray, np.ndarray | None]:
+        # The command line uses every core (the library defaults to one).
+        if sketching:
+            return fingerprinter.fingerprints_and_sketches(texts, processes=None)
+        return fingerprinter.fingerprint_many(texts, processes=None), None
+
+    def flush() -> Iterator[tuple[list[Document], np.ndarray, np.ndarray | None]]:
         with warnings.catch_warnings():
             warnings.simplefilter("ignore", ShortTextWarning)
             try:
-                # The command line uses every core (the library defaults to one).
-                values = fingerprinter.fingerprint_many([doc.text for doc in chunk], processes=None)
-                yield list(chunk), values
+                values, sketches = fingerprint([doc.text for doc in chunk])
+                yield list(chunk), values, sketches
                 return
             except InvalidValueError:
                 pass
             # Some text has no features: find which, one at a time.
             good: list[Document] = []
-            good_values: list[int] = []
             for doc in chunk:
                 try:
-                    good_values.append(fingerprinter.fingerprint(doc.text))
+                    fingerprinter.fingerprint(doc.text)
                     good.append(doc)
                 except InvalidValueError as exc:
                     error = InputError(doc.source, doc.line, str(exc))
                     if options.on_error == "fail":
                         raise error from None
                     errors(error)
-            yield good, np.array(good_values, dtype=np.uint64)
+            values, sketches = fingerprint([doc.text for doc in good])
+            yield good, values, sketches
 
     for document in documents:
         if with_length:

@@ -12,7 +12,7 @@ import sys
 import tempfile
 from dataclasses import dataclass
 
-from simstore.batch import KEEP_POLICIES
+from simstore.batch import KEEP_POLICIES, LINKAGES
 from simstore.cli_common import (
     DEFAULT_K,
     QUERY_CHUNK,
@@ -29,6 +29,7 @@ from simstore.cli_common import (
     print_json,
     progress,
     read_options,
+    similarity,
     skip_reporter,
     table_progress,
     unique_keys,
@@ -69,6 +70,20 @@ def configure_dedup(parser: argparse.ArgumentParser) -> None:
         default="first",
         help="which document of a cluster is kept: the first read (default) or the longest text",
     )
+    parser.add_argument(
+        "--linkage",
+        choices=LINKAGES,
+        default="star",
+        help="star (default): every dropped document is a near-duplicate of the one kept in its "
+        "place; components: chains of near-duplicates form one cluster, however far apart their ends",
+    )
+    parser.add_argument(
+        "--min-similarity",
+        type=similarity,
+        metavar="J",
+        help="a duplicate also shares at least this estimated fraction of its word 3-shingles "
+        "(0 to 1; judged by the stored verification sketches)",
+    )
     add_input_options(parser)
 
 
@@ -79,6 +94,8 @@ class DedupSummary:
     duplicates: int = 0
     clusters: int = 0
     largest_cluster: int = 0
+    worst_distance: int = 0
+    worst_similarity: float | None = None
     kept: int = 0
     output: str = ""
 
@@ -88,6 +105,8 @@ def run_dedup(args: argparse.Namespace) -> int:
         args.parser.error("--clusters needs the documents in a store; it cannot be used with --against")
     if args.against is not None and args.keep != "first":
         args.parser.error("--keep chooses within clusters; it cannot be used with --against")
+    if args.against is not None and args.linkage != "star":
+        args.parser.error("--linkage forms clusters; it cannot be used with --against")
     # Before any input is read: a wrong -o should not cost a long first pass.
     output = resolve_output(args.output)
     options = read_options(args)
@@ -130,7 +149,8 @@ def run_dedup(args: argparse.Namespace) -> int:
     report = vars(summary).copy()
     if args.against is not None:
         # Against a store, a duplicate is a document with a stored match; there are no clusters.
-        del report["clusters"], report["largest_cluster"]
+        del report["clusters"], report["largest_cluster"], report["worst_distance"]
+        del report["worst_similarity"]
     if args.pairs or args.clusters:
         del report["kept"]
     # The summary never goes into the data stream (-o -, -o /dev/stdout).
@@ -155,12 +175,10 @@ def _collect(
     collected = Collected()
     with ReadingBar(args, inputs) as bar:
         documents = unique_keys(read_documents(inputs, options, errors, bar.tracker), options, errors)
-        for chunk, values in fingerprint_documents(
+        for chunk, values, sketches in fingerprint_documents(
             store, documents, options, errors, with_length=with_length
         ):
-            collected.keys.extend(doc.key for doc in chunk)
-            collected.metas.extend(doc.meta for doc in chunk)
-            collected.fingerprints.append(values)
+            collected.extend(chunk, values, sketches)
             bar.update(len(chunk))
     collected.read = len(collected.keys)
     return collected
@@ -182,10 +200,9 @@ def dedup_within(
         args, store, inputs, options, errors, with_length=persistent or args.keep == "longest"
     )
     summary.documents = collected.read
-    metas = collected.metas if any(meta is not None for meta in collected.metas) else None
     if collected.keys:
         with progress(args, desc="writing", total=1, unit="txn") as bar:
-            store.add_many(collected.keys, collected.fingerprint_array(), metas=metas)
+            collected.add_to(store)
             bar.update(1)
     try:
         dropped = _cluster(args, store, output, summary)
@@ -204,22 +221,35 @@ def _cluster(args: argparse.Namespace, store: Store, output: Output, summary: De
     of the documents not kept."""
     bar, update = table_progress(args, "clustering")
     with bar:
-        clusters = store.clusters(k=args.k, keep=args.keep, progress=update)
+        clusters = store.clusters(
+            k=args.k,
+            keep=args.keep,
+            linkage=args.linkage,
+            min_similarity=args.min_similarity,
+            progress=update,
+        )
     dropped: set[Key] = set()
     for cluster in clusters:
         dropped.update(cluster.duplicates)
     summary.duplicates = len(dropped)
     summary.clusters = len(clusters)
     summary.largest_cluster = max((cluster.size for cluster in clusters), default=0)
+    summary.worst_distance = max((cluster.worst_distance for cluster in clusters), default=0)
+    judged = [cluster.worst_similarity for cluster in clusters if cluster.worst_similarity is not None]
+    summary.worst_similarity = round(min(judged), 4) if judged else None
     if args.pairs:
         bar, update = table_progress(args, "pairs")
         with bar, output_stream(output) as stream:
-            for pair in store.near_duplicate_pairs(k=args.k, progress=update):
+            for pair in store.near_duplicate_pairs(
+                k=args.k, min_similarity=args.min_similarity, progress=update
+            ):
                 record = {
                     "a": key_to_json(pair.key_a),
                     "b": key_to_json(pair.key_b),
                     "distance": pair.distance,
                 }
+                if pair.similarity is not None:
+                    record["similarity"] = round(pair.similarity, 4)
                 stream.write(json.dumps(record, ensure_ascii=False) + "\n")
     elif args.clusters:
         with output_stream(output) as stream:
@@ -229,7 +259,10 @@ def _cluster(args: argparse.Namespace, store: Store, output: Output, summary: De
                     "representative": key_to_json(cluster.representative),
                     "size": cluster.size,
                     "members": [key_to_json(key) for key in cluster.members],
+                    "worst_distance": cluster.worst_distance,
                 }
+                if cluster.worst_similarity is not None:
+                    record["worst_similarity"] = round(cluster.worst_similarity, 4)
                 stream.write(json.dumps(record, ensure_ascii=False) + "\n")
     return dropped
 
@@ -248,12 +281,18 @@ def dedup_against(
     collected = _collect(args, store, inputs, options, errors, with_length=False)
     summary.documents = collected.read
     fingerprints = collected.fingerprint_array()
+    sketches = collected.sketch_array()
     matched: set[Key] = set()
     with contextlib.ExitStack() as stack:
         stream = stack.enter_context(output_stream(output)) if args.pairs else None
         bar = stack.enter_context(progress(args, desc="matching", total=len(fingerprints), unit="doc"))
         for start in range(0, len(fingerprints), QUERY_CHUNK):
-            results = store.query_many(fingerprints[start : start + QUERY_CHUNK], k=args.k)
+            results = store.query_many(
+                fingerprints[start : start + QUERY_CHUNK],
+                k=args.k,
+                min_similarity=args.min_similarity,
+                sketches=None if sketches is None else sketches[start : start + QUERY_CHUNK],
+            )
             for key, matches in zip(collected.keys[start : start + QUERY_CHUNK], results, strict=True):
                 if not matches:
                     continue
@@ -265,6 +304,8 @@ def dedup_against(
                             "match": key_to_json(match.key),
                             "distance": match.distance,
                         }
+                        if match.similarity is not None:
+                            record["similarity"] = round(match.similarity, 4)
                         stream.write(json.dumps(record, ensure_ascii=False) + "\n")
             bar.update(len(results))
     summary.duplicates = len(matched)

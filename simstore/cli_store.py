@@ -36,6 +36,7 @@ from simstore.cli_common import (
     progress,
     read_options,
     show_key,
+    similarity,
     skip_reporter,
 )
 from simstore.cli_outputs import output_stream, resolve_output
@@ -86,15 +87,14 @@ def run_add(args: argparse.Namespace) -> int:
         def commit(batch: Collected) -> None:
             nonlocal committed
             if batch.keys:
-                metas = batch.metas if any(meta is not None for meta in batch.metas) else None
-                store.add_many(batch.keys, batch.fingerprint_array(), metas=metas)
+                batch.add_to(store)
                 committed += len(batch.keys)
 
         try:
             inputs = inputs_of(args.files)
             with ReadingBar(args, inputs) as bar:
                 documents = read_documents(inputs, options, errors, bar.tracker)
-                for chunk, values in fingerprint_documents(
+                for chunk, values, sketches in fingerprint_documents(
                     store,
                     documents,
                     options,
@@ -102,9 +102,7 @@ def run_add(args: argparse.Namespace) -> int:
                     with_length=not args.no_length,
                     chunk_docs=args.batch_size or None,
                 ):
-                    pending.keys.extend(doc.key for doc in chunk)
-                    pending.metas.extend(doc.meta for doc in chunk)
-                    pending.fingerprints.append(values)
+                    pending.extend(chunk, values, sketches)
                     pending.read += len(chunk)
                     bar.update(len(chunk))
                     # Commit at exact multiples of --batch-size.
@@ -150,13 +148,23 @@ def configure_query(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--fingerprint", type=parse_fingerprint, metavar="HEX", help="query a fingerprint")
     parser.add_argument("-k", "--k", type=non_negative, help="largest distance (default: the store's k)")
     parser.add_argument("--meta", action="store_true", help="show each match's metadata")
+    parser.add_argument(
+        "--min-similarity",
+        type=similarity,
+        metavar="J",
+        help="only matches that share at least this estimated fraction of the text's word "
+        "3-shingles (0 to 1; needs a query text)",
+    )
 
 
 def run_query(args: argparse.Namespace) -> int:
     given = [args.text is not None, args.file is not None, args.fingerprint is not None]
     if sum(given) != 1:
         args.parser.error("give exactly one of TEXT, --file F or --fingerprint HEX")
+    if args.fingerprint is not None and args.min_similarity is not None:
+        args.parser.error("--min-similarity needs a query text, not --fingerprint")
     with open_existing(args.store) as store:
+        text = None
         if args.fingerprint is not None:
             query = args.fingerprint
         else:
@@ -171,7 +179,14 @@ def run_query(args: argparse.Namespace) -> int:
                 warnings.simplefilter("ignore", ShortTextWarning)
                 query = store.fingerprinter.fingerprint(text)
         check_distance(args.k, store)
-        matches = store.query(fingerprint=query, k=args.k, with_meta=args.meta)
+        with warnings.catch_warnings():
+            warnings.simplefilter("ignore", ShortTextWarning)
+            if text is None:
+                matches = store.query(fingerprint=query, k=args.k, with_meta=args.meta)
+            else:
+                matches = store.query(
+                    text=text, k=args.k, with_meta=args.meta, min_similarity=args.min_similarity
+                )
     if args.json:
         print_json(
             {
@@ -182,6 +197,7 @@ def run_query(args: argparse.Namespace) -> int:
                         "distance": match.distance,
                         "fingerprint": hex_fingerprint(match.fingerprint),
                         **({"meta": json_safe(match.meta)} if args.meta else {}),
+                        **({} if match.similarity is None else {"similarity": round(match.similarity, 4)}),
                     }
                     for match in matches
                 ],
@@ -228,6 +244,9 @@ def run_stats(args: argparse.Namespace) -> int:
         "bytes_used": stats.bytes_used,
         "runs": stats.runs,
         "compacting": stats.compacting,
+        "sketched_docs": stats.sketched_docs,
+        "sketch_bytes": stats.sketch_bytes,
+        "min_similarity": stats.min_similarity,
     }
     if stats.skew is not None and stats.degenerate is not None:
         summary["largest_range"] = [table.largest_range for table in stats.skew]

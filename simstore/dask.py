@@ -75,15 +75,24 @@ from simstore.permute import Table, validate_k
 from simstore.sharded import ShardedStore
 from simstore.sharding import check_shards, shards_of_packed
 from simstore.simhash import Fingerprinter
+from simstore.sketch import Sketch, check_similarity, estimate_jaccard
 
-__all__ = ["against", "build_stores", "clusters", "fingerprint", "near_duplicate_pairs"]
+__all__ = [
+    "against",
+    "build_stores",
+    "clusters",
+    "fingerprint",
+    "fingerprint_and_sketch",
+    "near_duplicate_pairs",
+]
 
 #: How many forests one task of the component tree combines.
 FOREST_FAN_IN = 8
 
 _FINGERPRINT_META = pd.Series(dtype="uint64", name="fingerprint")
-_PAIRS_META = {"key_a": "object", "key_b": "object", "distance": "uint8"}
-_AGAINST_META = {"key": "object", "match_key": "object", "distance": "uint8"}
+_SKETCHED_META = {"fingerprint": "uint64", "sketch": "object"}
+_PAIRS_META = {"key_a": "object", "key_b": "object", "distance": "uint8", "similarity": "float64"}
+_AGAINST_META = {"key": "object", "match_key": "object", "distance": "uint8", "similarity": "float64"}
 _WRITTEN_META = {"shard": "int64", "path": "object", "documents": "int64"}
 
 
@@ -128,6 +137,35 @@ def fingerprint(
     return data.map_partitions(_series_fingerprints, fingerprinter, meta=_FINGERPRINT_META)
 
 
+def fingerprint_and_sketch(
+    data: dd.DataFrame | dd.Series, text_column: str | None = None, fingerprinter: Fingerprinter | None = None
+) -> dd.DataFrame:
+    """:func:`fingerprint` and each text's verification sketch, made in the
+    same pass: a Dask DataFrame with the input's index and partitions and the
+    columns ``fingerprint`` (uint64) and ``sketch`` (bytes), for the
+    ``sketch_column=`` and ``min_similarity=`` of :func:`near_duplicate_pairs`,
+    :func:`clusters` and :func:`against`."""
+    fingerprinter = _check_fingerprinter(fingerprinter)
+    if fingerprinter.sketch is None:
+        raise InvalidValueError("the fingerprinter makes no sketches (sketch=None)")
+    if isinstance(data, dd.DataFrame):
+        if text_column is None:
+            raise InvalidValueError("text_column= names the column of texts to fingerprint")
+        _check_columns(data, [text_column])
+        data = data[text_column]
+    elif not isinstance(data, dd.Series):
+        raise InvalidTypeError(f"expected a Dask DataFrame or Series, got {type(data).__name__}")
+    return data.map_partitions(_series_sketches, fingerprinter, meta=empty_frame(_SKETCHED_META))
+
+
+def _series_sketches(texts: pd.Series, fingerprinter: Fingerprinter) -> pd.DataFrame:
+    values, sketches = fingerprinter.fingerprints_and_sketches(texts.tolist(), processes=1)
+    rows = [row.tobytes() for row in sketches]
+    return pd.DataFrame(
+        {"fingerprint": pd.Series(values, dtype="uint64"), "sketch": pd.Series(rows, dtype=object)},
+    ).set_axis(texts.index)
+
+
 def _series_fingerprints(texts: pd.Series, fingerprinter: Fingerprinter) -> pd.Series:
     # One process per worker: Dask already spreads partitions over cores,
     # and a worker's daemon process may not start processes of its own.
@@ -153,6 +191,9 @@ def near_duplicate_pairs(
     layout: Any = None,
     *,
     npartitions: int | None = None,
+    sketch_column: str | None = None,
+    min_similarity: float | None = None,
+    fingerprinter: Fingerprinter | None = None,
 ) -> dd.DataFrame:
     """Every pair of rows whose fingerprints are within ``k`` bits, each pair once.
 
@@ -174,19 +215,84 @@ def near_duplicate_pairs(
         npartitions: partitions of the shuffle (default: the input's
             partitions times half the tables, so a shuffled partition holds
             about two input partitions' rows).
+        sketch_column: the rows' verification sketches (bytes, as
+            :func:`fingerprint_and_sketch` makes them); each pair then gets
+            its estimated ``similarity``.
+        min_similarity: drop pairs less similar than this (needs ``sketch_column``).
+        fingerprinter: the settings the sketches were made with (default
+            ``Fingerprinter()``): their geometry.
 
     Returns:
         A lazy Dask DataFrame with columns ``key_a`` (the row earlier in the
-        input), ``key_b`` and ``distance``, in no particular order.
+        input), ``key_b``, ``distance`` and ``similarity`` (NaN without
+        sketches), in no particular order.
     """
     k, tables = _tables_for(k, layout)
-    _check_columns(ddf, [key_column, fingerprint_column])
+    sketch, threshold = _verification(ddf, sketch_column, min_similarity, fingerprinter)
+    _check_columns(ddf, [key_column, fingerprint_column, *([sketch_column] if sketch_column else [])])
     positioned = _positioned(ddf, {fingerprint_column: "fingerprint"})
     found = _position_pairs(positioned, tables, k, _shuffle_partitions(ddf, tables, npartitions))
+    if sketch_column is not None:
+        found = _judged(found, ddf[[sketch_column]], sketch_column, sketch, threshold)
     keys = ddf[[key_column]]
     with_a = _route_to_rows(found, "position_a", keys, key_column, "key_a", packed=True)
     with_b = _route_to_rows(with_a, "position_b", keys, key_column, "key_b", packed=False)
     return with_b.map_partitions(_finish_pairs, meta=empty_frame(_PAIRS_META))
+
+
+def _verification(
+    ddf: object, sketch_column: str | None, min_similarity: object, fingerprinter: object
+) -> tuple[Sketch | None, float | None]:
+    """The sketch geometry and threshold of a call, checked."""
+    threshold = None if min_similarity is None else check_similarity(min_similarity)
+    if sketch_column is None:
+        if threshold is not None:
+            raise InvalidValueError("min_similarity= needs sketch_column= (see fingerprint_and_sketch)")
+        return None, None
+    sketch = _check_fingerprinter(fingerprinter).sketch
+    if sketch is None:
+        raise InvalidValueError("sketch_column= needs a fingerprinter that makes sketches")
+    return sketch, threshold
+
+
+def _judged(
+    pairs: dd.DataFrame,
+    sketches: dd.DataFrame,
+    sketch_column: str,
+    sketch: Sketch | None,
+    threshold: float | None,
+) -> dd.DataFrame:
+    """Position pairs with their estimated ``similarity``, those below ``threshold`` dropped."""
+    with_a = _route_to_rows(pairs, "position_a", sketches, sketch_column, "sketch_a", packed=False)
+    with_b = _route_to_rows(with_a, "position_b", sketches, sketch_column, "sketch_b", packed=False)
+    meta = pairs._meta.assign(similarity=pd.Series(dtype="float64"))
+    return with_b.map_partitions(_similarity_of_pairs, sketch, threshold, meta=meta)
+
+
+def _similarity_of_pairs(pairs: pd.DataFrame, sketch: Sketch, threshold: float | None) -> pd.DataFrame:
+    similarity = np.full(len(pairs), np.nan)
+    rows_a, present_a = _sketch_rows(pairs["sketch_a"], sketch)
+    rows_b, present_b = _sketch_rows(pairs["sketch_b"], sketch)
+    both = present_a & present_b
+    if both.any():
+        similarity[both] = estimate_jaccard(rows_a[both], rows_b[both], sketch)
+    result = pairs.drop(columns=["sketch_a", "sketch_b"]).assign(similarity=similarity)
+    if threshold is not None:
+        result = result[~(similarity < threshold)]  # rows without a sketch stay, unjudged
+    return result
+
+
+def _sketch_rows(values: pd.Series, sketch: Sketch) -> tuple[np.ndarray, np.ndarray]:
+    """Sketch bytes (or missing values) as rows, and which are present."""
+    items = values.tolist()
+    present = np.array([isinstance(item, bytes | bytearray) for item in items], dtype=np.bool_)
+    rows = np.zeros((len(items), sketch.nbytes), dtype=np.uint8)
+    for index in np.flatnonzero(present).tolist():
+        raw = items[index]
+        if len(raw) != sketch.nbytes:
+            raise InvalidValueError(f"a sketch is {len(raw)} bytes; {sketch.nbytes} were expected")
+        rows[index] = np.frombuffer(raw, dtype=np.uint8)
+    return rows, present
 
 
 def _route_to_rows(
@@ -232,6 +338,11 @@ def _finish_pairs(pairs: pd.DataFrame) -> pd.DataFrame:
             "key_a": pd.Series(unpack_keys(pairs["key_a"]), dtype=object),
             "key_b": pd.Series([plain_key(key) for key in pairs["key_b"].tolist()], dtype=object),
             "distance": pairs["distance"].to_numpy(dtype="uint8"),
+            "similarity": (
+                pairs["similarity"].to_numpy(dtype="float64")
+                if "similarity" in pairs.columns
+                else np.full(len(pairs), np.nan)
+            ),
         }
     )
 
@@ -263,6 +374,9 @@ def clusters(
     length_column: str | None = None,
     layout: Any = None,
     npartitions: int | None = None,
+    sketch_column: str | None = None,
+    min_similarity: float | None = None,
+    fingerprinter: Fingerprinter | None = None,
 ) -> dd.DataFrame:
     """The connected components of the near-duplicate pair graph.
 
@@ -279,6 +393,9 @@ def clusters(
             order (``meta`` is ``{"length": ...}`` when ``length_column`` is
             given) and returning the key to keep.
         length_column: the lengths ``keep="longest"`` compares.
+        sketch_column, min_similarity, fingerprinter: as for
+            :func:`near_duplicate_pairs`: pairs less similar do not link
+            (judged on the first row of each fingerprint, as a store does).
 
     Returns:
         A lazy Dask DataFrame with one row per member of every cluster of two
@@ -298,10 +415,11 @@ def clusters(
         raise InvalidValueError(f"keep must be 'first', 'longest' or a callable, got {keep!r}")
     if keep == "longest" and length_column is None:
         raise InvalidValueError("keep='longest' needs length_column= to compare")
+    sketch, threshold = _verification(ddf, sketch_column, min_similarity, fingerprinter)
     columns = {key_column: "key", fingerprint_column: "fingerprint"}
     if length_column is not None:
         columns[length_column] = "length"
-    _check_columns(ddf, list(columns))
+    _check_columns(ddf, [*columns, *([sketch_column] if sketch_column else [])])
     shuffle_partitions = _shuffle_partitions(ddf, tables, npartitions)
     docs = _positioned(ddf, columns)
     firsts = (
@@ -312,7 +430,10 @@ def clusters(
         .rename(columns={"min": "first", "count": "copies"})
     )
     distinct = firsts[["fingerprint", "first"]].rename(columns={"first": "position"})
-    forest = _forest(_position_pairs(distinct, tables, k, shuffle_partitions))
+    linked = _position_pairs(distinct, tables, k, shuffle_partitions)
+    if sketch_column is not None and threshold is not None:
+        linked = _judged(linked, ddf[[sketch_column]], sketch_column, sketch, threshold)
+    forest = _forest(linked)
     members = docs.merge(firsts, on="fingerprint").merge(forest, left_on="first", right_on="node", how="left")
     names = list(columns.values())
     labelled = members.map_partitions(_label_members, names, meta=_label_members(members._meta, names))
@@ -487,6 +608,9 @@ def against(
     key_column: str = "key",
     fingerprint_column: str = "fingerprint",
     k: int | None = None,
+    *,
+    sketch_column: str | None = None,
+    min_similarity: float | None = None,
 ) -> dd.DataFrame:
     """The stored documents near each row of a new batch, without inserting it.
 
@@ -500,11 +624,17 @@ def against(
             :class:`simstore.ShardedStore`).
         key_column, fingerprint_column: the batch's columns.
         k: the largest distance (the stores' ``k`` by default).
+        sketch_column: the batch's verification sketches (see
+            :func:`fingerprint_and_sketch`, with the stores' fingerprinter):
+            each match then gets its estimated ``similarity``.
+        min_similarity: drop matches less similar than this (the stores'
+            own threshold by default, where they have one; needs ``sketch_column``).
 
     Returns:
         A lazy Dask DataFrame with one row per (batch row, stored match):
-        ``key`` (the batch row's key), ``match_key`` and ``distance``, in no
-        particular order. Rows with no match do not appear.
+        ``key`` (the batch row's key), ``match_key``, ``distance`` and
+        ``similarity`` (NaN where unknown), in no particular order. Rows
+        with no match do not appear.
     """
     if isinstance(store_paths, str | bytes | os.PathLike):
         store_paths = [store_paths]
@@ -513,31 +643,59 @@ def against(
         raise InvalidValueError("against() needs at least one store path")
     if k is not None:
         k = validate_k(k)
-    _check_columns(ddf, [key_column, fingerprint_column])
-    batch = ddf[[key_column, fingerprint_column]]
-    return batch.map_partitions(
-        _against_partition, paths, key_column, fingerprint_column, k, meta=empty_frame(_AGAINST_META)
+    threshold = None if min_similarity is None else check_similarity(min_similarity)
+    if threshold is not None and sketch_column is None:
+        raise InvalidValueError("min_similarity= needs sketch_column= (see fingerprint_and_sketch)")
+    columns = [key_column, fingerprint_column, *([sketch_column] if sketch_column else [])]
+    _check_columns(ddf, columns)
+    return ddf[columns].map_partitions(
+        _against_partition,
+        paths,
+        key_column,
+        fingerprint_column,
+        sketch_column,
+        k,
+        threshold,
+        meta=empty_frame(_AGAINST_META),
     )
 
 
 def _against_partition(
-    frame: pd.DataFrame, paths: tuple[str, ...], key_column: str, fingerprint_column: str, k: int | None
+    frame: pd.DataFrame,
+    paths: tuple[str, ...],
+    key_column: str,
+    fingerprint_column: str,
+    sketch_column: str | None,
+    k: int | None,
+    threshold: float | None,
 ) -> pd.DataFrame:
     fingerprints = checked_fingerprints(frame[fingerprint_column].to_numpy(), fingerprint_column)
     keys: list[Any] = []
     match_keys: list[Any] = []
     distances: list[int] = []
+    similarities: list[float] = []
     with _open_stores.using(paths) as store:
-        for key, matches in zip(frame[key_column].tolist(), store.query_many(fingerprints, k=k), strict=True):
+        rows = None
+        if sketch_column is not None:
+            sketch = store.shards[0].sketch
+            if sketch is None:
+                raise InvalidValueError(f"the store {paths[0]!r} keeps no sketches to compare with")
+            rows, present = _sketch_rows(frame[sketch_column], sketch)
+            if not present.all():
+                raise InvalidValueError("every row needs a sketch when sketch_column= is given")
+        answers = store.query_many(fingerprints, k=k, sketches=rows, min_similarity=threshold)
+        for key, matches in zip(frame[key_column].tolist(), answers, strict=True):
             for match in matches:
                 keys.append(key)
                 match_keys.append(match.key)
                 distances.append(match.distance)
+                similarities.append(np.nan if match.similarity is None else match.similarity)
     return pd.DataFrame(
         {
             "key": pd.Series(keys, dtype="object"),
             "match_key": pd.Series(match_keys, dtype="object"),
             "distance": pd.Series(distances, dtype="uint8"),
+            "similarity": pd.Series(similarities, dtype="float64"),
         }
     )
 

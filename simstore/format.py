@@ -57,6 +57,9 @@ class StoredParams:
     segmenter: Mapping[str, Any] | None = None
     created_by: str = ""
     generation: int = 0
+    #: The similarity threshold queries, pairs and clusters apply unless a
+    #: call passes its own (``None``: none; stores before issue 20 have none).
+    min_similarity: float | None = None
 
 
 _STATE_STRUCT = struct.Struct(">QQQQ")
@@ -103,6 +106,7 @@ def encode_meta(params: StoredParams, *, version: str) -> bytes:
         "fingerprinter": dict(params.fingerprinter) if params.fingerprinter is not None else None,
         "segmenter": dict(params.segmenter) if params.segmenter is not None else None,
         "generation": params.generation,
+        "min_similarity": params.min_similarity,
     }
     packed: bytes = msgpack.packb(record, use_bin_type=True)
     return packed
@@ -169,6 +173,11 @@ def decode_meta(raw: bytes, *, accept: int = FORMAT_VERSION) -> StoredParams:
         generation = record.get("generation", 0)
         if not isinstance(generation, int) or generation < 0:
             raise ValueError(f"the layout generation is {generation!r}")
+        min_similarity = record.get("min_similarity")
+        if min_similarity is not None and (
+            not isinstance(min_similarity, float) or not 0.0 <= min_similarity <= 1.0
+        ):
+            raise ValueError(f"the similarity threshold is {min_similarity!r}")
     except (KeyError, TypeError, ValueError) as exc:
         raise CorruptStoreError(f"the meta record is damaged: {exc}") from exc
     return StoredParams(
@@ -180,6 +189,7 @@ def decode_meta(raw: bytes, *, accept: int = FORMAT_VERSION) -> StoredParams:
         segmenter=segmenter,
         created_by=str(record.get("created_by", "")),
         generation=generation,
+        min_similarity=min_similarity,
     )
 
 

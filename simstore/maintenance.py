@@ -256,6 +256,7 @@ class MaintenanceMixin:
                 segmenter=self._params.segmenter,
                 created_by=self._params.created_by,
                 generation=generation,
+                min_similarity=self._params.min_similarity,
             )
             txn.put(META_KEY, encode_meta(params, version=__version__), db=self._handles.meta)
             new_state = state._replace(merge_epoch=state.merge_epoch + 1)

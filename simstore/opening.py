@@ -31,6 +31,7 @@ from simstore.format import (
 from simstore.params import Options
 from simstore.permute import validate_k
 from simstore.simhash import Fingerprinter
+from simstore.sketch import check_similarity
 from simstore.store import Store
 from simstore.text import segmenter_info
 from simstore.version import __version__
@@ -49,6 +50,7 @@ def open(  # noqa: A001 - mirrors dbm.open, deliberately
     fingerprinter: Fingerprinter | None = None,
     layout: Any = None,
     expected_docs: int | None = None,
+    min_similarity: float | None = None,
     **options: Any,
 ) -> Store:
     """Open (or create) a store file.
@@ -75,6 +77,12 @@ def open(  # noqa: A001 - mirrors dbm.open, deliberately
         fingerprinter: the text fingerprinting settings (default
             ``Fingerprinter()`` for a new store). They are stored in the file;
             ``None`` on an existing store means "the file decides".
+        min_similarity: the similarity threshold (0 to 1) that text queries,
+            ``add_if_new``, pairs and clusters apply unless a call passes its
+            own (see :meth:`Store.query`). A new store given one and no ``k``
+            gets the ``k`` at which 97 % of real near-duplicate pairs that
+            similar were found (``simstore.choose.K_FOR_SIMILARITY``). Stored;
+            ``None`` on an existing store means "the file decides".
         **options: per-open settings, see :class:`simstore.Options`.
 
     Raises:
@@ -96,6 +104,10 @@ def open(  # noqa: A001 - mirrors dbm.open, deliberately
         raise InvalidTypeError(
             f"fingerprinter must be a simstore.Fingerprinter, got {type(fingerprinter).__name__}"
         )
+    if min_similarity is not None:
+        min_similarity = check_similarity(min_similarity)
+        if fingerprinter is not None and fingerprinter.sketch is None:
+            raise InvalidValueError("min_similarity needs sketches; the fingerprinter has sketch=None")
     opts = Options.from_kwargs(options)
     path_str = os.fspath(path)
     if not isinstance(path_str, str):
@@ -105,7 +117,7 @@ def open(  # noqa: A001 - mirrors dbm.open, deliberately
     exists = os.path.exists(path_str)
     if not exists and mode in ("r", "w"):
         raise StoreNotFoundError(2, f"no simstore store at {path_str} (use mode 'c' to create one)")
-    requested = LayoutRequest(k, blocks, fingerprinter, layout, expected_docs)
+    requested = LayoutRequest(k, blocks, fingerprinter, layout, expected_docs, min_similarity)
     if exists and mode == "n":
         choose_layout(requested)  # refuse bad parameters before deleting anything
         _remove_store(path_str)
@@ -247,6 +259,7 @@ def _load_or_create(
             "blocks": requested.blocks,
             "fingerprinter": requested_settings,
             "tables": requested_tables,
+            "min_similarity": requested.min_similarity,
         },
     )
     return params, stored
@@ -284,13 +297,15 @@ def _create(env: _lmdb.Environment, requested: LayoutRequest) -> tuple[StoredPar
     the first's counters while its documents stayed, and lose them).
     """
     chosen_k, tables, layout_spec, chosen_blocks = choose_layout(requested)
+    fingerprinter = requested.fingerprinter or Fingerprinter()
     params = StoredParams(
         k=chosen_k,
         blocks=chosen_blocks,
         tables=tables,
         layout=layout_spec,
-        fingerprinter=(requested.fingerprinter or Fingerprinter()).settings(),
+        fingerprinter=fingerprinter.settings(),
         segmenter=segmenter_info(),
+        min_similarity=requested.min_similarity,
     )
 
     raw_meta = encode_meta(params, version=__version__)
@@ -298,7 +313,7 @@ def _create(env: _lmdb.Environment, requested: LayoutRequest) -> tuple[StoredPar
     def body(txn: _lmdb.Txn) -> bool:
         if env.has_named_databases(txn):
             return False  # created meanwhile (or foreign: the caller's read says which)
-        handles = env.create_handles(txn, len(tables))
+        handles = env.create_handles(txn, len(tables), sketches=fingerprinter.sketch is not None)
         txn.put(META_KEY, raw_meta, db=handles.meta)
         txn.put(STATE_KEY, State().encode(), db=handles.meta)
         return True

@@ -63,8 +63,9 @@ _LENGTH_BYTES = 8
 
 #: ``(start index in the batch, validated texts)``
 Chunk = tuple[int, list[str]]
-#: A chunk's result: ``(fingerprints, how many texts were short)``.
-ChunkResult = tuple[npt.NDArray[np.uint64], int]
+#: A chunk's result: ``(fingerprints, how many texts were short, sketches)``,
+#: the sketches (one row of bytes a text) only when they were asked for.
+ChunkResult = tuple[npt.NDArray[np.uint64], int, npt.NDArray[np.uint8] | None]
 #: Fingerprints one chunk in this process (a pure function of its input).
 ChunkFunction = Callable[[list[str], int], ChunkResult]
 
@@ -92,11 +93,17 @@ def chunks(texts: Iterable[object]) -> Iterator[Chunk]:
 
 
 def fingerprint_in_processes(
-    settings: dict[str, Any], source: Iterator[Chunk], local: ChunkFunction, processes: int
+    settings: dict[str, Any],
+    source: Iterator[Chunk],
+    local: ChunkFunction,
+    processes: int,
+    *,
+    sketches: bool = False,
 ) -> Iterator[ChunkResult]:
     """Results of every chunk of ``source`` in order, computed by this
     process (with ``local``) and up to ``processes - 1`` workers built from
-    ``settings`` (:meth:`Fingerprinter.settings`). Workers start only if
+    ``settings`` (:meth:`Fingerprinter.settings`), which also give each
+    text's verification sketch if ``sketches``. Workers start only if
     ``source`` has a second chunk; they are stopped before this returns or
     raises. An unusable text raises the error of the first one in the batch.
     """
@@ -110,7 +117,8 @@ def fingerprint_in_processes(
         yield local(first[1], first[0])
         yield from (local(texts, start) for start, texts in source)
         return
-    yield from _Scheduler(settings, itertools.chain([first, second], source), local, processes).run()
+    scheduler = _Scheduler([settings, sketches], itertools.chain([first, second], source), local, processes)
+    yield from scheduler.run()
 
 
 def _refuse_in_bootstrap() -> None:
@@ -130,7 +138,7 @@ class _Scheduler:
     process) in input order, and gives results back in the same order."""
 
     def __init__(
-        self, settings: dict[str, Any], source: Iterator[Chunk], local: ChunkFunction, processes: int
+        self, settings: list[Any], source: Iterator[Chunk], local: ChunkFunction, processes: int
     ) -> None:
         self._settings = settings
         self._source = enumerate(source)
@@ -251,7 +259,9 @@ class _Worker:
         self._lock = threading.Lock()
         self.killed = False
 
-    def start(self, settings: dict[str, Any]) -> None:
+    def start(self, settings: list[Any]) -> None:
+        """Start the worker; ``settings`` is its first message: the
+        fingerprinter's settings and whether to make sketches."""
         if not sys.executable:
             raise WorkerError("cannot start worker processes: sys.executable is unknown")
         # The worker must import this very simstore, whichever way it was found.
@@ -279,10 +289,13 @@ class _Worker:
             raise WorkerError(f"a fingerprinting worker stopped ({self._exit_status()})") from exc
         reply = self._reply()
         kind = reply[0] if isinstance(reply, list) and reply else None
-        if kind == "ok" and len(reply) == 3:
+        if kind == "ok" and len(reply) == 4:
             values = np.frombuffer(reply[1], dtype="<u8").astype(np.uint64)
+            sketches = None
+            if reply[3] is not None:
+                sketches = np.frombuffer(reply[3], dtype=np.uint8).reshape(len(texts), -1)
             if len(values) == len(texts):
-                return values, int(reply[2])
+                return values, int(reply[2]), sketches
         if kind == "invalid":
             raise InvalidValueError(str(reply[1]))
         raise WorkerError(f"a fingerprinting worker failed: {reply[1] if kind == 'error' else reply!r}")

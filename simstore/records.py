@@ -80,6 +80,14 @@ def big_endian_sliced(values: U64Array) -> Iterator[bytes]:
     return itertools.chain.from_iterable(big_endian_bytes(values[part]) for part in sliced(len(values)))
 
 
+def rows_sliced(rows: npt.NDArray[np.uint8]) -> Iterator[bytes]:
+    """Each row of a 2-D uint8 array as bytes, made a slice at a time."""
+    width = rows.shape[1]
+    return itertools.chain.from_iterable(
+        np.ascontiguousarray(rows[part]).view(f"V{width}").ravel().tolist() for part in sliced(len(rows))
+    )
+
+
 def big_endian_pairs(keys: U64Array, values: U64Array) -> Iterator[tuple[bytes, bytes]]:
     """``(key, value)`` pairs of two equal-length columns as 8-byte big-endian
     bytes, made a slice at a time."""

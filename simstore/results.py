@@ -26,12 +26,16 @@ class StoreFullWarning(UserWarning):
 
 class Match(NamedTuple):
     """A stored document within the query's distance; ``meta`` is filled
-    only when the query asks ``with_meta=True``."""
+    only when the query asks ``with_meta=True``; ``similarity`` is the
+    estimated Jaccard similarity of the two texts' word 3-shingles (from
+    their verification sketches), ``None`` when either came as a bare
+    fingerprint or the store keeps no sketches."""
 
     key: Key
     distance: int
     fingerprint: int
     meta: dict[str, Any] | None = None
+    similarity: float | None = None
 
 
 class Record(NamedTuple):
@@ -69,6 +73,11 @@ class Stats:
     degenerate: Degenerate | None = None
     runs: int = 0
     compacting: bool = False
+    #: Documents with a verification sketch, the sketch's bytes, and the
+    #: store's own similarity threshold (``None``: none).
+    sketched_docs: int = 0
+    sketch_bytes: int = 0
+    min_similarity: float | None = None
 
 
 def match_order(match: Match) -> tuple[int, tuple[int, Key]]:

@@ -18,7 +18,7 @@ import numpy as np
 
 from simstore.errors import InvalidTypeError, InvalidValueError, ShardMismatchError
 from simstore.opening import open as open_store
-from simstore.permute import U64Array, check_fingerprint
+from simstore.permute import U64Array
 from simstore.records import Key, KeyLike
 from simstore.results import Match, Record, match_order
 from simstore.sharding import shard_of, shards_of_packed
@@ -114,15 +114,17 @@ class ShardedStore:
         text: str | None = None,
         k: int | None = None,
         with_meta: bool = False,
+        min_similarity: float | None = None,
     ) -> list[Match]:
         """Every document in any shard within ``k`` bits, sorted by ``(distance, key)``;
         the arguments are :meth:`simstore.Store.query`'s."""
-        if (text is None) == (fingerprint is None):
-            raise InvalidTypeError("pass exactly one of text= or fingerprint=")
-        query = self.fingerprinter.fingerprint(text) if text is not None else check_fingerprint(fingerprint)
+        first = self.shards[0]
+        query, sketch = first._fingerprint_and_sketch_of(text, fingerprint)
+        k = first._check_k(k)
+        threshold = first._threshold(min_similarity, sketch)
         matches: list[Match] = []
         for shard in self.shards:
-            matches.extend(shard.query(query, k=k, with_meta=with_meta))
+            matches.extend(shard._query(query, sketch, k, with_meta, threshold))
         matches.sort(key=match_order)
         return matches
 
@@ -133,15 +135,19 @@ class ShardedStore:
         texts: Iterable[str] | None = None,
         k: int | None = None,
         with_meta: bool = False,
+        min_similarity: float | None = None,
+        sketches: Any = None,
     ) -> list[list[Match]]:
         """:meth:`query` for a batch: one sorted list per query, each shard
         answering the whole batch from one snapshot of its own."""
-        queries = self.shards[0]._fingerprints_of(texts, fingerprints)
+        first = self.shards[0]
+        queries, sketches = first._fingerprints_and_sketches_of(texts, fingerprints, 1, sketches)
+        k = first._check_k(k)
+        threshold = first._threshold(min_similarity, sketches)
         merged: list[list[Match]] = [[] for _ in range(len(queries))]
         for shard in self.shards:
-            for found, matches in zip(
-                merged, shard.query_many(queries, k=k, with_meta=with_meta), strict=True
-            ):
+            answers = shard._query_many(queries, sketches, k, with_meta, threshold)
+            for found, matches in zip(merged, answers, strict=True):
                 found.extend(matches)
         for found in merged:
             found.sort(key=match_order)
@@ -194,16 +200,17 @@ class ShardedStore:
         texts: Iterable[str] | None = None,
         metas: Iterable[Mapping[str, Any] | None] | None = None,
         processes: int | None = 1,
+        sketches: Any = None,
     ) -> U64Array:
         """Add many documents, each shard's share in one transaction of that
         shard. Bad input (a key, fingerprint or meta) is refused before any
         shard is written; a failure while writing one shard (a full disk)
         leaves the shards written before it written: shards are separate
-        files, with no transaction across them. ``processes`` is
-        :meth:`Store.add_many`'s."""
+        files, with no transaction across them. ``processes`` and
+        ``sketches`` are :meth:`Store.add_many`'s."""
         # Checked and packed once, before any shard is written.
-        packed_keys, fps, meta_list = self.shards[0]._checked_batch(
-            keys, fingerprints, texts, metas, processes
+        packed_keys, fps, meta_list, checked_sketches = self.shards[0]._checked_batch(
+            keys, fingerprints, texts, metas, processes, sketches
         )
         owners = shards_of_packed(packed_keys.sliced(range(len(packed_keys))), len(self.shards))
         for number in np.unique(owners).tolist():
@@ -212,6 +219,7 @@ class ShardedStore:
                 packed_keys.subset(rows),
                 fps[rows],
                 None if meta_list is None else [meta_list[row] for row in rows.tolist()],
+                None if checked_sketches is None else checked_sketches[rows],
             )
         return fps
 

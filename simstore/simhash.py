@@ -69,6 +69,7 @@ import xxhash
 from simstore import simhash2
 from simstore.errors import InvalidTypeError, InvalidValueError
 from simstore.pool import chunks, fingerprint_in_processes
+from simstore.sketch import SHINGLE_TOKENS, Sketch, sketches_of_shingles
 from simstore.text import as_text, jieba_idf, normalise, segmenter_info, tokenise
 
 __all__ = [
@@ -121,6 +122,9 @@ UNRECORDED_SETTINGS: dict[str, object] = {
 # Single texts shorter than this (characters) take version 2's plain-Python
 # feature path (equal results; see Fingerprinter._counted).
 _SMALL_TEXT = 300
+#: The verification sketch of new fingerprinters (see :class:`Sketch`).
+DEFAULT_SKETCH = Sketch()
+
 #: Fewer distinct features than this gives a :class:`ShortTextWarning`.
 SHORT_TEXT_FEATURES = 8
 
@@ -245,6 +249,10 @@ class Fingerprinter:
     ``algorithm``: :data:`ALGORITHM` (version 2, the default) or
     :data:`ALGORITHM_1`, whose feature hash is XXH3-64 per feature string
     (several times slower; the only one with ``tfidf`` and ``top_n``).
+    ``sketch``: the verification sketch made beside each fingerprint
+    (:class:`simstore.sketch.Sketch`, 128 bytes by default), which estimates
+    how much text two documents share; ``None`` makes none (stores made
+    before sketches existed have none).
     """
 
     ngrams: tuple[int, ...] = (1, 2)
@@ -253,6 +261,7 @@ class Fingerprinter:
     hmm: bool = True
     seed: int = 0
     algorithm: str = ALGORITHM
+    sketch: Sketch | None = DEFAULT_SKETCH
 
     def __post_init__(self) -> None:
         _check_ngrams(self.ngrams)
@@ -267,6 +276,10 @@ class Fingerprinter:
         if not isinstance(self.hmm, bool):
             raise InvalidTypeError(f"hmm must be bool, not {type(self.hmm).__name__}")
         _check_int("seed", self.seed, 0, _MASK64)
+        if self.sketch is not None and not isinstance(self.sketch, Sketch):
+            raise InvalidTypeError(
+                f"sketch must be a simstore.sketch.Sketch or None, not {type(self.sketch).__name__}"
+            )
         if self.algorithm not in ALGORITHMS:
             raise InvalidValueError(
                 f"algorithm must be one of {', '.join(ALGORITHMS)}; got {self.algorithm!r}"
@@ -332,15 +345,63 @@ class Fingerprinter:
         One :class:`ShortTextWarning` counts all short texts; an unusable text
         raises naming its index (the first one, whichever process found it).
         """
+        return self._many(texts, processes, sketches=False)[0]
+
+    def fingerprints_and_sketches(
+        self, texts: Iterable[str], processes: int | None = 1
+    ) -> tuple[npt.NDArray[np.uint64], npt.NDArray[np.uint8]]:
+        """:meth:`fingerprint_many` of ``texts``, and each text's verification
+        sketch (a ``(len(texts), sketch.nbytes)`` uint8 array) made from the
+        same tokens in the same pass. Raises :class:`InvalidValueError` if
+        this fingerprinter has no sketch (``sketch=None``)."""
+        sketch = self._sketch()
+        fingerprints, sketches = self._many(texts, processes, sketches=True)
+        if sketches is None:
+            sketches = np.zeros((len(fingerprints), sketch.nbytes), dtype=np.uint8)
+        return fingerprints, sketches
+
+    def fingerprint_and_sketch(self, text: str) -> tuple[int, bytes]:
+        """The fingerprint and the packed verification sketch of one text."""
+        self._sketch()
+        text = as_text(text)
+        try:
+            # One numpy pass for both: hashing the shingles in Python cost
+            # 0.5 ms a query of a few hundred words (bench_verify.py).
+            values, short, rows = self._fingerprint_chunk([text], 0, sketches=True)
+        except InvalidValueError:
+            raise InvalidValueError(simhash2.no_features_message(text)) from None
+        if short:
+            count = int(self._counted(text)[1])
+            warnings.warn(_short_message(count), ShortTextWarning, stacklevel=2)
+        assert rows is not None
+        return int(values[0]), rows[0].tobytes()
+
+    def _sketch(self) -> Sketch:
+        if self.sketch is None:
+            raise InvalidValueError("this fingerprinter makes no sketches (sketch=None)")
+        return self.sketch
+
+    def _many(
+        self, texts: Iterable[str], processes: int | None, *, sketches: bool
+    ) -> tuple[npt.NDArray[np.uint64], npt.NDArray[np.uint8] | None]:
         if processes is None:
             processes = _available_cores()
         else:
             _check_int("processes", processes, 1, None)
-        results = fingerprint_in_processes(self.settings(), chunks(texts), self._fingerprint_chunk, processes)
+
+        def local(texts: list[str], start: int) -> tuple[npt.NDArray[np.uint64], int, Any]:
+            return self._fingerprint_chunk(texts, start, sketches=sketches)
+
+        results = fingerprint_in_processes(
+            self.settings(), chunks(texts), local, processes, sketches=sketches
+        )
         values: list[npt.NDArray[np.uint64]] = []
+        rows: list[npt.NDArray[np.uint8]] = []
         short = count = 0
-        for chunk_values, chunk_short in results:
+        for chunk_values, chunk_short, chunk_sketches in results:
             values.append(chunk_values)
+            if chunk_sketches is not None:
+                rows.append(chunk_sketches)
             short += chunk_short
             count += len(chunk_values)
         if short:
@@ -348,17 +409,35 @@ class Fingerprinter:
                 f"{short} of {count} texts have fewer than "
                 f"{SHORT_TEXT_FEATURES} distinct features; their fingerprints are coarse",
                 ShortTextWarning,
-                stacklevel=2,
+                stacklevel=3,
             )
-        return np.concatenate(values) if values else np.zeros(0, dtype=np.uint64)
+        if not values:
+            return np.zeros(0, dtype=np.uint64), None
+        return np.concatenate(values), (np.concatenate(rows) if rows else None)
 
-    def _fingerprint_chunk(self, texts: list[str], start: int) -> tuple[npt.NDArray[np.uint64], int]:
-        """Fingerprints of validated ``texts`` and how many were short; runs
-        in worker processes too, so an error names the index in the batch
-        (``start`` is the index of ``texts[0]``)."""
+    def _fingerprint_chunk(
+        self, texts: list[str], start: int, *, sketches: bool = False
+    ) -> tuple[npt.NDArray[np.uint64], int, npt.NDArray[np.uint8] | None]:
+        """Fingerprints of validated ``texts``, how many were short, and
+        their sketches if ``sketches``; runs in worker processes too, so an
+        error names the index in the batch (``start`` is the index of
+        ``texts[0]``)."""
+        sketch = self._sketch() if sketches else None
         if self.algorithm != ALGORITHM_1:
-            fingerprints, counts = self._batch(texts, start)
-            return fingerprints, int(np.count_nonzero(counts < SHORT_TEXT_FEATURES))
+            if sketch is None:
+                fingerprints, counts = self._batch(texts, start)
+                return fingerprints, int(np.count_nonzero(counts < SHORT_TEXT_FEATURES)), None
+            fingerprints, counts, shingles, starts = simhash2.batch_fingerprints_and_shingles(
+                texts,
+                shingle=SHINGLE_TOKENS,
+                ngrams=self.ngrams,
+                weighting=self.weighting,
+                seed=self.seed,
+                hmm=self.hmm,
+                start=start,
+            )
+            short = int(np.count_nonzero(counts < SHORT_TEXT_FEATURES))
+            return fingerprints, short, sketches_of_shingles(shingles, starts, sketch)
         values: list[int] = []
         short = 0
         for offset, text in enumerate(texts):
@@ -368,7 +447,13 @@ class Fingerprinter:
                 raise InvalidValueError(f"text at index {start + offset}: {exc}") from None
             values.append(value)
             short += count < SHORT_TEXT_FEATURES
-        return np.array(values, dtype=np.uint64), short
+        rows = None
+        if sketch is not None:
+            shingles, starts = simhash2.batch_shingles(
+                texts, shingle=SHINGLE_TOKENS, seed=self.seed, hmm=self.hmm, start=start
+            )
+            rows = sketches_of_shingles(shingles, starts, sketch)
+        return np.array(values, dtype=np.uint64), short, rows
 
     def _fingerprint_counted(self, text: str) -> tuple[int, int]:
         """Fingerprint of a validated ``text`` and its distinct-feature count."""
@@ -399,6 +484,7 @@ class Fingerprinter:
             "weighting": self.weighting,
             "top_n": self.top_n,
             "hmm": self.hmm,
+            "sketch": None if self.sketch is None else self.sketch.settings(),
         }
 
     @classmethod
@@ -413,7 +499,8 @@ class Fingerprinter:
             raise InvalidTypeError(f"settings must be a mapping, not {type(settings).__name__}")
         expected = set(cls().settings())
         unknown = sorted(map(str, set(settings) - expected))
-        missing = sorted(expected - set(settings))
+        # Settings recorded before sketches existed have no "sketch": none.
+        missing = sorted(expected - set(settings) - {"sketch"})
         if unknown or missing:
             raise InvalidValueError(f"fingerprint settings: unknown keys {unknown}, missing keys {missing}")
         algorithm = settings["algorithm"]
@@ -427,7 +514,9 @@ class Fingerprinter:
                 f"fingerprint settings name hash {settings['hash']!r}; "
                 f"{algorithm} uses only {ALGORITHMS[algorithm]!r}"
             )
-        fields = {f.name: settings[f.name] for f in dataclasses.fields(cls)}
+        fields = {f.name: settings[f.name] for f in dataclasses.fields(cls) if f.name != "sketch"}
+        raw_sketch = settings.get("sketch")
+        fields["sketch"] = None if raw_sketch is None else Sketch.from_settings(raw_sketch)
         ngrams = fields["ngrams"]
         if isinstance(ngrams, (list, tuple)):
             fields["ngrams"] = tuple(ngrams)  # msgpack gives lists back

@@ -50,10 +50,13 @@ __all__ = [
     "ALGORITHM",
     "FEATURE_HASH",
     "batch_fingerprints",
+    "batch_fingerprints_and_shingles",
+    "batch_shingles",
     "feature_counts",
     "fingerprint_reference",
     "mix64",
     "no_features_message",
+    "shingles_reference",
     "token_fingerprints",
     "token_hash",
 ]
@@ -267,6 +270,62 @@ def token_fingerprints(
         raise InvalidValueError(f"token list at index {exc.index} is empty") from None
 
 
+def batch_fingerprints_and_shingles(
+    texts: Sequence[str],
+    *,
+    shingle: int,
+    ngrams: Sequence[int] = (1, 2),
+    weighting: str = "log",
+    seed: int = 0,
+    hmm: bool = True,
+    start: int = 0,
+) -> tuple[npt.NDArray[np.uint64], npt.NDArray[np.int64], npt.NDArray[np.uint64], npt.NDArray[np.int64]]:
+    """:func:`batch_fingerprints` of ``texts``, and the hashes of their
+    ``shingle``-token shingles (hashed as n-gram features are; a text of
+    fewer tokens has the one shingle of all its tokens) text after text,
+    with the ``len(texts) + 1`` offsets where each text's start: the tokens
+    are found and hashed once for both."""
+    try:
+        hashes, tokens_per_text = _tokens_of_parts(_batch_bytes(texts, hmm), seed)
+    except _NoFeaturesError as exc:
+        index = exc.index
+        raise InvalidValueError(
+            f"text at index {start + index}: {no_features_message(texts[index])}"
+        ) from None
+    fingerprints, counts = _vote(*_features(hashes, tokens_per_text, ngrams), weighting)
+    return (fingerprints, counts, *_features(hashes, tokens_per_text, (shingle,)))
+
+
+def batch_shingles(
+    texts: Sequence[str], *, shingle: int, seed: int = 0, hmm: bool = True, start: int = 0
+) -> tuple[npt.NDArray[np.uint64], npt.NDArray[np.int64]]:
+    """Only the shingles of :func:`batch_fingerprints_and_shingles` (for
+    fingerprinters of another algorithm, whose sketches are made the same way)."""
+    if not texts:
+        return np.zeros(0, dtype=np.uint64), np.zeros(1, dtype=np.int64)
+    try:
+        hashes, tokens_per_text = _tokens_of_parts(_batch_bytes(texts, hmm), seed)
+    except _NoFeaturesError as exc:
+        index = exc.index
+        raise InvalidValueError(
+            f"text at index {start + index}: {no_features_message(texts[index])}"
+        ) from None
+    return _features(hashes, tokens_per_text, (shingle,))
+
+
+def shingles_reference(text: str, *, shingle: int, seed: int = 0, hmm: bool = True) -> list[int]:
+    """The shingle hashes of :func:`batch_shingles` for one text, in plain
+    Python (with repeats; raises :class:`InvalidValueError` for text without
+    tokens)."""
+    tokens = tokenise(normalise(text), hmm=hmm)
+    if not tokens:
+        raise InvalidValueError(no_features_message(text))
+    hashes = [token_hash(token.encode(), seed) for token in tokens]
+    if len(hashes) < shingle:
+        return [_ngram_hash(hashes)]
+    return [_ngram_hash(hashes[k : k + shingle]) for k in range(len(hashes) - shingle + 1)]
+
+
 class _NoFeaturesError(Exception):
     def __init__(self, index: int) -> None:
         self.index = index
@@ -277,9 +336,17 @@ def _fingerprints_of_parts(
 ) -> tuple[npt.NDArray[np.uint64], npt.NDArray[np.int64]]:
     """The batch path from :func:`_batch_bytes`' output on; raises
     :class:`_NoFeaturesError` with the index of the first text without tokens."""
-    count = len(parts)
-    if not count:
+    if not parts:
         return np.zeros(0, dtype=np.uint64), np.zeros(0, dtype=np.int64)
+    hashes, tokens_per_text = _tokens_of_parts(parts, seed)
+    features, feature_starts = _features(hashes, tokens_per_text, ngrams)
+    return _vote(features, feature_starts, weighting)
+
+
+def _tokens_of_parts(parts: list[bytes], seed: int) -> tuple[npt.NDArray[np.uint64], npt.NDArray[np.int64]]:
+    """Every token's hash, text after text, and each text's token count;
+    raises :class:`_NoFeaturesError` for the first text without tokens."""
+    count = len(parts)
     lengths = np.fromiter(map(len, parts), dtype=np.int64, count=count)
     # One space between texts: it is not a token byte, so no token spans two.
     data = np.frombuffer(b" ".join(parts), dtype=np.uint8)
@@ -295,8 +362,7 @@ def _fingerprints_of_parts(
     empty = np.flatnonzero(tokens_per_text == 0)
     if len(empty):
         raise _NoFeaturesError(int(empty[0]))
-    features, feature_starts = _features(hashes, tokens_per_text, ngrams)
-    return _vote(features, feature_starts, weighting)
+    return hashes, tokens_per_text
 
 
 def _token_hashes(

@@ -72,6 +72,7 @@ from simstore.records import (
     pack_key,
     pack_meta,
     record_pairs,
+    rows_sliced,
     sliced,
     unpack_key,
     unpack_meta,
@@ -85,6 +86,7 @@ from simstore.results import (
 )
 from simstore.runs import filter_bits_for
 from simstore.simhash import UNRECORDED_SETTINGS, Fingerprinter
+from simstore.sketch import Sketch, U8Array, check_similarity, estimate_jaccard
 from simstore.skew import degenerate_fingerprints, table_skew
 from simstore.tables import TableSet
 from simstore.text import segmenter_info
@@ -121,9 +123,14 @@ class _Batch:
     key_order: IntArray | None
     fingerprints: U64Array
     metas: list[bytes | None] | None
+    #: One verification sketch a document (a row of bytes), if the batch came as text.
+    sketches: U8Array | None = None
 
     def meta(self, position: int) -> bytes | None:
         return None if self.metas is None else self.metas[position]
+
+    def sketch(self, position: int) -> bytes | None:
+        return None if self.sketches is None else self.sketches[position].tobytes()
 
 
 def _subset(
@@ -528,21 +535,87 @@ class Store(MaintenanceMixin, BatchMixin, CommitMixin):
                 stacklevel=4,
             )
 
+    @property
+    def sketch(self) -> Sketch | None:
+        """The verification sketch this store keeps beside each document
+        added as text (``None``: it keeps none, so no similarity is known)."""
+        if self._handles.sketches is None:
+            return None
+        return self.fingerprinter.sketch
+
     def _fingerprint_of(self, text: object, fingerprint: object) -> int:
+        return self._fingerprint_and_sketch_of(text, fingerprint)[0]
+
+    def _fingerprint_and_sketch_of(self, text: object, fingerprint: object) -> tuple[int, bytes | None]:
+        """The fingerprint of one document, and its sketch if it came as
+        text and this store keeps sketches."""
         if (text is None) == (fingerprint is None):
             raise InvalidTypeError("pass exactly one of text= or fingerprint=")
-        if text is not None:
-            return self.fingerprinter.fingerprint(text)  # type: ignore[arg-type]
-        return check_fingerprint(fingerprint)
+        if text is None:
+            return check_fingerprint(fingerprint), None
+        if self.sketch is None:
+            return self.fingerprinter.fingerprint(text), None  # type: ignore[arg-type]
+        return self.fingerprinter.fingerprint_and_sketch(text)  # type: ignore[arg-type]
 
     def _fingerprints_of(self, texts: object, fingerprints: object, processes: int | None = 1) -> U64Array:
+        return self._fingerprints_and_sketches_of(texts, fingerprints, processes)[0]
+
+    def _fingerprints_and_sketches_of(
+        self, texts: object, fingerprints: object, processes: int | None = 1, sketches: object = None
+    ) -> tuple[U64Array, U8Array | None]:
+        """Fingerprints from ``texts`` or ``fingerprints``, and their sketches:
+        made from the texts, or given as ``sketches`` beside fingerprints."""
         if (texts is None) == (fingerprints is None):
             raise InvalidTypeError("pass exactly one of texts= or fingerprints=")
-        if texts is not None:
-            if isinstance(texts, str | bytes):
-                raise InvalidTypeError("texts must be an iterable of texts, not a single str or bytes")
-            return self.fingerprinter.fingerprint_many(texts, processes)  # type: ignore[arg-type]
-        return as_fingerprint_array(fingerprints)
+        if texts is None:
+            values = as_fingerprint_array(fingerprints)
+            return values, (None if sketches is None else self._checked_sketches(sketches, len(values)))
+        if sketches is not None:
+            raise InvalidTypeError("sketches= goes with fingerprints=; from texts= they are made here")
+        if isinstance(texts, str | bytes):
+            raise InvalidTypeError("texts must be an iterable of texts, not a single str or bytes")
+        if self.sketch is None:
+            return self.fingerprinter.fingerprint_many(texts, processes), None  # type: ignore[arg-type]
+        return self.fingerprinter.fingerprints_and_sketches(texts, processes)  # type: ignore[arg-type]
+
+    def _checked_sketches(self, sketches: object, count: int) -> U8Array:
+        """Given sketches, checked against this store's: one row of bytes a document."""
+        sketch = self.sketch
+        if sketch is None:
+            raise InvalidValueError(f"the store {self.path!r} keeps no sketches; pass none")
+        if not isinstance(sketches, np.ndarray) or sketches.dtype != np.uint8 or sketches.ndim != 2:
+            raise InvalidTypeError(
+                "sketches must be a 2-D uint8 array (Fingerprinter.fingerprints_and_sketches makes one)"
+            )
+        if sketches.shape != (count, sketch.nbytes):
+            raise InvalidValueError(
+                f"sketches must be {count} rows of {sketch.nbytes} bytes (the store's "
+                f"{sketch.bins} bins of {sketch.bits} bits); got {sketches.shape[0]} of {sketches.shape[1]}"
+            )
+        return sketches
+
+    @property
+    def min_similarity(self) -> float | None:
+        """The similarity threshold calls apply unless they pass their own
+        (stored in the file; ``None``: none)."""
+        return self._params.min_similarity
+
+    def _threshold(self, min_similarity: object, query_sketch: object) -> float | None:
+        """The similarity threshold of a call, checked: ``None`` if none
+        applies. The store's own applies where the query has a sketch."""
+        if min_similarity is None:
+            return self._params.min_similarity if query_sketch is not None else None
+        threshold = check_similarity(min_similarity)
+        if self.sketch is None:
+            raise InvalidValueError(
+                f"min_similarity needs verification sketches, and the store {self.path!r} keeps none "
+                "(it was made before sketches existed, or with Fingerprinter(sketch=None))"
+            )
+        if query_sketch is None:
+            raise InvalidValueError(
+                "min_similarity needs the query's text (a bare fingerprint has no sketch to compare)"
+            )
+        return threshold
 
     def add(
         self,
@@ -561,12 +634,12 @@ class Store(MaintenanceMixin, BatchMixin, CommitMixin):
                 nothing is written.
             ReadOnlyError: the store is open read-only.
         """
-        fp = self._fingerprint_of(text, fingerprint)
+        fp, sketch = self._fingerprint_and_sketch_of(text, fingerprint)
         packed = pack_key(key)
         packed_meta = pack_meta(meta)
 
         def body(txn: _lmdb.Txn, state: State) -> tuple[int, State, _Change]:
-            new_state, change = self._put_one(txn, state, packed, fp, packed_meta)
+            new_state, change = self._put_one(txn, state, packed, fp, packed_meta, sketch)
             return fp, new_state, change
 
         result = self._write_grouped(body)
@@ -582,8 +655,10 @@ class Store(MaintenanceMixin, BatchMixin, CommitMixin):
         k: int | None = None,
         meta: Mapping[str, Any] | None = None,
         with_meta: bool = False,
+        min_similarity: float | None = None,
     ) -> list[Match]:
-        """Insert the document only if nothing stored is within ``k`` bits.
+        """Insert the document only if nothing stored is within ``k`` bits
+        (and, with ``min_similarity``, at least that similar; see :meth:`query`).
 
         The look-up and the insert run in one write transaction, so two
         processes racing with the same near-duplicate never both insert it.
@@ -595,8 +670,9 @@ class Store(MaintenanceMixin, BatchMixin, CommitMixin):
             The matches, sorted by ``(distance, key)``; an empty list means the
             document was inserted.
         """
-        fp = self._fingerprint_of(text, fingerprint)
+        fp, sketch = self._fingerprint_and_sketch_of(text, fingerprint)
         k = self._check_k(k)
+        threshold = self._threshold(min_similarity, sketch)
         packed = pack_key(key)
         packed_meta = pack_meta(meta)
 
@@ -607,8 +683,10 @@ class Store(MaintenanceMixin, BatchMixin, CommitMixin):
             if self._tableset.bitmaps_unread:
                 self._tableset.read_bitmaps(txn)
             if found:
-                return self._resolve(txn, found, with_meta, records), state, _Change([], [])
-            new_state, change = self._put_one(txn, state, packed, fp, packed_meta)
+                matches = self._resolve(txn, found, with_meta, records, sketch, threshold)
+                if matches:
+                    return matches, state, _Change([], [])
+            new_state, change = self._put_one(txn, state, packed, fp, packed_meta, sketch)
             return [], new_state, change
 
         result = self._write_grouped(body)
@@ -617,7 +695,13 @@ class Store(MaintenanceMixin, BatchMixin, CommitMixin):
         return result
 
     def _put_one(
-        self, txn: _lmdb.Txn, state: State, packed: bytes, fp: int, packed_meta: bytes | None
+        self,
+        txn: _lmdb.Txn,
+        state: State,
+        packed: bytes,
+        fp: int,
+        packed_meta: bytes | None,
+        sketch: bytes | None = None,
     ) -> tuple[State, _Change]:
         """Write one document (new or replacing) inside a write transaction."""
         handles = self._handles
@@ -630,11 +714,14 @@ class Store(MaintenanceMixin, BatchMixin, CommitMixin):
             id_bytes = encode_id(doc_id)
             txn.put(found_by, id_bytes, db=handles.keys)
             txn.put(id_bytes, encode_record(fp, packed), db=handles.docs, append=True)
+            if sketch is not None and handles.sketches is not None:
+                txn.put(id_bytes, sketch, db=handles.sketches, append=True)
         else:
             doc_id = decode_id(existing)
             id_bytes = existing
             old_fp = self._record_fingerprint(txn, doc_id)
             txn.put(id_bytes, encode_record(fp, packed), db=handles.docs)
+            self._put_sketch(txn, id_bytes, sketch)
             if old_fp == fp:
                 self._put_meta(txn, id_bytes, packed_meta)
                 return state, _Change([], [])
@@ -654,6 +741,7 @@ class Store(MaintenanceMixin, BatchMixin, CommitMixin):
         texts: Iterable[str] | None = None,
         metas: Iterable[Mapping[str, Any] | None] | None = None,
         processes: int | None = 1,
+        sketches: U8Array | None = None,
     ) -> U64Array:
         """Store many documents in one transaction: all of them or none.
 
@@ -672,26 +760,37 @@ class Store(MaintenanceMixin, BatchMixin, CommitMixin):
             processes: with ``texts``, how many processes fingerprint them:
                 1 (the default) starts none; see
                 :meth:`Fingerprinter.fingerprint_many`.
+            sketches: with ``fingerprints`` made elsewhere by this store's
+                fingerprinter, their verification sketches (the array
+                :meth:`Fingerprinter.fingerprints_and_sketches` returns).
 
         Returns:
             The fingerprints, as a uint64 array in the order given.
         """
-        packed_keys, fps, meta_list = self._checked_batch(keys, fingerprints, texts, metas, processes)
-        self._add_packed(packed_keys, fps, meta_list)
+        packed_keys, fps, meta_list, checked_sketches = self._checked_batch(
+            keys, fingerprints, texts, metas, processes, sketches
+        )
+        self._add_packed(packed_keys, fps, meta_list, checked_sketches)
         return fps
 
     def _checked_batch(
-        self, keys: object, fingerprints: object, texts: object, metas: object, processes: int | None = 1
-    ) -> tuple[PackedKeys, U64Array, list[bytes | None] | None]:
+        self,
+        keys: object,
+        fingerprints: object,
+        texts: object,
+        metas: object,
+        processes: int | None = 1,
+        sketches: object = None,
+    ) -> tuple[PackedKeys, U64Array, list[bytes | None] | None, U8Array | None]:
         """``add_many``'s arguments, checked and packed: ``(keys,
-        fingerprints, packed metas or None)``. Raises before anything is
-        written."""
+        fingerprints, packed metas or None, sketches or None)``. Raises
+        before anything is written."""
         if isinstance(keys, str | bytes) or not isinstance(keys, Iterable):
             raise InvalidTypeError("keys must be an iterable of keys, not a single key")
         if isinstance(keys, np.ndarray) and keys.ndim != 1:
             raise InvalidTypeError(f"keys must be a one-dimensional array, got {keys.ndim} dimensions")
         packed_keys = PackedKeys.of(keys)
-        fps = self._fingerprints_of(texts, fingerprints, processes)
+        fps, checked_sketches = self._fingerprints_and_sketches_of(texts, fingerprints, processes, sketches)
         if len(packed_keys) != len(fps):
             raise InvalidValueError(f"got {len(packed_keys)} keys but {len(fps)} fingerprints")
         meta_list: list[bytes | None] | None = None
@@ -701,15 +800,19 @@ class Store(MaintenanceMixin, BatchMixin, CommitMixin):
             meta_list = [pack_meta(meta) for meta in metas]
             if len(meta_list) != len(packed_keys):
                 raise InvalidValueError(f"got {len(packed_keys)} keys but {len(meta_list)} metas")
-        return packed_keys, fps, meta_list
+        return packed_keys, fps, meta_list, checked_sketches
 
     def _add_packed(
-        self, packed_keys: PackedKeys, fps: U64Array, meta_list: list[bytes | None] | None
+        self,
+        packed_keys: PackedKeys,
+        fps: U64Array,
+        meta_list: list[bytes | None] | None,
+        sketches: U8Array | None = None,
     ) -> None:
         """Store a checked batch (see :meth:`_checked_batch`) in one transaction."""
         if not len(packed_keys):
             return
-        batch = _Batch(packed_keys, *packed_keys.distinct(), fps, meta_list)
+        batch = _Batch(packed_keys, *packed_keys.distinct(), fps, meta_list, sketches)
         carried = len(self._delta) + len(batch.positions)
         self._reserve_for(
             len(batch.positions),
@@ -778,6 +881,7 @@ class Store(MaintenanceMixin, BatchMixin, CommitMixin):
             old_fp = self._record_fingerprint(txn, doc_id)
             txn.put(id_bytes, encode_record(new_fp, batch.packed_keys.at(position)), db=handles.docs)
             self._put_meta(txn, id_bytes, batch.meta(position))
+            self._put_sketch(txn, id_bytes, batch.sketch(position))
             if old_fp == new_fp:
                 continue
             if doc_id in self._delta:
@@ -844,6 +948,14 @@ class Store(MaintenanceMixin, BatchMixin, CommitMixin):
         txn.cursor(handles.keys).putmulti(key_entries, append=append_keys)
         records = record_pairs(doc_ids, fingerprints, packed_keys.record_values, positions)
         txn.cursor(handles.docs).putmulti(records, append=True)
+        if batch.sketches is not None and handles.sketches is not None:
+            # Ids are new and ascending with positions: appended, no search.
+            if isinstance(positions, range):
+                rows = batch.sketches[positions.start : positions.stop]
+            else:
+                rows = batch.sketches[positions]
+            entries = zip(big_endian_sliced(doc_ids), rows_sliced(rows), strict=True)
+            txn.cursor(handles.sketches).putmulti(entries, append=True)
         if batch.metas is not None:
             for doc_id, position in zip(doc_ids.tolist(), positions, strict=True):
                 packed_meta = batch.metas[position]
@@ -868,6 +980,8 @@ class Store(MaintenanceMixin, BatchMixin, CommitMixin):
             txn.delete(found_by, db=handles.keys)
             txn.delete(id_bytes, db=handles.docs)
             txn.delete(id_bytes, db=handles.docmeta)
+            if handles.sketches is not None:
+                txn.delete(id_bytes, db=handles.sketches)
             if doc_id in self._delta:
                 txn.put(encode_seq(state.next_seq), encode_remove(doc_id), db=handles.delta, append=True)
                 return None, state._replace(next_seq=state.next_seq + 1), _Change([], [doc_id])
@@ -882,6 +996,17 @@ class Store(MaintenanceMixin, BatchMixin, CommitMixin):
         if raw is None:
             raise CorruptStoreError(f"document {doc_id} is in the key table but has no record")
         return decode_record(raw)[0]
+
+    def _put_sketch(self, txn: _lmdb.Txn, id_bytes: bytes, sketch: bytes | None) -> None:
+        """Store a replaced document's sketch (or drop its old one: a
+        document re-added as a bare fingerprint has none)."""
+        sketches = self._handles.sketches
+        if sketches is None:
+            return
+        if sketch is None:
+            txn.delete(id_bytes, db=sketches)
+        else:
+            txn.put(id_bytes, sketch, db=sketches)
 
     def _put_meta(self, txn: _lmdb.Txn, id_bytes: bytes, packed_meta: bytes | None) -> None:
         if packed_meta is None:
@@ -909,23 +1034,39 @@ class Store(MaintenanceMixin, BatchMixin, CommitMixin):
         text: str | None = None,
         k: int | None = None,
         with_meta: bool = False,
+        min_similarity: float | None = None,
     ) -> list[Match]:
         """Every stored document within ``k`` bits of the query, sorted by
         ``(distance, key)``.
+
+        A query by ``text`` in a store that keeps verification sketches
+        gives each match its estimated Jaccard ``similarity`` (of word
+        3-shingles) with the query; otherwise ``similarity`` is ``None``.
 
         Args:
             fingerprint: the query fingerprint (or give ``text``).
             k: the largest distance returned; defaults to the store's ``k``
                 and may not exceed it.
             with_meta: fill each match's ``meta`` with the document's metadata.
+            min_similarity: keep only matches whose estimated similarity is
+                at least this (0 to 1); needs ``text``. A stored document
+                added as a bare fingerprint has no sketch: it is kept, with
+                ``similarity`` ``None``, as it cannot be judged.
         """
-        query = self._fingerprint_of(text, fingerprint)
+        query, sketch = self._fingerprint_and_sketch_of(text, fingerprint)
         k = self._check_k(k)
+        return self._query(query, sketch, k, with_meta, self._threshold(min_similarity, sketch))
+
+    def _query(
+        self, query: int, sketch: bytes | None, k: int, with_meta: bool, threshold: float | None
+    ) -> list[Match]:
+        """:meth:`query` of a fingerprint and its sketch, arguments checked."""
         with self._read() as txn:
             # Permute inside the read: it may have adopted another process's new layout.
             permuted = self._permute_all(query)
             records: dict[int, bytes] = {}
-            matches = self._resolve(txn, self._find(txn, permuted, query, k, records), with_meta, records)
+            found = self._find(txn, permuted, query, k, records)
+            matches = self._resolve(txn, found, with_meta, records, sketch, threshold)
             if self._tableset.bitmaps_unread:
                 self._tableset.read_bitmaps(txn)
             return matches
@@ -937,6 +1078,8 @@ class Store(MaintenanceMixin, BatchMixin, CommitMixin):
         texts: Iterable[str] | None = None,
         k: int | None = None,
         with_meta: bool = False,
+        min_similarity: float | None = None,
+        sketches: U8Array | None = None,
     ) -> list[list[Match]]:
         """:meth:`query` for a batch, against one snapshot: one list per query.
 
@@ -945,10 +1088,17 @@ class Store(MaintenanceMixin, BatchMixin, CommitMixin):
 
         Args:
             fingerprints: a uint64 array (or iterable of ints); or give ``texts``.
-            k, with_meta: as for :meth:`query`.
+            k, with_meta, min_similarity: as for :meth:`query`.
+            sketches: with ``fingerprints``, their sketches (see :meth:`add_many`).
         """
-        queries = self._fingerprints_of(texts, fingerprints)
+        queries, sketches = self._fingerprints_and_sketches_of(texts, fingerprints, 1, sketches)
         k = self._check_k(k)
+        return self._query_many(queries, sketches, k, with_meta, self._threshold(min_similarity, sketches))
+
+    def _query_many(
+        self, queries: U64Array, sketches: U8Array | None, k: int, with_meta: bool, threshold: float | None
+    ) -> list[list[Match]]:
+        """:meth:`query_many` of fingerprints and their sketches, arguments checked."""
         results: list[list[Match]] = []
         with self._read() as txn:
             # A batch may as well read every bitmap first.
@@ -963,8 +1113,9 @@ class Store(MaintenanceMixin, BatchMixin, CommitMixin):
             self._tableset.find_many(
                 txn, columns, query_list, k, founds, records, self._handles.docs, self._permute_all
             )
-            for found, found_records in zip(founds, records, strict=True):
-                results.append(self._resolve(txn, found, with_meta, found_records))
+            for index, (found, found_records) in enumerate(zip(founds, records, strict=True)):
+                sketch = None if sketches is None else sketches[index].tobytes()
+                results.append(self._resolve(txn, found, with_meta, found_records, sketch, threshold))
         return results
 
     def _find(
@@ -983,13 +1134,24 @@ class Store(MaintenanceMixin, BatchMixin, CommitMixin):
         found: dict[int, int],
         with_meta: bool = False,
         records: dict[int, bytes] | None = None,
+        sketch: bytes | None = None,
+        threshold: float | None = None,
     ) -> list[Match]:
+        """The matches of ``found`` (``{doc_id: distance}``), sorted, with
+        their similarity to the query's ``sketch`` (if given), and without
+        those less similar than ``threshold``."""
         if not found:
             return []
         docs = self._handles.docs
         docmeta = self._handles.docmeta
+        similarities: dict[int, float] = {}
+        if sketch is not None and self._handles.sketches is not None:
+            similarities = self._similarities(txn, found, sketch)
         matches = []
         for doc_id, distance in found.items():
+            similarity = similarities.get(doc_id)
+            if threshold is not None and similarity is not None and similarity < threshold:
+                continue
             id_bytes = encode_id(doc_id)
             raw = records.get(doc_id) if records else None
             if raw is None:
@@ -998,10 +1160,34 @@ class Store(MaintenanceMixin, BatchMixin, CommitMixin):
                 raise CorruptStoreError(f"document {doc_id} is indexed but has no record")
             fingerprint, packed = decode_record(raw)
             meta = unpack_meta(txn.get(id_bytes, db=docmeta)) if with_meta else None
-            matches.append(Match(unpack_key(packed), distance, fingerprint, meta))
+            matches.append(Match(unpack_key(packed), distance, fingerprint, meta, similarity))
         if len(matches) > 1:
             matches.sort(key=match_order)
         return matches
+
+    def _similarities(self, txn: _lmdb.Txn, found: dict[int, int], sketch: bytes) -> dict[int, float]:
+        """The estimated similarity to ``sketch`` of each document of
+        ``found`` that has a sketch."""
+        sketches = self._handles.sketches
+        store_sketch = self.sketch
+        assert sketches is not None
+        assert store_sketch is not None
+        doc_ids: list[int] = []
+        rows: list[bytes] = []
+        for doc_id in found:
+            raw = txn.get(encode_id(doc_id), db=sketches)
+            if raw is not None:
+                doc_ids.append(doc_id)
+                rows.append(raw)
+        if not rows:
+            return {}
+        stored = np.frombuffer(b"".join(rows), dtype=np.uint8).reshape(len(rows), -1)
+        if stored.shape[1] != store_sketch.nbytes:
+            raise CorruptStoreError(
+                f"a stored sketch is {stored.shape[1]} bytes, not the store's {store_sketch.nbytes}"
+            )
+        estimates = estimate_jaccard(np.frombuffer(sketch, dtype=np.uint8), stored, store_sketch)
+        return dict(zip(doc_ids, estimates.tolist(), strict=True))
 
     def get(self, key: KeyLike, default: Record | None = None) -> Record | None:
         """The record stored under ``key``, or ``default`` if there is none."""
@@ -1071,6 +1257,8 @@ class Store(MaintenanceMixin, BatchMixin, CommitMixin):
         """
         with self._read() as txn:
             docs = int(txn.stat(self._handles.keys)["entries"])
+            sketches = self._handles.sketches
+            sketched_docs = 0 if sketches is None else int(txn.stat(sketches)["entries"])
             delta_docs = len(self._delta)
             # Every document outside the delta has one entry in every table.
             table_entries = (docs - delta_docs,) * len(self._tables)
@@ -1104,6 +1292,9 @@ class Store(MaintenanceMixin, BatchMixin, CommitMixin):
             degenerate=degenerate,
             runs=len(catalog.runs),
             compacting=catalog.compaction is not None,
+            sketched_docs=sketched_docs,
+            sketch_bytes=0 if self.sketch is None else self.sketch.nbytes,
+            min_similarity=self._params.min_similarity,
         )
 
     def check(self) -> list[str]:

@@ -155,4 +155,10 @@ def test_empty_store_and_no_duplicates(path: str) -> None:
 
 def test_cluster_is_a_named_tuple() -> None:
     cluster = Cluster(4, "a", ["a", "b"])
-    assert cluster._asdict() == {"cluster_id": 4, "representative": "a", "members": ["a", "b"]}
+    assert cluster._asdict() == {
+        "cluster_id": 4,
+        "representative": "a",
+        "members": ["a", "b"],
+        "worst_distance": 0,
+        "worst_similarity": None,
+    }

@@ -94,7 +94,7 @@ def test_pairs_and_clusters_equal_one_store(client: Any, tmp_path: Path, seed: i
     ddf = frame(keys, fingerprints, lengths)
     with one_store(tmp_path, keys, fingerprints, lengths) as store:
         for k in (0, 2, 3):
-            expected = {tuple(pair) for pair in store.near_duplicate_pairs(k)}
+            expected = {tuple(pair)[:3] for pair in store.near_duplicate_pairs(k)}
             got = sd.near_duplicate_pairs(ddf, k=3 if k else 0, layout=None).compute()
             if k:
                 got = got[got.distance <= k]
@@ -112,7 +112,7 @@ def test_two_level_layout_pairs(client: Any, tmp_path: Path) -> None:
     keys, fingerprints, lengths = corpus(3, n_singles=800)
     layout = simstore.planner.two_level(3, 4, 3, 4)
     with one_store(tmp_path, keys, fingerprints, lengths) as store:
-        expected = {tuple(pair) for pair in store.near_duplicate_pairs()}
+        expected = {tuple(pair)[:3] for pair in store.near_duplicate_pairs()}
     got = sd.near_duplicate_pairs(frame(keys, fingerprints, lengths), k=3, layout=layout).compute()
     assert set(zip(got.key_a, got.key_b, got.distance.astype(int), strict=True)) == expected
 
@@ -207,3 +207,66 @@ def test_bad_fingerprints_name_the_column(tmp_path: Path) -> None:
     bad = dd.from_pandas(pd.DataFrame({"key": ["a", "b"], "fingerprint": [-1, 5]}), npartitions=1)
     with pytest.raises(ValueError, match="column 'fingerprint'"):
         sd.near_duplicate_pairs(bad).compute(scheduler="sync")
+
+
+def _texts(seed: int, bases: int = 40, variants: int = 4) -> tuple[list[str], list[str]]:
+    """Keys and texts: base texts and edited copies of each, at many distances."""
+    rng = np.random.default_rng(seed)
+    vocabulary = [f"word{i}" for i in range(400)]
+    keys: list[str] = []
+    texts: list[str] = []
+    for base in range(bases):
+        words = list(rng.choice(vocabulary, size=int(rng.integers(30, 120))))
+        for variant in range(variants + 1):
+            edited = list(words)
+            for _ in range(variant * 2):
+                edited[int(rng.integers(0, len(edited)))] = str(rng.choice(vocabulary))
+            keys.append(f"b{base}v{variant}")
+            texts.append(" ".join(edited))
+    return keys, texts
+
+
+@pytest.mark.parametrize("threshold", [None, 0.8])
+def test_verified_pairs_clusters_and_against_equal_one_store(
+    client: Any, tmp_path: Path, threshold: float | None
+) -> None:
+    keys, texts = _texts(7)
+    table = pd.DataFrame({"key": pd.Series(keys, dtype=object), "text": texts})
+    with dask.config.set({"dataframe.convert-string": False}):
+        ddf = dd.from_pandas(table, npartitions=4)
+    sketched = sd.fingerprint_and_sketch(ddf, "text")
+    fingerprints, sketches = simstore.Fingerprinter().fingerprints_and_sketches(texts)
+    computed = sketched.compute()
+    assert computed.fingerprint.tolist() == fingerprints.tolist()
+    assert computed.sketch.tolist() == [row.tobytes() for row in sketches]
+    ddf = ddf.assign(fingerprint=sketched.fingerprint, sketch=sketched.sketch)
+    with simstore.open(str(tmp_path / "one.simstore"), "n", k=5) as store:
+        store.add_many(keys, texts=texts)
+        expected_pairs = set(store.near_duplicate_pairs(min_similarity=threshold))
+        got = sd.near_duplicate_pairs(ddf, k=5, sketch_column="sketch", min_similarity=threshold).compute()
+        found = set(zip(got.key_a, got.key_b, got.distance.astype(int), got.similarity, strict=True))
+        assert found == {tuple(pair) for pair in expected_pairs}
+        assert len(found) > 20
+        if threshold is not None:
+            clusters = sd.clusters(ddf, k=5, sketch_column="sketch", min_similarity=threshold).compute()
+            assert dask_cluster_sets(clusters) == cluster_sets(store.clusters(min_similarity=threshold))
+        batch = ddf.assign(key=ddf.key.map(lambda key: f"new-{key}", meta=("key", object)))
+        got = sd.against(batch, [store.path], sketch_column="sketch", min_similarity=threshold)
+        store.close()
+        answers = got.compute()
+    with simstore.open(str(tmp_path / "one.simstore"), "r") as store:
+        expected = {
+            (f"new-{key}", match.key, match.distance, match.similarity)
+            for key, matches in zip(
+                keys, store.query_many(fingerprints, sketches=sketches, min_similarity=threshold), strict=True
+            )
+            for match in matches
+        }
+    assert (
+        set(
+            zip(answers.key, answers.match_key, answers.distance.astype(int), answers.similarity, strict=True)
+        )
+        == expected
+    )
+    with pytest.raises(simstore.InvalidValueError, match="sketch_column"):
+        sd.near_duplicate_pairs(ddf, min_similarity=0.5)

@@ -425,6 +425,7 @@ def test_default_settings_are_recorded_in_full() -> None:
         "weighting": "log",
         "top_n": None,
         "hmm": True,
+        "sketch": {"algorithm": "oph-shingle3-1", "bins": 256, "bits": 4},
     }
 
 
@@ -586,4 +587,6 @@ def test_unrecorded_settings_are_frozen_to_the_first_defaults() -> None:
     frozen format-1 settings: version 1's defaults, whatever today's are."""
     from simstore.simhash import UNRECORDED_SETTINGS, Fingerprinter
 
-    assert Fingerprinter.from_settings(UNRECORDED_SETTINGS) == Fingerprinter(algorithm=ALGORITHM_1)
+    assert Fingerprinter.from_settings(UNRECORDED_SETTINGS) == Fingerprinter(
+        algorithm=ALGORITHM_1, sketch=None
+    )

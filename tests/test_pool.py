@@ -81,9 +81,9 @@ def test_add_many_with_processes_uses_a_worker_and_matches(
     # worker's start-up; slow each of its chunks down so the worker gets some.
     real = Fingerprinter._fingerprint_chunk
 
-    def slow(self: Fingerprinter, chunk: list[str], start: int) -> tuple[Any, int]:
+    def slow(self: Fingerprinter, chunk: list[str], start: int, **options: bool) -> tuple[Any, ...]:
         time.sleep(0.2)
-        return real(self, chunk, start)
+        return real(self, chunk, start, **options)
 
     with pytest.MonkeyPatch.context() as patch:
         patch.setattr(Fingerprinter, "_fingerprint_chunk", slow)
@@ -265,9 +265,9 @@ def test_a_worker_that_cannot_start_leaves_the_work_to_this_process(
     expected = Fingerprinter().fingerprint_many(texts).tolist()
     real = Fingerprinter._fingerprint_chunk
 
-    def slow(self: Fingerprinter, chunk: list[str], start: int) -> tuple[Any, int]:
+    def slow(self: Fingerprinter, chunk: list[str], start: int, **options: bool) -> tuple[Any, ...]:
         time.sleep(0.2)  # so that the worker fails before this process is done
-        return real(self, chunk, start)
+        return real(self, chunk, start, **options)
 
     monkeypatch.setattr(Fingerprinter, "_fingerprint_chunk", slow)
     with pytest.warns(RuntimeWarning, match="did not start"):
@@ -289,9 +289,9 @@ def test_a_worker_that_dies_mid_batch_raises_worker_error(
     monkeypatch.setattr(pool, "_WORKER_CODE", dying)
     real = Fingerprinter._fingerprint_chunk
 
-    def slow(self: Fingerprinter, chunk: list[str], start: int) -> tuple[Any, int]:
+    def slow(self: Fingerprinter, chunk: list[str], start: int, **options: bool) -> tuple[Any, ...]:
         time.sleep(0.3)  # leave chunks for the worker
-        return real(self, chunk, start)
+        return real(self, chunk, start, **options)
 
     monkeypatch.setattr(Fingerprinter, "_fingerprint_chunk", slow)
     texts = [f"words of text number {i} and a few more" for i in range(200)]

@@ -189,7 +189,7 @@ def model_snapshot(model: dict[Key, int], queries: list[int], k: int) -> list[li
     for qk in range(k + 1):
         rows = []
         for query in queries:
-            hits = [(key, (fp ^ query).bit_count(), fp, None) for key, fp in model.items()]
+            hits = [(key, (fp ^ query).bit_count(), fp, None, None) for key, fp in model.items()]
             hits = [hit for hit in hits if hit[1] <= qk]
             rows.append(sorted(hits, key=lambda hit: (hit[1], rank(hit[0]))))
         answers.append(rows)

@@ -1,0 +1,115 @@
+"""The command line's verified answers: ``--min-similarity`` and ``--linkage``
+on ``dedup`` and ``query``, over the bundled example corpus."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import pytest
+
+import simstore
+from simstore.cli import main
+
+CORPUS = Path(__file__).parent.parent / "examples" / "corpus" / "kjv_near_duplicates.jsonl"
+
+
+def _json_lines(path: Path) -> list[dict[str, object]]:
+    return [json.loads(line) for line in path.read_text().splitlines()]
+
+
+def _summary(capsys: pytest.CaptureFixture[str]) -> dict[str, object]:
+    return json.loads(capsys.readouterr().out)  # type: ignore[no-any-return]
+
+
+def test_dedup_pairs_carry_similarity_and_respect_the_threshold(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    everything = tmp_path / "all.jsonl"
+    assert main(["dedup", str(CORPUS), "--pairs", "-k", "5", "-o", str(everything), "--json"]) == 0
+    capsys.readouterr()
+    pairs = _json_lines(everything)
+    assert pairs
+    assert all(0.0 <= float(pair["similarity"]) <= 1.0 for pair in pairs)  # type: ignore[arg-type]
+    similar = tmp_path / "similar.jsonl"
+    code = main(["dedup", str(CORPUS), "--pairs", "-k", "5", "--min-similarity", "0.8", "-o", str(similar)])
+    assert code == 0
+    expected = [pair for pair in pairs if float(pair["similarity"]) >= 0.8]  # type: ignore[arg-type]
+    assert sorted(map(json.dumps, _json_lines(similar))) == sorted(map(json.dumps, expected))
+
+
+def test_star_linkage_bounds_every_cluster_and_is_the_default(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    star = tmp_path / "star.jsonl"
+    assert main(["dedup", str(CORPUS), "--clusters", "-k", "6", "-o", str(star), "--json"]) == 0
+    summary = _summary(capsys)
+    clusters = _json_lines(star)
+    assert all(int(cluster["worst_distance"]) <= 6 for cluster in clusters)  # type: ignore[call-overload]
+    assert summary["worst_distance"] == max(int(c["worst_distance"]) for c in clusters)  # type: ignore[call-overload]
+    assert summary["largest_cluster"] == max(int(c["size"]) for c in clusters)  # type: ignore[call-overload]
+    worst = min(float(c["worst_similarity"]) for c in clusters)  # type: ignore[arg-type]
+    assert summary["worst_similarity"] == pytest.approx(worst, abs=1e-4)
+    chained = tmp_path / "components.jsonl"
+    code = main(
+        [
+            "dedup",
+            str(CORPUS),
+            "--clusters",
+            "-k",
+            "6",
+            "--linkage",
+            "components",
+            "-o",
+            str(chained),
+            "--json",
+        ]
+    )
+    assert code == 0
+    components = _summary(capsys)
+    # Chains only ever join: no fewer duplicates, clusters at least as large.
+    assert components["duplicates"] >= summary["duplicates"]  # type: ignore[operator]
+    assert components["largest_cluster"] >= summary["largest_cluster"]  # type: ignore[operator]
+
+
+def test_dedup_against_a_store_with_a_threshold(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    store = tmp_path / "s.simstore"
+    assert main(["add", str(store), str(CORPUS), "-k", "5"]) == 0
+    matches = tmp_path / "matches.jsonl"
+    code = main(
+        [
+            "dedup",
+            str(CORPUS),
+            "--against",
+            str(store),
+            "--pairs",
+            "--min-similarity",
+            "0.9",
+            "-o",
+            str(matches),
+        ]
+    )
+    assert code == 0
+    found = _json_lines(matches)
+    assert found
+    assert all(float(match["similarity"]) >= 0.9 for match in found)  # type: ignore[arg-type]
+    capsys.readouterr()
+
+
+def test_query_min_similarity(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    store = tmp_path / "s.simstore"
+    assert main(["add", str(store), str(CORPUS), "-k", "5"]) == 0
+    text = json.loads(CORPUS.read_text().splitlines()[0])["text"]
+    capsys.readouterr()
+    assert main(["query", str(store), text, "--json", "--min-similarity", "0.5"]) == 0
+    answer = json.loads(capsys.readouterr().out)
+    assert answer["matches"]
+    assert all(match["similarity"] >= 0.5 for match in answer["matches"])
+    with simstore.open(store, "r") as opened:
+        expected = opened.query(text=text, min_similarity=0.5)
+    assert [match["key"] for match in answer["matches"]] == [match.key for match in expected]
+    with pytest.raises(SystemExit) as exit_info:
+        main(["query", str(store), "--fingerprint", "0x1", "--min-similarity", "0.5"])
+    assert exit_info.value.code == 2
+    with pytest.raises(SystemExit):
+        main(["query", str(store), text, "--min-similarity", "1.5"])
