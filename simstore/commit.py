@@ -107,9 +107,12 @@ class _Applied:
     def __init__(self, delta: Delta) -> None:
         self.delta = delta
         self.before: dict[int, int | None] = {}
-        # The id of the transaction, if the bodies changed the stored state
-        # (so that its commit writes pages, flushes and writes a meta page).
-        self.changed_txn: int | None = None
+        # The id of the transaction, and whether the bodies changed the
+        # stored state (then its commit surely writes pages, flushes the file
+        # and writes a meta page; a replacement with the same fingerprint
+        # writes without changing it).
+        self.txn_id = -1
+        self.changed_state = False
 
     def apply(self, change: Change) -> None:
         delta, before = self.delta, self.before
@@ -216,8 +219,12 @@ class CommitMixin:
         if getattr(self._lock, "_is_owned", lambda: False)():
             # Called with the store's lock held (from a callback inside a
             # store call): a group's leader would wait for that lock for ever.
-            only = self._bodies_in_order([body], _Applied(self._delta), isolate=False)
-            return cast(T, self._write(only)[0])
+            applied = _Applied(self._delta)
+            try:
+                return cast(T, self._write(self._bodies_in_order([body], applied, isolate=False))[0])
+            except BaseException:
+                self._undo(applied)
+                raise
         queue = self._commits
         request = _Request(body)
         with queue.mutex:
@@ -231,8 +238,9 @@ class CommitMixin:
             # Asked to lead the next group, which holds this request.
         group: list[_Request] = []
         committed: int | None = None
+        unsure = False
         try:
-            group, committed = self._lead(queue)
+            group, committed, unsure = self._lead(queue)
         finally:
             with queue.mutex:
                 if request in queue.waiting:  # interrupted before taking a group
@@ -245,6 +253,8 @@ class CommitMixin:
             try:
                 if not self._env.defer_meta_sync:
                     pass  # the commit was as durable as sync makes it when it returned
+                elif unsure:
+                    self._make_durable(None)
                 elif committed is None:
                     # Nothing committed: release the groups waiting for this
                     # one's commit to make theirs durable.
@@ -264,17 +274,22 @@ class CommitMixin:
                         member.wake.release()
         return cast(T, request.outcome())
 
-    def _lead(self, queue: CommitQueue) -> tuple[list[_Request], int | None]:
+    def _lead(self, queue: CommitQueue) -> tuple[list[_Request], int | None, bool]:
         """Take the waiting requests (the leader's first) and commit them
         together; every request of the group has its outcome on return.
-        Returns the group, and the commit to flush before any of it is
-        acknowledged (``None``: nothing to flush)."""
+
+        Returns the group; the commit to make durable before any of it is
+        acknowledged (``None``: it committed nothing); and whether it may
+        have written without changing the stored state, so that only a
+        flush from now on makes sure of it.
+        """
         with self._lock:
             with queue.mutex:
                 group = queue.waiting[:MAX_GROUP]
                 del queue.waiting[:MAX_GROUP]
             pending = list(group)
             committed = None
+            unsure = False
             try:
                 while pending:
                     applied = _Applied(self._delta)
@@ -295,13 +310,18 @@ class CommitMixin:
                         raise
                     finally:
                         self._in_group = False
-                    committed = applied.changed_txn
-                    if committed is not None:
-                        self._last_group_txn = committed
+                    if applied.changed_state:
+                        committed = self._last_group_txn = applied.txn_id
                         if self._env.defer_meta_sync:
                             # LMDB flushed the file before this commit's meta
                             # page: every commit before it is on the disk.
                             self._durable_up_to(committed - 1)
+                    else:
+                        # Written without a change of state (a replacement
+                        # with the same fingerprint), or nothing written: the
+                        # id is taken in the first case, or if another
+                        # process committed since; then flush to be sure.
+                        unsure = self._env.last_txn_id() >= applied.txn_id
                     for request, result in zip(pending, results, strict=True):
                         request.result = result
                         request.done = True
@@ -313,13 +333,14 @@ class CommitMixin:
                 for request in pending:
                     request.error = exc
                     request.done = True
-        return group, committed
+        return group, committed, unsure
 
-    def _make_durable(self, txn_id: int) -> None:
+    def _make_durable(self, txn_id: int | None) -> None:
         """Return once commit ``txn_id`` (and every one before) is on the disk:
-        one flush, unless one begun after that commit has already returned."""
+        one flush, unless one begun after that commit has already returned
+        (``None``: flush in any case)."""
         with self._flushing:
-            if self._durable_txn >= txn_id:
+            if txn_id is not None and self._durable_txn >= txn_id:
                 return  # a flush begun since that commit covered it
             # Every commit up to this one has written its meta page by now.
             target = self._env.last_txn_id()
@@ -366,7 +387,7 @@ class CommitMixin:
                 self._forget_delta()
                 state = self._sync_delta(txn)
             applied.delta = self._delta
-            applied.changed_txn = None
+            applied.txn_id = int(txn.id())
             first_state = state
             results = []
             for index, body in enumerate(bodies):
@@ -384,8 +405,7 @@ class CommitMixin:
                         raise _BodyFailedError(index, exc) from exc
                     raise
                 results.append(result)
-            if state != first_state:
-                applied.changed_txn = int(txn.id())
+            applied.changed_state = state != first_state
             # The delta is already in step; _write applies no change of its own.
             return results, state, Change([], [])
 

@@ -553,3 +553,21 @@ def test_a_transaction_that_fails_fails_its_whole_group_and_writes_nothing(store
         assert store._delta.as_dict() == {}
         store.add("small", fingerprint=1)
         assert store.check() == []
+
+
+def test_a_group_that_writes_without_changing_the_state_is_flushed(
+    sync_store: Store, monkeypatch: pytest.MonkeyPatch, txn_of: dict[bytes, int]
+) -> None:
+    sync_store.add("page", fingerprint=fp_of(1), meta={"version": 1})
+    flushes = Flushes(monkeypatch)
+    outcomes = run_as_group(
+        sync_store, [lambda: sync_store.add("page", fingerprint=fp_of(1), meta={"version": 2})]
+    )
+    assert outcomes == [("ok", fp_of(1))]
+    assert flushes.durable_up_to() >= txn_of[pack_key("page")]
+    assert sync_store["page"].meta == {"version": 2}
+    before = flushes.count
+    # A group that writes nothing at all needs no flush of its own.
+    found = run_as_group(sync_store, [lambda: sync_store.add_if_new("again", fingerprint=fp_of(1))])
+    assert [match.key for match in found[0][1]] == ["page"]
+    assert flushes.count == before
