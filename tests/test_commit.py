@@ -8,6 +8,7 @@ one transaction. Nothing here depends on timing.
 
 from __future__ import annotations
 
+import contextlib
 import os
 import threading
 import time
@@ -571,3 +572,50 @@ def test_a_group_that_writes_without_changing_the_state_is_flushed(
     found = run_as_group(sync_store, [lambda: sync_store.add_if_new("again", fingerprint=fp_of(1))])
     assert [match.key for match in found[0][1]] == ["page"]
     assert flushes.count == before
+
+
+@settings(max_examples=25, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture])
+@given(before=ops, batched=ops)
+def test_a_batch_equals_its_writes_one_after_another_or_nothing(
+    tmp_path: Path, before: list, batched: list
+) -> None:
+    """Property: a batch leaves the store as its writes run in order would,
+    or, if one of them fails, exactly as it was."""
+    centres = [fp_of(n) for n in range(6)]
+
+    def apply(store: Store, op: tuple[str, int, int]) -> None:
+        verb, key, variant = op
+        fingerprint = centres[key] ^ (1 << variant)
+        if verb == "add":
+            store.add(f"k{key}", fingerprint=fingerprint)
+        elif verb == "add_if_new":
+            store.add_if_new(f"k{key}", fingerprint=fingerprint)
+        else:
+            store.remove(f"k{key}")
+
+    folder = tmp_path / f"case-{os.urandom(6).hex()}"
+    folder.mkdir()
+    states = []
+    for batching in (False, True):
+        with simstore.open(str(folder / f"{batching}.simstore"), k=3, sync=False) as store:
+            for op in before:
+                with contextlib.suppress(simstore.KeyNotFoundError):
+                    apply(store, op)
+            start = sorted(store.items(), key=str)
+            failed = False
+            try:
+                if batching:
+                    with store.batch():
+                        for op in batched:
+                            apply(store, op)
+                else:
+                    for op in batched:
+                        apply(store, op)
+            except simstore.KeyNotFoundError:
+                failed = True
+            end = sorted(store.items(), key=str)
+            assert store.check() == []
+            states.append((start, failed, end))
+    (start, failed, sequential), (_, batch_failed, batched_end) = states
+    assert batch_failed == failed
+    assert batched_end == (start if failed else sequential)
