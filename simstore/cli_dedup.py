@@ -13,8 +13,8 @@ import tempfile
 from dataclasses import dataclass
 
 from simstore.batch import KEEP_POLICIES, LINKAGES
+from simstore.choose import DEFAULT_K
 from simstore.cli_common import (
-    DEFAULT_K,
     QUERY_CHUNK,
     Collected,
     ReadingBar,
@@ -59,7 +59,10 @@ def configure_dedup(parser: argparse.ArgumentParser) -> None:
         "--against", metavar="STORE", help="match the documents against this store, inserting nothing"
     )
     parser.add_argument(
-        "-k", "--k", type=non_negative, help="largest distance of a duplicate (default: the store's k, or 3)"
+        "-k",
+        "--k",
+        type=non_negative,
+        help=f"largest distance of a duplicate (default: the store's k, or {DEFAULT_K})",
     )
     what = parser.add_mutually_exclusive_group()
     what.add_argument("--pairs", action="store_true", help="write the near-duplicate pairs as JSONL")

@@ -5,6 +5,7 @@
 from __future__ import annotations
 
 import argparse
+import base64
 import json
 import sys
 import warnings
@@ -13,6 +14,7 @@ from typing import Any
 import numpy as np
 
 from simstore.batch import LENGTH_FIELD
+from simstore.choose import DEFAULT_K
 from simstore.cli_common import (
     PROG,
     Collected,
@@ -60,7 +62,10 @@ def configure_add(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("store", help="the store file (created if missing)")
     parser.add_argument("files", nargs="+", metavar="FILE", help="input files or directories; - for stdin")
     parser.add_argument(
-        "-k", "--k", type=non_negative, help="k of a new store (default 3); an existing store's must equal it"
+        "-k",
+        "--k",
+        type=non_negative,
+        help=f"k of a new store (default {DEFAULT_K}); an existing store's must equal it",
     )
     parser.add_argument(
         "--batch-size",
@@ -266,16 +271,28 @@ def run_stats(args: argparse.Namespace) -> int:
 
 
 def configure_plan(parser: argparse.ArgumentParser) -> None:
-    parser.add_argument("-k", "--k", type=non_negative, default=3, help="largest distance (default 3)")
+    parser.add_argument(
+        "-k",
+        "--k",
+        type=non_negative,
+        help=f"largest distance (default {DEFAULT_K}, or what --min-similarity needs)",
+    )
     parser.add_argument(
         "--docs", type=document_count, required=True, help="expected number of documents, e.g. 1e9"
+    )
+    parser.add_argument(
+        "--min-similarity",
+        type=similarity,
+        metavar="J",
+        help="plan for the k that finds 97 %% of the real near-duplicate pairs at J or more",
     )
     parser.add_argument("--max-tables", type=non_negative, default=None, help="at most this many tables")
     parser.add_argument("--limit", type=non_negative, default=None, help="show only the best N layouts")
 
 
 def run_plan(args: argparse.Namespace) -> int:
-    layouts = plan(args.k, args.docs, max_tables=args.max_tables)
+    k = DEFAULT_K if args.k is None and args.min_similarity is None else args.k
+    layouts = plan(k, args.docs, max_tables=args.max_tables, min_similarity=args.min_similarity)
     if args.json:
         print_json(
             [
@@ -392,6 +409,8 @@ def run_export(args: argparse.Namespace) -> int:
     output = resolve_output(args.output)
     with open_existing(args.store) as store:
         items = list(store.items())
+        # Each sketch names its geometry, so that import refuses another one.
+        geometry = "" if store.sketch is None else f"{store.sketch.bins}x{store.sketch.bits}"
         with (
             output_stream(output) as stream,
             progress(args, desc="exporting", total=len(items), unit="doc") as bar,
@@ -403,6 +422,9 @@ def run_export(args: argparse.Namespace) -> int:
                 line = {"key": key_to_json(key), "fingerprint": hex_fingerprint(record.fingerprint)}
                 if record.meta is not None:
                     line["meta"] = json_safe(record.meta)
+                sketch = store.sketch_of(key) if geometry else None
+                if sketch is not None:
+                    line["sketch"] = f"{geometry}:{base64.b64encode(sketch).decode('ascii')}"
                 stream.write(json.dumps(line, ensure_ascii=False) + "\n")
                 bar.update(1)
     return 0
@@ -411,7 +433,7 @@ def run_export(args: argparse.Namespace) -> int:
 def configure_import(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("store", help="the store file (created if missing)")
     parser.add_argument("file", metavar="FILE", help="JSONL written by `simstore export` (- for stdin)")
-    parser.add_argument("-k", "--k", type=non_negative, help="k for a new store (default 3)")
+    parser.add_argument("-k", "--k", type=non_negative, help=f"k for a new store (default {DEFAULT_K})")
     parser.add_argument(
         "--on-error", choices=ON_ERROR, default="fail", help="stop at a bad line (default) or skip it"
     )
@@ -422,13 +444,14 @@ def run_import(args: argparse.Namespace) -> int:
     keys: list[Key] = []
     fingerprints: list[int] = []
     metas: list[dict[str, Any] | None] = []
+    sketches: list[tuple[str, bytes] | None] = []
     for number, line in text_lines(args.file):
         if isinstance(line, str) and not line.strip():
             continue
         try:
             if isinstance(line, InputError):
                 raise line
-            key, fingerprint, meta = _parse_export_line(line)
+            key, fingerprint, meta, sketch = _parse_export_line(line)
         except ValueError as exc:
             error = exc if isinstance(exc, InputError) else InputError(_shown(args.file), number, str(exc))
             if args.on_error == "fail":
@@ -438,20 +461,48 @@ def run_import(args: argparse.Namespace) -> int:
         keys.append(key)
         fingerprints.append(fingerprint)
         metas.append(meta)
+        sketches.append(sketch)
     with open_or_create(args.store, args.k) as store:
         if keys:
             has_meta = any(meta is not None for meta in metas)
-            store.add_many(keys, np.array(fingerprints, dtype=np.uint64), metas=metas if has_meta else None)
+            store.add_many(
+                keys,
+                np.array(fingerprints, dtype=np.uint64),
+                metas=metas if has_meta else None,
+                sketches=_sketch_rows(store, sketches),
+            )
         total = len(store)
     print(f"imported {len(keys)} documents; the store holds {total}")
     return 0
+
+
+def _sketch_rows(store: Store, sketches: list[tuple[str, bytes] | None]) -> np.ndarray | None:
+    """The imported sketches as rows for ``add_many`` (zeros where a line had
+    none), checked against the store's geometry; ``None`` if no line had one."""
+    if all(sketch is None for sketch in sketches):
+        return None
+    expected = store.sketch
+    if expected is None:
+        raise CommandError(f"the lines carry sketches, but {store.path} keeps none")
+    geometry = f"{expected.bins}x{expected.bits}"
+    rows = np.zeros((len(sketches), expected.nbytes), dtype=np.uint8)
+    for index, sketch in enumerate(sketches):
+        if sketch is None:
+            continue
+        name, raw = sketch
+        if name != geometry or len(raw) != expected.nbytes:
+            raise CommandError(
+                f"a line's sketch has geometry {name} ({len(raw)} bytes); {store.path} keeps {geometry}"
+            )
+        rows[index] = np.frombuffer(raw, dtype=np.uint8)
+    return rows
 
 
 def _shown(path: str) -> str:
     return STDIN_NAME if path == STDIN else path
 
 
-def _parse_export_line(line: str) -> tuple[Key, int, dict[str, Any] | None]:
+def _parse_export_line(line: str) -> tuple[Key, int, dict[str, Any] | None, tuple[str, bytes] | None]:
     try:
         record = json.loads(line)
     except json.JSONDecodeError as exc:
@@ -471,4 +522,12 @@ def _parse_export_line(line: str) -> tuple[Key, int, dict[str, Any] | None]:
     meta = record.get("meta")
     if meta is not None and not isinstance(meta, dict):
         raise ValueError("meta must be an object")
-    return key, fingerprint, from_json(meta) if meta is not None else None
+    sketch = None
+    raw_sketch = record.get("sketch")
+    if raw_sketch is not None:
+        geometry, _, encoded = str(raw_sketch).partition(":")
+        try:
+            sketch = (geometry, base64.b64decode(encoded, validate=True))
+        except ValueError:
+            raise ValueError('a sketch must be "BINSxBITS:BASE64"') from None
+    return key, fingerprint, from_json(meta) if meta is not None else None, sketch

@@ -10,7 +10,7 @@ import secrets
 from typing import Any
 
 from simstore import _lmdb
-from simstore.choose import LayoutRequest, choose_layout, layout_tables
+from simstore.choose import DEFAULT_MIN_SIMILARITY, LayoutRequest, choose_layout, layout_tables
 from simstore.errors import (
     CorruptStoreError,
     FormatVersionError,
@@ -61,9 +61,10 @@ def open(  # noqa: A001 - mirrors dbm.open, deliberately
             store, ``"c"`` create if missing (the default), ``"n"`` always a
             new, empty store (an existing simstore store is replaced; a file
             that is not a store is refused, never deleted).
-        k: the largest Hamming distance the store answers (default 3 for a
-            new store). ``None`` on an existing store means "the file decides";
-            an explicit value that differs raises ``ParameterMismatchError``.
+        k: the largest Hamming distance the store answers (for a new store,
+            default 5, or what ``min_similarity`` needs). ``None`` on an
+            existing store means "the file decides"; an explicit value that
+            differs raises ``ParameterMismatchError``.
         blocks: how many blocks the 64 bits are cut into, for Manku's
             one-level layout (default ``k + 2``, or the planner's choice when
             ``expected_docs`` is given).
@@ -81,7 +82,7 @@ def open(  # noqa: A001 - mirrors dbm.open, deliberately
             ``add_if_new``, pairs and clusters apply unless a call passes its
             own (see :meth:`Store.query`). A new store given one and no ``k``
             gets the ``k`` at which 97 % of real near-duplicate pairs that
-            similar were found (``simstore.choose.K_FOR_SIMILARITY``). Stored;
+            similar were found (``simstore.planner.K_FOR_SIMILARITY``). Stored;
             ``None`` on an existing store means "the file decides".
         **options: per-open settings, see :class:`simstore.Options`.
 
@@ -305,7 +306,7 @@ def _create(env: _lmdb.Environment, requested: LayoutRequest) -> tuple[StoredPar
         layout=layout_spec,
         fingerprinter=fingerprinter.settings(),
         segmenter=segmenter_info(),
-        min_similarity=requested.min_similarity,
+        min_similarity=_new_threshold(requested.min_similarity, fingerprinter),
     )
 
     raw_meta = encode_meta(params, version=__version__)
@@ -321,6 +322,13 @@ def _create(env: _lmdb.Environment, requested: LayoutRequest) -> tuple[StoredPar
     if not env.write(body):
         return None
     return params, raw_meta
+
+
+def _new_threshold(requested: float | None, fingerprinter: Fingerprinter) -> float | None:
+    """A new store's threshold: the one asked for, else the default if it keeps sketches."""
+    if requested is not None:
+        return requested
+    return DEFAULT_MIN_SIMILARITY if fingerprinter.sketch is not None else None
 
 
 def _file_size(path: str) -> int:

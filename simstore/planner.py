@@ -48,6 +48,7 @@ from simstore.permute import (
     one_level_tables,
     validate_k,
 )
+from simstore.sketch import check_similarity
 
 MAX_PLAN_K = 12
 
@@ -490,12 +491,31 @@ def _dominated(layout: Layout, others: Sequence[Layout]) -> bool:
     return False
 
 
+#: For a similarity threshold ``J``, the smallest ``k`` at which at least 97 %
+#: of the near-duplicate pairs with Jaccard similarity (of word 3-shingles) at
+#: least ``J`` (exact copies aside) lie within ``k`` bits of each other, pooled
+#: over the real-text corpora of ``benchmarks/bench_quality.py --real`` (texts
+#: of 20 tokens or more). A threshold between two rows takes the lower row's
+#: ``k`` (more recall).
+K_FOR_SIMILARITY: tuple[tuple[float, int], ...] = ((0.97, 5), (0.9, 8), (0.8, 11))
+
+
+def k_for_similarity(threshold: float) -> int:
+    """The ``k`` a store verifying at ``threshold`` needs (see
+    :data:`K_FOR_SIMILARITY`): below the table's lowest threshold, its ``k``."""
+    for similarity, k in K_FOR_SIMILARITY:
+        if threshold >= similarity:
+            return k
+    return K_FOR_SIMILARITY[-1][1]
+
+
 def plan(
-    k: int,
+    k: int | None,
     expected_docs: int | float,
     *,
     max_tables: int | None = None,
     bytes_budget: int | float | None = None,
+    min_similarity: float | None = None,
 ) -> list[Layout]:
     """The layouts for radius ``k`` and ``expected_docs`` documents, best first.
 
@@ -511,18 +531,25 @@ def plan(
     bytes per document.
 
     Args:
-        k: the radius, 0..12.
+        k: the radius, 0..12; ``None`` with ``min_similarity``: the radius
+            that threshold needs (:func:`k_for_similarity`).
         expected_docs: the corpus size to plan for (an int, or a float such
             as ``1e9`` with no fractional part).
         max_tables: keep layouts with at most this many tables.
         bytes_budget: keep layouts whose estimated size for
             ``expected_docs`` documents is at most this many bytes.
+        min_similarity: the similarity threshold the store will verify
+            matches at (see :func:`simstore.open`).
 
     Raises:
         InvalidValueError: bad arguments, or no layout fits the limits (the
             message names what the smallest layout needs).
         InvalidTypeError: arguments of the wrong type.
     """
+    if k is None:
+        if min_similarity is None:
+            raise InvalidValueError("plan() needs k= or min_similarity=")
+        k = k_for_similarity(check_similarity(min_similarity))
     k = _plan_k(k)
     docs = _check_docs(expected_docs)
     limit = MAX_TABLES if max_tables is None else _check_int("max_tables", max_tables, 1, 1 << 62)

@@ -130,7 +130,10 @@ class _Batch:
         return None if self.metas is None else self.metas[position]
 
     def sketch(self, position: int) -> bytes | None:
-        return None if self.sketches is None else self.sketches[position].tobytes()
+        """The sketch at ``position``; an all-zero row means none."""
+        if self.sketches is None or not self.sketches[position].any():
+            return None
+        return bytes(self.sketches[position].tobytes())
 
 
 def _subset(
@@ -762,7 +765,8 @@ class Store(MaintenanceMixin, BatchMixin, CommitMixin):
                 :meth:`Fingerprinter.fingerprint_many`.
             sketches: with ``fingerprints`` made elsewhere by this store's
                 fingerprinter, their verification sketches (the array
-                :meth:`Fingerprinter.fingerprints_and_sketches` returns).
+                :meth:`Fingerprinter.fingerprints_and_sketches` returns); a
+                row of zeros stands for a document without one.
 
         Returns:
             The fingerprints, as a uint64 array in the order given.
@@ -954,7 +958,11 @@ class Store(MaintenanceMixin, BatchMixin, CommitMixin):
                 rows = batch.sketches[positions.start : positions.stop]
             else:
                 rows = batch.sketches[positions]
-            entries = zip(big_endian_sliced(doc_ids), rows_sliced(rows), strict=True)
+            sketched_ids = doc_ids
+            present = rows.any(axis=1)  # an all-zero row (no bin filled) stands for no sketch
+            if not present.all():
+                rows, sketched_ids = rows[present], doc_ids[present]
+            entries = zip(big_endian_sliced(sketched_ids), rows_sliced(rows), strict=True)
             txn.cursor(handles.sketches).putmulti(entries, append=True)
         if batch.metas is not None:
             for doc_id, position in zip(doc_ids.tolist(), positions, strict=True):
@@ -1188,6 +1196,23 @@ class Store(MaintenanceMixin, BatchMixin, CommitMixin):
             )
         estimates = estimate_jaccard(np.frombuffer(sketch, dtype=np.uint8), stored, store_sketch)
         return dict(zip(doc_ids, estimates.tolist(), strict=True))
+
+    def sketch_of(self, key: KeyLike) -> bytes | None:
+        """The verification sketch stored for ``key`` (see :attr:`sketch`
+        for its geometry), or ``None`` if the document has none (it was added
+        as a bare fingerprint, or the store keeps no sketches).
+
+        Raises:
+            KeyNotFoundError: no document has this key.
+        """
+        found_by = lookup_key(pack_key(key))
+        with self._read() as txn:
+            id_bytes = txn.get(found_by, db=self._handles.keys)
+            if id_bytes is None:
+                raise KeyNotFoundError(f"no document with key {key!r}")
+            sketches = self._handles.sketches
+            raw = None if sketches is None else txn.get(id_bytes, db=sketches)
+            return None if raw is None else bytes(raw)
 
     def get(self, key: KeyLike, default: Record | None = None) -> Record | None:
         """The record stored under ``key``, or ``default`` if there is none."""

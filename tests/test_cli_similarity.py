@@ -113,3 +113,30 @@ def test_query_min_similarity(tmp_path: Path, capsys: pytest.CaptureFixture[str]
     assert exit_info.value.code == 2
     with pytest.raises(SystemExit):
         main(["query", str(store), text, "--min-similarity", "1.5"])
+
+
+def test_export_and_import_keep_the_sketches(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    store = tmp_path / "s.simstore"
+    assert main(["add", str(store), str(CORPUS)]) == 0
+    exported = tmp_path / "export.jsonl"
+    assert main(["export", str(store), "-o", str(exported)]) == 0
+    lines = _json_lines(exported)
+    assert all(str(line["sketch"]).startswith("256x4:") for line in lines)
+    copy = tmp_path / "copy.simstore"
+    assert main(["import", str(copy), str(exported)]) == 0
+    text = json.loads(CORPUS.read_text().splitlines()[3])["text"]
+    with simstore.open(store, "r") as original, simstore.open(copy, "r") as imported:
+        assert imported.query(text=text) == original.query(text=text)
+        assert all(match.similarity is not None for match in imported.query(text=text))
+        key = next(iter(original))
+        assert imported.sketch_of(key) == original.sketch_of(key)
+    other = tmp_path / "other.simstore"
+    with simstore.open(
+        other, "c", fingerprinter=simstore.Fingerprinter(sketch=simstore.Sketch(bins=512, bits=2))
+    ):
+        pass
+    capsys.readouterr()
+    assert main(["import", str(other), str(exported)]) != 0
+    assert "512x2" in capsys.readouterr().err
+    with simstore.open(other, "r") as refused:
+        assert len(refused) == 0

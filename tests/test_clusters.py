@@ -148,7 +148,8 @@ def test_cluster_ids_are_stable(path: str) -> None:
 def test_empty_store_and_no_duplicates(path: str) -> None:
     with simstore.open(path) as store:
         assert store.clusters() == []
-        store.add_many(["a", "b"], [0, 1 << 63 | 1 << 62 | 1 << 61 | 1 << 60])
+        far = (1 << 63) | (1 << 62) | (1 << 61) | (1 << 60) | (1 << 59) | (1 << 58)  # 6 bits > the default k
+        store.add_many(["a", "b"], [0, far])
         assert store.clusters() == []
         assert isinstance(store.clusters(k=0), list)
 

@@ -240,7 +240,7 @@ def test_verified_pairs_clusters_and_against_equal_one_store(
     assert computed.fingerprint.tolist() == fingerprints.tolist()
     assert computed.sketch.tolist() == [row.tobytes() for row in sketches]
     ddf = ddf.assign(fingerprint=sketched.fingerprint, sketch=sketched.sketch)
-    with simstore.open(str(tmp_path / "one.simstore"), "n", k=5) as store:
+    with simstore.open(str(tmp_path / "one.simstore"), "n", k=5, min_similarity=0.0) as store:
         store.add_many(keys, texts=texts)
         expected_pairs = set(store.near_duplicate_pairs(min_similarity=threshold))
         got = sd.near_duplicate_pairs(ddf, k=5, sketch_column="sketch", min_similarity=threshold).compute()

@@ -66,7 +66,8 @@ def _answer(matches: list[simstore.Match]) -> list[tuple[str, int, float]]:
 @pytest.mark.parametrize("threshold", [None, 0.0, 0.5, 0.8, 0.9, 1.0])
 def test_query_equals_brute_force_with_threshold_at_every_k(tmp_path: Path, threshold: float | None) -> None:
     texts = _corpus(1)
-    with simstore.open(tmp_path / "s.simstore", "c", k=5, merge_threshold=20) as store:
+    # min_similarity=0 at open: None in a call then means no threshold, not the default's.
+    with simstore.open(tmp_path / "s.simstore", "c", k=5, min_similarity=0.0, merge_threshold=20) as store:
         keys = list(texts)
         store.add_many(keys[:30], texts=[texts[key] for key in keys[:30]])  # into the tables
         for key in keys[30:]:
@@ -88,7 +89,7 @@ def test_query_many_equals_query(
 ) -> None:
     texts = _corpus(seed, bases=5, variants=3)
     path = tmp_path_factory.mktemp("many") / "s.simstore"
-    with simstore.open(path, "n", k=4) as store:
+    with simstore.open(path, "n", k=4, min_similarity=0.0) as store:
         store.add_many(list(texts), texts=list(texts.values()))
         queries = list(texts.values())[::3]
         batch = store.query_many(texts=queries, k=k, min_similarity=threshold)
@@ -238,7 +239,7 @@ def test_pairs_equal_brute_force_filtered_by_the_estimate(tmp_path: Path, thresh
             estimate = float(estimate_jaccard(sketches[i], sketches[j])[0])
             if distance <= 4 and (threshold is None or estimate >= threshold):
                 expected.add((keys[i], keys[j], distance, estimate))
-    with simstore.open(tmp_path / "s.simstore", "c", k=4, merge_threshold=25) as store:
+    with simstore.open(tmp_path / "s.simstore", "c", k=4, min_similarity=0.0, merge_threshold=25) as store:
         for key in keys:
             store.add(key, texts[key])
         got = set(store.near_duplicate_pairs(min_similarity=threshold))
@@ -339,7 +340,7 @@ def test_clusters_with_a_threshold_split_dissimilar_texts(tmp_path: Path) -> Non
 
 
 def test_a_stored_threshold_chooses_k_and_applies_by_default(tmp_path: Path) -> None:
-    from simstore.choose import k_for_similarity
+    from simstore.planner import k_for_similarity
 
     words = VOCABULARY[:100]
     base = " ".join(words)
@@ -367,7 +368,7 @@ def test_a_stored_threshold_chooses_k_and_applies_by_default(tmp_path: Path) -> 
 
 
 def test_threshold_table_and_bad_thresholds_at_open(tmp_path: Path) -> None:
-    from simstore.choose import K_FOR_SIMILARITY, k_for_similarity
+    from simstore.planner import K_FOR_SIMILARITY, k_for_similarity
 
     thresholds = [similarity for similarity, _ in K_FOR_SIMILARITY]
     assert thresholds == sorted(thresholds, reverse=True)
@@ -375,6 +376,10 @@ def test_threshold_table_and_bad_thresholds_at_open(tmp_path: Path) -> None:
     assert ks == sorted(ks)  # a lower threshold never needs a smaller k
     with simstore.open(tmp_path / "k.simstore", "c", k=2, min_similarity=0.9) as store:
         assert store.k == 2  # an explicit k wins
+    assert simstore.plan(None, 1e6, min_similarity=0.9)[0].k == k_for_similarity(0.9)
+    assert simstore.best_layout(6, 1e6).k == 6
+    with pytest.raises(InvalidValueError, match="min_similarity"):
+        simstore.plan(None, 1e6)
     with pytest.raises(InvalidValueError):
         simstore.open(tmp_path / "bad.simstore", "c", min_similarity=2)
     with pytest.raises(InvalidValueError, match="sketch"):
@@ -382,3 +387,23 @@ def test_threshold_table_and_bad_thresholds_at_open(tmp_path: Path) -> None:
             tmp_path / "bad.simstore", "c", min_similarity=0.9, fingerprinter=Fingerprinter(sketch=None)
         )
     assert not (tmp_path / "bad.simstore").exists()
+
+
+def test_sketch_of_and_rows_of_zeros(tmp_path: Path) -> None:
+    texts = [" ".join(VOCABULARY[:50]), " ".join(VOCABULARY[60:120])]
+    fingerprints, sketches = Fingerprinter().fingerprints_and_sketches(texts)
+    sketches[1] = 0  # a row of zeros: this document has no sketch
+    with simstore.open(tmp_path / "s.simstore", "c") as store:
+        store.add_many(["a", "b"], fingerprints, sketches=sketches)
+        assert store.sketch_of("a") == sketches[0].tobytes()
+        assert store.sketch_of("b") is None
+        assert store.stats().sketched_docs == 1
+        with pytest.raises(simstore.KeyNotFoundError):
+            store.sketch_of("missing")
+        with pytest.raises(InvalidValueError, match="rows of 128 bytes"):
+            store.add_many(["c"], fingerprints[:1], sketches=sketches[:, :64].copy())
+        with pytest.raises(InvalidTypeError):
+            store.add_many(["c"], fingerprints[:1], sketches=sketches[:1].astype(np.int16))
+        with pytest.raises(InvalidTypeError, match="sketches= goes with fingerprints="):
+            store.add_many(["c"], texts=texts[:1], sketches=sketches[:1])
+        assert "c" not in store

@@ -46,6 +46,20 @@ fingerprints = st.one_of(
 )
 metas = st.one_of(st.none(), st.dictionaries(st.sampled_from(["a", "b"]), st.integers(-5, 5), max_size=2))
 
+# Texts for the verified rules: a few bases and edits of each, so that text
+# queries meet near-duplicates at many similarities (and bare fingerprints).
+_WORDS = [f"w{index}" for index in range(60)]
+TEXTS = [
+    " ".join(
+        _WORDS[base * 7 : base * 7 + 30][:position]
+        + ["edit"] * edits
+        + _WORDS[base * 7 + position + edits :][:20]
+    )
+    for base in range(3)
+    for position, edits in ((10, 0), (10, 1), (5, 3), (20, 6))
+]
+TEXT_PRINTS, TEXT_SKETCHES = simstore.Fingerprinter().fingerprints_and_sketches(TEXTS)
+
 
 def _start_rival_creator(path: str, options: dict[str, Any], docs: int) -> int:
     """Fork a process that opens ``path`` with mode "c" as soon as this one reads its
@@ -86,6 +100,9 @@ class StoreMachine(RuleBasedStateMachine):
         self.folder = tempfile.mkdtemp(prefix="simstore-sm-")
         self.path = str(Path(self.folder) / "machine.simstore")
         self.model: dict[Key, tuple[int, dict[str, Any] | None]] = {}
+        # The sketch of each document added as text (None: added as a fingerprint).
+        self.sketches: dict[Key, np.ndarray | None] = {}
+        self.min_similarity = 0.0
         self.store: simstore.Store | None = None
         self.k = 3
         self.threshold = 1
@@ -127,16 +144,29 @@ class StoreMachine(RuleBasedStateMachine):
         threshold=st.integers(1, 50),
         merge_on_close=st.booleans(),
         rival_docs=st.one_of(st.none(), st.integers(0, 4)),
+        min_similarity=st.sampled_from([0.0, 0.5, 0.8]),
     )
     def open_store(
-        self, k: int, extra_blocks: int, threshold: int, merge_on_close: bool, rival_docs: int | None
+        self,
+        k: int,
+        extra_blocks: int,
+        threshold: int,
+        merge_on_close: bool,
+        rival_docs: int | None,
+        min_similarity: float,
     ) -> None:
         """Create the store, alone or racing another process that creates the same
         store at the same moment and adds ``rival_docs`` documents before this one
         adds any (so that the model knows their order)."""
         self.k = k
         self.threshold = threshold
-        options: dict[str, Any] = {"k": k, "blocks": k + extra_blocks, "sync": False}
+        self.min_similarity = min_similarity
+        options: dict[str, Any] = {
+            "k": k,
+            "blocks": k + extra_blocks,
+            "sync": False,
+            "min_similarity": min_similarity,
+        }
         rival = None if rival_docs is None else _start_rival_creator(self.path, options, rival_docs)
         self.store = simstore.open(
             self.path, merge_threshold=threshold, merge_on_close=merge_on_close, **options
@@ -146,11 +176,22 @@ class StoreMachine(RuleBasedStateMachine):
             assert os.waitstatus_to_exitcode(status) == 0
             for index in range(rival_docs or 0):
                 self.model[f"rival-{index}"] = (CENTRES[index % len(CENTRES)] ^ index, None)
+                self.sketches[f"rival-{index}"] = None
 
     @rule(key=keys, fingerprint=fingerprints, meta=metas)
     def add(self, key: Key, fingerprint: int, meta: dict[str, Any] | None) -> None:
         assert self.live.add(key, fingerprint=fingerprint, meta=meta) == fingerprint
         self.model[key] = (fingerprint, meta)
+        self.sketches[key] = None
+
+    @rule(key=keys, text=st.integers(0, len(TEXTS) - 1), as_batch=st.booleans())
+    def add_text(self, key: Key, text: int, as_batch: bool) -> None:
+        if as_batch:
+            self.live.add_many([key], texts=[TEXTS[text]])
+        else:
+            self.live.add(key, TEXTS[text])
+        self.model[key] = (int(TEXT_PRINTS[text]), None)  # a replaced key keeps its place
+        self.sketches[key] = TEXT_SKETCHES[text]
 
     @precondition(lambda self: bool(self.model))
     @rule(data=st.data(), fingerprint=fingerprints)
@@ -158,6 +199,7 @@ class StoreMachine(RuleBasedStateMachine):
         key = data.draw(st.sampled_from(sorted(self.model, key=_rank)), label="existing key")
         self.live.add(key, fingerprint=fingerprint)
         self.model[key] = (fingerprint, None)
+        self.sketches[key] = None
 
     @rule(
         batch=st.lists(st.tuples(keys, fingerprints, metas), max_size=25),
@@ -176,6 +218,7 @@ class StoreMachine(RuleBasedStateMachine):
         assert returned.tolist() == [fp for _, fp, _ in batch]
         for key, fp, meta in batch:
             self.model[key] = (fp, meta if with_metas else None)
+            self.sketches[key] = None
 
     @precondition(lambda self: bool(self.model))
     @rule(data=st.data())
@@ -183,6 +226,7 @@ class StoreMachine(RuleBasedStateMachine):
         key = data.draw(st.sampled_from(sorted(self.model, key=_rank)), label="key to remove")
         self.live.remove(key)
         del self.model[key]
+        del self.sketches[key]
 
     @rule(key=keys)
     def remove_missing(self, key: Key) -> None:
@@ -208,6 +252,24 @@ class StoreMachine(RuleBasedStateMachine):
         for query, result in zip(queries, results, strict=True):
             got = [(m.key, m.distance, m.fingerprint) for m in result]
             assert got == self._expected(query, self.k if k is None else k)
+
+    @rule(data=st.data())
+    def query_text(self, data: st.DataObject) -> None:
+        """A text query: within k, and (where both have sketches) at least as
+        similar as the threshold, the store's own when the call passes none."""
+        text = data.draw(st.integers(0, len(TEXTS) - 1), label="text")
+        k = data.draw(st.integers(0, self.k), label="k")
+        threshold = data.draw(st.sampled_from([None, 0.0, 0.6, 0.9, 1.0]), label="min_similarity")
+        applied = self.min_similarity if threshold is None else threshold
+        query, sketch = int(TEXT_PRINTS[text]), TEXT_SKETCHES[text]
+        expected = []
+        for key, distance, fp in self._expected(query, k):
+            stored = self.sketches[key]
+            similarity = None if stored is None else float(simstore.estimate_jaccard(sketch, stored)[0])
+            if similarity is None or similarity >= applied:
+                expected.append((key, distance, fp, similarity))
+        got = self.live.query(text=TEXTS[text], k=k, min_similarity=threshold)
+        assert [(m.key, m.distance, m.fingerprint, m.similarity) for m in got] == expected
 
     @rule()
     def merge(self) -> None:
