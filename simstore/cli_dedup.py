@@ -11,8 +11,11 @@ import os
 import sys
 import tempfile
 from dataclasses import dataclass
+from typing import Any
 
-from simstore.batch import KEEP_POLICIES, LINKAGES
+import numpy as np
+
+from simstore.batch import KEEP_POLICIES, LINKAGES, Cluster
 from simstore.choose import DEFAULT_K
 from simstore.cli_common import (
     QUERY_CHUNK,
@@ -45,6 +48,7 @@ from simstore.readers import (
     read_documents,
 )
 from simstore.records import Key
+from simstore.sketch import estimate_jaccard
 from simstore.store import Store
 
 
@@ -69,9 +73,21 @@ def configure_dedup(parser: argparse.ArgumentParser) -> None:
     what.add_argument("--clusters", action="store_true", help="write the clusters as JSONL")
     parser.add_argument(
         "--keep",
-        choices=KEEP_POLICIES,
+        choices=(*KEEP_POLICIES, "none"),
         default="first",
-        help="which document of a cluster is kept: the first read (default) or the longest text",
+        help="which document of a cluster is kept: the first read (default), the longest text, "
+        "or none (every member of a cluster is dropped)",
+    )
+    parser.add_argument(
+        "--annotate",
+        action="store_true",
+        help="write every document, each with cluster_id, duplicate_of (the kept document's key, "
+        "empty for the kept), distance and similarity, instead of dropping",
+    )
+    parser.add_argument(
+        "--dropped",
+        metavar="FILE",
+        help="also write the dropped documents, with the same fields as --annotate, to FILE",
     )
     parser.add_argument(
         "--linkage",
@@ -88,6 +104,10 @@ def configure_dedup(parser: argparse.ArgumentParser) -> None:
         "(0 to 1; judged by the stored verification sketches)",
     )
     add_input_options(parser)
+
+
+#: Each clustered (or matched) document's fields for ``--annotate`` and ``--dropped``.
+Provenance = dict[Key, dict[str, Any]]
 
 
 @dataclass
@@ -110,8 +130,11 @@ def run_dedup(args: argparse.Namespace) -> int:
         args.parser.error("--keep chooses within clusters; it cannot be used with --against")
     if args.against is not None and args.linkage != "star":
         args.parser.error("--linkage forms clusters; it cannot be used with --against")
+    if (args.annotate or args.dropped) and (args.pairs or args.clusters):
+        args.parser.error("--annotate and --dropped write documents; not with --pairs or --clusters")
     # Before any input is read: a wrong -o should not cost a long first pass.
     output = resolve_output(args.output)
+    dropped_output = None if args.dropped is None else resolve_output(args.dropped)
     options = read_options(args)
     errors = skip_reporter(args)
     summary = DedupSummary(output=args.output)
@@ -120,7 +143,7 @@ def run_dedup(args: argparse.Namespace) -> int:
         if args.against is not None:
             with open_existing(args.against) as store:
                 check_distance(args.k, store)
-                kept_keys = dedup_against(args, store, inputs, output, options, errors, summary)
+                kept_keys, provenance = dedup_against(args, store, inputs, output, options, errors, summary)
         else:
             if args.store is not None:
                 # An existing store keeps its k; -k then only narrows the distance.
@@ -137,7 +160,7 @@ def run_dedup(args: argparse.Namespace) -> int:
                     merge_on_close=False,
                 )
             with store:
-                kept_keys = dedup_within(args, store, inputs, output, options, errors, summary)
+                kept_keys, provenance = dedup_within(args, store, inputs, output, options, errors, summary)
                 if args.store is not None:
                     try:
                         store.merge()
@@ -148,7 +171,9 @@ def run_dedup(args: argparse.Namespace) -> int:
                         ) from None
         summary.skipped = errors.skipped
         if not (args.pairs or args.clusters):
-            summary.kept = write_kept(inputs, output, options, kept_keys)
+            summary.kept = write_kept(
+                inputs, output, options, kept_keys, provenance, annotate=args.annotate, dropped=dropped_output
+            )
     report = vars(summary).copy()
     if args.against is not None:
         # Against a store, a duplicate is a document with a stored match; there are no clusters.
@@ -195,9 +220,10 @@ def dedup_within(
     options: ReadOptions,
     errors: ErrorCounter,
     summary: DedupSummary,
-) -> set[Key]:
+) -> tuple[set[Key], Provenance]:
     """Add the documents, cluster the store, write pairs or clusters if asked;
-    returns the keys of the documents to keep (read, not skipped, not dropped)."""
+    returns the keys of the documents to keep (read, not skipped, not
+    dropped) and the provenance of every clustered document."""
     persistent = args.store is not None
     collected = _collect(
         args, store, inputs, options, errors, with_length=persistent or args.keep == "longest"
@@ -208,7 +234,7 @@ def dedup_within(
             collected.add_to(store)
             bar.update(1)
     try:
-        dropped = _cluster(args, store, output, summary)
+        dropped, provenance = _cluster(args, store, output, summary)
     except KeyboardInterrupt:
         if persistent and collected.keys:
             raise KeyboardInterrupt(
@@ -216,24 +242,29 @@ def dedup_within(
                 "(re-running the same input is safe: an existing key is replaced)"
             ) from None
         raise
-    return set(collected.keys) - dropped
+    return set(collected.keys) - dropped, provenance
 
 
-def _cluster(args: argparse.Namespace, store: Store, output: Output, summary: DedupSummary) -> set[Key]:
+def _cluster(
+    args: argparse.Namespace, store: Store, output: Output, summary: DedupSummary
+) -> tuple[set[Key], Provenance]:
     """Cluster the store, write pairs or clusters if asked; returns the keys
     of the documents not kept."""
     bar, update = table_progress(args, "clustering")
     with bar:
         clusters = store.clusters(
             k=args.k,
-            keep=args.keep,
+            keep="first" if args.keep == "none" else args.keep,
             linkage=args.linkage,
             min_similarity=args.min_similarity,
             progress=update,
         )
     dropped: set[Key] = set()
+    provenance: Provenance = {}
     for cluster in clusters:
-        dropped.update(cluster.duplicates)
+        dropped.update(cluster.members if args.keep == "none" else cluster.duplicates)
+        if args.annotate or args.dropped:
+            provenance.update(_cluster_provenance(store, cluster))
     summary.duplicates = len(dropped)
     summary.clusters = len(clusters)
     summary.largest_cluster = max((cluster.size for cluster in clusters), default=0)
@@ -267,7 +298,36 @@ def _cluster(args: argparse.Namespace, store: Store, output: Output, summary: De
                 if cluster.worst_similarity is not None:
                     record["worst_similarity"] = round(cluster.worst_similarity, 4)
                 stream.write(json.dumps(record, ensure_ascii=False) + "\n")
-    return dropped
+    return dropped, provenance
+
+
+def _cluster_provenance(store: Store, cluster: Cluster) -> Provenance:
+    """Each member's fields for ``--annotate`` and ``--dropped``: its
+    cluster, the key kept in its place (``None`` for the kept one), and its
+    distance and estimated similarity to that document."""
+    representative = cluster.representative
+    fingerprint = store[representative].fingerprint
+    sketch = store.sketch_of(representative)
+    found: Provenance = {}
+    for key in cluster.members:
+        own = store.sketch_of(key)
+        similarity = None
+        if sketch is not None and own is not None and store.sketch is not None:
+            similarity = round(
+                float(
+                    estimate_jaccard(
+                        np.frombuffer(sketch, np.uint8), np.frombuffer(own, np.uint8), store.sketch
+                    )[0]
+                ),
+                4,
+            )
+        found[key] = {
+            "cluster_id": cluster.cluster_id,
+            "duplicate_of": None if key == representative else key_to_json(representative),
+            "distance": (store[key].fingerprint ^ fingerprint).bit_count(),
+            "similarity": similarity,
+        }
+    return found
 
 
 def dedup_against(
@@ -278,14 +338,16 @@ def dedup_against(
     options: ReadOptions,
     errors: ErrorCounter,
     summary: DedupSummary,
-) -> set[Key]:
+) -> tuple[set[Key], Provenance]:
     """Match every document against ``store``; returns the keys of the
-    documents to keep (read, not skipped, and with no match)."""
+    documents to keep (read, not skipped, and with no match) and the
+    provenance of the matched ones (their closest stored match)."""
     collected = _collect(args, store, inputs, options, errors, with_length=False)
     summary.documents = collected.read
     fingerprints = collected.fingerprint_array()
     sketches = collected.sketch_array()
     matched: set[Key] = set()
+    provenance: Provenance = {}
     with contextlib.ExitStack() as stack:
         stream = stack.enter_context(output_stream(output)) if args.pairs else None
         bar = stack.enter_context(progress(args, desc="matching", total=len(fingerprints), unit="doc"))
@@ -300,6 +362,14 @@ def dedup_against(
                 if not matches:
                     continue
                 matched.add(key)
+                if args.annotate or args.dropped:
+                    closest = matches[0]  # sorted by distance, then key
+                    provenance[key] = {
+                        "cluster_id": None,
+                        "duplicate_of": key_to_json(closest.key),
+                        "distance": closest.distance,
+                        "similarity": None if closest.similarity is None else round(closest.similarity, 4),
+                    }
                 if stream is not None:
                     for match in matches:
                         record = {
@@ -312,25 +382,53 @@ def dedup_against(
                         stream.write(json.dumps(record, ensure_ascii=False) + "\n")
             bar.update(len(results))
     summary.duplicates = len(matched)
-    return set(collected.keys) - matched
+    return set(collected.keys) - matched, provenance
 
 
-def write_kept(inputs: list[Input], output: Output, options: ReadOptions, kept_keys: set[Key]) -> int:
+_UNCLUSTERED: dict[str, Any] = {
+    "cluster_id": None,
+    "duplicate_of": None,
+    "distance": None,
+    "similarity": None,
+}
+
+
+def write_kept(
+    inputs: list[Input],
+    output: Output,
+    options: ReadOptions,
+    kept_keys: set[Key],
+    provenance: Provenance,
+    *,
+    annotate: bool = False,
+    dropped: Output | None = None,
+) -> int:
     """Read the inputs again and write the documents of ``kept_keys``, in the
-    inputs' format (JSONL when they differ). A document skipped as a bad line
-    in the first pass is not among them, even where reading alone accepts it
-    (a text with no words)."""
+    inputs' format (JSONL when they differ, or when annotating text lines);
+    with ``annotate`` every document, with its provenance fields; the
+    dropped ones, annotated, to ``dropped`` too. A document skipped as a bad
+    line in the first pass is in neither, even where reading alone accepts it
+    (a text with no words). Returns how many documents were kept."""
     formats = {input_format(item, options.format) for item in inputs}
     output_format = formats.pop() if len(formats) == 1 else "jsonl"
-    if output_format == "dir":
+    if output_format == "dir" or (output_format == "text" and (annotate or dropped is not None)):
         output_format = "jsonl"
     quiet = ErrorCounter(None)  # bad lines were reported by the first pass
     again = ReadOptions(options.format, options.id_field, options.text_field, (), "skip")
     kept = 0
-    with output_stream(output) as stream:
-        writer = DocumentWriter(stream, output_format)
+    with contextlib.ExitStack() as stack:
+        writer = DocumentWriter(stack.enter_context(output_stream(output)), output_format)
+        dropped_writer = None
+        if dropped is not None:
+            dropped_writer = DocumentWriter(stack.enter_context(output_stream(dropped)), output_format)
         for document in unique_keys(read_documents(inputs, again, quiet), again, quiet):
-            if document.key in kept_keys:
+            is_kept = document.key in kept_keys
+            kept += is_kept
+            fields = provenance.get(document.key, _UNCLUSTERED)
+            if annotate:
+                writer.write(document, fields)
+            elif is_kept:
                 writer.write(document)
-                kept += 1
+            if dropped_writer is not None and not is_kept and document.key in provenance:
+                dropped_writer.write(document, fields)
     return kept

@@ -42,7 +42,7 @@ import os
 import stat
 import sys
 import zlib
-from collections.abc import Callable, Iterable, Iterator
+from collections.abc import Callable, Iterable, Iterator, Mapping
 from dataclasses import dataclass, field
 from typing import IO, Any, TextIO, TypeVar, cast
 
@@ -616,18 +616,21 @@ class DocumentWriter:
         self.format = fmt
         self._csv: csv.DictWriter[str] | None = None
 
-    def write(self, document: Document) -> None:
+    def write(self, document: Document, extra: Mapping[str, Any] | None = None) -> None:
+        """Write ``document``, with the fields of ``extra`` added (columns of
+        a CSV row, keys of a JSON object; a text line cannot carry them)."""
         if self.format in ("csv", "tsv") and isinstance(document.record, dict):
+            row = document.record if extra is None else {**document.record, **extra}
             if self._csv is None:
                 self._csv = csv.DictWriter(
                     self.stream,
-                    fieldnames=list(document.record),
+                    fieldnames=list(row),
                     delimiter="," if self.format == "csv" else "\t",
                     extrasaction="ignore",
                     lineterminator="\n",
                 )
                 self._csv.writeheader()
-            self._csv.writerow(document.record)
+            self._csv.writerow(row)
         elif self.format == "text":
             self.stream.write(document.text.replace("\n", " ") + "\n")
         else:
@@ -636,4 +639,6 @@ class DocumentWriter:
                 if isinstance(document.record, dict)
                 else {"id": document.key, "text": document.text}
             )
+            if extra is not None:
+                record = {**record, **extra}
             self.stream.write(json.dumps(record, ensure_ascii=False) + "\n")

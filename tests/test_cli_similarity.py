@@ -140,3 +140,76 @@ def test_export_and_import_keep_the_sketches(tmp_path: Path, capsys: pytest.Capt
     assert "512x2" in capsys.readouterr().err
     with simstore.open(other, "r") as refused:
         assert len(refused) == 0
+
+
+# -- provenance ---------------------------------------------------------------
+
+
+def test_annotate_and_dropped_give_every_document_its_provenance(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    annotated, dropped, kept = tmp_path / "all.jsonl", tmp_path / "dropped.jsonl", tmp_path / "kept.jsonl"
+    assert main(["dedup", str(CORPUS), "-o", str(kept), "--json"]) == 0
+    summary = _summary(capsys)
+    assert main(["dedup", str(CORPUS), "--annotate", "-o", str(annotated), "--dropped", str(dropped)]) == 0
+    capsys.readouterr()
+    rows = _json_lines(annotated)
+    originals = _json_lines(CORPUS)
+    assert [row["id"] for row in rows] == [row["id"] for row in originals]  # every document, in order
+    assert [{k: v for k, v in row.items() if k in originals[0]} for row in rows] == originals
+    kept_ids = {row["id"] for row in _json_lines(kept)}
+    dropped_rows = _json_lines(dropped)
+    assert len(dropped_rows) == summary["duplicates"]
+    assert {row["id"] for row in dropped_rows} == {row["id"] for row in rows} - kept_ids
+    by_id = {row["id"]: row for row in rows}
+    for row in dropped_rows:
+        assert row == by_id[row["id"]]
+        assert row["duplicate_of"] in kept_ids  # a star: every dropped one points at a kept one
+        assert 0 <= row["distance"] <= 5
+        assert row["similarity"] >= 0.8
+        representative = by_id[row["duplicate_of"]]
+        assert representative["duplicate_of"] is None
+        assert representative["cluster_id"] == row["cluster_id"]
+    for row in rows:
+        if row["id"] in kept_ids and row["cluster_id"] is None:
+            assert row["duplicate_of"] is row["distance"] is row["similarity"] is None
+
+
+def test_keep_none_drops_every_member(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    clusters = tmp_path / "clusters.jsonl"
+    assert main(["dedup", str(CORPUS), "--clusters", "-o", str(clusters)]) == 0
+    capsys.readouterr()
+    members = {member for cluster in _json_lines(clusters) for member in cluster["members"]}  # type: ignore[attr-defined]
+    kept = tmp_path / "kept.jsonl"
+    assert main(["dedup", str(CORPUS), "--keep", "none", "-o", str(kept), "--json"]) == 0
+    summary = _summary(capsys)
+    assert summary["duplicates"] == len(members)
+    assert not {row["id"] for row in _json_lines(kept)} & members
+
+
+def test_annotate_against_a_store_names_the_closest_match(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    store = tmp_path / "s.simstore"
+    lines = CORPUS.read_text().splitlines()
+    stored, batch = tmp_path / "stored.jsonl", tmp_path / "batch.jsonl"
+    stored.write_text("\n".join(lines[:200]) + "\n")
+    batch.write_text("\n".join(lines[200:]) + "\n")
+    assert main(["add", str(store), str(stored)]) == 0
+    annotated = tmp_path / "annotated.jsonl"
+    assert main(["dedup", str(batch), "--against", str(store), "--annotate", "-o", str(annotated)]) == 0
+    capsys.readouterr()
+    rows = _json_lines(annotated)
+    assert len(rows) == len(lines) - 200
+    matched = [row for row in rows if row["duplicate_of"] is not None]
+    assert matched
+    with simstore.open(store, "r") as opened:
+        for row in matched:
+            best = opened.query(text=str(row["text"]))[0]
+            assert (row["duplicate_of"], row["distance"]) == (best.key, best.distance)
+            assert row["cluster_id"] is None
+
+
+def test_annotate_refuses_pairs_and_clusters(tmp_path: Path) -> None:
+    with pytest.raises(SystemExit):
+        main(["dedup", str(CORPUS), "--annotate", "--pairs", "-o", str(tmp_path / "x.jsonl")])
