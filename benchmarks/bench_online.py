@@ -8,7 +8,8 @@ Run (from the repository root)::
 
 ``--store PATH`` reuses an existing simstore store of the same N random
 fingerprints (e.g. one left by ``bench_peers.py --keep-store``) instead of
-building one. Each N writes ``online_<N>.json`` beside ``--output``.
+building one. The figures are written as JSON beside ``--output``, under its
+name (``online_1M.md``: ``online_1M.json``).
 
 Systems, each in its own process, all starting from the same N seeded random
 fingerprints (ids 0..N-1; ``bench_store.base_fingerprints``) and adding the
@@ -37,18 +38,36 @@ same new ones (``bench_store.online_fingerprints``):
   ``--simhash-max-n``, in the ``simhash`` venv (see ``bench_peers.py``).
 
 Per-call latencies are p50 / p99 / p99.9 of the calls that did not merge.
+
+**Concurrent writers** (``--systems writers``, issue 23): the same single
+adds from 1 thread, ``--threads`` threads of one process and ``--processes``
+processes of one thread, ``--writer-adds`` adds in all per configuration,
+into a fresh copy of the N store each time, for simstore ``sync=True`` (group
+commit: one transaction and one flush per group of concurrent adds),
+simstore ``sync=False``, and the stdlib ``sqlite3`` in WAL mode with the
+same flush policy (``synchronous=FULL``: the WAL is fsynced at every commit;
+``OFF``: never), one row per document (an integer key as primary key, an
+index on the fingerprint), loaded with the same N rows, one autocommit
+``INSERT OR REPLACE`` per document and a connection per thread. The writers
+start together; docs/s is all adds over the wall time from the start to the
+last writer's end; latencies are every call's. For example::
+
+    python benchmarks/bench_online.py --systems writers --output benchmarks/results/writers_1M.md
 """
 
 from __future__ import annotations
 
 import argparse
 import json
+import multiprocessing
 import os
 import resource
 import shutil
+import sqlite3
 import subprocess
 import sys
 import tempfile
+import threading
 import time
 from pathlib import Path
 from typing import Any
@@ -106,7 +125,7 @@ def simstore_adds(base_path: str, work_path: str, n: int, count: int, sync: bool
     os.close(descriptor)
     new = online_fingerprints(count).tolist()
     store = simstore.open(work_path, "w", sync=sync, merge_on_close=False)
-    threshold = store._current_merge_threshold()
+    threshold = store._merge_threshold()
     first_epoch = store._delta.merge_epoch
     add = store.add
     clock = time.perf_counter_ns
@@ -190,6 +209,177 @@ def simhash_adds(python: str, work: str, n: int, count: int) -> dict[str, Any]:
     }
 
 
+SQLITE_SCHEMA = (
+    "CREATE TABLE docs (key INTEGER PRIMARY KEY, fingerprint INTEGER NOT NULL)",
+    "CREATE INDEX docs_fingerprint ON docs (fingerprint)",
+)
+# The configurations of the concurrent-writer table.
+WRITER_SHAPES = ("1 thread", "threads", "processes")
+
+
+def _signed(fingerprints: np.ndarray) -> np.ndarray:
+    """uint64 fingerprints as the signed 64-bit integers SQLite stores."""
+    return fingerprints.view(np.int64)
+
+
+def build_sqlite(path: str, n: int) -> float:
+    """The N base fingerprints as rows of a WAL-mode SQLite database."""
+    started = time.perf_counter()
+    connection = sqlite3.connect(path, isolation_level=None)
+    connection.execute("PRAGMA journal_mode=WAL")
+    connection.execute(SQLITE_SCHEMA[0])
+    connection.execute("BEGIN")
+    fingerprints = _signed(base_fingerprints(n)).tolist()
+    connection.executemany("INSERT INTO docs VALUES (?, ?)", enumerate(fingerprints))
+    connection.execute("COMMIT")
+    connection.execute(SQLITE_SCHEMA[1])
+    connection.execute("PRAGMA wal_checkpoint(TRUNCATE)")
+    connection.close()
+    return time.perf_counter() - started
+
+
+def _copy_flushed(source: str, target: str) -> None:
+    """Copy ``source`` and flush the copy, so that the kernel's write-back of
+    the copy does not land in the timed calls."""
+    shutil.copyfile(source, target)
+    descriptor = os.open(target, os.O_RDONLY)
+    os.fsync(descriptor)
+    os.close(descriptor)
+
+
+def _writer(
+    system: str, path: str, n: int, first: int, count: int, sync: bool, threads: int, start_at: float
+) -> dict[str, Any]:
+    """One writer process: ``threads`` threads add the new documents ``first``
+    .. ``first + count - 1`` (after the ``n`` stored) one call each, from
+    ``start_at`` (``time.time()``); per-call latencies in µs and the wall clock
+    of the end."""
+    fingerprints = online_fingerprints(first - n + count)[first - n :]
+    shares = np.array_split(np.arange(count), threads)
+    latencies = [np.empty(len(share), dtype=np.int64) for share in shares]
+    store = None
+    if system == "simstore":
+        store = simstore.open(path, "w", sync=sync, merge_on_close=False)
+    barrier = threading.Barrier(threads)
+
+    def work(index: int) -> None:
+        share = shares[index]
+        mine = latencies[index]
+        clock = time.perf_counter_ns
+        keys = (first + share).tolist()
+        if store is not None:
+            add = store.add
+            fps = fingerprints[share].tolist()
+            barrier.wait()
+            for position, (key, fingerprint) in enumerate(zip(keys, fps, strict=True)):
+                before = clock()
+                add(key, fingerprint=fingerprint)
+                mine[position] = clock() - before
+            return
+        connection = sqlite3.connect(path, isolation_level=None, timeout=600, check_same_thread=False)
+        connection.execute(f"PRAGMA synchronous={'FULL' if sync else 'OFF'}")
+        rows = list(zip(keys, _signed(fingerprints[share]).tolist(), strict=True))
+        execute = connection.execute
+        barrier.wait()
+        for position, row in enumerate(rows):
+            before = clock()
+            execute("INSERT OR REPLACE INTO docs VALUES (?, ?)", row)
+            mine[position] = clock() - before
+        connection.close()
+
+    time.sleep(max(0.0, start_at - time.time()))
+    workers = [threading.Thread(target=work, args=(index,)) for index in range(threads)]
+    for worker in workers:
+        worker.start()
+    for worker in workers:
+        worker.join()
+    ended = time.time()
+    if store is not None:
+        store.close()
+    return {"add us": np.concatenate(latencies) / 1000, "ended": ended}
+
+
+def concurrent_adds(
+    system: str, base_path: str, work_path: str, n: int, total: int, sync: bool, threads: int, processes: int
+) -> dict[str, Any]:
+    """``total`` single adds into a fresh copy of ``base_path`` from
+    ``processes`` processes of ``threads`` threads each."""
+    _copy_flushed(base_path, work_path)
+    context = multiprocessing.get_context("spawn")
+    shares = np.array_split(np.arange(n, n + total), processes)
+    try:
+        with context.Pool(processes) as pool:
+            pool.map(time.sleep, [0] * processes)  # the workers are up
+            start_at = time.time() + 1.0
+            pending = [
+                pool.apply_async(
+                    _writer, (system, work_path, n, int(share[0]), len(share), sync, threads, start_at)
+                )
+                for share in shares
+            ]
+            found = [result.get() for result in pending]
+        if system == "simstore":
+            with simstore.open(work_path, "r") as store:
+                assert len(store) == n + total, "an acknowledged add is missing"
+    finally:
+        for leftover in (work_path, work_path + "-lock", work_path + "-wal", work_path + "-shm"):
+            if os.path.exists(leftover):
+                os.remove(leftover)
+    seconds = max(run["ended"] for run in found) - start_at
+    return {"add us": np.concatenate([run["add us"] for run in found]), "seconds": seconds}
+
+
+def writers_rows(
+    base_paths: dict[str, str], work: str, n: int, args: argparse.Namespace, note: Any
+) -> tuple[list[list[object]], dict[str, Any]]:
+    """The concurrent-writer table: every system, flush policy and shape."""
+    table: list[list[object]] = []
+    figures: dict[str, Any] = {}
+    shapes = {"1 thread": (1, 1), "threads": (args.threads, 1), "processes": (1, args.processes)}
+    for system, sync, label in (
+        ("simstore", True, "simstore, sync=True (group commit)"),
+        ("sqlite", True, "sqlite3 WAL, synchronous=FULL"),
+        ("simstore", False, "simstore, sync=False"),
+        ("sqlite", False, "sqlite3 WAL, synchronous=OFF"),
+    ):
+        for shape in WRITER_SHAPES:
+            threads, processes = shapes[shape]
+            writers = (
+                f"{threads} threads" if threads > 1 else f"{processes} processes" if processes > 1 else "1"
+            )
+            note(f"writers: {label}, {writers}")
+            load = load_average()
+            runs = []
+            for _ in range(args.writer_repeats):
+                work_path = os.path.join(work, f"writers.{system}")
+                runs.append(
+                    concurrent_adds(
+                        system, base_paths[system], work_path, n, args.writer_adds, sync, threads, processes
+                    )
+                )
+            rates = [args.writer_adds / run["seconds"] for run in runs]
+            tails = [summary(run["add us"] / 1000) for run in runs]
+            table.append(
+                [
+                    label,
+                    writers,
+                    args.writer_adds,
+                    fmt_range(rates),
+                    fmt_range([tail["p50"] for tail in tails]),
+                    fmt_range([tail["p99"] for tail in tails]),
+                    fmt_range([tail["p99.9"] for tail in tails]),
+                    fmt_range([tail["max"] for tail in tails]),
+                    load,
+                ]
+            )
+            figures[f"{label}, {writers}"] = {
+                "docs/s": rates,
+                "add ms": {name: [tail[name] for tail in tails] for name in ("p50", "p99", "p99.9", "max")},
+                "load average at start": load,
+            }
+    return table, figures
+
+
 def row_of(
     label: str, runs: list[dict[str, Any]], merges: int, count: int
 ) -> tuple[list[object], dict[str, Any]]:
@@ -243,6 +433,12 @@ def main() -> int:
         "--systems",
         default="simstore,simstore-sync,lmdb-floor,faiss-mh-4x16,faiss-mh-2x32,faiss-flat,simhash",
     )
+    parser.add_argument("--threads", type=int, default=8, help="writer threads (systems: writers)")
+    parser.add_argument("--processes", type=int, default=4, help="writer processes (systems: writers)")
+    parser.add_argument(
+        "--writer-adds", type=int, default=20_000, help="adds per concurrent-writer configuration"
+    )
+    parser.add_argument("--writer-repeats", type=int, default=1)
     parser.add_argument("--simhash-python", default="/tmp/simhash-venv/bin/python")
     parser.add_argument("--simhash-max-n", type=int, default=1_000_000)
     parser.add_argument("--dir", default=None)
@@ -250,7 +446,7 @@ def main() -> int:
     parser.add_argument(
         "--update",
         action="store_true",
-        help="merge the systems measured now into an existing online_<N>.json instead of replacing it",
+        help="merge the systems measured now into the existing JSON beside --output instead of replacing it",
     )
     args = parser.parse_args()
     systems = [name.strip() for name in args.systems.split(",") if name.strip()]
@@ -263,6 +459,7 @@ def main() -> int:
         f"Sustained online inserts into an index of {n:,}", data_dir=work, code=source_state(ROOT, "simstore")
     )
     rows: list[list[object]] = []
+    writer_rows: list[list[object]] = []
     figures: dict[str, Any] = {}
     load_at: dict[str, str] = {}
     wall = time.perf_counter()
@@ -274,7 +471,7 @@ def main() -> int:
     try:
         base_path = args.store
         build_s = None
-        if base_path is None and {"simstore", "simstore-sync"} & set(systems):
+        if base_path is None and {"simstore", "simstore-sync", "writers"} & set(systems):
             base_path = os.path.join(work, "base.simstore")
             note("building the base store")
             build_s, _, _ = run_isolated(build_store, base_path, n)
@@ -318,6 +515,17 @@ def main() -> int:
                     ]
                     fig["docs/s with amortised merge"] = amortised
                     row[0] += f"; with the sync=False merge pause amortised: {fmt_range(amortised)} docs/s"
+            elif name == "writers":
+                sqlite_path = os.path.join(work, "base.sqlite")
+                note("building the base SQLite database")
+                run_isolated(build_sqlite, sqlite_path, n)
+                assert base_path is not None
+                writer_rows, writer_figures = writers_rows(
+                    {"simstore": base_path, "sqlite": sqlite_path}, work, n, args, note
+                )
+                figures[name] = writer_figures
+                note(f"{name} done")
+                continue
             elif name == "lmdb-floor":
                 found, peak, _ = run_isolated(
                     floor_adds, os.path.join(work, "floor.lmdb"), n, args.floor_adds
@@ -355,6 +563,27 @@ def main() -> int:
     report.add(
         f"Versions: {', '.join(f'{k} {v}' for k, v in versions('faiss-cpu', 'lmdb', 'numpy').items())}\n"
     )
+    if writer_rows:
+        report.heading(f"Concurrent writers: single adds into an index of {n:,}")
+        report.table(
+            [
+                "system",
+                "writers",
+                "adds",
+                "docs/s",
+                "add p50 ms",
+                "add p99 ms",
+                "add p99.9 ms",
+                "add max ms",
+                "load at start",
+            ],
+            writer_rows,
+        )
+        report.add(
+            f"Each configuration adds into a fresh copy of the {n:,}-document store (database); "
+            f"median (min-max) over {args.writer_repeats} run(s). docs/s is all adds over the wall time "
+            "from the common start to the last writer's end; latencies are every call's.\n"
+        )
     report.heading(f"Single adds into an index of {n:,}")
     report.table(
         [
@@ -407,8 +636,8 @@ def main() -> int:
     }
     if args.output:
         report.write(args.output)
-        label = f"{n // 1_000_000}M" if n % 1_000_000 == 0 else f"{n // 1000}K"
-        write_result_json(Path(args.output).parent / f"online_{label}.json", result, update=args.update)
+        # Beside the report, under its name: online_1M.md -> online_1M.json.
+        write_result_json(Path(args.output).with_suffix(".json"), result, update=args.update)
     return 0
 
 

@@ -12,6 +12,7 @@ fingerprints, stored in one LMDB file.
 from simstore.batch import Cluster, Pair
 from simstore.errors import (
     CorruptStoreError,
+    FlushError,
     FormatVersionError,
     InvalidTypeError,
     InvalidValueError,
@@ -45,6 +46,7 @@ __all__ = [
     "Cluster",
     "CorruptStoreError",
     "Fingerprinter",
+    "FlushError",
     "FormatVersionError",
     "InvalidTypeError",
     "InvalidValueError",

@@ -21,6 +21,7 @@ import lmdb
 
 from simstore.errors import (
     CorruptStoreError,
+    FlushError,
     NotAStoreError,
     SimstoreError,
     StoreFullError,
@@ -115,6 +116,11 @@ class Environment:
         sync: flush to disk at every commit (durable across power loss).
         map_size: initial map size in bytes; the map doubles when full.
         max_map_size: never grow the map beyond this; ``None`` for no limit.
+        defer_meta_sync: with ``sync``, flush a commit's pages before its meta
+            page is written (as always) but leave the meta page to the
+            caller's next :meth:`flush` (``MDB_NOMETASYNC``) once the map is
+            writable: the commit is then atomic and the file sound after a
+            power loss, but durable only once :meth:`flush` returns.
     """
 
     def __init__(
@@ -125,8 +131,11 @@ class Environment:
         sync: bool,
         map_size: int | None,
         max_map_size: int | None,
+        defer_meta_sync: bool = False,
     ) -> None:
         self.path = path
+        self.defer_meta_sync = defer_meta_sync and sync and not readonly
+        self._flush_descriptor: int | None = None
         self.readonly = readonly
         self.max_map_size = max_map_size
         file_size = os.path.getsize(path) if os.path.exists(path) else 0
@@ -150,7 +159,9 @@ class Environment:
         self._sync = sync
         self._requested_map = map_size
 
-    def _open_lmdb(self, *, readonly: bool, sync: bool, map_size: int, writemap: bool) -> lmdb.Environment:
+    def _open_lmdb(
+        self, *, readonly: bool, sync: bool, map_size: int, writemap: bool, metasync: bool | None = None
+    ) -> lmdb.Environment:
         path, lock_existed = self.path, self._lock_existed
         try:
             return lmdb.open(
@@ -159,7 +170,7 @@ class Environment:
                 readonly=readonly,
                 create=not readonly,
                 sync=sync,
-                metasync=sync,
+                metasync=sync if metasync is None else metasync,
                 map_size=map_size,
                 max_dbs=len(FIXED_DB_NAMES) + 1 + MAX_TABLES,
                 # No cached read transactions: a forked child that closes its
@@ -218,7 +229,13 @@ class Environment:
             else:
                 wanted = INITIAL_MAP_SIZE
             allocated = self._allocate_map(wanted, least=used)
-            self.env = self._open_lmdb(readonly=False, sync=self._sync, map_size=allocated, writemap=True)
+            self.env = self._open_lmdb(
+                readonly=False,
+                sync=self._sync,
+                map_size=allocated,
+                writemap=True,
+                metasync=self._sync and not self.defer_meta_sync,
+            )
 
     @contextlib.contextmanager
     def _resizing(self) -> Iterator[None]:
@@ -307,6 +324,9 @@ class Environment:
 
     def close(self) -> None:
         self.env.close()
+        if self._flush_descriptor is not None:
+            os.close(self._flush_descriptor)
+            self._flush_descriptor = None
 
     def named_databases(self) -> tuple[list[bytes], int]:
         """Names in the main database (sub-databases or a foreign program's
@@ -454,6 +474,31 @@ class Environment:
             except BaseException:
                 txn.abort()
                 raise
+
+    def flush(self) -> None:
+        """Flush every page committed so far (by any process) to the disk.
+
+        ``fdatasync`` of the file, not LMDB's ``mdb_env_sync``: with a
+        writable map that is an ``msync`` of the map, which a map growth in
+        another thread may swap out from under it, while the page cache
+        behind the map is the file's, which ``fdatasync`` flushes (Linux).
+        Safe to call while another thread writes: pages of a transaction in
+        progress are flushed too, but no meta page names them yet.
+
+        Raises:
+            FlushError: the disk reported an error.
+        """
+        if self._flush_descriptor is None:
+            self._flush_descriptor = os.open(self.path, os.O_RDONLY)
+        try:
+            os.fdatasync(self._flush_descriptor)
+        except OSError as exc:
+            message = f"{self.path}: committed writes could not be flushed ({exc})"
+            raise FlushError(exc.errno, message) from exc
+
+    def last_txn_id(self) -> int:
+        """The id of the latest commit (by any process)."""
+        return int(self.env.info()["last_txnid"])
 
     def _begin(self, *, write: bool) -> Txn:
         for _attempt in range(3):

@@ -96,6 +96,12 @@ class StoreFullError(SimstoreError, OSError):
     The failed operation changed nothing."""
 
 
+class FlushError(SimstoreError, OSError):
+    """Committed writes could not be flushed to the disk (an I/O error from
+    ``fdatasync``). Other processes see them, but a power loss may undo them;
+    the calls that get this error were not acknowledged as durable."""
+
+
 class StoreLockedError(SimstoreError, OSError):
     """The store's lock file could not be created or used."""
 

@@ -15,7 +15,7 @@ from typing import TYPE_CHECKING, Any, TypeVar
 import numpy as np
 
 from simstore import _lmdb
-from simstore.catalog import Catalog
+from simstore.catalog import Catalog, plan_compaction
 from simstore.choose import LayoutRequest, choose_layout
 from simstore.errors import CorruptStoreError, InvalidValueError, StoreFullError
 from simstore.format import CATALOG_KEY, META_KEY, State, StoredParams, encode_meta
@@ -148,6 +148,14 @@ class MaintenanceMixin:
         """One step of the compaction under way (starting one if due, or with
         ``everything`` one of all runs): the entries it moved, or ``None``
         when there was nothing to do."""
+        known = self._tableset.catalog
+        due = known.compaction is not None or plan_compaction([run.entries for run in known.runs]) is not None
+        if not everything and not due:
+            # Nothing due in the catalog last seen: no write transaction (and
+            # no wait for the store's lock, which a group commit may hold) to
+            # find that out again. Runs another process added since are
+            # joined at a later call, once a read has brought the catalog in.
+            return None
 
         def body(txn: _lmdb.Txn, state: State) -> tuple[int | None, State, Change]:
             tableset = self._tableset

@@ -130,7 +130,12 @@ def open(  # noqa: A001 - mirrors dbm.open, deliberately
         raise NotAStoreError(f"{path_str} is an empty file, not a simstore store")
 
     env = _lmdb.Environment(
-        path_str, readonly=readonly, sync=opts.sync, map_size=opts.map_size, max_map_size=opts.max_map_size
+        path_str,
+        readonly=readonly,
+        sync=opts.sync_each_commit,
+        map_size=opts.map_size,
+        max_map_size=opts.max_map_size,
+        defer_meta_sync=opts.sync_each_commit,  # simstore.commit flushes the meta page
     )
     try:
         for attempt in range(1, OPEN_RETRIES + 1):
@@ -187,7 +192,7 @@ def _create_beside(path: str, requested: LayoutRequest, opts: Options) -> None:
     os.close(descriptor)
     try:
         env = _lmdb.Environment(
-            temporary, readonly=False, sync=opts.sync, map_size=None, max_map_size=opts.max_map_size
+            temporary, readonly=False, sync=bool(opts.sync), map_size=None, max_map_size=opts.max_map_size
         )
         try:
             _create(env, requested)

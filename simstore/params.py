@@ -8,7 +8,7 @@ from __future__ import annotations
 
 from collections.abc import Mapping
 from dataclasses import dataclass, fields
-from typing import Any
+from typing import Any, Literal
 
 from simstore.errors import InvalidTypeError, InvalidValueError
 
@@ -29,6 +29,11 @@ DEFAULT_MERGE_THRESHOLD = 1 << 15
 # adds into ten tables.
 COMPACTION_CREDIT = 8
 
+# sync="interval": flush at most this many seconds after a commit, or once
+# this many commits are unflushed (a crawler's "every 200 ms or 1,000 pages").
+DEFAULT_SYNC_INTERVAL = 0.2
+DEFAULT_SYNC_EVERY = 1000
+
 
 @dataclass(frozen=True)
 class Options:
@@ -41,6 +46,16 @@ class Options:
             process crash (LMDB's pages sit in the OS page cache), but a power
             loss or kernel crash may lose the most recent transactions (never
             corrupting the file).
+            ``"interval"`` commits without a flush and flushes (one fsync)
+            once ``sync_interval`` seconds have passed since the first
+            unflushed commit or ``sync_every`` commits are unflushed,
+            whichever comes first, and when the store closes; a power loss
+            may lose the writes of that window (see ``docs/durability.md``).
+            With ``True``, concurrent single writes from threads share one
+            commit and one fsync (group commit).
+        sync_interval: with ``sync="interval"``, the longest a commit stays
+            unflushed, in seconds.
+        sync_every: with ``sync="interval"``, the most commits left unflushed.
         merge_threshold: merge the delta into the tables once it holds this
             many documents. ``None`` (the default): 32,768. A merge writes
             the delta as a new run of every table in one transaction, so a
@@ -56,7 +71,9 @@ class Options:
             would need more raises ``StoreFullError`` and changes nothing.
     """
 
-    sync: bool = True
+    sync: bool | Literal["interval"] = True
+    sync_interval: float = DEFAULT_SYNC_INTERVAL
+    sync_every: int = DEFAULT_SYNC_EVERY
     merge_threshold: int | None = None
     merge_on_close: bool = True
     map_size: int | None = None
@@ -75,10 +92,26 @@ class Options:
         built.validate()
         return built
 
+    @property
+    def sync_each_commit(self) -> bool:
+        """Whether LMDB flushes at every commit (``sync=True``)."""
+        return self.sync is True
+
     def validate(self) -> None:
-        for name in ("sync", "merge_on_close"):
-            if not isinstance(getattr(self, name), bool):
-                raise InvalidTypeError(f"{name} must be True or False, got {getattr(self, name)!r}")
+        if not isinstance(self.sync, bool) and self.sync != "interval":
+            raise InvalidTypeError(f"sync must be True, False or 'interval', got {self.sync!r}")
+        if not isinstance(self.merge_on_close, bool):
+            raise InvalidTypeError(f"merge_on_close must be True or False, got {self.merge_on_close!r}")
+        interval = self.sync_interval
+        if isinstance(interval, bool) or not isinstance(interval, int | float):
+            raise InvalidTypeError(f"sync_interval must be a number of seconds, got {interval!r}")
+        if not 0 < interval < float("inf"):
+            raise InvalidValueError(f"sync_interval must be a positive number of seconds, got {interval!r}")
+        every = self.sync_every
+        if isinstance(every, bool) or not isinstance(every, int):
+            raise InvalidTypeError(f"sync_every must be an int number of commits, got {every!r}")
+        if every < 1:
+            raise InvalidValueError(f"sync_every must be at least 1, got {every}")
         if self.merge_threshold is None:
             pass
         elif isinstance(self.merge_threshold, bool) or not isinstance(self.merge_threshold, int):

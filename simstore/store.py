@@ -28,6 +28,7 @@ from simstore.batch import BatchMixin
 from simstore.catalog import Catalog
 from simstore.checking import check_store
 from simstore.choose import layout_name
+from simstore.commit import CommitMixin
 from simstore.delta import Delta, encode_add, encode_remove, encode_seq
 from simstore.errors import (
     CorruptStoreError,
@@ -179,6 +180,7 @@ def _after_fork_in_child() -> None:
     _held_over_fork.clear()
     for store in list(_open_stores):
         store._lock = threading.RLock()
+        store._init_commit()  # no other thread's writes are waiting in the child
         store._needs_reload = True  # reopen the file at the child's first call
 
 
@@ -192,7 +194,7 @@ def _table_count_and_generation(raw_meta: bytes) -> tuple[int, int]:
     return len(params.tables), params.generation
 
 
-class Store(MaintenanceMixin, BatchMixin):
+class Store(MaintenanceMixin, BatchMixin, CommitMixin):
     """An open simstore store. Use :func:`simstore.open` to make one.
 
     A ``Store`` may be shared between threads: every operation holds an
@@ -219,6 +221,7 @@ class Store(MaintenanceMixin, BatchMixin):
         self._lock = threading.RLock()
         self._closed = False
         self._pid = os.getpid()
+        self._init_commit()
         _open_stores.add(self)
         with self._read():
             pass  # loads the delta from the log
@@ -274,9 +277,10 @@ class Store(MaintenanceMixin, BatchMixin):
         env = _lmdb.Environment(
             self.path,
             readonly=self.readonly,
-            sync=self._options.sync,
+            sync=self._options.sync_each_commit,
             map_size=None,
             max_map_size=self._options.max_map_size,
+            defer_meta_sync=self._options.sync_each_commit,  # simstore.commit flushes the meta page
         )
         try:
             env.use_writable_map()  # the file is this store's
@@ -343,7 +347,10 @@ class Store(MaintenanceMixin, BatchMixin):
             finally:
                 self._closed = True
                 if os.getpid() == self._pid:
-                    self._env.close()
+                    try:
+                        self._flush()  # sync="interval": what the last interval committed
+                    finally:
+                        self._env.close()
 
     def _check_usable(self) -> None:
         if self._closed:
@@ -500,6 +507,7 @@ class Store(MaintenanceMixin, BatchMixin):
             if change.catalog is not None:
                 self._tableset.adopt(change.catalog)
                 self._catalog_version = new_state.catalog_version
+            self._committed()
             return result
 
     # ------------------------------------------------------------------ writes
@@ -638,7 +646,7 @@ class Store(MaintenanceMixin, BatchMixin):
             new_state, change = self._put_one(txn, state, packed, fp, packed_meta, sketch)
             return fp, new_state, change
 
-        result = self._write(body)
+        result = self._write_grouped(body)
         self._maintain(1)
         return result
 
@@ -685,7 +693,7 @@ class Store(MaintenanceMixin, BatchMixin):
             new_state, change = self._put_one(txn, state, packed, fp, packed_meta, sketch)
             return [], new_state, change
 
-        result = self._write(body)
+        result = self._write_grouped(body)
         if not result:
             self._maintain(1)
         return result
@@ -990,7 +998,7 @@ class Store(MaintenanceMixin, BatchMixin):
             self._tableset.delete(txn, self._tableset.catalog, [doc_id], [fingerprint])
             return None, state, _Change([], [])
 
-        self._write(body)
+        self._write_grouped(body)
         self._maintain(0)
 
     def _record_fingerprint(self, txn: _lmdb.Txn, doc_id: int) -> int:

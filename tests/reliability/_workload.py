@@ -502,7 +502,48 @@ def creator_fp(tag: str, index: int) -> int:
     return random.Random(f"creator {tag} {index}").getrandbits(64)
 
 
+def group_fp(tag: str, thread: int, number: int) -> int:
+    """The fingerprint group writer ``tag``'s thread ``thread`` gives its ``number``-th page."""
+    return random.Random(f"group {tag} {thread} {number}").getrandbits(64)
+
+
+def group_writer(cfg: dict[str, Any]) -> None:
+    """``threads`` threads add pages (``sync=True``) as fast as they can, so that
+    their adds share group commits; thread 0 adds them ten at a time through
+    ``store.batch()`` when ``batches`` is set. After each call returns (each batch
+    ends) the thread logs ``A KEY`` for each page it acknowledged."""
+    import threading
+
+    import simstore
+
+    log = Log(cfg["log"])
+    tag = cfg["tag"]
+    store = simstore.open(cfg["path"], "w", sync=True, merge_threshold=cfg["merge_threshold"])
+    log.write("O")
+
+    def work(thread: int) -> None:
+        number = 0
+        while True:
+            if thread == 0 and cfg.get("batches"):
+                keys = [f"{tag}-{thread}-{number + index}" for index in range(10)]
+                with store.batch() as batch:
+                    for index, key in enumerate(keys):
+                        batch.add(key, fingerprint=group_fp(tag, thread, number + index))
+                log.write("\n".join(f"A {key}" for key in keys))
+                number += 10
+                continue
+            key = f"{tag}-{thread}-{number}"
+            store.add(key, fingerprint=group_fp(tag, thread, number))
+            log.write(f"A {key}")
+            number += 1
+
+    for thread in range(cfg["threads"]):
+        threading.Thread(target=work, args=(thread,), daemon=True).start()
+    threading.Event().wait()  # until killed
+
+
 WORKERS = {
+    "group": group_writer,
     "creator": creator,
     "probe_file": file_prober,
     "crash": crash_worker,

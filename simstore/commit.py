@@ -1,0 +1,523 @@
+"""Group commit, write batches and interval flushing: how single writes reach the disk.
+
+Single writes (``add``, ``add_if_new``, ``remove``) from threads of one
+process share write transactions: the first caller leads, every caller that
+arrives before the leader holds the store's lock joins its group, and the
+group is one LMDB transaction and one flush. Each call returns once the
+commit holding its own write has returned, so with ``sync=True`` once that
+write is on the disk. Later bodies of a group see the earlier ones' writes
+(the in-memory delta is brought along as each body runs), so two
+``add_if_new`` calls of one group never both insert one near-duplicate.
+
+A body that raises inside the shared transaction fails its own caller only:
+LMDB has no savepoints, so the transaction is aborted, the delta's changes are
+undone, and the group runs again without that body. Everything a caller can
+get wrong (the key, the fingerprint, the metadata) is checked before it joins,
+so this only happens for what the snapshot decides (``remove`` of a missing
+key) or a damaged store.
+
+``store.batch()`` gathers single writes of one thread and commits them at the
+end of the ``with`` block, in one transaction: all of them or none.
+
+``sync="interval"`` commits without a flush and flushes once ``sync_interval``
+seconds have passed since the first unflushed commit, or ``sync_every``
+commits have gathered, whichever comes first; a timer flushes a store that
+stopped writing. See ``docs/durability.md`` for what each mode keeps.
+
+Mixed into :class:`simstore.Store`; nothing here imports it.
+"""
+
+from __future__ import annotations
+
+import os
+import threading
+import time
+import warnings
+from collections.abc import Callable, Iterator
+from contextlib import contextmanager
+from typing import TYPE_CHECKING, Any, TypeVar, cast
+
+from simstore import _lmdb
+from simstore.errors import InvalidValueError, SimstoreError
+from simstore.format import State
+from simstore.maintenance import Change
+
+if TYPE_CHECKING:
+    from simstore.delta import Delta
+    from simstore.params import Options
+
+T = TypeVar("T")
+
+#: A write body, as ``Store._write`` takes it.
+Body = Callable[["_lmdb.Txn", State], tuple[Any, State, Change]]
+
+#: Most single writes one transaction takes; the rest wait for the next.
+MAX_GROUP = 1024
+#: How long a group's leader waits for the next group's commit to make its
+#: own durable before it flushes itself (a safety net: that group's leader
+#: always commits or flushes).
+AWAIT_FLUSH_SECONDS = 1.0
+
+
+class _Request:
+    """One caller's write waiting in the queue: its body, and its outcome once run."""
+
+    __slots__ = ("body", "done", "error", "result", "wake")
+
+    def __init__(self, body: Body) -> None:
+        self.body = body
+        self.result: Any = None
+        self.error: BaseException | None = None
+        self.done = False
+        # Released by the leader when this request is done, or when it is to
+        # lead the next group: a plain lock is the cheapest thread wake-up.
+        self.wake = threading.Lock()
+        self.wake.acquire()
+
+    def outcome(self) -> Any:
+        if self.error is not None:
+            raise self.error
+        return self.result
+
+
+class CommitQueue:
+    """The single writes of one process waiting for a transaction, and
+    whether a leader is at work (``waiting`` is empty whenever none is)."""
+
+    def __init__(self) -> None:
+        self.mutex = threading.Lock()
+        self.waiting: list[_Request] = []
+        self.leading = False
+
+
+class _BodyFailedError(Exception):
+    """Internal: body ``index`` of a group raised ``error``."""
+
+    def __init__(self, index: int, error: BaseException) -> None:
+        super().__init__(index)
+        self.index = index
+        self.error = error
+
+
+class _Applied:
+    """What a group's bodies did to the in-memory delta so far, to undo it
+    if the transaction does not commit: each document touched, with the
+    fingerprint the delta held for it before (``None``: none)."""
+
+    def __init__(self, delta: Delta) -> None:
+        self.delta = delta
+        self.before: dict[int, int | None] = {}
+        # The id of the transaction, and whether the bodies changed the
+        # stored state (then its commit surely writes pages, flushes the file
+        # and writes a meta page; a replacement with the same fingerprint
+        # writes without changing it).
+        self.txn_id = -1
+        self.changed_state = False
+
+    def apply(self, change: Change) -> None:
+        delta, before = self.delta, self.before
+        for doc_id in change.removed:
+            if doc_id not in before:
+                before[doc_id] = delta.get(doc_id)
+            delta.discard(doc_id)
+        for doc_id, fingerprint in change.puts:
+            if doc_id not in before:
+                before[doc_id] = delta.get(doc_id)
+            delta.put(doc_id, fingerprint)
+
+    def undo(self) -> None:
+        delta = self.delta
+        for doc_id, fingerprint in self.before.items():
+            if fingerprint is None:
+                delta.discard(doc_id)
+            else:
+                delta.put(doc_id, fingerprint)
+        self.before.clear()
+
+
+class _Batching(threading.local):
+    """Per thread: the bodies of the batch open in this thread, or ``None``."""
+
+    bodies: list[Body] | None = None
+
+
+class Batch:
+    """The writes of one ``with store.batch() as batch:`` block.
+
+    ``add``, ``add_if_new`` and ``remove`` take the arguments of the
+    store's methods and check them at once (bad input raises there), but
+    write nothing until the block ends; they return ``None``. Only the
+    thread that opened the batch may use it.
+    """
+
+    def __init__(self, store: CommitMixin) -> None:
+        self._store: Any = store
+
+    def add(self, *args: Any, **kwargs: Any) -> None:
+        self._store.add(*args, **kwargs)
+
+    def add_if_new(self, *args: Any, **kwargs: Any) -> None:
+        self._store.add_if_new(*args, **kwargs)
+
+    def remove(self, *args: Any, **kwargs: Any) -> None:
+        self._store.remove(*args, **kwargs)
+
+    def __len__(self) -> int:
+        bodies = self._store._batching.bodies
+        return 0 if bodies is None else len(bodies)
+
+
+class CommitMixin:
+    """Group commit, write batches and interval flushing for :class:`simstore.Store`."""
+
+    if TYPE_CHECKING:
+        path: str
+        _lock: threading.RLock
+        _env: _lmdb.Environment
+        _delta: Delta
+        _options: Options
+        _closed: bool
+        _pid: int
+        _synced_snapshot: int
+
+        @property
+        def readonly(self) -> bool: ...
+        def _write(self, body: Callable[[_lmdb.Txn, State], tuple[T, State, Change]]) -> T: ...
+        def _sync_delta(self, txn: _lmdb.Txn) -> State: ...
+        def _maintain(self, documents: int, *, pay_all: bool = False) -> None: ...
+        def _check_usable(self) -> None: ...
+
+    def _init_commit(self) -> None:
+        """Set up the queue and the flush bookkeeping (also after ``fork()``)."""
+        self._commits = CommitQueue()
+        self._batching = _Batching()
+        self._unflushed = 0  # commits since the last flush (sync="interval")
+        self._unflushed_since = 0.0
+        self._flush_timer: threading.Timer | None = None
+        # sync=True: commits leave their meta page unflushed (see
+        # _lmdb.Environment's defer_meta_sync). LMDB flushes the whole file
+        # before it writes a commit's meta page, so the next commit makes the
+        # one before it durable: a group's leader hands the store to the next
+        # group and waits for its commit, and flushes itself (_make_durable)
+        # only when no group follows.
+        self._flushing = threading.Lock()
+        self._durability = threading.Condition(threading.Lock())
+        self._durable_txn = -1  # every commit up to this id is on the disk
+        self._last_group_txn = -1  # the latest commit of a group of this process
+        self._in_group = False  # a group's _write is running: its leader makes it durable
+
+    # ------------------------------------------------------------ group commit
+
+    def _write_grouped(self, body: Callable[[_lmdb.Txn, State], tuple[T, State, Change]]) -> T:
+        """Run one single write's ``body`` in a transaction shared with the
+        other threads' single writes; its result once that commit is as
+        durable as ``sync`` makes it."""
+        bodies = self._batching.bodies
+        if bodies is not None:
+            bodies.append(body)  # the batch open in this thread commits it
+            return cast(T, None)
+        if getattr(self._lock, "_is_owned", lambda: False)():
+            # Called with the store's lock held (from a callback inside a
+            # store call): a group's leader would wait for that lock for ever.
+            applied = _Applied(self._delta)
+            try:
+                return cast(T, self._write(self._bodies_in_order([body], applied, isolate=False))[0])
+            except BaseException:
+                self._undo(applied)
+                raise
+        queue = self._commits
+        request = _Request(body)
+        with queue.mutex:
+            queue.waiting.append(request)
+            leads = not queue.leading
+            queue.leading = True
+        if not leads:
+            request.wake.acquire()
+            if request.done:
+                return cast(T, request.outcome())
+            # Asked to lead the next group, which holds this request.
+        group: list[_Request] = []
+        committed: int | None = None
+        unsure = False
+        try:
+            group, committed, unsure = self._lead(queue)
+        finally:
+            with queue.mutex:
+                if request in queue.waiting:  # interrupted before taking a group
+                    queue.waiting.remove(request)
+                followed = bool(queue.waiting)
+                if followed:
+                    queue.waiting[0].wake.release()  # the next leader
+                else:
+                    queue.leading = False
+            try:
+                if not self._env.defer_meta_sync:
+                    pass  # the commit was as durable as sync makes it when it returned
+                elif unsure:
+                    self._make_durable(None)
+                elif committed is None:
+                    # Nothing committed: release the groups waiting for this
+                    # one's commit to make theirs durable.
+                    self._make_durable(self._last_group_txn)
+                elif followed:
+                    self._await_durable(committed)
+                else:
+                    self._make_durable(committed)
+            except BaseException as exc:
+                # Committed but not known to be on the disk: not acknowledged.
+                for member in group:
+                    if member.error is None:
+                        member.error = exc
+            finally:
+                for member in group:
+                    if member is not request:
+                        member.wake.release()
+        return cast(T, request.outcome())
+
+    def _lead(self, queue: CommitQueue) -> tuple[list[_Request], int | None, bool]:
+        """Take the waiting requests (the leader's first) and commit them
+        together; every request of the group has its outcome on return.
+
+        Returns the group; the commit to make durable before any of it is
+        acknowledged (``None``: it committed nothing); and whether it may
+        have written without changing the stored state, so that only a
+        flush from now on makes sure of it.
+        """
+        with self._lock:
+            with queue.mutex:
+                group = queue.waiting[:MAX_GROUP]
+                del queue.waiting[:MAX_GROUP]
+            pending = list(group)
+            committed = None
+            unsure = False
+            try:
+                while pending:
+                    applied = _Applied(self._delta)
+                    bodies = self._bodies_in_order(
+                        [request.body for request in pending], applied, isolate=True
+                    )
+                    self._in_group = True
+                    try:
+                        results = self._write(bodies)
+                    except _BodyFailedError as failed:
+                        # Aborted: that body fails alone, the others run again.
+                        failing = pending.pop(failed.index)
+                        failing.error = failed.error
+                        failing.done = True
+                        continue
+                    except BaseException:
+                        self._undo(applied)
+                        raise
+                    finally:
+                        self._in_group = False
+                    if applied.changed_state:
+                        committed = self._last_group_txn = applied.txn_id
+                        if self._env.defer_meta_sync:
+                            # LMDB flushed the file before this commit's meta
+                            # page: every commit before it is on the disk.
+                            self._durable_up_to(committed - 1)
+                    else:
+                        # Written without a change of state (a replacement
+                        # with the same fingerprint), or nothing written: the
+                        # id is taken in the first case, or if another
+                        # process committed since; then flush to be sure.
+                        unsure = self._env.last_txn_id() >= applied.txn_id
+                    for request, result in zip(pending, results, strict=True):
+                        request.result = result
+                        request.done = True
+                    pending = []
+            except BaseException as exc:
+                # The transaction itself failed (a full disk, a closed or
+                # read-only store): nothing of it was written, every caller
+                # of the group gets the error.
+                for request in pending:
+                    request.error = exc
+                    request.done = True
+        return group, committed, unsure
+
+    def _make_durable(self, txn_id: int | None) -> None:
+        """Return once commit ``txn_id`` (and every one before) is on the disk:
+        one flush, unless one begun after that commit has already returned
+        (``None``: flush in any case)."""
+        with self._flushing:
+            if txn_id is not None and self._durable_txn >= txn_id:
+                return  # a flush begun since that commit covered it
+            # Every commit up to this one has written its meta page by now.
+            target = self._env.last_txn_id()
+            self._env.flush()
+            self._durable_up_to(target)
+
+    def _durable_up_to(self, txn_id: int) -> None:
+        with self._durability:
+            if txn_id > self._durable_txn:
+                self._durable_txn = txn_id
+                self._durability.notify_all()
+
+    def _await_durable(self, txn_id: int) -> None:
+        """Wait for the next group's commit to make commit ``txn_id`` durable.
+
+        That group's leader either commits (which flushes the file first) or
+        flushes; the timeout is a safety net only, after which this thread
+        flushes itself.
+        """
+        with self._durability:
+            if self._durability.wait_for(lambda: self._durable_txn >= txn_id, timeout=AWAIT_FLUSH_SECONDS):
+                return
+        self._make_durable(txn_id)
+
+    def _bodies_in_order(
+        self, bodies: list[Body], applied: _Applied, *, isolate: bool
+    ) -> Callable[[_lmdb.Txn, State], tuple[list[Any], State, Change]]:
+        """One ``_write`` body running ``bodies`` in order in its transaction,
+        each seeing the state and delta the ones before left.
+
+        ``applied`` records what they did to the delta, so that a transaction
+        that does not commit can be undone. With ``isolate``, a body that
+        raises is reported as :class:`_BodyFailedError` (the group runs again
+        without it); without, its error is raised as it is.
+        """
+
+        def run(txn: _lmdb.Txn, state: State) -> tuple[list[Any], State, Change]:
+            if applied.before:
+                # An earlier attempt of this transaction (the map had to grow)
+                # changed the delta, and the transaction that began since may
+                # have replayed another process's commits onto it: reload the
+                # delta from the log rather than undo.
+                applied.before.clear()
+                self._forget_delta()
+                state = self._sync_delta(txn)
+            applied.delta = self._delta
+            applied.txn_id = int(txn.id())
+            first_state = state
+            results = []
+            for index, body in enumerate(bodies):
+                try:
+                    result, state, change = body(txn, state)
+                    if change.merged or change.catalog is not None:
+                        raise AssertionError("a single write merged or changed the catalog")
+                    applied.apply(change)
+                except BaseException as exc:
+                    applied.undo()
+                    # LMDB's own errors (a full map above all) are the
+                    # transaction's, not the body's.
+                    own = isinstance(exc, Exception) and not _lmdb.is_lmdb_error(exc)
+                    if isolate and own and len(bodies) > 1:
+                        raise _BodyFailedError(index, exc) from exc
+                    raise
+                results.append(result)
+            applied.changed_state = state != first_state
+            # The delta is already in step; _write applies no change of its own.
+            return results, state, Change([], [])
+
+        return run
+
+    def _undo(self, applied: _Applied) -> None:
+        """Undo a group's delta changes after its transaction failed."""
+        if applied.delta is self._delta:
+            applied.undo()
+        else:
+            applied.before.clear()  # the store adopted a new layout and delta since
+
+    def _forget_delta(self) -> None:
+        """Make the next snapshot reload the whole delta from its log."""
+        delta = self._delta
+        delta.clear()
+        delta.merge_epoch = -1
+        delta.state_bytes = b""
+        self._synced_snapshot = -1
+
+    # ------------------------------------------------------------------ batch
+
+    @contextmanager
+    def batch(self) -> Iterator[Batch]:
+        """Gather this thread's single writes and commit them together.
+
+        ``with store.batch() as batch: batch.add(...)``: every ``add``,
+        ``add_if_new`` and ``remove`` made in the block, through ``batch`` or
+        the store, is checked at once and written at the end of the block, in
+        order, in one transaction and one flush: all of them or none. If the
+        block raises, or any of its writes fails (``remove`` of a missing
+        key), nothing of it is written and the error propagates. Other
+        threads' calls are not part of the batch.
+
+        Raises:
+            InvalidValueError: a batch is already open in this thread.
+        """
+        self._check_usable()
+        if self._batching.bodies is not None:
+            raise InvalidValueError("a batch is already open in this thread; batches do not nest")
+        bodies: list[Body] = []
+        self._batching.bodies = bodies
+        try:
+            yield Batch(self)
+        finally:
+            self._batching.bodies = None
+        if not bodies:
+            return
+        with self._lock:
+            applied = _Applied(self._delta)
+            try:
+                self._write(self._bodies_in_order(bodies, applied, isolate=False))
+            except BaseException:
+                self._undo(applied)
+                raise
+        self._maintain(len(bodies))
+
+    # ---------------------------------------------------------- interval sync
+
+    def _committed(self) -> None:
+        """After every commit (the store's lock held): make it durable as
+        ``sync`` asks, or leave that to the group's leader."""
+        if self._env.defer_meta_sync:
+            if not self._in_group:
+                self._make_durable(self._env.last_txn_id())
+            return
+        if self._options.sync != "interval":
+            return
+        now = time.monotonic()
+        if not self._unflushed:
+            self._unflushed_since = now
+        self._unflushed += 1
+        options = self._options
+        if self._unflushed >= options.sync_every or now - self._unflushed_since >= options.sync_interval:
+            self._flush()
+        elif self._flush_timer is None:
+            # Flush a store that stops writing, too.
+            timer = threading.Timer(options.sync_interval, self._flush_when_due)
+            timer.daemon = True
+            self._flush_timer = timer
+            timer.start()
+
+    def _flush(self) -> None:
+        """Flush the commits not yet on disk (called with the lock held)."""
+        if self._flush_timer is not None:
+            self._flush_timer.cancel()
+            self._flush_timer = None
+        if self._unflushed:
+            self._env.flush()
+            self._unflushed = 0
+
+    def _flush_when_due(self) -> None:
+        with self._lock:
+            if self._flush_timer is not threading.current_thread():
+                return  # flushed (and maybe re-armed) since
+            self._flush_timer = None
+            if self._closed or os.getpid() != self._pid or not self._unflushed:
+                return
+            try:
+                self._flush()
+            except SimstoreError as exc:
+                warnings.warn(f"{self.path}: the interval flush failed ({exc})", RuntimeWarning, stacklevel=1)
+
+    def flush(self) -> None:
+        """Make every write this process committed durable now (one fsync).
+
+        Only needed with ``sync="interval"`` (or ``sync=False``): with
+        ``sync=True`` every write is durable when its call returns.
+        """
+        with self._lock:
+            self._check_usable()
+            if self.readonly:
+                return
+            self._unflushed = max(self._unflushed, 1)
+            self._flush()
