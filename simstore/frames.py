@@ -13,14 +13,16 @@ from __future__ import annotations
 
 import os
 import tempfile
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass
 from typing import Any
 
 import numpy as np
+import numpy.typing as npt
 
 from simstore.errors import InvalidTypeError, InvalidValueError
 
-__all__ = ["as_column", "dedup_table"]
+__all__ = ["Provenance", "as_column", "dedup_table", "provenance_of"]
 
 
 def as_column(values: Any) -> Any:
@@ -110,38 +112,58 @@ def dedup_table(
                 k, keep="first" if keep == "none" else keep, linkage=linkage, min_similarity=min_similarity
             )
             position = {key: index for index, key in enumerate(np.asarray(keys).tolist())}
-            count = table.num_rows
-            cluster_id: list[int | None] = [None] * count
-            duplicate_of: list[Any] = [None] * count
-            distance: list[int | None] = [None] * count
-            similarity: list[float | None] = [None] * count
-            kept = np.ones(count, dtype=bool)
-            for cluster in clusters:
-                representative = cluster.representative
-                leader = store[representative]
-                leader_sketch = store.sketch_of(representative)
-                for member in cluster.members:
-                    row = position[member]
-                    cluster_id[row] = cluster.cluster_id
-                    record = store[member]
-                    distance[row] = (record.fingerprint ^ leader.fingerprint).bit_count()
-                    similarity[row] = _similarity(store, leader_sketch, store.sketch_of(member))
-                    if member != representative:
-                        duplicate_of[row] = representative
-                    if member != representative or keep == "none":
-                        kept[row] = False
+            found = provenance_of(store, clusters, position, table.num_rows, keep)
     ids = pa.array(np.asarray(keys).tolist())
     provenance = pa.table(
         {
             "id": ids,
-            "cluster_id": pa.array(cluster_id, type=pa.int64()),
-            "duplicate_of": pa.array(duplicate_of, type=ids.type),
-            "distance": pa.array(distance, type=pa.int64()),
-            "similarity": pa.array(similarity, type=pa.float64()),
-            "kept": pa.array(kept),
+            "cluster_id": pa.array(found.cluster_id, type=pa.int64()),
+            "duplicate_of": pa.array(found.duplicate_of, type=ids.type),
+            "distance": pa.array(found.distance, type=pa.int64()),
+            "similarity": pa.array(found.similarity, type=pa.float64()),
+            "kept": pa.array(found.kept),
         }
     )
-    return table.filter(pa.array(kept)), provenance
+    return table.filter(pa.array(found.kept)), provenance
+
+
+@dataclass
+class Provenance:
+    """Per row of a deduplicated table: whether it is kept, its cluster,
+    the key kept in its place (``None`` for kept rows and rows in no
+    cluster), and its distance and estimated similarity to that row."""
+
+    kept: npt.NDArray[np.bool_]
+    cluster_id: list[int | None]
+    duplicate_of: list[Any]
+    distance: list[int | None]
+    similarity: list[float | None]
+
+
+def provenance_of(
+    store: Any, clusters: Sequence[Any], position: Mapping[Any, int] | None, count: int, keep: str
+) -> Provenance:
+    """The :class:`Provenance` of ``count`` rows stored under keys whose
+    row is ``position[key]`` (the key itself if ``position`` is ``None``),
+    from ``store``'s ``clusters``; with ``keep="none"`` no member of a
+    cluster is kept."""
+    found = Provenance(
+        np.ones(count, dtype=bool), [None] * count, [None] * count, [None] * count, [None] * count
+    )
+    for cluster in clusters:
+        representative = cluster.representative
+        leader = store[representative]
+        leader_sketch = store.sketch_of(representative)
+        for member in cluster.members:
+            row = member if position is None else position[member]
+            found.cluster_id[row] = cluster.cluster_id
+            found.distance[row] = (store[member].fingerprint ^ leader.fingerprint).bit_count()
+            found.similarity[row] = _similarity(store, leader_sketch, store.sketch_of(member))
+            if member != representative:
+                found.duplicate_of[row] = representative
+            if member != representative or keep == "none":
+                found.kept[row] = False
+    return found
 
 
 def _similarity(store: Any, first: bytes | None, second: bytes | None) -> float | None:

@@ -695,6 +695,9 @@ def test_add_ctrl_c_while_reading_stdin(store_path: str) -> None:
             except simstore.SimstoreError:
                 pass
         assert committed == 10, "the first two batches were not committed while the input stayed open"
+        # A commit is visible before its add_many returns: the group commit's
+        # flush follows it. Let that finish, so the signal meets the read of stdin.
+        time.sleep(1.0)
         process.send_signal(signal.SIGINT)
         out, err = process.communicate(timeout=60)
     finally:
