@@ -447,10 +447,15 @@ def skip_reporter(args: argparse.Namespace) -> ErrorCounter:
 
 
 def unique_keys(
-    documents: Iterable[Document], options: ReadOptions, errors: ErrorCounter
+    documents: Iterable[Document],
+    options: ReadOptions,
+    errors: ErrorCounter,
+    first_seen: dict[Key, str] | None = None,
 ) -> Iterator[Document]:
-    """Documents with a key seen before are bad lines (``dedup`` needs unique keys)."""
-    first_seen: dict[Key, str] = {}
+    """Documents with a key seen before are bad lines (``dedup`` needs unique
+    keys); ``first_seen`` carries the keys seen across several calls."""
+    if first_seen is None:
+        first_seen = {}
     for document in documents:
         seen = first_seen.get(document.key)
         if seen is not None:

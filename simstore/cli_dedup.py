@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import argparse
 import contextlib
+import itertools
 import json
 import os
 import sys
@@ -39,6 +40,7 @@ from simstore.cli_common import (
     unique_keys,
 )
 from simstore.cli_outputs import Output, output_stream, resolve_output
+from simstore.cli_resume import ProgressLog
 from simstore.columnar import COLUMNAR_FORMATS, ColumnarWriter, schema_of
 from simstore.opening import open as open_store
 from simstore.readers import (
@@ -47,6 +49,7 @@ from simstore.readers import (
     ErrorCounter,
     Input,
     ReadOptions,
+    columnar_files,
     input_format,
     read_documents,
 )
@@ -80,6 +83,12 @@ def configure_dedup(parser: argparse.ArgumentParser) -> None:
         default="first",
         help="which document of a cluster is kept: the first read (default), the longest text, "
         "or none (every member of a cluster is dropped)",
+    )
+    parser.add_argument(
+        "--resume",
+        action="store_true",
+        help="with --store: skip the inputs (and batches) a killed run already committed; "
+        "the output is an uninterrupted run's",
     )
     parser.add_argument(
         "--annotate",
@@ -133,11 +142,14 @@ def run_dedup(args: argparse.Namespace) -> int:
         args.parser.error("--keep chooses within clusters; it cannot be used with --against")
     if args.against is not None and args.linkage != "star":
         args.parser.error("--linkage forms clusters; it cannot be used with --against")
+    if args.resume and args.store is None:
+        args.parser.error("--resume continues a run into a kept store; give --store STORE")
     if (args.annotate or args.dropped) and (args.pairs or args.clusters):
         args.parser.error("--annotate and --dropped write documents; not with --pairs or --clusters")
     # Before any input is read: a wrong -o should not cost a long first pass.
     output = resolve_output(args.output)
     dropped_output = None if args.dropped is None else resolve_output(args.dropped)
+    log = None if args.store is None else ProgressLog(args.store, resume=args.resume)
     options = read_options(args)
     errors = skip_reporter(args)
     summary = DedupSummary(output=args.output)
@@ -163,7 +175,9 @@ def run_dedup(args: argparse.Namespace) -> int:
                     merge_on_close=False,
                 )
             with store:
-                kept_keys, provenance = dedup_within(args, store, inputs, output, options, errors, summary)
+                kept_keys, provenance = dedup_within(
+                    args, store, inputs, output, options, errors, summary, log
+                )
                 if args.store is not None:
                     try:
                         store.merge()
@@ -177,6 +191,8 @@ def run_dedup(args: argparse.Namespace) -> int:
             summary.kept = write_kept(
                 inputs, output, options, kept_keys, provenance, annotate=args.annotate, dropped=dropped_output
             )
+    if log is not None:
+        log.finish()  # every output is written: nothing is left to resume
     report = vars(summary).copy()
     if args.against is not None:
         # Against a store, a duplicate is a document with a stored match; there are no clusters.
@@ -215,6 +231,66 @@ def _collect(
     return collected
 
 
+def _add_committing(
+    args: argparse.Namespace,
+    store: Store,
+    inputs: list[Input],
+    options: ReadOptions,
+    errors: ErrorCounter,
+    log: ProgressLog,
+) -> Collected:
+    """Read, fingerprint and add the documents to a kept store, committing
+    every chunk and logging it (see :mod:`simstore.cli_resume`); documents
+    a resumed run committed already are read again but not fingerprinted.
+    Returns the keys read (fingerprints are not kept: they are stored)."""
+    collected = Collected()
+    seen: dict[Key, str] = {}
+    try:
+        _add_inputs(args, store, inputs, options, errors, log, collected, seen)
+    except KeyboardInterrupt:
+        raise KeyboardInterrupt(
+            f"interrupted; the documents committed so far are in {args.store} "
+            "(run the same command with --resume to continue)"
+        ) from None
+    collected.read = len(collected.keys)
+    return collected
+
+
+def _add_inputs(
+    args: argparse.Namespace,
+    store: Store,
+    inputs: list[Input],
+    options: ReadOptions,
+    errors: ErrorCounter,
+    log: ProgressLog,
+    collected: Collected,
+    seen: dict[Key, str],
+) -> None:
+    """:func:`_add_committing`'s reading and committing: the keys read go to
+    ``collected``, the keys seen to ``seen``."""
+    with ReadingBar(args, inputs) as bar:
+        for item in inputs:
+            done = log.committed(item)
+            read = read_documents([item], options, errors, bar.tracker)
+            documents = unique_keys(read, options, errors, seen)
+            # Committed by the run resumed: read again for their keys only.
+            committed = 0
+            for document in itertools.islice(documents, done):
+                collected.keys.append(document.key)
+                committed += 1
+            bar.update(committed)
+            for chunk, values, sketches in fingerprint_documents(
+                store, documents, options, errors, with_length=True
+            ):
+                batch = Collected()
+                batch.extend(chunk, values, sketches)
+                batch.add_to(store)
+                committed += len(chunk)
+                log.record(item, committed)
+                collected.keys.extend(batch.keys)
+                bar.update(len(chunk))
+
+
 def dedup_within(
     args: argparse.Namespace,
     store: Store,
@@ -223,16 +299,19 @@ def dedup_within(
     options: ReadOptions,
     errors: ErrorCounter,
     summary: DedupSummary,
+    log: ProgressLog | None = None,
 ) -> tuple[set[Key], Provenance]:
     """Add the documents, cluster the store, write pairs or clusters if asked;
     returns the keys of the documents to keep (read, not skipped, not
-    dropped) and the provenance of every clustered document."""
-    persistent = args.store is not None
-    collected = _collect(
-        args, store, inputs, options, errors, with_length=persistent or args.keep == "longest"
-    )
+    dropped) and the provenance of every clustered document. A kept store's
+    adds are committed chunk by chunk and logged in ``log``."""
+    persistent = log is not None
+    if log is not None:
+        collected = _add_committing(args, store, inputs, options, errors, log)
+    else:
+        collected = _collect(args, store, inputs, options, errors, with_length=args.keep == "longest")
     summary.documents = collected.read
-    if collected.keys:
+    if collected.keys and not persistent:
         with progress(args, desc="writing", total=1, unit="txn") as bar:
             collected.add_to(store)
             bar.update(1)
@@ -412,7 +491,7 @@ def write_kept(
     dropped ones, annotated, to ``dropped`` too. A document skipped as a bad
     line in the first pass is in neither, even where reading alone accepts it
     (a text with no words). Returns how many documents were kept."""
-    formats = {input_format(item, options.format) for item in inputs}
+    formats = {_written_format(item, options) for item in inputs}
     output_format = formats.pop() if len(formats) == 1 else "jsonl"
     if output_format == "dir" or (output_format == "text" and (annotate or dropped is not None)):
         output_format = "jsonl"
@@ -423,7 +502,7 @@ def write_kept(
         writer: DocumentWriter | _RowWriter
         dropped_writer: DocumentWriter | _RowWriter | None = None
         if output_format in COLUMNAR_FORMATS:
-            schema = schema_of(inputs[0].path, output_format)
+            schema = schema_of(_first_file(inputs[0]), output_format)
             extra = _provenance_columns(schema, options)
             writer = _RowWriter(stack, output, output_format, schema, extra if annotate else ())
             if dropped is not None:
@@ -443,6 +522,23 @@ def write_kept(
             if dropped_writer is not None and not is_kept and document.key in provenance:
                 dropped_writer.write(document, fields)
     return kept
+
+
+def _written_format(item: Input, options: ReadOptions) -> str:
+    """The format ``item`` is written back in: its own, or its parts' for a
+    directory of Parquet or Arrow files."""
+    fmt = input_format(item, options.format)
+    if fmt == "dir":
+        parts = columnar_files(item.path)
+        if parts is not None and len({part_format for _, part_format in parts}) == 1:
+            return parts[0][1]
+    return fmt
+
+
+def _first_file(item: Input) -> str:
+    """``item``'s path, or its first part's for a directory of columnar files."""
+    parts = columnar_files(item.path) if os.path.isdir(item.path) else None
+    return item.path if parts is None else parts[0][0]
 
 
 def _provenance_columns(schema: Any, options: ReadOptions) -> list[tuple[str, str]]:

@@ -248,7 +248,16 @@ def _read_one(item: Input, options: ReadOptions, tracker: ReadProgress) -> Itera
         return
     fmt = input_format(item, options.format)
     if fmt == "dir":
-        yield from _read_directory(item, tracker)
+        columnar = columnar_files(item.path)
+        if columnar is None:
+            yield from _read_directory(item, tracker)
+            return
+        # A directory of Parquet or Arrow files (a dataset's parts): each
+        # file's rows, files in name order.
+        for path, part_format in columnar:
+            part = Input(path, os.path.join(item.display, os.path.relpath(path, item.path)))
+            yield from _read_columnar(part, part_format, options)
+            tracker.done(os.path.getsize(path))
         return
     if not os.path.exists(item.path):
         raise InputError(item.display, 0, "no such file")
@@ -260,6 +269,23 @@ def _read_one(item: Input, options: ReadOptions, tracker: ReadProgress) -> Itera
         tracker.reading(raw)
         yield from _gzip_checked(item.display, _read_file(raw, item, fmt, options), _line_of)
         tracker.done(os.fstat(raw.fileno()).st_size)
+
+
+def columnar_files(folder: str) -> list[tuple[str, str]] | None:
+    """``(path, format)`` of every file below ``folder``, in name order, if
+    each is a Parquet or Arrow file by its extension (hidden files and
+    ``_SUCCESS``-style markers aside); ``None`` otherwise."""
+    found: list[tuple[str, str]] = []
+    for parent, subfolders, files in os.walk(folder):
+        subfolders[:] = sorted(name for name in subfolders if not name.startswith((".", "_")))
+        for name in sorted(files):
+            if name.startswith((".", "_")):
+                continue
+            fmt = _by_extension(name)
+            if fmt not in COLUMNAR_FORMATS:
+                return None
+            found.append((os.path.join(parent, name), fmt))
+    return found or None
 
 
 def _read_columnar(item: Input, fmt: str, options: ReadOptions) -> Iterator[Document | InputError]:

@@ -117,3 +117,20 @@ def test_without_pyarrow_the_error_says_what_to_install(
     monkeypatch.setitem(sys.modules, "pyarrow.parquet", None)  # as if pyarrow were not installed
     assert main(["dedup", str(source), "-o", str(tmp_path / "out.parquet")]) != 0
     assert "need pyarrow" in capsys.readouterr().err
+
+
+def test_a_directory_of_parquet_parts_reads_as_one_dataset(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str], rows: list[dict[str, object]]
+) -> None:
+    table = pa.Table.from_pylist(rows)
+    parts = tmp_path / "corpus"
+    parts.mkdir()
+    for number, start in enumerate(range(0, len(rows), 100)):
+        pq.write_table(table.slice(start, 100), parts / f"part-{number:05d}.parquet")
+    (parts / "_SUCCESS").write_text("")  # a marker Spark and friends leave beside the parts
+    output = tmp_path / "kept.parquet"
+    assert main(["dedup", str(parts), "-o", str(output)]) == 0
+    capsys.readouterr()
+    kept = pq.read_table(output)
+    assert kept.schema == table.schema
+    assert set(kept.column("id").to_pylist()) == _kept_ids(tmp_path, capsys)

@@ -1,0 +1,100 @@
+"""Resumable ``dedup --store`` runs: which inputs, and how many of their
+documents, a run has committed to its store, kept in a file beside it.
+
+The log is written after each commit (write to a temporary file, then
+rename), so it never claims more than the store holds. It may claim less: a
+run killed between a commit and the log's update adds that batch again on
+``--resume``, and re-adding a key replaces its document with the same one.
+So a resumed run's store, and its output, are an uninterrupted run's.
+
+An input is known by its path, size and modification time; one that
+changed since, a directory, or standard input is read in full again.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import json
+import os
+import tempfile
+from typing import Any
+
+from simstore.cli_common import CommandError
+from simstore.readers import Input
+
+#: What the log's first field says, so that a file of another program is never replaced.
+LOG_FORMAT = "simstore-dedup-progress"
+
+
+def log_path(store_path: str) -> str:
+    """Where the progress of a run into ``store_path`` is kept."""
+    return store_path + ".dedup-progress"
+
+
+def _identity(item: Input) -> list[Any] | None:
+    """``[absolute path, size, mtime_ns]`` of a regular file; ``None`` otherwise."""
+    try:
+        status = os.stat(item.path)
+    except OSError:
+        return None
+    if not os.path.isfile(item.path):
+        return None
+    return [os.path.abspath(item.path), status.st_size, status.st_mtime_ns]
+
+
+class ProgressLog:
+    """The documents of each input committed so far by this run (or, with
+    ``resume``, by the run it resumes)."""
+
+    def __init__(self, store_path: str, *, resume: bool) -> None:
+        self.path = log_path(store_path)
+        self._done: dict[str, tuple[list[Any], int]] = {}
+        existing = self._read()
+        if resume and existing is not None:
+            for entry in existing.get("inputs", []):
+                identity, committed = entry
+                self._done[identity[0]] = (identity, committed)
+
+    def _read(self) -> dict[str, Any] | None:
+        try:
+            with open(self.path, encoding="utf-8") as handle:
+                record = json.load(handle)
+        except FileNotFoundError:
+            return None
+        except (OSError, ValueError) as exc:
+            raise CommandError(f"{self.path} is not a simstore progress log ({exc}); move it away") from None
+        if not isinstance(record, dict) or record.get("format") != LOG_FORMAT:
+            raise CommandError(f"{self.path} is not a simstore progress log; move it away")
+        return record
+
+    def committed(self, item: Input) -> int:
+        """How many documents of ``item`` (in reading order) are committed."""
+        identity = _identity(item)
+        if identity is None:
+            return 0
+        known = self._done.get(identity[0])
+        return known[1] if known is not None and known[0] == identity else 0
+
+    def record(self, item: Input, committed: int) -> None:
+        """``committed`` documents of ``item`` are in the store now."""
+        identity = _identity(item)
+        if identity is None:
+            return
+        self._done[identity[0]] = (identity, committed)
+        record = {"format": LOG_FORMAT, "version": 1, "inputs": list(self._done.values())}
+        folder = os.path.dirname(os.path.abspath(self.path))
+        handle, temporary = tempfile.mkstemp(prefix=".simstore-progress-", dir=folder)
+        try:
+            with os.fdopen(handle, "w", encoding="utf-8") as stream:
+                json.dump(record, stream)
+            os.replace(temporary, self.path)
+        except BaseException:
+            with contextlib.suppress(OSError):
+                os.remove(temporary)
+            raise
+
+    def finish(self) -> None:
+        """The run is done: the log goes (it was this run's, or its predecessor's)."""
+        if self._read() is not None:
+            with contextlib.suppress(FileNotFoundError):
+                os.remove(self.path)

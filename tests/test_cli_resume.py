@@ -1,0 +1,124 @@
+"""Resumable ``dedup --store`` runs (issue 22, part 4): a run killed part-way
+resumes with ``--resume`` where it stopped, and its output and summary are an
+uninterrupted run's."""
+
+from __future__ import annotations
+
+import json
+import os
+import signal
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+from simstore.cli import main
+from simstore.cli_resume import log_path
+
+CORPUS = Path(__file__).parent.parent / "examples" / "corpus" / "kjv_near_duplicates.jsonl"
+LINES = CORPUS.read_text().splitlines()
+PARTS = [LINES[:120], LINES[120:240], LINES[240:]]
+
+
+def _write(path: Path, lines: list[str]) -> None:
+    path.write_text("\n".join(lines) + "\n")
+
+
+def _run(arguments: list[str], capsys: pytest.CaptureFixture[str]) -> dict[str, object]:
+    assert main([*arguments, "--json"]) == 0
+    return json.loads(capsys.readouterr().out)  # type: ignore[no-any-return]
+
+
+# The child dies by SIGKILL as its second commit begins: the first input is
+# committed (and logged), the second is not.
+DYING = """
+import os, signal, sys
+import simstore.store
+
+real = simstore.store.Store.add_many
+calls = []
+
+def dying(self, *args, **kwargs):
+    calls.append(1)
+    if len(calls) == 2:
+        os.kill(os.getpid(), signal.SIGKILL)
+    return real(self, *args, **kwargs)
+
+simstore.store.Store.add_many = dying
+from simstore.cli import main
+sys.exit(main(sys.argv[1:]))
+"""
+
+
+@pytest.mark.skipif(not hasattr(signal, "SIGKILL"), reason="needs SIGKILL")
+def test_a_killed_run_resumes_to_the_uninterrupted_output(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    files = [tmp_path / name for name in ("a.jsonl", "b.jsonl", "c.jsonl")]
+    for path, lines in zip(files, PARTS, strict=True):
+        _write(path, lines)
+    store = tmp_path / "corpus.simstore"
+    output = tmp_path / "kept.jsonl"
+    arguments = ["dedup", *map(str, files), "--store", str(store), "-o", str(output)]
+    killed = subprocess.run([sys.executable, "-c", DYING, *arguments], capture_output=True, check=False)
+    assert killed.returncode == -signal.SIGKILL
+    log = json.loads(Path(log_path(str(store))).read_text())
+    assert [entry[1] for entry in log["inputs"]] == [len(PARTS[0])]
+    assert not output.exists()
+    resumed = _run([*arguments, "--resume"], capsys)
+    assert not os.path.exists(log_path(str(store)))  # done: nothing left to resume
+    fresh_output = tmp_path / "fresh.jsonl"
+    fresh_store = tmp_path / "fresh.simstore"
+    fresh = _run(["dedup", *map(str, files), "--store", str(fresh_store), "-o", str(fresh_output)], capsys)
+    assert {**resumed, "output": None} == {**fresh, "output": None}
+    assert output.read_text() == fresh_output.read_text()
+
+
+def test_resume_skips_what_was_committed_and_redoes_what_changed(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str], monkeypatch: pytest.MonkeyPatch
+) -> None:
+    files = [tmp_path / "a.jsonl", tmp_path / "b.jsonl"]
+    _write(files[0], PARTS[0])
+    _write(files[1], PARTS[1])
+    store = tmp_path / "s.simstore"
+    arguments = ["dedup", *map(str, files), "--store", str(store), "-o", str(tmp_path / "out.jsonl")]
+    # A log as a killed run leaves it: all of a.jsonl and 50 documents of b.jsonl.
+    first = _run(arguments, capsys)
+    from simstore.cli_resume import ProgressLog
+    from simstore.readers import Input
+
+    log = ProgressLog(str(store), resume=False)
+    log.record(Input(str(files[0])), len(PARTS[0]))
+    log.record(Input(str(files[1])), 50)
+    fingerprinted: list[int] = []
+    import simstore.cli_common as cli_common
+
+    real = cli_common.fingerprint_documents
+
+    def counting(*args: object, **kwargs: object) -> object:
+        for chunk, values, sketches in real(*args, **kwargs):  # type: ignore[arg-type]
+            fingerprinted.append(len(chunk))
+            yield chunk, values, sketches
+
+    monkeypatch.setattr("simstore.cli_dedup.fingerprint_documents", counting)
+    assert _run([*arguments, "--resume"], capsys) == first
+    assert sum(fingerprinted) == len(PARTS[1]) - 50  # only what the log did not hold
+    # A changed input is read in full again, whatever the log says.
+    log = ProgressLog(str(store), resume=False)
+    log.record(Input(str(files[0])), len(PARTS[0]))
+    _write(files[0], PARTS[0][:-1])
+    fingerprinted.clear()
+    changed = _run([*arguments, "--resume"], capsys)
+    assert sum(fingerprinted) == len(PARTS[0]) - 1 + len(PARTS[1])
+    assert changed["documents"] == len(PARTS[0]) - 1 + len(PARTS[1])
+
+
+def test_a_foreign_file_where_the_log_goes_is_refused(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    store = tmp_path / "s.simstore"
+    Path(log_path(str(store))).write_text("my own notes")
+    assert main(["dedup", str(CORPUS), "--store", str(store), "-o", str(tmp_path / "out.jsonl")]) != 0
+    assert "not a simstore progress log" in capsys.readouterr().err
+    assert Path(log_path(str(store))).read_text() == "my own notes"
