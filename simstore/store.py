@@ -1098,7 +1098,9 @@ class Store(MaintenanceMixin, BatchMixin, CommitMixin):
 
         Args:
             fingerprints: a uint64 array (or iterable of ints); or give ``texts``.
-            k, with_meta, min_similarity: as for :meth:`query`.
+            k: as for :meth:`query`.
+            with_meta: as for :meth:`query`.
+            min_similarity: as for :meth:`query`.
             sketches: with ``fingerprints``, their sketches (see :meth:`add_many`).
         """
         queries, sketches = self._fingerprints_and_sketches_of(
