@@ -401,7 +401,10 @@ def clusters(
         A lazy Dask DataFrame with one row per member of every cluster of two
         or more documents: ``cluster_id`` (the position of its first member:
         stable for the same input and partitioning), ``position`` (the
-        member's), ``key`` and ``representative``. Documents with no
+        member's), ``key``, ``representative``, and the member's
+        ``distance`` and (with ``sketch_column``) estimated ``similarity``
+        to it: a member is a duplicate of its representative, as
+        ``simstore dedup --annotate`` reports it. Documents with no
         near-duplicate are in no cluster.
 
     Rows with equal fingerprints are joined directly and pairs are computed
@@ -419,7 +422,9 @@ def clusters(
     columns = {key_column: "key", fingerprint_column: "fingerprint"}
     if length_column is not None:
         columns[length_column] = "length"
-    _check_columns(ddf, [*columns, *([sketch_column] if sketch_column else [])])
+    if sketch_column is not None:
+        columns[sketch_column] = "sketch"
+    _check_columns(ddf, list(columns))
     shuffle_partitions = _shuffle_partitions(ddf, tables, npartitions)
     docs = _positioned(ddf, columns)
     firsts = (
@@ -442,6 +447,7 @@ def clusters(
         representatives,
         keep,
         None if length_column is None else "length",
+        sketch,
         meta=empty_frame(CLUSTER_COLUMNS),
     )
 

@@ -26,6 +26,7 @@ from simstore.pairs import IntArray, prefix_masks, run_pairs
 from simstore.permute import Table, U64Array, as_fingerprint_array
 from simstore.records import Key, pack_key, unpack_key
 from simstore.results import Record
+from simstore.sketch import Sketch, estimate_jaccard
 
 #: Bits of a position that number the row within its partition.
 ROW_BITS = 40
@@ -35,7 +36,14 @@ ENTRY_COLUMNS = {"table": "uint16", "prefix": "uint64", "fingerprint": "uint64",
 #: Pairs as positions, ``position_a < position_b``.
 PAIR_COLUMNS = {"position_a": "int64", "position_b": "int64", "distance": "uint8"}
 #: One row per member of a cluster with more than one member.
-CLUSTER_COLUMNS = {"cluster_id": "int64", "position": "int64", "key": "object", "representative": "object"}
+CLUSTER_COLUMNS = {
+    "cluster_id": "int64",
+    "position": "int64",
+    "key": "object",
+    "representative": "object",
+    "distance": "int64",
+    "similarity": "float64",
+}
 #: A star forest: every node of a component that is not its root, and the root.
 FOREST_COLUMNS = {"node": "int64", "root": "int64"}
 
@@ -211,9 +219,12 @@ def pairs_forest(pairs: pd.DataFrame) -> pd.DataFrame:
     return star_forest(pairs["position_a"].to_numpy(), pairs["position_b"].to_numpy())
 
 
-def representatives(members: pd.DataFrame, keep: KeepPolicy, length_column: str | None) -> pd.DataFrame:
+def representatives(
+    members: pd.DataFrame, keep: KeepPolicy, length_column: str | None, sketch: Sketch | None = None
+) -> pd.DataFrame:
     """One row per member of every cluster in ``members``, with the
-    cluster's representative.
+    cluster's representative, and the member's distance and (with a
+    ``sketch`` column and its geometry ``sketch``) estimated similarity to it.
 
     ``members`` holds ``cluster_id``, ``position``, ``key`` (packed by
     :func:`pack_keys`), ``fingerprint`` (and ``length_column``), every member
@@ -230,6 +241,7 @@ def representatives(members: pd.DataFrame, keep: KeepPolicy, length_column: str 
     starts = np.flatnonzero(np.r_[True, cluster_ids[1:] != cluster_ids[:-1]])
     ends = np.r_[starts[1:], len(cluster_ids)]
     chosen: list[Key] = []
+    leader_rows = starts.copy()  # each cluster's representative, as a row of ``ordered``
     if keep == "first":
         chosen = [keys[start] for start in starts.tolist()]
     else:
@@ -244,15 +256,34 @@ def representatives(members: pd.DataFrame, keep: KeepPolicy, length_column: str 
                 )
                 for row in range(start, end)
             ]
-            chosen.append(choose_representative(records, keep))
+            picked = choose_representative(records, keep)
+            chosen.append(picked)
+            leader_rows[len(chosen) - 1] = start + next(
+                row for row, record in enumerate(records) if record.key is picked
+            )
     sizes = ends - starts
     representative = np.repeat(np.array(chosen, dtype=object), sizes)
+    leaders = np.repeat(leader_rows, sizes)
+    fingerprints_array = checked_fingerprints(ordered["fingerprint"].to_numpy(), "fingerprint")
+    distance = np.bitwise_count(fingerprints_array ^ fingerprints_array[leaders]).astype(np.int64)
+    similarity = np.full(len(ordered), np.nan)
+    if sketch is not None and "sketch" in ordered.columns:
+        rows = ordered["sketch"].tolist()
+        present = np.array([isinstance(row, bytes | bytearray) for row in rows], dtype=np.bool_)
+        both = present & present[leaders]
+        if both.any():
+            table = np.zeros((len(rows), sketch.nbytes), dtype=np.uint8)
+            for index in np.flatnonzero(present).tolist():
+                table[index] = np.frombuffer(rows[index], dtype=np.uint8)
+            similarity[both] = estimate_jaccard(table[both], table[leaders[both]], sketch)
     result = pd.DataFrame(
         {
             "cluster_id": cluster_ids,
             "position": ordered["position"].to_numpy(),
             "key": np.array(keys, dtype=object),
             "representative": representative,
+            "distance": distance,
+            "similarity": similarity,
         }
     )
     return result[np.repeat(sizes > 1, sizes)].reset_index(drop=True)

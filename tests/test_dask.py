@@ -249,7 +249,20 @@ def test_verified_pairs_clusters_and_against_equal_one_store(
         assert len(found) > 20
         if threshold is not None:
             clusters = sd.clusters(ddf, k=5, sketch_column="sketch", min_similarity=threshold).compute()
-            assert dask_cluster_sets(clusters) == cluster_sets(store.clusters(min_similarity=threshold))
+            one = store.clusters(min_similarity=threshold)
+            assert dask_cluster_sets(clusters) == cluster_sets(one)
+            # Each member's distance and similarity to its representative, as dedup --annotate gives them.
+            found = simstore.frames.provenance_of(
+                store, one, {key: row for row, key in enumerate(keys)}, len(keys), "first"
+            )
+            expected_rows = {
+                (keys[row], found.distance[row], found.similarity[row])
+                for row in range(len(keys))
+                if found.cluster_id[row] is not None
+            }
+            assert (
+                set(zip(clusters.key, clusters.distance, clusters.similarity, strict=True)) == expected_rows
+            )
         batch = ddf.assign(key=ddf.key.map(lambda key: f"new-{key}", meta=("key", object)))
         got = sd.against(batch, [store.path], sketch_column="sketch", min_similarity=threshold)
         store.close()
