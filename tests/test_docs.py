@@ -116,3 +116,37 @@ def test_extras_are_installed_from_the_clone() -> None:
     text = README.read_text(encoding="utf-8")
     assert "install 'simstore[" not in text
     assert "pip install '.[dask]'" in text
+
+
+def test_every_public_name_and_verb_is_in_the_docs() -> None:
+    """The documentation site names every public name of simstore and every verb."""
+    import simstore
+
+    docs = "\n".join(path.read_text(encoding="utf-8") for path in (ROOT / "docs").glob("*.md"))
+    missing = [name for name in simstore.__all__ if not re.search(rf"\b{re.escape(name)}\b", docs)]
+    assert not missing, f"docs/ never names: {', '.join(missing)}"
+    verbs = [verb for verb in VERBS if f"simstore {verb}" not in docs]
+    assert not verbs, f"docs/ has no `simstore VERB` for: {', '.join(verbs)}"
+
+
+def test_the_quick_start_prints_what_the_readme_shows(
+    tmp_path: Path, capsys: object, monkeypatch: object
+) -> None:
+    """The README's first command runs, and prints the summary the README shows."""
+    import pytest
+
+    from simstore.cli import main
+
+    assert isinstance(monkeypatch, pytest.MonkeyPatch)
+    text = README.read_text(encoding="utf-8")
+    command = example_commands(text)[0].split()
+    output = command.index("--output")
+    command[output + 1] = str(tmp_path / "kept.jsonl")
+    monkeypatch.chdir(ROOT)
+    assert main(command) == 0
+    printed = capsys.readouterr().out.splitlines()  # type: ignore[attr-defined]
+    shown = text[text.index("```text\n", text.index("## Quick start")) + len("```text\n") :]
+    shown_lines = shown[: shown.index("```")].splitlines()
+    assert [line for line in printed if not line.startswith("output")] == [
+        line for line in shown_lines if not line.startswith("output")
+    ]
