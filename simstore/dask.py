@@ -127,14 +127,20 @@ def fingerprint(
             dask.delayed(_bag_fingerprints)(part, text_column, fingerprinter) for part in data.to_delayed()
         ]
         return dd.from_delayed(parts, meta=_FINGERPRINT_META, verify_meta=False)
+    texts = _text_series(data, text_column, "a Dask DataFrame, Series or Bag")
+    return texts.map_partitions(_series_fingerprints, fingerprinter, meta=_FINGERPRINT_META)
+
+
+def _text_series(data: object, text_column: str | None, expected: str) -> dd.Series:
+    """The texts of a Dask DataFrame's ``text_column``, or a Dask Series itself."""
     if isinstance(data, dd.DataFrame):
         if text_column is None:
             raise InvalidValueError("text_column= names the column of texts to fingerprint")
         _check_columns(data, [text_column])
-        data = data[text_column]
-    elif not isinstance(data, dd.Series):
-        raise InvalidTypeError(f"expected a Dask DataFrame, Series or Bag, got {type(data).__name__}")
-    return data.map_partitions(_series_fingerprints, fingerprinter, meta=_FINGERPRINT_META)
+        return data[text_column]
+    if not isinstance(data, dd.Series):
+        raise InvalidTypeError(f"expected {expected}, got {type(data).__name__}")
+    return data
 
 
 def fingerprint_and_sketch(
@@ -148,14 +154,8 @@ def fingerprint_and_sketch(
     fingerprinter = _check_fingerprinter(fingerprinter)
     if fingerprinter.sketch is None:
         raise InvalidValueError("the fingerprinter makes no sketches (sketch=None)")
-    if isinstance(data, dd.DataFrame):
-        if text_column is None:
-            raise InvalidValueError("text_column= names the column of texts to fingerprint")
-        _check_columns(data, [text_column])
-        data = data[text_column]
-    elif not isinstance(data, dd.Series):
-        raise InvalidTypeError(f"expected a Dask DataFrame or Series, got {type(data).__name__}")
-    return data.map_partitions(_series_sketches, fingerprinter, meta=empty_frame(_SKETCHED_META))
+    texts = _text_series(data, text_column, "a Dask DataFrame or Series")
+    return texts.map_partitions(_series_sketches, fingerprinter, meta=empty_frame(_SKETCHED_META))
 
 
 def _series_sketches(texts: pd.Series, fingerprinter: Fingerprinter) -> pd.DataFrame:

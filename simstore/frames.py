@@ -13,7 +13,7 @@ from __future__ import annotations
 
 import os
 import tempfile
-from collections.abc import Mapping, Sequence
+from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
 
@@ -22,7 +22,7 @@ import numpy.typing as npt
 
 from simstore.errors import InvalidTypeError, InvalidValueError
 
-__all__ = ["Provenance", "as_column", "dedup_table", "provenance_of"]
+__all__ = ["Provenance", "as_column", "check_keep", "cluster_rows", "dedup_table", "provenance_of"]
 
 
 def as_column(values: Any) -> Any:
@@ -85,34 +85,29 @@ def dedup_table(
     """
     import pyarrow as pa
 
-    from simstore.opening import open as open_store
-
     if not isinstance(table, pa.Table):
         table = pa.table(table)
     for column in (text_column, id_column):
         if column is not None and column not in table.column_names:
             raise InvalidValueError(f"no column {column!r}; the table has {table.column_names}")
-    if keep not in ("first", "longest", "none"):
-        raise InvalidValueError(f"keep must be 'first', 'longest' or 'none', got {keep!r}")
+    check_keep(keep)
     keys: Sequence[Any] = range(table.num_rows) if id_column is None else as_column(table[id_column])
     if len(set(np.asarray(keys).tolist())) != table.num_rows:
         raise InvalidValueError(f"column {id_column!r} repeats an id; each row needs its own")
     texts = table[text_column].to_pylist()
     if any(not isinstance(text, str) for text in texts):
         raise InvalidTypeError(f"column {text_column!r} must hold strings, without nulls")
-    with tempfile.TemporaryDirectory(prefix="simstore-table-") as scratch:
-        path = os.fspath(store_path) if store_path is not None else os.path.join(scratch, "table.simstore")
-        options: dict[str, Any] = {"sync": False}
-        if store_path is None:
-            options.update(k=k, min_similarity=min_similarity)
-        with open_store(path, "c", **options) as store:
-            metas = [{"length": len(text)} for text in texts] if keep == "longest" else None
-            store.add_many(keys, texts=texts, metas=metas)
-            clusters = store.clusters(
-                k, keep="first" if keep == "none" else keep, linkage=linkage, min_similarity=min_similarity
-            )
-            position = {key: index for index, key in enumerate(np.asarray(keys).tolist())}
-            found = provenance_of(store, clusters, position, table.num_rows, keep)
+    position = {key: index for index, key in enumerate(np.asarray(keys).tolist())}
+    found = cluster_rows(
+        [(keys, texts)],
+        position,
+        table.num_rows,
+        k=k,
+        min_similarity=min_similarity,
+        keep=keep,
+        linkage=linkage,
+        store_path=store_path,
+    )
     ids = pa.array(np.asarray(keys).tolist())
     provenance = pa.table(
         {
@@ -125,6 +120,44 @@ def dedup_table(
         }
     )
     return table.filter(pa.array(found.kept)), provenance
+
+
+def check_keep(keep: object) -> None:
+    """Refuse a ``keep=`` that is not one of the row-dedup policies."""
+    if keep not in ("first", "longest", "none"):
+        raise InvalidValueError(f"keep must be 'first', 'longest' or 'none', got {keep!r}")
+
+
+def cluster_rows(
+    batches: Iterable[tuple[Sequence[Any], list[str]]],
+    position: Mapping[Any, int] | None,
+    count: int,
+    *,
+    k: int | None,
+    min_similarity: float | None,
+    keep: str,
+    linkage: str,
+    store_path: str | os.PathLike[str] | None,
+) -> Provenance:
+    """Add ``batches`` of ``(keys, texts)`` (``count`` rows in all) to a
+    store, a temporary one or ``store_path`` (created if missing, and
+    kept), cluster it, and give each row's :class:`Provenance` (``position``
+    as for :func:`provenance_of`)."""
+    from simstore.opening import open as open_store
+
+    with tempfile.TemporaryDirectory(prefix="simstore-rows-") as scratch:
+        path = os.fspath(store_path) if store_path is not None else os.path.join(scratch, "rows.simstore")
+        options: dict[str, Any] = {"sync": False}
+        if store_path is None:
+            options.update(k=k, min_similarity=min_similarity)
+        with open_store(path, "c", **options) as store:
+            for keys, texts in batches:
+                metas = [{"length": len(text)} for text in texts] if keep == "longest" else None
+                store.add_many(keys, texts=texts, metas=metas)
+            clusters = store.clusters(
+                k, keep="first" if keep == "none" else keep, linkage=linkage, min_similarity=min_similarity
+            )
+            return provenance_of(store, clusters, position, count, keep)
 
 
 @dataclass

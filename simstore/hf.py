@@ -12,14 +12,13 @@ it only through the objects it is given.
 from __future__ import annotations
 
 import os
-import tempfile
 from collections.abc import Iterator
 from typing import Any
 
 import numpy as np
 
 from simstore.errors import InvalidTypeError, InvalidValueError
-from simstore.frames import provenance_of
+from simstore.frames import check_keep, cluster_rows
 
 __all__ = ["against_dataset", "dedup_dataset"]
 
@@ -63,26 +62,22 @@ def dedup_dataset(
 
     Documents are stored under their row positions, in a temporary store or
     ``store_path`` (created if missing, and kept)."""
-    if keep not in ("first", "longest", "none"):
-        raise InvalidValueError(f"keep must be 'first', 'longest' or 'none', got {keep!r}")
+    check_keep(keep)
     if id_column is not None and id_column not in dataset.column_names:
         raise InvalidValueError(f"no column {id_column!r}; the dataset has {dataset.column_names}")
-    from simstore.opening import open as open_store
-
-    count = len(dataset)
-    with tempfile.TemporaryDirectory(prefix="simstore-dataset-") as scratch:
-        path = os.fspath(store_path) if store_path is not None else os.path.join(scratch, "dataset.simstore")
-        options: dict[str, Any] = {"sync": False}
-        if store_path is None:
-            options.update(k=k, min_similarity=min_similarity)
-        with open_store(path, "c", **options) as store:
-            for start, texts in _texts(dataset, text_column, batch_size):
-                metas = [{"length": len(text)} for text in texts] if keep == "longest" else None
-                store.add_many(range(start, start + len(texts)), texts=texts, metas=metas)
-            clusters = store.clusters(
-                k, keep="first" if keep == "none" else keep, linkage=linkage, min_similarity=min_similarity
-            )
-            found = provenance_of(store, clusters, None, count, keep)
+    batches = (
+        (range(start, start + len(texts)), texts) for start, texts in _texts(dataset, text_column, batch_size)
+    )
+    found = cluster_rows(
+        batches,
+        None,  # documents are stored under their row positions
+        len(dataset),
+        k=k,
+        min_similarity=min_similarity,
+        keep=keep,
+        linkage=linkage,
+        store_path=store_path,
+    )
     if not annotate:
         return dataset.select(np.flatnonzero(found.kept))
     duplicate_of: list[Any] = found.duplicate_of

@@ -285,13 +285,7 @@ def batch_fingerprints_and_shingles(
     fewer tokens has the one shingle of all its tokens) text after text,
     with the ``len(texts) + 1`` offsets where each text's start: the tokens
     are found and hashed once for both."""
-    try:
-        hashes, tokens_per_text = _tokens_of_parts(_batch_bytes(texts, hmm), seed)
-    except _NoFeaturesError as exc:
-        index = exc.index
-        raise InvalidValueError(
-            f"text at index {start + index}: {no_features_message(texts[index])}"
-        ) from None
+    hashes, tokens_per_text = _tokens_of_texts(texts, seed, hmm, start)
     fingerprints, counts = _vote(*_features(hashes, tokens_per_text, ngrams), weighting)
     return (fingerprints, counts, *_features(hashes, tokens_per_text, (shingle,)))
 
@@ -303,13 +297,7 @@ def batch_shingles(
     fingerprinters of another algorithm, whose sketches are made the same way)."""
     if not texts:
         return np.zeros(0, dtype=np.uint64), np.zeros(1, dtype=np.int64)
-    try:
-        hashes, tokens_per_text = _tokens_of_parts(_batch_bytes(texts, hmm), seed)
-    except _NoFeaturesError as exc:
-        index = exc.index
-        raise InvalidValueError(
-            f"text at index {start + index}: {no_features_message(texts[index])}"
-        ) from None
+    hashes, tokens_per_text = _tokens_of_texts(texts, seed, hmm, start)
     return _features(hashes, tokens_per_text, (shingle,))
 
 
@@ -324,6 +312,20 @@ def shingles_reference(text: str, *, shingle: int, seed: int = 0, hmm: bool = Tr
     if len(hashes) < shingle:
         return [_ngram_hash(hashes)]
     return [_ngram_hash(hashes[k : k + shingle]) for k in range(len(hashes) - shingle + 1)]
+
+
+def _tokens_of_texts(
+    texts: Sequence[str], seed: int, hmm: bool, start: int
+) -> tuple[npt.NDArray[np.uint64], npt.NDArray[np.int64]]:
+    """:func:`_tokens_of_parts` of validated ``texts``; a text without tokens
+    raises :class:`InvalidValueError` naming its index (``start`` + position)."""
+    try:
+        return _tokens_of_parts(_batch_bytes(texts, hmm), seed)
+    except _NoFeaturesError as exc:
+        index = exc.index
+        raise InvalidValueError(
+            f"text at index {start + index}: {no_features_message(texts[index])}"
+        ) from None
 
 
 class _NoFeaturesError(Exception):
