@@ -27,13 +27,11 @@ import tempfile
 import time
 from pathlib import Path
 
-import numpy as np
-
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 
 import pyarrow as pa
 import pyarrow.parquet as pq
-from _common import Report, fmt
+from _common import Report, fmt, fmt_range
 from bench_verify import make_texts
 
 # The child reports its own peak anonymous RSS (memory beyond the page cache
@@ -94,12 +92,12 @@ def main() -> int:
                 [
                     name,
                     f"{sizes[name] / 1e6:.1f} MB",
-                    f"{fmt(float(np.median(rates)))}K ({fmt(min(rates))}-{fmt(max(rates))}K)",
+                    fmt_range(rates),
                     fmt(max(peak for _, peak in runs)),
                 ]
             )
         report.heading("dedup FILE -o OUT", 2)
-        report.table(["input", "file", "rows/s median (min-max)", "peak anon MiB"], table)
+        report.table(["input", "file", "K rows/s median (min-max)", "peak anon MiB"], table)
         # Memory flat in the input's size: add --batch-size commits (and lets
         # go of) every batch, so a quarter of the file and all of it should
         # peak alike.

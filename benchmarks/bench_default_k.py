@@ -27,7 +27,7 @@ import numpy as np
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 
-from _common import Report, fmt, percentiles
+from _common import Report, fmt, fmt_range, percentiles
 
 import simstore
 
@@ -90,7 +90,7 @@ def main() -> int:
                     f"{tables} ({layout})",
                     fmt(file_bytes),
                     fmt(used_bytes),
-                    f"{fmt(float(np.median(rates[name])) / 1e3)}K",
+                    f"{fmt_range([rate / 1e3 for rate in rates[name]])}K",
                     fmt(p50),
                     fmt(p99),
                 ]

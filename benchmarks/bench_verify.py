@@ -29,7 +29,7 @@ import numpy as np
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 
-from _common import AnonPeakSampler, Report, fmt, percentiles
+from _common import AnonPeakSampler, Report, fmt, fmt_range, percentiles
 
 import simstore
 
@@ -112,14 +112,16 @@ def main() -> int:
             rows.append(
                 [
                     name,
-                    f"{fmt(float(np.median(rates)))}K ({fmt(min(rates))}-{fmt(max(rates))}K)",
+                    fmt_range(rates),
                     fmt(last["file_per_doc"]),
                     fmt(last["used_per_doc"]),
                     fmt(max(result["peak_anon_mib"] for result in results)),
                 ]
             )
         report.heading("Build: add_many(texts=) then merge", 2)
-        report.table(["store", "docs/s median (min-max)", "file B/doc", "used B/doc", "peak anon MiB"], rows)
+        report.table(
+            ["store", "K docs/s median (min-max)", "file B/doc", "used B/doc", "peak anon MiB"], rows
+        )
         rng = np.random.default_rng(2)
         queries = [texts[int(index)] for index in rng.integers(0, len(texts), args.queries)]
         cases = [("no sketch", None), ("sketch 256x4 (default)", None), ("sketch 256x4 (default)", 0.8)]

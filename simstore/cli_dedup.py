@@ -15,8 +15,6 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
 
-import numpy as np
-
 from simstore.batch import KEEP_POLICIES, LINKAGES, Cluster
 from simstore.choose import DEFAULT_K
 from simstore.cli_common import (
@@ -42,6 +40,7 @@ from simstore.cli_common import (
 from simstore.cli_outputs import Output, output_stream, resolve_output
 from simstore.cli_resume import ProgressLog
 from simstore.columnar import COLUMNAR_FORMATS, ColumnarWriter, schema_of
+from simstore.frames import member_provenance
 from simstore.opening import open as open_store
 from simstore.readers import (
     Document,
@@ -54,7 +53,6 @@ from simstore.readers import (
     read_documents,
 )
 from simstore.records import Key
-from simstore.sketch import estimate_jaccard
 from simstore.store import Store
 
 
@@ -388,28 +386,15 @@ def _cluster_provenance(store: Store, cluster: Cluster) -> Provenance:
     cluster, the key kept in its place (``None`` for the kept one), and its
     distance and estimated similarity to that document."""
     representative = cluster.representative
-    fingerprint = store[representative].fingerprint
-    sketch = store.sketch_of(representative)
-    found: Provenance = {}
-    for key in cluster.members:
-        own = store.sketch_of(key)
-        similarity = None
-        if sketch is not None and own is not None and store.sketch is not None:
-            similarity = round(
-                float(
-                    estimate_jaccard(
-                        np.frombuffer(sketch, np.uint8), np.frombuffer(own, np.uint8), store.sketch
-                    )[0]
-                ),
-                4,
-            )
-        found[key] = {
+    return {
+        key: {
             "cluster_id": cluster.cluster_id,
             "duplicate_of": None if key == representative else key_to_json(representative),
-            "distance": (store[key].fingerprint ^ fingerprint).bit_count(),
-            "similarity": similarity,
+            "distance": distance,
+            "similarity": None if similarity is None else round(similarity, 4),
         }
-    return found
+        for key, distance, similarity in member_provenance(store, cluster)
+    }
 
 
 def dedup_against(

@@ -75,7 +75,7 @@ from simstore.permute import Table, validate_k
 from simstore.sharded import ShardedStore
 from simstore.sharding import check_shards, shards_of_packed
 from simstore.simhash import Fingerprinter
-from simstore.sketch import Sketch, check_similarity, estimate_jaccard
+from simstore.sketch import Sketch, check_similarity, estimate_jaccard, sketch_rows
 
 __all__ = [
     "against",
@@ -271,8 +271,8 @@ def _judged(
 
 def _similarity_of_pairs(pairs: pd.DataFrame, sketch: Sketch, threshold: float | None) -> pd.DataFrame:
     similarity = np.full(len(pairs), np.nan)
-    rows_a, present_a = _sketch_rows(pairs["sketch_a"], sketch)
-    rows_b, present_b = _sketch_rows(pairs["sketch_b"], sketch)
+    rows_a, present_a = sketch_rows(pairs["sketch_a"].tolist(), sketch)
+    rows_b, present_b = sketch_rows(pairs["sketch_b"].tolist(), sketch)
     both = present_a & present_b
     if both.any():
         similarity[both] = estimate_jaccard(rows_a[both], rows_b[both], sketch)
@@ -280,19 +280,6 @@ def _similarity_of_pairs(pairs: pd.DataFrame, sketch: Sketch, threshold: float |
     if threshold is not None:
         result = result[~(similarity < threshold)]  # rows without a sketch stay, unjudged
     return result
-
-
-def _sketch_rows(values: pd.Series, sketch: Sketch) -> tuple[np.ndarray, np.ndarray]:
-    """Sketch bytes (or missing values) as rows, and which are present."""
-    items = values.tolist()
-    present = np.array([isinstance(item, bytes | bytearray) for item in items], dtype=np.bool_)
-    rows = np.zeros((len(items), sketch.nbytes), dtype=np.uint8)
-    for index in np.flatnonzero(present).tolist():
-        raw = items[index]
-        if len(raw) != sketch.nbytes:
-            raise InvalidValueError(f"a sketch is {len(raw)} bytes; {sketch.nbytes} were expected")
-        rows[index] = np.frombuffer(raw, dtype=np.uint8)
-    return rows, present
 
 
 def _route_to_rows(
@@ -686,7 +673,7 @@ def _against_partition(
             sketch = store.shards[0].sketch
             if sketch is None:
                 raise InvalidValueError(f"the store {paths[0]!r} keeps no sketches to compare with")
-            rows, present = _sketch_rows(frame[sketch_column], sketch)
+            rows, present = sketch_rows(frame[sketch_column].tolist(), sketch)
             if not present.all():
                 raise InvalidValueError("every row needs a sketch when sketch_column= is given")
         answers = store.query_many(fingerprints, k=k, sketches=rows, min_similarity=threshold)

@@ -13,7 +13,7 @@ from __future__ import annotations
 
 import os
 import tempfile
-from collections.abc import Iterable, Mapping, Sequence
+from collections.abc import Iterable, Iterator, Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
 
@@ -21,8 +21,17 @@ import numpy as np
 import numpy.typing as npt
 
 from simstore.errors import InvalidTypeError, InvalidValueError
+from simstore.sketch import estimate_jaccard
 
-__all__ = ["Provenance", "as_column", "check_keep", "cluster_rows", "dedup_table", "provenance_of"]
+__all__ = [
+    "Provenance",
+    "as_column",
+    "check_keep",
+    "cluster_rows",
+    "dedup_table",
+    "member_provenance",
+    "provenance_of",
+]
 
 
 def as_column(values: Any) -> Any:
@@ -185,13 +194,11 @@ def provenance_of(
     )
     for cluster in clusters:
         representative = cluster.representative
-        leader = store[representative]
-        leader_sketch = store.sketch_of(representative)
-        for member in cluster.members:
+        for member, distance, similarity in member_provenance(store, cluster):
             row = member if position is None else position[member]
             found.cluster_id[row] = cluster.cluster_id
-            found.distance[row] = (store[member].fingerprint ^ leader.fingerprint).bit_count()
-            found.similarity[row] = _similarity(store, leader_sketch, store.sketch_of(member))
+            found.distance[row] = distance
+            found.similarity[row] = similarity
             if member != representative:
                 found.duplicate_of[row] = representative
             if member != representative or keep == "none":
@@ -199,10 +206,16 @@ def provenance_of(
     return found
 
 
-def _similarity(store: Any, first: bytes | None, second: bytes | None) -> float | None:
-    from simstore.sketch import estimate_jaccard
-
-    if first is None or second is None or store.sketch is None:
-        return None
-    estimate = estimate_jaccard(np.frombuffer(first, np.uint8), np.frombuffer(second, np.uint8), store.sketch)
-    return float(estimate[0])
+def member_provenance(store: Any, cluster: Any) -> Iterator[tuple[Any, int, float | None]]:
+    """``(key, distance, similarity)`` of each member of ``cluster`` to its
+    representative (similarity ``None`` where either has no sketch)."""
+    representative = cluster.representative
+    leader = store[representative].fingerprint
+    leader_sketch = store.sketch_of(representative)
+    for member in cluster.members:
+        similarity = None
+        own = store.sketch_of(member)
+        if leader_sketch is not None and own is not None and store.sketch is not None:
+            first, second = np.frombuffer(leader_sketch, np.uint8), np.frombuffer(own, np.uint8)
+            similarity = float(estimate_jaccard(first, second, store.sketch)[0])
+        yield member, (store[member].fingerprint ^ leader).bit_count(), similarity

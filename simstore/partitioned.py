@@ -26,7 +26,7 @@ from simstore.pairs import IntArray, prefix_masks, run_pairs
 from simstore.permute import Table, U64Array, as_fingerprint_array
 from simstore.records import Key, pack_key, unpack_key
 from simstore.results import Record
-from simstore.sketch import Sketch, estimate_jaccard
+from simstore.sketch import Sketch, estimate_jaccard, sketch_rows
 
 #: Bits of a position that number the row within its partition.
 ROW_BITS = 40
@@ -268,13 +268,9 @@ def representatives(
     distance = np.bitwise_count(fingerprints_array ^ fingerprints_array[leaders]).astype(np.int64)
     similarity = np.full(len(ordered), np.nan)
     if sketch is not None and "sketch" in ordered.columns:
-        rows = ordered["sketch"].tolist()
-        present = np.array([isinstance(row, bytes | bytearray) for row in rows], dtype=np.bool_)
+        table, present = sketch_rows(ordered["sketch"].tolist(), sketch)
         both = present & present[leaders]
         if both.any():
-            table = np.zeros((len(rows), sketch.nbytes), dtype=np.uint8)
-            for index in np.flatnonzero(present).tolist():
-                table[index] = np.frombuffer(rows[index], dtype=np.uint8)
             similarity[both] = estimate_jaccard(table[both], table[leaders[both]], sketch)
     result = pd.DataFrame(
         {

@@ -52,6 +52,7 @@ __all__ = [
     "check_similarity",
     "estimate_jaccard",
     "sketch_reference",
+    "sketch_rows",
     "sketches_of_shingles",
 ]
 
@@ -170,6 +171,21 @@ def sketch_reference(shingle_hashes: Sequence[int], sketch: Sketch) -> bytes:
     return bytes(
         sum(codes[i + j] << (sketch.bits * j) for j in range(per_byte)) for i in range(0, bins, per_byte)
     )
+
+
+def sketch_rows(items: Sequence[object], sketch: Sketch) -> tuple[U8Array, npt.NDArray[np.bool_]]:
+    """Sketches given as bytes (or missing: any other value) as rows of a
+    uint8 array, zeros where missing, and which rows are present. A sketch
+    of the wrong width raises :class:`InvalidValueError`."""
+    present = np.array([isinstance(item, bytes | bytearray) for item in items], dtype=np.bool_)
+    rows = np.zeros((len(items), sketch.nbytes), dtype=np.uint8)
+    for index in np.flatnonzero(present).tolist():
+        raw = items[index]
+        assert isinstance(raw, bytes | bytearray)
+        if len(raw) != sketch.nbytes:
+            raise InvalidValueError(f"a sketch is {len(raw)} bytes; {sketch.nbytes} were expected")
+        rows[index] = np.frombuffer(raw, dtype=np.uint8)
+    return rows, present
 
 
 # -- estimating similarity --------------------------------------------------

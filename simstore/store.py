@@ -547,9 +547,6 @@ class Store(MaintenanceMixin, BatchMixin, CommitMixin):
             return None
         return self.fingerprinter.sketch
 
-    def _fingerprint_of(self, text: object, fingerprint: object) -> int:
-        return self._fingerprint_and_sketch_of(text, fingerprint)[0]
-
     def _fingerprint_and_sketch_of(self, text: object, fingerprint: object) -> tuple[int, bytes | None]:
         """The fingerprint of one document, and its sketch if it came as
         text and this store keeps sketches."""
@@ -560,9 +557,6 @@ class Store(MaintenanceMixin, BatchMixin, CommitMixin):
         if self.sketch is None:
             return self.fingerprinter.fingerprint(text), None  # type: ignore[arg-type]
         return self.fingerprinter.fingerprint_and_sketch(text)  # type: ignore[arg-type]
-
-    def _fingerprints_of(self, texts: object, fingerprints: object, processes: int | None = 1) -> U64Array:
-        return self._fingerprints_and_sketches_of(texts, fingerprints, processes)[0]
 
     def _fingerprints_and_sketches_of(
         self, texts: object, fingerprints: object, processes: int | None = 1, sketches: object = None
