@@ -126,7 +126,7 @@ def simstore_adds(base_path: str, work_path: str, n: int, count: int, sync: bool
     new = online_fingerprints(count).tolist()
     store = simstore.open(work_path, "w", sync=sync, merge_on_close=False)
     threshold = store._merge_threshold()
-    first_epoch = store._delta.merge_epoch
+    first_epoch = store._engine.delta.merge_epoch
     add = store.add
     clock = time.perf_counter_ns
     latencies = np.empty(count, dtype=np.int64)
@@ -138,12 +138,12 @@ def simstore_adds(base_path: str, work_path: str, n: int, count: int, sync: bool
             before = clock()
             add(n + offset, fingerprint=fingerprint)
             latencies[offset] = clock() - before
-            if offset % 65_536 == 65_535 and len(store._delta) > largest_delta[0]:
-                largest_delta = (len(store._delta), store._delta.sorted_bytes())
+            if offset % 65_536 == 65_535 and len(store._engine.delta) > largest_delta[0]:
+                largest_delta = (len(store._engine.delta), store._engine.delta.sorted_bytes())
         seconds = time.perf_counter() - started
         cpu_after = resource.getrusage(resource.RUSAGE_SELF)
     cpu_seconds = (cpu_after.ru_utime - cpu_before.ru_utime) + (cpu_after.ru_stime - cpu_before.ru_stime)
-    merges = store._delta.merge_epoch - first_epoch
+    merges = store._engine.delta.merge_epoch - first_epoch
     delta_left = store.stats().delta_docs
     store.close()
     os.remove(work_path)

@@ -1,36 +1,90 @@
-"""Verifying a store's invariants, for ``Store.check`` and ``simstore check``."""
+"""What a store holds and whether it is sound: ``Store.stats`` and
+``Store.check`` (and ``simstore stats`` / ``simstore check``)."""
 
 from __future__ import annotations
 
+import os
 from collections.abc import Iterator, Mapping, Sequence
-from contextlib import AbstractContextManager
-from typing import Protocol
+from typing import TYPE_CHECKING
 
 import numpy as np
 
 from simstore import _lmdb, occupancy, runs
 from simstore.catalog import Catalog, Run
+from simstore.choose import layout_name
 from simstore.delta import Delta
 from simstore.errors import CorruptStoreError
-from simstore.format import CATALOG_KEY, STATE_KEY, State
+from simstore.format import CATALOG_KEY, FORMAT_VERSION, STATE_KEY, State
+from simstore.inputs import store_sketch
 from simstore.permute import FINGERPRINT_BITS, Table
+from simstore.reads import all_documents
 from simstore.records import decode_id, decode_record, lookup_key, unpack_key
+from simstore.results import Stats
+from simstore.skew import degenerate_fingerprints, table_skew
 from simstore.tables import TableSet
 
-
-class Checkable(Protocol):
-    """What :func:`check_store` needs of a store."""
-
-    _tables: tuple[Table, ...]
-    _handles: _lmdb.Handles
-    _delta: Delta
-    _tableset: TableSet
-
-    def _read(self) -> AbstractContextManager[_lmdb.Txn]: ...
+if TYPE_CHECKING:
+    from simstore.engine import Engine
 
 
-def check_store(store: Checkable) -> list[str]:
-    """Every broken invariant of ``store``, described; empty when sound.
+def store_stats(engine: Engine, skew: bool) -> Stats:
+    """``Store.stats``: sizes and layout from one snapshot; with ``skew``,
+    also how evenly each table's prefixes fill (reads every fingerprint)."""
+    with engine.read() as txn:
+        docs = int(txn.stat(engine.handles.keys)["entries"])
+        sketches = engine.handles.sketches
+        sketched_docs = 0 if sketches is None else int(txn.stat(sketches)["entries"])
+        delta_docs = len(engine.delta)
+        # Every document outside the delta has one entry in every table.
+        table_entries = (docs - delta_docs,) * len(engine.tables)
+        fingerprints = all_documents(engine, txn)[1] if skew else None
+        catalog = engine.tableset.catalog
+    table_skew_list = None
+    degenerate = None
+    if fingerprints is not None:
+        table_skew_list = tuple(
+            table_skew(np.sort(table.permute_array(fingerprints)), table.prefix_bits)
+            for table in engine.tables
+        )
+        degenerate = degenerate_fingerprints(fingerprints)
+    params = engine.params
+    sketch = store_sketch(engine)
+    return Stats(
+        path=engine.path,
+        docs=docs,
+        delta_docs=delta_docs,
+        tables=len(engine.tables),
+        k=params.k,
+        blocks=params.blocks,
+        prefix_bits=tuple(table.prefix_bits for table in engine.tables),
+        layout=tuple(table.bit_order for table in engine.tables),
+        table_entries=table_entries,
+        bytes_on_disk=file_bytes(engine.path),
+        bytes_used=engine.env.used_bytes(),
+        map_size=engine.env.map_size(),
+        format_version=FORMAT_VERSION,
+        readonly=engine.readonly,
+        layout_name=layout_name(params.k, params.layout),
+        skew=table_skew_list,
+        degenerate=degenerate,
+        runs=len(catalog.runs),
+        compacting=catalog.compaction is not None,
+        sketched_docs=sketched_docs,
+        sketch_bytes=0 if sketch is None else sketch.nbytes,
+        min_similarity=params.min_similarity,
+    )
+
+
+def file_bytes(path: str) -> int:
+    """Bytes the store file occupies on disk (allocated blocks, not its length)."""
+    try:
+        return os.stat(path).st_blocks * 512
+    except OSError:
+        return 0
+
+
+def check_store(engine: Engine) -> list[str]:
+    """Every broken invariant of the store, described; empty when sound.
 
     Every key maps to a record whose key maps back; ids are below the next
     id; the delta log replays to the in-memory delta and matches the
@@ -41,10 +95,10 @@ def check_store(store: Checkable) -> list[str]:
     run's bitmaps mark every entry's slot.
     """
     problems: list[str] = []
-    with store._read() as txn:
-        handles = store._handles
+    with engine.read() as txn:
+        handles = engine.handles
         state = State.decode(txn.get(STATE_KEY, db=handles.meta))
-        replayed = Delta(store._tables)
+        replayed = Delta(engine.tables)
         cursor = txn.cursor(handles.delta)
         cursor.first()
         try:
@@ -52,7 +106,7 @@ def check_store(store: Checkable) -> list[str]:
         except CorruptStoreError as exc:
             problems.append(f"delta log: {exc}")
         replayed_delta = replayed.as_dict()
-        if replayed_delta != store._delta.as_dict():
+        if replayed_delta != engine.delta.as_dict():
             problems.append("the in-memory delta differs from the delta log")
         fingerprint_of = _records(txn, handles, state, problems)
         _check_sketches(txn, handles, fingerprint_of, problems)
@@ -60,12 +114,12 @@ def check_store(store: Checkable) -> list[str]:
             if fingerprint_of.get(doc_id) != fingerprint:
                 problems.append(f"delta document {doc_id} does not match its record")
         try:
-            catalog = Catalog.decode(txn.get(CATALOG_KEY, db=handles.meta), len(store._tables))
+            catalog = Catalog.decode(txn.get(CATALOG_KEY, db=handles.meta), len(engine.tables))
         except CorruptStoreError as exc:
             return [*problems, f"run catalog: {exc}"]
         tabled = {doc_id: fp for doc_id, fp in fingerprint_of.items() if doc_id not in replayed_delta}
-        for index, table in enumerate(store._tables):
-            _check_table(txn, store._tableset, catalog, index, table, tabled, problems)
+        for index, table in enumerate(engine.tables):
+            _check_table(txn, engine.tableset, catalog, index, table, tabled, problems)
     return problems
 
 

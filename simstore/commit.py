@@ -24,7 +24,7 @@ seconds have passed since the first unflushed commit, or ``sync_every``
 commits have gathered, whichever comes first; a timer flushes a store that
 stopped writing. See ``docs/durability.md`` for what each mode keeps.
 
-Mixed into :class:`simstore.Store`; nothing here imports it.
+One :class:`GroupCommit` per open engine (:mod:`simstore.engine`) does all this.
 """
 
 from __future__ import annotations
@@ -38,17 +38,17 @@ from contextlib import contextmanager
 from typing import TYPE_CHECKING, Any, TypeVar, cast
 
 from simstore import _lmdb
+from simstore.delta import Change
 from simstore.errors import InvalidValueError, SimstoreError
 from simstore.format import State
-from simstore.maintenance import Change
 
 if TYPE_CHECKING:
     from simstore.delta import Delta
-    from simstore.params import Options
+    from simstore.engine import Engine
 
 T = TypeVar("T")
 
-#: A write body, as ``Store._write`` takes it.
+#: A write body, as :meth:`simstore.engine.Engine.write` takes it.
 Body = Callable[["_lmdb.Txn", State], tuple[Any, State, Change]]
 
 #: Most single writes one transaction takes; the rest wait for the next.
@@ -150,8 +150,10 @@ class Batch:
     thread that opened the batch may use it.
     """
 
-    def __init__(self, store: CommitMixin) -> None:
-        self._store: Any = store
+    def __init__(self, store: Any, bodies: list[Body]) -> None:
+        # The facade whose single writes the block gathers (not imported here).
+        self._store = store
+        self._bodies = bodies
 
     def add(self, *args: Any, **kwargs: Any) -> None:
         self._store.add(*args, **kwargs)
@@ -163,34 +165,16 @@ class Batch:
         self._store.remove(*args, **kwargs)
 
     def __len__(self) -> int:
-        bodies = self._store._batching.bodies
-        return 0 if bodies is None else len(bodies)
+        return len(self._bodies)
 
 
-class CommitMixin:
-    """Group commit, write batches and interval flushing for :class:`simstore.Store`."""
+class GroupCommit:
+    """Group commit, write batches and interval flushing for one engine."""
 
-    if TYPE_CHECKING:
-        path: str
-        _lock: threading.RLock
-        _env: _lmdb.Environment
-        _delta: Delta
-        _options: Options
-        _closed: bool
-        _pid: int
-        _synced_snapshot: int
-
-        @property
-        def readonly(self) -> bool: ...
-        def _write(self, body: Callable[[_lmdb.Txn, State], tuple[T, State, Change]]) -> T: ...
-        def _sync_delta(self, txn: _lmdb.Txn) -> State: ...
-        def _maintain(self, documents: int, *, pay_all: bool = False) -> None: ...
-        def _check_usable(self) -> None: ...
-
-    def _init_commit(self) -> None:
-        """Set up the queue and the flush bookkeeping (also after ``fork()``)."""
-        self._commits = CommitQueue()
-        self._batching = _Batching()
+    def __init__(self) -> None:
+        """Set up the queue and the flush bookkeeping (anew after ``fork()``)."""
+        self.queue = CommitQueue()
+        self.batching = _Batching()
         self._unflushed = 0  # commits since the last flush (sync="interval")
         self._unflushed_since = 0.0
         self._flush_timer: threading.Timer | None = None
@@ -204,28 +188,28 @@ class CommitMixin:
         self._durability = threading.Condition(threading.Lock())
         self._durable_txn = -1  # every commit up to this id is on the disk
         self._last_group_txn = -1  # the latest commit of a group of this process
-        self._in_group = False  # a group's _write is running: its leader makes it durable
+        self._in_group = False  # a group's write is running: its leader makes it durable
 
     # ------------------------------------------------------------ group commit
 
-    def _write_grouped(self, body: Callable[[_lmdb.Txn, State], tuple[T, State, Change]]) -> T:
+    def write(self, engine: Engine, body: Callable[[_lmdb.Txn, State], tuple[T, State, Change]]) -> T:
         """Run one single write's ``body`` in a transaction shared with the
         other threads' single writes; its result once that commit is as
         durable as ``sync`` makes it."""
-        bodies = self._batching.bodies
+        bodies = self.batching.bodies
         if bodies is not None:
             bodies.append(body)  # the batch open in this thread commits it
             return cast(T, None)
-        if getattr(self._lock, "_is_owned", lambda: False)():
+        if getattr(engine.lock, "_is_owned", lambda: False)():
             # Called with the store's lock held (from a callback inside a
             # store call): a group's leader would wait for that lock for ever.
-            applied = _Applied(self._delta)
+            applied = _Applied(engine.delta)
             try:
-                return cast(T, self._write(self._bodies_in_order([body], applied, isolate=False))[0])
+                return cast(T, engine.write(self._bodies_in_order(engine, [body], applied, isolate=False))[0])
             except BaseException:
-                self._undo(applied)
+                self._undo(engine, applied)
                 raise
-        queue = self._commits
+        queue = self.queue
         request = _Request(body)
         with queue.mutex:
             queue.waiting.append(request)
@@ -240,7 +224,7 @@ class CommitMixin:
         committed: int | None = None
         unsure = False
         try:
-            group, committed, unsure = self._lead(queue)
+            group, committed, unsure = self._lead(engine, queue)
         finally:
             with queue.mutex:
                 if request in queue.waiting:  # interrupted before taking a group
@@ -251,18 +235,18 @@ class CommitMixin:
                 else:
                     queue.leading = False
             try:
-                if not self._env.defer_meta_sync:
+                if not engine.env.defer_meta_sync:
                     pass  # the commit was as durable as sync makes it when it returned
                 elif unsure:
-                    self._make_durable(None)
+                    self._make_durable(engine, None)
                 elif committed is None:
                     # Nothing committed: release the groups waiting for this
                     # one's commit to make theirs durable.
-                    self._make_durable(self._last_group_txn)
+                    self._make_durable(engine, self._last_group_txn)
                 elif followed:
-                    self._await_durable(committed)
+                    self._await_durable(engine, committed)
                 else:
-                    self._make_durable(committed)
+                    self._make_durable(engine, committed)
             except BaseException as exc:
                 # Committed but not known to be on the disk: not acknowledged.
                 for member in group:
@@ -274,7 +258,7 @@ class CommitMixin:
                         member.wake.release()
         return cast(T, request.outcome())
 
-    def _lead(self, queue: CommitQueue) -> tuple[list[_Request], int | None, bool]:
+    def _lead(self, engine: Engine, queue: CommitQueue) -> tuple[list[_Request], int | None, bool]:
         """Take the waiting requests (the leader's first) and commit them
         together; every request of the group has its outcome on return.
 
@@ -283,7 +267,7 @@ class CommitMixin:
         have written without changing the stored state, so that only a
         flush from now on makes sure of it.
         """
-        with self._lock:
+        with engine.lock:
             with queue.mutex:
                 group = queue.waiting[:MAX_GROUP]
                 del queue.waiting[:MAX_GROUP]
@@ -292,13 +276,13 @@ class CommitMixin:
             unsure = False
             try:
                 while pending:
-                    applied = _Applied(self._delta)
+                    applied = _Applied(engine.delta)
                     bodies = self._bodies_in_order(
-                        [request.body for request in pending], applied, isolate=True
+                        engine, [request.body for request in pending], applied, isolate=True
                     )
                     self._in_group = True
                     try:
-                        results = self._write(bodies)
+                        results = engine.write(bodies)
                     except _BodyFailedError as failed:
                         # Aborted: that body fails alone, the others run again.
                         failing = pending.pop(failed.index)
@@ -306,13 +290,13 @@ class CommitMixin:
                         failing.done = True
                         continue
                     except BaseException:
-                        self._undo(applied)
+                        self._undo(engine, applied)
                         raise
                     finally:
                         self._in_group = False
                     if applied.changed_state:
                         committed = self._last_group_txn = applied.txn_id
-                        if self._env.defer_meta_sync:
+                        if engine.env.defer_meta_sync:
                             # LMDB flushed the file before this commit's meta
                             # page: every commit before it is on the disk.
                             self._durable_up_to(committed - 1)
@@ -321,7 +305,7 @@ class CommitMixin:
                         # with the same fingerprint), or nothing written: the
                         # id is taken in the first case, or if another
                         # process committed since; then flush to be sure.
-                        unsure = self._env.last_txn_id() >= applied.txn_id
+                        unsure = engine.env.last_txn_id() >= applied.txn_id
                     for request, result in zip(pending, results, strict=True):
                         request.result = result
                         request.done = True
@@ -335,7 +319,7 @@ class CommitMixin:
                     request.done = True
         return group, committed, unsure
 
-    def _make_durable(self, txn_id: int | None) -> None:
+    def _make_durable(self, engine: Engine, txn_id: int | None) -> None:
         """Return once commit ``txn_id`` (and every one before) is on the disk:
         one flush, unless one begun after that commit has already returned
         (``None``: flush in any case)."""
@@ -343,8 +327,8 @@ class CommitMixin:
             if txn_id is not None and self._durable_txn >= txn_id:
                 return  # a flush begun since that commit covered it
             # Every commit up to this one has written its meta page by now.
-            target = self._env.last_txn_id()
-            self._env.flush()
+            target = engine.env.last_txn_id()
+            engine.env.flush()
             self._durable_up_to(target)
 
     def _durable_up_to(self, txn_id: int) -> None:
@@ -353,7 +337,7 @@ class CommitMixin:
                 self._durable_txn = txn_id
                 self._durability.notify_all()
 
-    def _await_durable(self, txn_id: int) -> None:
+    def _await_durable(self, engine: Engine, txn_id: int) -> None:
         """Wait for the next group's commit to make commit ``txn_id`` durable.
 
         That group's leader either commits (which flushes the file first) or
@@ -363,12 +347,12 @@ class CommitMixin:
         with self._durability:
             if self._durability.wait_for(lambda: self._durable_txn >= txn_id, timeout=AWAIT_FLUSH_SECONDS):
                 return
-        self._make_durable(txn_id)
+        self._make_durable(engine, txn_id)
 
     def _bodies_in_order(
-        self, bodies: list[Body], applied: _Applied, *, isolate: bool
+        self, engine: Engine, bodies: list[Body], applied: _Applied, *, isolate: bool
     ) -> Callable[[_lmdb.Txn, State], tuple[list[Any], State, Change]]:
-        """One ``_write`` body running ``bodies`` in order in its transaction,
+        """One :meth:`Engine.write` body running ``bodies`` in order in its transaction,
         each seeing the state and delta the ones before left.
 
         ``applied`` records what they did to the delta, so that a transaction
@@ -384,9 +368,9 @@ class CommitMixin:
                 # have replayed another process's commits onto it: reload the
                 # delta from the log rather than undo.
                 applied.before.clear()
-                self._forget_delta()
-                state = self._sync_delta(txn)
-            applied.delta = self._delta
+                engine.forget_delta()
+                state = engine.sync_delta(txn)
+            applied.delta = engine.delta
             applied.txn_id = int(txn.id())
             first_state = state
             results = []
@@ -411,113 +395,100 @@ class CommitMixin:
 
         return run
 
-    def _undo(self, applied: _Applied) -> None:
+    def _undo(self, engine: Engine, applied: _Applied) -> None:
         """Undo a group's delta changes after its transaction failed."""
-        if applied.delta is self._delta:
+        if applied.delta is engine.delta:
             applied.undo()
         else:
             applied.before.clear()  # the store adopted a new layout and delta since
 
-    def _forget_delta(self) -> None:
-        """Make the next snapshot reload the whole delta from its log."""
-        delta = self._delta
-        delta.clear()
-        delta.merge_epoch = -1
-        delta.state_bytes = b""
-        self._synced_snapshot = -1
-
     # ------------------------------------------------------------------ batch
 
     @contextmanager
-    def batch(self) -> Iterator[Batch]:
-        """Gather this thread's single writes and commit them together.
-
-        ``with store.batch() as batch: batch.add(...)``: every ``add``,
-        ``add_if_new`` and ``remove`` made in the block, through ``batch`` or
-        the store, is checked at once and written at the end of the block, in
-        order, in one transaction and one flush: all of them or none. If the
-        block raises, or any of its writes fails (``remove`` of a missing
-        key), nothing of it is written and the error propagates. Other
-        threads' calls are not part of the batch.
+    def gathering(self, engine: Engine) -> Iterator[list[Body]]:
+        """Gather this thread's single writes (their bodies, in the list
+        yielded) and, if the block ends without an error, commit them in
+        order, in one transaction: all of them or none (see ``Store.batch``).
 
         Raises:
             InvalidValueError: a batch is already open in this thread.
         """
-        self._check_usable()
-        if self._batching.bodies is not None:
+        engine.check_usable()
+        if self.batching.bodies is not None:
             raise InvalidValueError("a batch is already open in this thread; batches do not nest")
         bodies: list[Body] = []
-        self._batching.bodies = bodies
+        self.batching.bodies = bodies
         try:
-            yield Batch(self)
+            yield bodies
         finally:
-            self._batching.bodies = None
+            self.batching.bodies = None
         if not bodies:
             return
-        with self._lock:
-            applied = _Applied(self._delta)
+        with engine.lock:
+            applied = _Applied(engine.delta)
             try:
-                self._write(self._bodies_in_order(bodies, applied, isolate=False))
+                engine.write(self._bodies_in_order(engine, bodies, applied, isolate=False))
             except BaseException:
-                self._undo(applied)
+                self._undo(engine, applied)
                 raise
-        self._maintain(len(bodies))
 
     # ---------------------------------------------------------- interval sync
 
-    def _committed(self) -> None:
+    def committed(self, engine: Engine) -> None:
         """After every commit (the store's lock held): make it durable as
         ``sync`` asks, or leave that to the group's leader."""
-        if self._env.defer_meta_sync:
+        if engine.env.defer_meta_sync:
             if not self._in_group:
-                self._make_durable(self._env.last_txn_id())
+                self._make_durable(engine, engine.env.last_txn_id())
             return
-        if self._options.sync != "interval":
+        if engine.options.sync != "interval":
             return
         now = time.monotonic()
         if not self._unflushed:
             self._unflushed_since = now
         self._unflushed += 1
-        options = self._options
+        options = engine.options
         if self._unflushed >= options.sync_every or now - self._unflushed_since >= options.sync_interval:
-            self._flush()
+            self.flush_pending(engine)
         elif self._flush_timer is None:
             # Flush a store that stops writing, too.
-            timer = threading.Timer(options.sync_interval, self._flush_when_due)
+            timer = threading.Timer(options.sync_interval, self._flush_when_due, args=(engine,))
             timer.daemon = True
             self._flush_timer = timer
             timer.start()
 
-    def _flush(self) -> None:
+    def flush_pending(self, engine: Engine) -> None:
         """Flush the commits not yet on disk (called with the lock held)."""
         if self._flush_timer is not None:
             self._flush_timer.cancel()
             self._flush_timer = None
         if self._unflushed:
-            self._env.flush()
+            engine.env.flush()
             self._unflushed = 0
 
-    def _flush_when_due(self) -> None:
-        with self._lock:
+    def _flush_when_due(self, engine: Engine) -> None:
+        with engine.lock:
             if self._flush_timer is not threading.current_thread():
                 return  # flushed (and maybe re-armed) since
             self._flush_timer = None
-            if self._closed or os.getpid() != self._pid or not self._unflushed:
+            if engine.closed or os.getpid() != engine.pid or not self._unflushed:
                 return
             try:
-                self._flush()
+                self.flush_pending(engine)
             except SimstoreError as exc:
-                warnings.warn(f"{self.path}: the interval flush failed ({exc})", RuntimeWarning, stacklevel=1)
+                warnings.warn(
+                    f"{engine.path}: the interval flush failed ({exc})", RuntimeWarning, stacklevel=1
+                )
 
-    def flush(self) -> None:
+    def flush(self, engine: Engine) -> None:
         """Make every write this process committed durable now (one fsync).
 
         Only needed with ``sync="interval"`` (or ``sync=False``): with
         ``sync=True`` every write is durable when its call returns.
         """
-        with self._lock:
-            self._check_usable()
-            if self.readonly:
+        with engine.lock:
+            engine.check_usable()
+            if engine.readonly:
                 return
             self._unflushed = max(self._unflushed, 1)
-            self._flush()
+            self.flush_pending(engine)

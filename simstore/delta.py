@@ -31,7 +31,8 @@ from __future__ import annotations
 
 import struct
 from collections.abc import Iterable, Sequence
-from typing import Any
+from dataclasses import dataclass
+from typing import TYPE_CHECKING, Any
 
 import numpy as np
 import numpy.typing as npt
@@ -39,6 +40,9 @@ import numpy.typing as npt
 from simstore.errors import CorruptStoreError
 from simstore.format import State
 from simstore.permute import Table, U64Array
+
+if TYPE_CHECKING:
+    from simstore.catalog import Catalog
 
 ADD_OP = b"a"
 REMOVE_OP = b"r"
@@ -65,6 +69,19 @@ MIN_BITMAP_BITS = 1 << 13
 
 UIntArray = npt.NDArray[np.unsignedinteger[Any]]
 RowArray = npt.NDArray[np.uint32]
+
+
+@dataclass
+class Change:
+    """What a write transaction did to the delta (and the run catalog),
+    applied to memory after its commit: documents put (``(doc_id,
+    fingerprint)``), documents taken out, whether the delta was merged into
+    the tables, and the catalog of the tables' runs if it changed."""
+
+    puts: list[tuple[int, int]]
+    removed: list[int]
+    merged: bool = False
+    catalog: Catalog | None = None
 
 
 def encode_seq(seq: int) -> bytes:

@@ -11,6 +11,7 @@ from typing import Any
 
 from simstore import _lmdb
 from simstore.choose import DEFAULT_MIN_SIMILARITY, LayoutRequest, choose_layout, layout_tables
+from simstore.engine import Engine
 from simstore.errors import (
     CorruptStoreError,
     FormatVersionError,
@@ -161,7 +162,7 @@ def open(  # noqa: A001 - mirrors dbm.open, deliberately
         # file stays, or two of them could end up locking different files.
         env.close()
         raise
-    return Store(path_str, env, handles, params, opts, raw_meta)
+    return Store(Engine(path_str, env, handles, params, opts, raw_meta))
 
 
 def _create_beside(path: str, requested: LayoutRequest, opts: Options) -> None:

@@ -16,6 +16,7 @@ from typing import Any
 
 import numpy as np
 
+from simstore import inputs, reads, writes
 from simstore.errors import InvalidTypeError, InvalidValueError, ShardMismatchError
 from simstore.opening import open as open_store
 from simstore.permute import U64Array
@@ -118,13 +119,13 @@ class ShardedStore:
     ) -> list[Match]:
         """Every document in any shard within ``k`` bits, sorted by ``(distance, key)``;
         the arguments are :meth:`simstore.Store.query`'s."""
-        first = self.shards[0]
-        query, sketch = first._fingerprint_and_sketch_of(text, fingerprint)
-        k = first._check_k(k)
-        threshold = first._threshold(min_similarity, sketch)
+        first = self.shards[0]._engine
+        query, sketch = inputs.fingerprint_and_sketch(first, text, fingerprint)
+        k = inputs.checked_k(first, k)
+        threshold = inputs.query_threshold(first, min_similarity, sketch)
         matches: list[Match] = []
         for shard in self.shards:
-            matches.extend(shard._query(query, sketch, k, with_meta, threshold))
+            matches.extend(reads.query(shard._engine, query, sketch, k, with_meta, threshold))
         matches.sort(key=match_order)
         return matches
 
@@ -140,13 +141,13 @@ class ShardedStore:
     ) -> list[list[Match]]:
         """:meth:`query` for a batch: one sorted list per query, each shard
         answering the whole batch from one snapshot of its own."""
-        first = self.shards[0]
-        queries, sketches = first._fingerprints_and_sketches_of(texts, fingerprints, 1, sketches)
-        k = first._check_k(k)
-        threshold = first._threshold(min_similarity, sketches)
+        first = self.shards[0]._engine
+        queries, sketches = inputs.fingerprints_and_sketches(first, texts, fingerprints, 1, sketches)
+        k = inputs.checked_k(first, k)
+        threshold = inputs.query_threshold(first, min_similarity, sketches)
         merged: list[list[Match]] = [[] for _ in range(len(queries))]
         for shard in self.shards:
-            answers = shard._query_many(queries, sketches, k, with_meta, threshold)
+            answers = reads.query_many(shard._engine, queries, sketches, k, with_meta, threshold)
             for found, matches in zip(merged, answers, strict=True):
                 found.extend(matches)
         for found in merged:
@@ -209,13 +210,14 @@ class ShardedStore:
         files, with no transaction across them. ``processes`` and
         ``sketches`` are :meth:`Store.add_many`'s."""
         # Checked and packed once, before any shard is written.
-        packed_keys, fps, meta_list, checked_sketches = self.shards[0]._checked_batch(
-            keys, fingerprints, texts, metas, processes, sketches
+        packed_keys, fps, meta_list, checked_sketches = inputs.checked_batch(
+            self.shards[0]._engine, keys, fingerprints, texts, metas, processes, sketches
         )
         owners = shards_of_packed(packed_keys.sliced(range(len(packed_keys))), len(self.shards))
         for number in np.unique(owners).tolist():
             rows = np.flatnonzero(owners == number)
-            self.shards[number]._add_packed(
+            writes.add_packed(
+                self.shards[number]._engine,
                 packed_keys.subset(rows),
                 fps[rows],
                 None if meta_list is None else [meta_list[row] for row in rows.tolist()],

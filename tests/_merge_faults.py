@@ -38,10 +38,10 @@ def failing_after(steps: int, error: BaseException) -> Iterator[None]:
 
 def compaction_under_way(store: Store) -> Compaction | None:
     """The compaction the store's latest snapshot has under way, if any."""
-    with store._read():
-        return store._tableset.catalog.compaction
+    with store._engine.read():
+        return store._engine.tableset.catalog.compaction
 
 
 def run_count(store: Store) -> int:
-    with store._read():
-        return len(store._tableset.catalog.runs)
+    with store._engine.read():
+        return len(store._engine.tableset.catalog.runs)

@@ -22,6 +22,7 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 import simstore
+import simstore.writes
 from simstore import _lmdb
 from simstore.records import pack_key
 from simstore.store import Store
@@ -30,8 +31,8 @@ Call = Callable[[], Any]
 
 
 def _queued(store: Store) -> int:
-    with store._commits.mutex:
-        return len(store._commits.waiting)
+    with store._engine.commit.queue.mutex:
+        return len(store._engine.commit.queue.waiting)
 
 
 def run_as_group(store: Store, calls: list[Call]) -> list[tuple[str, Any]]:
@@ -46,7 +47,7 @@ def run_as_group(store: Store, calls: list[Call]) -> list[tuple[str, Any]]:
             outcomes[index] = ("error", exc)
 
     threads = []
-    store._lock.acquire()
+    store._engine.lock.acquire()
     try:
         for index, call in enumerate(calls):
             thread = threading.Thread(target=run, args=(index, call))
@@ -56,7 +57,7 @@ def run_as_group(store: Store, calls: list[Call]) -> list[tuple[str, Any]]:
                 assert thread.is_alive(), outcomes[index]
                 time.sleep(0.0005)
     finally:
-        store._lock.release()
+        store._engine.lock.release()
     for thread in threads:
         thread.join(timeout=60)
         assert not thread.is_alive()
@@ -111,13 +112,13 @@ class Flushes:
 def txn_of(monkeypatch: pytest.MonkeyPatch) -> dict[bytes, int]:
     """The id of the (last) write transaction that wrote each packed key."""
     written: dict[bytes, int] = {}
-    real_put_one = Store._put_one
+    real_put_one = simstore.writes.put_one
 
-    def put_one(self: Store, txn: Any, state: Any, packed: bytes, *args: Any) -> Any:
+    def put_one(engine: Any, txn: Any, state: Any, packed: bytes, *args: Any) -> Any:
         written[packed] = int(txn.id())
-        return real_put_one(self, txn, state, packed, *args)
+        return real_put_one(engine, txn, state, packed, *args)
 
-    monkeypatch.setattr(Store, "_put_one", put_one)
+    monkeypatch.setattr(simstore.writes, "put_one", put_one)
     return written
 
 
@@ -171,7 +172,7 @@ def test_a_returned_sync_add_has_been_flushed(
     # LMDB flushes the file at every commit (MDB_NOSYNC is off) before it
     # writes the commit's meta page, which is left unflushed: a flush or a
     # later commit must have covered the commit by the time the call returns.
-    flags = sync_store._env.env.flags()
+    flags = sync_store._engine.env.env.flags()
     assert flags["sync"] is True
     assert flags["metasync"] is False
     flushes = Flushes(monkeypatch)
@@ -192,7 +193,7 @@ def test_a_returned_sync_add_has_been_flushed(
     assert late == []
     assert 1 <= flushes.count <= 160
     sync_store.add_many(["bulk-1", "bulk-2"], np.array([1, 2], dtype=np.uint64))
-    assert flushes.durable_up_to() >= sync_store._env.last_txn_id()
+    assert flushes.durable_up_to() >= sync_store._engine.env.last_txn_id()
 
 
 def test_bad_input_in_one_caller_fails_that_caller_only(sync_store: Store) -> None:
@@ -267,7 +268,7 @@ def test_a_failed_body_leaves_the_delta_as_the_file_says(store_path: str) -> Non
             lambda: store.remove("nothing"),
         ]
         run_as_group(store, calls)
-        assert store._delta.as_dict() == {0: fp_of(1)}
+        assert store._engine.delta.as_dict() == {0: fp_of(1)}
         assert [match.key for match in store.query(fingerprint=fp_of(1))] == ["x"]
 
 
@@ -366,7 +367,7 @@ def test_a_batch_that_raises_keeps_nothing(sync_store: Store) -> None:
         with pytest.raises(error):
             block()
         assert sync_store.keys() == ["kept"]
-        assert sync_store._delta.as_dict() == {0: fp_of(1)}
+        assert sync_store._engine.delta.as_dict() == {0: fp_of(1)}
     assert sync_store.check() == []
 
 
@@ -400,7 +401,7 @@ def test_interval_mode_flushes_every_n_commits_and_on_close(
 ) -> None:
     flushes = Flushes(monkeypatch)
     store = simstore.open(store_path, k=3, sync="interval", sync_every=3, sync_interval=3600)
-    flags = store._env.env.flags()
+    flags = store._engine.env.env.flags()
     assert flags["sync"] is False
     assert flags["metasync"] is False
     for number in range(7):
@@ -453,8 +454,8 @@ def test_sync_is_not_stored(store_path: str) -> None:
     with simstore.open(store_path, k=3, sync="interval") as store:
         store.add("k", fingerprint=1)
     with simstore.open(store_path, sync=True) as store:
-        assert store._options.sync is True
-        assert store._env.defer_meta_sync
+        assert store._engine.options.sync is True
+        assert store._engine.env.defer_meta_sync
 
 
 def test_flush_on_a_read_only_store_does_nothing(store_path: str) -> None:
@@ -494,12 +495,12 @@ def two_groups(
         thread.start()
         threads.append(thread)
 
-    store._lock.acquire()
+    store._engine.lock.acquire()
     for index, call in enumerate(first):
         start(index, call)
         while _queued(store) < index + 1:
             time.sleep(0.0005)
-    store._lock.release()
+    store._engine.lock.release()
     assert opened.wait(60)  # the first group's transaction is open
     for index, call in enumerate(second, start=len(first)):
         start(index, call)
@@ -551,7 +552,7 @@ def test_a_transaction_that_fails_fails_its_whole_group_and_writes_nothing(store
         outcomes = run_as_group(store, calls)
         assert all(kind == "error" and isinstance(value, simstore.StoreFullError) for kind, value in outcomes)
         assert len(store) == 0
-        assert store._delta.as_dict() == {}
+        assert store._engine.delta.as_dict() == {}
         store.add("small", fingerprint=1)
         assert store.check() == []
 

@@ -12,6 +12,7 @@ import sys
 import textwrap
 from collections.abc import Iterator
 from pathlib import Path
+from typing import Any
 from unittest import mock
 
 import numpy as np
@@ -21,6 +22,7 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 import simstore
+import simstore.maintenance
 import simstore.occupancy
 from simstore.catalog import plan_compaction
 from simstore.format import State
@@ -107,10 +109,10 @@ def test_state_round_trips() -> None:
 def test_answers_stay_exact_at_every_step(tmp_path: Path) -> None:
     store, model = build(tmp_path / "s.simstore", 4, 150, in_delta=40)
     seen: list[tuple[int, int]] = []
-    real_step = store._compaction_step
+    real_step = simstore.maintenance.compaction_step
 
-    def step(*, everything: bool = False) -> int | None:
-        moved = real_step(everything=everything)
+    def step(engine: Any, *, everything: bool = False) -> int | None:
+        moved = real_step(engine, everything=everything)
         under_way = compaction_under_way(store)
         if under_way is not None:
             seen.append((under_way.table, under_way.cursor))
@@ -118,7 +120,7 @@ def test_answers_stay_exact_at_every_step(tmp_path: Path) -> None:
         assert_exact(store, model, queries=6)
         return moved
 
-    with small_steps(40), mock.patch.object(store, "_compaction_step", step):
+    with small_steps(40), mock.patch.object(simstore.maintenance, "compaction_step", step):
         store.compact()
     assert run_count(store) == 1
     assert compaction_under_way(store) is None
@@ -236,7 +238,7 @@ def test_a_step_refused_for_room_changes_nothing_and_a_later_write_goes_on(tmp_p
             store.compact()
         cut = compaction_under_way(store)
         assert cut is not None
-        store._compaction_credit = 10**6  # as if this process had written much: it owes steps
+        store._engine.compaction_credit = 10**6  # as if this process had written much: it owes steps
         with failing_after(0, simstore.StoreFullError("no room")), pytest.warns(simstore.StoreFullWarning):
             store.add(10_000, fingerprint=123)  # committed, though its step found no room
         model[10_000] = 123
@@ -388,7 +390,7 @@ def test_stats_report_runs_and_a_compaction_under_way(tmp_path: Path) -> None:
                 )
             assert store.stats().runs == 5
             assert not store.stats().compacting
-            store._compaction_step()  # one small step of the compaction now due
+            simstore.maintenance.compaction_step(store._engine)  # one small step of the compaction now due
             assert store.stats().compacting
         store.compact()
         stats = store.stats()

@@ -147,7 +147,7 @@ def test_compact_joins_runs_and_its_copy_holds_only_pages_in_use(tmp_path: Path)
         queries = [int(fingerprints[i]) ^ 1 for i in range(0, 400)]
         before = [store.query(query) for query in queries]
         store.compact(copy_to=tmp_path / "copy.simstore")
-        assert len(store._tableset.catalog.runs) == 1
+        assert len(store._engine.tableset.catalog.runs) == 1
         assert [store.query(query) for query in queries] == before
         used = store.stats().bytes_used
     copy = tmp_path / "copy.simstore"

@@ -137,7 +137,7 @@ def brute(fingerprints: dict[str, int], query: int, k: int) -> list[tuple[int, s
 
 def loaded_bitmaps(store: simstore.Store) -> int:
     """How many (table, run) pairs the store's queries have bitmaps for."""
-    return sum(entry[7] is not None for probes in store._tableset.probes for entry in probes)
+    return sum(entry[7] is not None for probes in store._engine.tableset.probes for entry in probes)
 
 
 def test_every_run_has_bitmaps_sized_to_it(store_path: str) -> None:
@@ -155,13 +155,13 @@ def test_every_run_has_bitmaps_sized_to_it(store_path: str) -> None:
                 store.add(f"one{step}-{i}", fingerprint=fp)
                 model[f"one{step}-{i}"] = fp
             store.merge()
-            catalog = store._tableset.catalog
+            catalog = store._engine.tableset.catalog
             for run in catalog.runs:
                 for table, bits in zip(store.tables, run.bitmap_bits, strict=True):
                     assert bits == occupancy.bits_for(run.entries, table.prefix_bits, len(store.tables))
             assert store.check() == []
         store.query_many(np.zeros(100, dtype=np.uint64))  # a batch reads every bitmap
-        assert loaded_bitmaps(store) == len(store.tables) * len(store._tableset.catalog.runs)
+        assert loaded_bitmaps(store) == len(store.tables) * len(store._engine.tableset.catalog.runs)
         for query in list(model.values())[:200] + rng.integers(0, 2**64, 50, dtype=np.uint64).tolist():
             near = query ^ (1 << int(rng.integers(64)))
             assert [(m.distance, m.key) for m in store.query(fingerprint=near)] == brute(model, near, 3)
@@ -169,10 +169,10 @@ def test_every_run_has_bitmaps_sized_to_it(store_path: str) -> None:
 
 def _rewrite_chunks(store: simstore.Store, kind: bytes, how: str) -> None:
     """Blank (``"blank"``) or delete (``"delete"``) every stored chunk of ``kind``."""
-    runs_now = store._tableset.catalog.runs
+    runs_now = store._engine.tableset.catalog.runs
 
     def body(txn: Any) -> None:
-        for index, db in enumerate(store._handles.tables):
+        for index, db in enumerate(store._engine.handles.tables):
             for run in runs_now:
                 bits = run.bitmap_bits[index]
                 for chunk in range(occupancy.chunk_count(bits)):
@@ -184,7 +184,7 @@ def _rewrite_chunks(store: simstore.Store, kind: bytes, how: str) -> None:
                         blank = occupancy.encode_chunks(run.run_id, kind, bits, occupancy.empty(bits))
                         txn.put(key, dict(blank)[key] if size else b"", db=db)
 
-    store._env.write(body)
+    store._engine.env.write(body)
 
 
 def test_damaged_or_missing_bitmaps_cost_probes_not_answers(store_path: str) -> None:
@@ -219,8 +219,8 @@ def test_relayout_writes_new_bitmaps(store_path: str) -> None:
         store.merge()
         store.relayout(blocks=6)
         assert len(store.tables) == 20
-        with store._read():
-            [run] = store._tableset.catalog.runs
+        with store._engine.read():
+            [run] = store._engine.tableset.catalog.runs
         assert all(run.bitmap_bits)
         store.query_many(np.zeros(100, dtype=np.uint64))
         assert loaded_bitmaps(store) == 20
@@ -247,8 +247,8 @@ def test_near_duplicate_queries_skip_tables_whose_slot_holds_only_what_they_foun
     with simstore.open(store_path, "n", k=3) as store:
         store.add_many(list(range(3000)), fps)
         store.merge()
-        tableset = store._tableset
-        with store._read() as txn:
+        tableset = store._engine.tableset
+        with store._engine.read() as txn:
             tableset.read_bitmaps(txn, 1 << 20)
             with_crowded = tableset.probes
             assert all(entry[8] is not None for probes in with_crowded for entry in probes)
@@ -262,11 +262,12 @@ def test_near_duplicate_queries_skip_tables_whose_slot_holds_only_what_they_foun
                 expected = sorted(d for d in np.bitwise_count(fps ^ np.uint64(query)).tolist() if d <= 3)
                 for label, plan in (("with", with_crowded), ("without", without_crowded)):
                     tableset.probes = plan
-                    counting = CountingTxn(txn, set(store._handles.tables))
+                    counting = CountingTxn(txn, set(store._engine.handles.tables))
                     found: dict[int, int] = {}
-                    permuted = store._permute_all(query)
+                    engine = store._engine
+                    permuted = engine.permute_all(query)
                     tableset.find(
-                        counting, permuted, query, 3, found, {}, store._handles.docs, store._permute_all
+                        counting, permuted, query, 3, found, {}, engine.handles.docs, engine.permute_all
                     )  # type: ignore[arg-type]
                     assert sorted(found.values()) == expected
                     probes[label] += counting.probes

@@ -386,13 +386,13 @@ def mover_diagnosis(store: Any, seed: int, mover: int) -> str:
     key = f"mover-{mover}"
     fingerprints = mover_fps(seed, mover)
     record = store.get(key)
-    state = store._delta.state
-    with store._read() as txn:
-        doc_id = int.from_bytes(txn.get(store_lookup(key), db=store._handles.keys) or b"", "big")
-        tableset = store._tableset
+    state = store._engine.delta.state
+    with store._engine.read() as txn:
+        doc_id = int.from_bytes(txn.get(store_lookup(key), db=store._engine.handles.keys) or b"", "big")
+        tableset = store._engine.tableset
         in_tables = [
             (index, run.run_id)
-            for index in range(len(store._tables))
+            for index in range(len(store._engine.tables))
             for run, low, high in tableset.catalog.table_runs(index)
             for _, _, ids in tableset.entries(txn, index, run, low, high)
             if doc_id in ids.tolist()
@@ -400,8 +400,8 @@ def mover_diagnosis(store: Any, seed: int, mover: int) -> str:
     again = [[m.key for m in row] for row in store.query_many(list(fingerprints), k=0)]
     return (
         f"record fp index {fingerprints.index(record.fingerprint) if record else None}, "
-        f"id {doc_id}, reader delta holds {store._delta.get(doc_id)}, in tables {in_tables}, "
-        f"state {tuple(state)}, runs {[run.run_id for run in store._tableset.catalog.runs]}, "
+        f"id {doc_id}, reader delta holds {store._engine.delta.get(doc_id)}, in tables {in_tables}, "
+        f"state {tuple(state)}, runs {[run.run_id for run in store._engine.tableset.catalog.runs]}, "
         f"queried again {again}"
     )
 

@@ -1,0 +1,387 @@
+"""An open store's lifecycle: the file, its layout, the delta, and the
+transactions every operation runs in.
+
+An :class:`Engine` holds what one process knows of an open store file: the
+LMDB environment and sub-database handles, the stored parameters and tables,
+the in-memory delta, the tables' run catalog and bitmaps, the lock that
+serialises calls, and the group commit. Writes go through :meth:`Engine.write`,
+which keeps the delta in step with the file; reads through
+:meth:`Engine.read`, which brings the delta up to date with the snapshot
+before any table is consulted. Both follow a re-layout by another process
+(the meta record changed) by reopening the file, and a fork by reopening it
+in the child.
+
+The operations themselves live in modules of their own (:mod:`simstore.writes`,
+:mod:`simstore.reads`, :mod:`simstore.maintenance`, :mod:`simstore.batch`),
+each a set of functions of an engine; :class:`simstore.Store` is the facade
+over them. Nothing here imports the facade.
+"""
+
+from __future__ import annotations
+
+import os
+import threading
+import time
+import weakref
+from collections.abc import Callable
+from types import TracebackType
+from typing import TypeVar
+
+import numpy as np
+
+from simstore import _lmdb
+from simstore.catalog import Catalog
+from simstore.commit import GroupCommit
+from simstore.delta import Change, Delta, encode_seq
+from simstore.errors import CorruptStoreError, ReadOnlyError, StoreClosedError
+from simstore.format import CATALOG_KEY, META_KEY, STATE_KEY, State, StoredParams, decode_meta
+from simstore.params import Options
+from simstore.permute import Table, tables_permuter
+from simstore.runs import filter_bits_for
+from simstore.simhash import Fingerprinter
+from simstore.tables import TableSet
+
+T = TypeVar("T")
+
+# How often one call follows re-layouts by other processes before giving up.
+# Each retry waits for the re-layout in progress, so only a process that
+# re-lays the store out back to back, winning the writer lock every time,
+# can exhaust them.
+LAYOUT_RETRIES = 100
+
+
+class LayoutChangedError(Exception):
+    """Internal: the snapshot's meta record differs from the one this engine
+    uses, because another process re-laid the store out."""
+
+
+# Every open engine, so that fork() can wait for the calls in progress and a
+# forked child can give each a fresh lock.
+_open_engines: weakref.WeakSet[Engine] = weakref.WeakSet()
+# The locks _before_fork took, released again in the parent after fork().
+_held_over_fork: list[threading.RLock] = []
+
+
+def _before_fork() -> None:
+    # Wait for every call in progress in another thread to finish, and keep
+    # new ones out until fork() returns. A child forked in the middle of a
+    # call would inherit py-lmdb's count of operations in flight, which only
+    # that call (absent from the child) could bring back to zero, so the
+    # child's close of its inherited environment would wait for ever
+    # (tests/reliability/test_concurrency.py::test_fork_while_another_thread_is_inside_the_store).
+    # Locks are taken in one order (by id), so two forking threads cannot deadlock.
+    for engine in sorted(_open_engines, key=id):
+        engine.lock.acquire()
+        _held_over_fork.append(engine.lock)
+
+
+def _after_fork_in_parent() -> None:
+    while _held_over_fork:
+        _held_over_fork.pop().release()
+
+
+def _after_fork_in_child() -> None:
+    _held_over_fork.clear()
+    for engine in list(_open_engines):
+        engine.lock = threading.RLock()
+        engine.commit = GroupCommit()  # no other thread's writes are waiting in the child
+        engine.needs_reload = True  # reopen the file at the child's first call
+
+
+os.register_at_fork(
+    before=_before_fork, after_in_parent=_after_fork_in_parent, after_in_child=_after_fork_in_child
+)
+
+
+def _table_count_and_generation(raw_meta: bytes) -> tuple[int, int]:
+    params = decode_meta(raw_meta)
+    return len(params.tables), params.generation
+
+
+class Engine:
+    """One process's view of an open store file (see the module docstring).
+
+    Attributes that a re-layout replaces (``params``, ``handles``,
+    ``tables``, ``delta``, ``tableset``) must be read again inside each
+    transaction, never kept across calls.
+    """
+
+    def __init__(
+        self,
+        path: str,
+        env: _lmdb.Environment,
+        handles: _lmdb.Handles,
+        params: StoredParams,
+        options: Options,
+        raw_meta: bytes,
+    ) -> None:
+        self.path = path
+        self.env = env
+        self.readonly = env.readonly
+        self.options = options
+        # The text fingerprinter of the stored settings, made at first use.
+        self.fingerprinter: Fingerprinter | None = None
+        self.needs_reload = False
+        self.adopt_layout(params, handles, raw_meta)
+        self.lock = threading.RLock()
+        self.closed = False
+        self.pid = os.getpid()
+        self.commit = GroupCommit()
+        _open_engines.add(self)
+        try:
+            with self.read():
+                pass  # loads the delta from the log
+        except BaseException:
+            # A damaged delta log: refused, and the file closed now, so that
+            # opening it again in this process is not refused as open already.
+            self.closed = True
+            self.env.close()
+            raise
+
+    # ------------------------------------------------------------------ layout
+
+    def adopt_layout(self, params: StoredParams, handles: _lmdb.Handles, raw_meta: bytes) -> None:
+        """Use ``params`` (decoded from ``raw_meta``) and ``handles`` from now
+        on, with a delta to match.
+
+        ``raw_meta`` must be the very record ``params`` came from: reading it
+        again could see a later re-layout and pair new meta with old tables.
+        """
+        self.params = params
+        self.handles = handles
+        self.tables: tuple[Table, ...] = params.tables
+        self.permute_all = tables_permuter(self.tables)
+        self.delta = Delta(self.tables)
+        # The snapshot (LMDB transaction id) a read last brought the delta up
+        # to; a read of the same snapshot skips the sync.
+        self.synced_snapshot = -1
+        # The tables' runs and bitmaps, for the catalog version in catalog_version.
+        self.tableset = TableSet(self.tables, handles.tables, filter_bits_for(params.k))
+        self.catalog_version = -1
+        self.meta_raw = bytes(raw_meta)
+        # Compaction work this process owes for the documents it wrote (entries).
+        self.compaction_credit = 0
+
+    def reload_layout(self) -> None:
+        """Another process re-laid the store out: reopen the file and adopt
+        its new meta record and tables.
+
+        The environment is reopened rather than only the new tables opened,
+        because LMDB cannot close the handles of the dropped tables: a
+        long-lived store that followed many re-layouts would run out of them.
+        Until this succeeds the engine stays marked for reloading, so a
+        failure here is retried by the next call instead of leaving a closed file.
+        """
+        self.needs_reload = True
+        self.env.close()
+        self.env = self._open_environment()
+        for attempt in range(1, LAYOUT_RETRIES + 1):
+            try:
+                raw_meta, handles = self.env.open_current(_table_count_and_generation)
+            except CorruptStoreError:
+                if attempt == LAYOUT_RETRIES:
+                    raise
+                time.sleep(0.001 * attempt)  # a read-only store raced another re-layout
+                continue
+            self.adopt_layout(decode_meta(raw_meta), handles, raw_meta)
+            self.needs_reload = False
+            return
+
+    def _open_environment(self) -> _lmdb.Environment:
+        env = _lmdb.Environment(
+            self.path,
+            readonly=self.readonly,
+            sync=self.options.sync_each_commit,
+            map_size=None,
+            max_map_size=self.options.max_map_size,
+            defer_meta_sync=self.options.sync_each_commit,  # simstore.commit flushes the meta page
+        )
+        try:
+            env.use_writable_map()  # the file is this store's
+        except BaseException:
+            env.close()
+            raise
+        return env
+
+    # --------------------------------------------------------------- lifecycle
+
+    def owns_file(self) -> bool:
+        """Whether this process opened the file (not a child forked since)."""
+        return os.getpid() == self.pid
+
+    def check_usable(self) -> None:
+        if self.closed:
+            raise StoreClosedError(f"the store {self.path!r} is closed")
+        # The fork hook sets needs_reload in a child, so the common path
+        # tests one attribute instead of calling os.getpid() on every call.
+        if self.needs_reload:
+            if not self.owns_file():
+                # LMDB forbids using an environment across fork(). The child
+                # closes the inherited one (safe: simstore keeps no transaction
+                # open between calls and no spare ones, so closing touches none
+                # of the parent's reader slots, and fcntl locks are not
+                # inherited) and opens afresh.
+                self.pid = os.getpid()
+            self.reload_layout()
+
+    def close(self) -> None:
+        """Close the file (the caller holds the lock and has merged what it wants)."""
+        self.closed = True
+        if self.owns_file():
+            try:
+                self.commit.flush_pending(self)  # sync="interval": what the last interval committed
+            finally:
+                self.env.close()
+
+    # ------------------------------------------------------------ transactions
+
+    def sync_delta(self, txn: _lmdb.Txn) -> State:
+        """Bring the in-memory delta and run catalog to the snapshot ``txn`` sees."""
+        raw_state = txn.get(STATE_KEY, db=self.handles.meta)
+        delta = self.delta
+        if raw_state is not None and raw_state == delta.state_bytes:
+            return delta.state  # the common case: nothing written since
+        state = State.decode(raw_state)
+        if txn.get(META_KEY, db=self.handles.meta) != self.meta_raw:
+            raise LayoutChangedError
+        if state.merge_epoch != delta.merge_epoch:
+            delta.clear()
+            cursor = txn.cursor(self.handles.delta)
+            cursor.first()
+            delta.apply(cursor.iternext())
+        elif state.next_seq != delta.next_seq:
+            cursor = txn.cursor(self.handles.delta)
+            if cursor.set_range(encode_seq(delta.next_seq)):
+                delta.apply(cursor.iternext())
+        delta.adopt(state)
+        if state.catalog_version != self.catalog_version:
+            raw_catalog = txn.get(CATALOG_KEY, db=self.handles.meta)
+            self.tableset.adopt(Catalog.decode(raw_catalog, len(self.tables)))
+            self.catalog_version = state.catalog_version
+        return state
+
+    def forget_delta(self) -> None:
+        """Make the next snapshot reload the whole delta from its log."""
+        delta = self.delta
+        delta.clear()
+        delta.merge_epoch = -1
+        delta.state_bytes = b""
+        self.synced_snapshot = -1
+
+    def read(self) -> Reading:
+        """A read transaction with the delta in step with its snapshot."""
+        return Reading(self)
+
+    def write(self, body: Callable[[_lmdb.Txn, State], tuple[T, State, Change]]) -> T:
+        """Run ``body`` in one write transaction, then apply its delta change.
+
+        ``body`` gets the transaction and the stored state, and returns its
+        result, the state to store, and the change to the delta (and catalog).
+        It may run more than once (the map may have to grow), so it must not
+        touch the in-memory delta or catalog.
+        """
+        with self.lock:
+            self.check_usable()
+            if self.readonly:
+                raise ReadOnlyError(f"the store {self.path!r} is open read-only")
+
+            def in_txn(txn: _lmdb.Txn) -> tuple[T, State, bytes | None, Change]:
+                state = self.sync_delta(txn)
+                result, new_state, change = body(txn, state)
+                if change.catalog is not None:
+                    txn.put(CATALOG_KEY, change.catalog.encode(), db=self.handles.meta)
+                    new_state = new_state._replace(catalog_version=state.catalog_version + 1)
+                if new_state == state:
+                    return result, new_state, None, change
+                raw_state = new_state.encode()
+                txn.put(STATE_KEY, raw_state, db=self.handles.meta)
+                return result, new_state, raw_state, change
+
+            attempt = 0
+            while True:
+                try:
+                    result, new_state, raw_state, change = self.env.write(in_txn)
+                    break
+                except LayoutChangedError:
+                    attempt += 1
+                    if attempt == LAYOUT_RETRIES:
+                        raise CorruptStoreError(f"{self.path}: the layout keeps changing") from None
+                    self.reload_layout()
+            delta = self.delta
+            if change.merged:
+                delta.clear()
+            for doc_id in change.removed:
+                delta.discard(doc_id)
+            if len(change.puts) == 1:
+                delta.put(*change.puts[0])
+            elif change.puts:
+                doc_ids = [doc_id for doc_id, _ in change.puts]
+                fingerprints = np.array([fingerprint for _, fingerprint in change.puts], dtype=np.uint64)
+                delta.put_many(doc_ids, fingerprints)
+            delta.adopt(new_state, raw_state)
+            if change.catalog is not None:
+                self.tableset.adopt(change.catalog)
+                self.catalog_version = new_state.catalog_version
+            self.commit.committed(self)
+            return result
+
+    def check_open(self) -> None:
+        """For work on a snapshot outside :meth:`read`: the store is still open."""
+        if self.closed:
+            raise StoreClosedError(f"the store {self.path!r} was closed while a batch operation used it")
+
+
+class Reading:
+    """The read context: lock, fresh snapshot, delta in step with it.
+
+    A plain class rather than ``contextlib.contextmanager`` because it sits
+    on the single-query hot path, where a generator costs microseconds.
+    """
+
+    __slots__ = ("engine", "txn")
+
+    def __init__(self, engine: Engine) -> None:
+        self.engine = engine
+
+    def __enter__(self) -> _lmdb.Txn:
+        engine = self.engine
+        engine.lock.acquire()
+        try:
+            engine.check_usable()
+            for attempt in range(1, LAYOUT_RETRIES + 1):
+                self.txn = txn = engine.env.begin_read()
+                snapshot = txn.id()
+                if snapshot == engine.synced_snapshot:
+                    break  # no commit since the last read: nothing to sync
+                try:
+                    engine.sync_delta(txn)
+                    engine.synced_snapshot = snapshot
+                    break
+                except LayoutChangedError:
+                    self.txn.abort()
+                    if attempt == LAYOUT_RETRIES:
+                        raise CorruptStoreError(f"{engine.path}: the layout keeps changing") from None
+                    engine.reload_layout()
+                except BaseException as exc:
+                    self.txn.abort()
+                    if _lmdb.is_lmdb_error(exc):
+                        raise _lmdb.translate(exc, engine.path) from exc
+                    raise
+        except BaseException:
+            engine.lock.release()
+            raise
+        return self.txn
+
+    def __exit__(
+        self,
+        exc_type: type[BaseException] | None,
+        exc: BaseException | None,
+        traceback: TracebackType | None,
+    ) -> None:
+        try:
+            self.txn.abort()
+        finally:
+            self.engine.lock.release()
+        if exc is not None and _lmdb.is_lmdb_error(exc):
+            # Cursor walks run in the caller's body; translate here, once.
+            raise _lmdb.translate(exc, self.engine.path) from exc
