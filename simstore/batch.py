@@ -216,7 +216,8 @@ def clusters(
             first = np.full(len(unique), len(inverse), dtype=np.int64)
             np.minimum.at(first, component, np.arange(len(inverse), dtype=np.int64))
             component = first[component]
-        clusters = _make_clusters(engine, snapshot, groups(component), keep, leaders, inverse)
+        star_threshold = None if linkage != "star" or threshold is None else (k, threshold)
+        clusters = _make_clusters(engine, snapshot, groups(component), keep, leaders, inverse, star_threshold)
         return clusters
     finally:
         snapshot.txn.abort()
@@ -288,10 +289,16 @@ def _make_clusters(
     keep: KeepPolicy,
     leaders: IntArray | None,
     inverse: IntArray,
+    star_threshold: tuple[int, float] | None = None,
 ) -> list[Cluster]:
+    """The clusters of ``member_groups`` (document positions), each with its
+    representative as ``keep`` asks; of a star (``leaders`` given), one of
+    its leader's documents. ``star_threshold`` (a star's ``(k,
+    min_similarity)``) holds every member to its representative."""
     clusters: list[Cluster] = []
     for positions in member_groups:
         ids = snapshot.doc_ids[positions].tolist()
+        records: list[Record] = []
         with engine.lock:
             engine.check_open()
             if keep == "first" and leaders is None:
@@ -310,9 +317,72 @@ def _make_clusters(
                 else:
                     picked = choose_representative([records[i] for i in candidates], keep)
                     chosen = next(i for i in candidates if records[i].key is picked)
-        worst_distance, worst_similarity = _spread(engine, snapshot, positions, chosen)
-        clusters.append(Cluster(ids[0], members[chosen], members, worst_distance, worst_similarity))
+        if star_threshold is None:
+            clusters.append(_cluster(engine, snapshot, positions, members, chosen))
+        else:
+            clusters.extend(_held_stars(engine, snapshot, positions, records, chosen, keep, *star_threshold))
+    if star_threshold is not None:
+        clusters.sort(key=lambda cluster: cluster.cluster_id)
     return clusters
+
+
+def _held_stars(
+    engine: Engine,
+    snapshot: _Snapshot,
+    positions: IntArray,
+    records: list[Record],
+    chosen: int,
+    keep: KeepPolicy,
+    k: int,
+    threshold: float,
+) -> list[Cluster]:
+    """A star whose members are all at least ``threshold`` similar to its
+    representative (member ``chosen``), and more stars of those that are not.
+
+    Stars are linked on the first document of each fingerprint, so a
+    document sharing a fingerprint with a member may be less similar to the
+    representative than the member is. Such documents leave the star and
+    form stars of their own, greedily: the one ``keep`` prefers leads, the
+    others within ``k`` bits and ``threshold`` of it join, and so on. A
+    document left alone is in no cluster.
+    """
+    clusters: list[Cluster] = []
+    fingerprints = snapshot.fingerprints[positions]
+    doc_ids = snapshot.doc_ids[positions]
+    remaining = np.arange(len(positions))
+    lead = chosen
+    while True:
+        others = remaining[remaining != lead]
+        similarity = _pair_similarities(
+            engine, snapshot.txn, np.full(len(others), doc_ids[lead], dtype=np.uint64), doc_ids[others]
+        )
+        near = np.bitwise_count(fingerprints[others] ^ fingerprints[lead]) <= k
+        joining = near & ~(similarity < threshold)  # NaN (unjudged) joins
+        star = np.sort(np.append(others[joining], lead))
+        if len(star) > 1:
+            keys = [records[index].key for index in star.tolist()]
+            clusters.append(
+                _cluster(engine, snapshot, positions[star], keys, int(np.searchsorted(star, lead)))
+            )
+        remaining = others[~joining]
+        if len(remaining) < 2:
+            return clusters
+        if keep == "first":
+            lead = int(remaining[0])
+        else:
+            picked = choose_representative([records[index] for index in remaining.tolist()], keep)
+            lead = next(index for index in remaining.tolist() if records[index].key is picked)
+
+
+def _cluster(
+    engine: Engine, snapshot: _Snapshot, positions: IntArray, members: list[Key], chosen: int
+) -> Cluster:
+    """The cluster of the documents at ``positions`` (their keys ``members``)
+    represented by member ``chosen``."""
+    worst_distance, worst_similarity = _spread(engine, snapshot, positions, chosen)
+    return Cluster(
+        int(snapshot.doc_ids[positions[0]]), members[chosen], members, worst_distance, worst_similarity
+    )
 
 
 def _spread(

@@ -372,8 +372,11 @@ class Store:
         in the order ``keep`` prefers (added first, or longest first), and
         each joins the first kept document it is paired with, or is kept
         itself: every member is within ``k`` bits (and ``min_similarity``)
-        of its cluster's representative. Documents with no near-duplicate
-        are in no cluster; documents with one fingerprint are always together.
+        of its cluster's representative. Pairs are judged on the first
+        document of each fingerprint, so documents with one fingerprint are
+        together, except in a star with ``min_similarity``, where one less
+        similar than that to the representative leaves it (and may lead a
+        star of its own). Documents with no near-duplicate are in no cluster.
 
         Args:
             k: the largest distance of a pair; the store's ``k`` by default.

@@ -163,3 +163,85 @@ def test_cluster_is_a_named_tuple() -> None:
         "worst_distance": 0,
         "worst_similarity": None,
     }
+
+
+SKETCH = simstore.Sketch()
+
+
+def sketch_like(base: np.ndarray, changed: float, rng: np.random.Generator) -> np.ndarray:
+    """``base`` with about ``changed`` of its bins given other (non-empty) codes."""
+    codes = np.stack([base & 0x0F, base >> 4], axis=1).reshape(-1).copy()
+    moved = rng.random(len(codes)) < changed
+    codes[moved] = (codes[moved] + rng.integers(1, 15, int(moved.sum()))) % 15 + 1
+    return (codes[0::2] | (codes[1::2] << 4)).astype(np.uint8)
+
+
+def random_sketch(rng: np.random.Generator) -> np.ndarray:
+    codes = rng.integers(1, 16, 2 * SKETCH.nbytes)
+    return (codes[0::2] | (codes[1::2] << 4)).astype(np.uint8)
+
+
+def similarity(first: np.ndarray, second: np.ndarray) -> float:
+    return float(simstore.estimate_jaccard(first, second, SKETCH)[0])
+
+
+def test_a_star_holds_documents_sharing_a_members_fingerprint_to_its_representative(path: str) -> None:
+    """Stars are linked on the first document of each fingerprint; a later
+    document with that fingerprint but less like the representative leaves
+    the star (it was dropped by dedup, 0.71 like the document kept)."""
+    rng = np.random.default_rng(7)
+    kept = random_sketch(rng)
+    member = sketch_like(kept, 0.05, rng)
+    collider = sketch_like(kept, 0.6, rng)
+    assert similarity(member, kept) > 0.85
+    assert similarity(collider, kept) < 0.5
+    # The member and the collider share a fingerprint 2 bits from the representative's.
+    fingerprints = np.array([1 << 40, (1 << 40) ^ 0b11, (1 << 40) ^ 0b11], dtype=np.uint64)
+    with simstore.open(path, "n", k=3) as store:
+        store.add_many(
+            ["kept", "member", "collider"], fingerprints, sketches=np.stack([kept, member, collider])
+        )
+        [star] = store.clusters(linkage="star", min_similarity=0.8)
+        [component] = store.clusters(linkage="components", min_similarity=0.8)
+    assert star.members == ["kept", "member"]
+    assert star.worst_similarity is not None
+    assert star.worst_similarity >= 0.8
+    # Components join equal fingerprints directly, as documented.
+    assert component.members == ["kept", "member", "collider"]
+
+
+@settings(max_examples=40, deadline=None)
+@given(
+    seed=st.integers(0, 2**32 - 1), groups_count=st.integers(1, 4), threshold=st.sampled_from([0.5, 0.8, 0.9])
+)
+def test_every_star_member_is_near_and_similar_to_its_representative(
+    seed: int, groups_count: int, threshold: float
+) -> None:
+    """linkage="star": every member within k bits and min_similarity of its
+    representative, and no document in two clusters, whatever fingerprints
+    the documents share."""
+    rng = np.random.default_rng(seed)
+    keys: list[str] = []
+    fingerprints: list[int] = []
+    sketches: list[np.ndarray] = []
+    for group in range(groups_count):
+        base = int(rng.integers(0, 2**63))
+        base_sketch = random_sketch(rng)
+        variants = [base ^ int(bit) for bit in (0, 1 << 5, 1 << 17 | 1 << 40)]
+        for copy in range(int(rng.integers(2, 7))):
+            keys.append(f"g{group}-{copy}")
+            fingerprints.append(variants[int(rng.integers(0, len(variants)))])
+            sketches.append(sketch_like(base_sketch, float(rng.choice([0.0, 0.05, 0.3, 0.7])), rng))
+    sketch_of = dict(zip(keys, sketches, strict=True))
+    fingerprint_of = dict(zip(keys, fingerprints, strict=True))
+    with tempfile.TemporaryDirectory() as folder, simstore.open(os.path.join(folder, "s"), k=3) as store:
+        store.add_many(keys, np.array(fingerprints, dtype=np.uint64), sketches=np.stack(sketches))
+        clusters = store.clusters(linkage="star", min_similarity=threshold)
+    seen: set[str] = set()
+    for cluster in clusters:
+        assert not seen & set(cluster.members)
+        seen |= set(cluster.members)
+        representative = cluster.representative
+        for member in cluster.duplicates:
+            assert (fingerprint_of[member] ^ fingerprint_of[representative]).bit_count() <= 3
+            assert similarity(sketch_of[member], sketch_of[representative]) >= threshold
