@@ -392,13 +392,17 @@ def probe(key: bytes, value: bytes, plan: ProbePlan, query_key: int, bucket_bits
         or int.from_bytes(value[1:5], "big") != zlib.crc32(value[HEADER.size :], zlib.crc32(key))
     ):
         raise CorruptStoreError(f"bucket {key.hex()} of a table is damaged (checksum mismatch)")
+    query_tag = ((query_key << bucket_bits) & MAX_FINGERPRINT) >> tag_shift
+    low = query_tag >> prefix_shift << prefix_shift
+    high = low + (1 << prefix_shift)
+    # Entries sharing a prefix, on average: a bucket spans 2 ** (tag bits -
+    # prefix_shift) prefixes.
+    if count >> (8 * tag_bytes - prefix_shift) >= VECTOR_PROBE:
+        return _probe_vector(value, count, plan, query_tag, low, high, k)
     unpacker = _unpackers.get((count, code))
     if unpacker is None:
         unpacker = _unpackers[(count, code)] = struct.Struct(f">{count}{code}")
     tags = unpacker.unpack_from(value, HEADER.size)
-    query_tag = ((query_key << bucket_bits) & MAX_FINGERPRINT) >> tag_shift
-    low = query_tag >> prefix_shift << prefix_shift
-    high = low + (1 << prefix_shift)
     position = bisect.bisect_left(tags, low)
     found: list[int] = []
     ids_at = HEADER.size + count * tag_bytes
@@ -410,6 +414,35 @@ def probe(key: bytes, value: bytes, plan: ProbePlan, query_key: int, bucket_bits
             start = ids_at + position * id_bytes
             found.append(int.from_bytes(value[start : start + id_bytes], "big"))
         position += 1
+    return found
+
+
+#: Entries a prefix holds on average at which :func:`probe` tests them with
+#: numpy rather than one at a time: a fixed ~5 µs against ~0.08 µs an entry
+#: (crossing at 44-60 entries, measured; test_runs pins that both agree).
+VECTOR_PROBE = 48
+_BIG_ENDIAN = {width: np.dtype(f">u{width}") for width in TAG_WIDTHS}
+
+
+def _probe_vector(
+    value: bytes, count: int, plan: ProbePlan, query_tag: int, low: int, high: int, k: int
+) -> list[int]:
+    """:func:`probe` of a bucket whose prefixes hold many entries each."""
+    _, _, _, filter_mask, tag_bytes, id_bytes, _ = plan
+    tags = np.frombuffer(value, dtype=_BIG_ENDIAN[tag_bytes], count=count, offset=HEADER.size)
+    first = 0
+    if low or high >> (8 * tag_bytes) == 0:  # the bucket spans more than this prefix
+        first = int(tags.searchsorted(low))
+        past = count if high >> (8 * tag_bytes) else int(tags.searchsorted(high))
+        tags = tags[first:past]
+    word = tags.dtype.type
+    hits = np.flatnonzero(np.bitwise_count((tags ^ word(query_tag)) & word(filter_mask)) <= k).tolist()
+    ids_at = HEADER.size + count * tag_bytes
+    found = []
+    for hit in hits:
+        position = first + hit
+        start = ids_at + position * id_bytes
+        found.append(int.from_bytes(value[start : start + id_bytes], "big"))
     return found
 
 

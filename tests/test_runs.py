@@ -4,6 +4,8 @@ damaged bucket is reported, never decoded."""
 
 from __future__ import annotations
 
+from unittest import mock
+
 import numpy as np
 import pytest
 from hypothesis import given, settings
@@ -68,9 +70,18 @@ def test_buckets_decode_to_what_was_encoded(
     )
 
 
-@settings(max_examples=200, deadline=None)
-@given(run_contents(), U64, st.integers(min_value=0, max_value=8))
+@settings(max_examples=300, deadline=None)
+@given(run_contents(), U64, st.integers(min_value=0, max_value=8), st.booleans())
 def test_a_probe_finds_what_a_brute_force_filter_finds(
+    contents: tuple[runs.Geometry, np.ndarray, np.ndarray], query_key: int, k: int, vector: bool
+) -> None:
+    """Either way of testing a bucket's entries (one at a time, or with numpy
+    for crowded prefixes) finds exactly the entries a brute-force filter does."""
+    with mock.patch.object(runs, "VECTOR_PROBE", 0 if vector else 1 << 62):
+        probe_matches_brute_force(contents, query_key, k)
+
+
+def probe_matches_brute_force(
     contents: tuple[runs.Geometry, np.ndarray, np.ndarray], query_key: int, k: int
 ) -> None:
     geometry, permuted, doc_ids = contents
