@@ -71,6 +71,13 @@ class Cluster(NamedTuple):
     #: The least estimated similarity of a member to the representative
     #: (``None`` when no member's can be estimated).
     worst_similarity: float | None = None
+    #: Each member's distance from the representative, in ``members`` order
+    #: (0 for the representative itself).
+    distances: tuple[int, ...] = ()
+    #: Each member's estimated similarity to the representative, in
+    #: ``members`` order (``None`` where either has no sketch; the
+    #: representative's own is 1.0 when it has one).
+    similarities: tuple[float | None, ...] = ()
 
     @property
     def size(self) -> int:
@@ -378,24 +385,25 @@ def _cluster(
     engine: Engine, snapshot: _Snapshot, positions: IntArray, members: list[Key], chosen: int
 ) -> Cluster:
     """The cluster of the documents at ``positions`` (their keys ``members``)
-    represented by member ``chosen``."""
-    worst_distance, worst_similarity = _spread(engine, snapshot, positions, chosen)
-    return Cluster(
-        int(snapshot.doc_ids[positions[0]]), members[chosen], members, worst_distance, worst_similarity
-    )
-
-
-def _spread(
-    engine: Engine, snapshot: _Snapshot, positions: IntArray, chosen: int
-) -> tuple[int, float | None]:
-    """The largest distance and least similarity of a member to member ``chosen``."""
+    represented by member ``chosen``, with each member's distance from it and
+    similarity to it."""
     fingerprints = snapshot.fingerprints[positions]
-    worst_distance = int(np.bitwise_count(fingerprints ^ fingerprints[chosen]).max())
-    others = np.delete(snapshot.doc_ids[positions], chosen)
-    representative = np.full(len(others), snapshot.doc_ids[positions[chosen]], dtype=np.uint64)
-    similarity = _pair_similarities(engine, snapshot.txn, representative, others)
-    judged = similarity[~np.isnan(similarity)]
-    return worst_distance, (float(judged.min()) if len(judged) else None)
+    distances = np.bitwise_count(fingerprints ^ fingerprints[chosen]).astype(np.int64)
+    doc_ids = snapshot.doc_ids[positions]
+    similarity = _pair_similarities(
+        engine, snapshot.txn, np.full(len(doc_ids), doc_ids[chosen], dtype=np.uint64), doc_ids
+    )
+    others = np.delete(similarity, chosen)
+    judged = others[~np.isnan(others)]
+    return Cluster(
+        int(doc_ids[0]),
+        members[chosen],
+        members,
+        int(distances.max()),
+        float(judged.min()) if len(judged) else None,
+        tuple(distances.tolist()),
+        tuple(None if value != value else value for value in similarity.tolist()),
+    )
 
 
 # --------------------------------------------------------------- snapshot

@@ -208,8 +208,14 @@ def provenance_of(
 
 def member_provenance(store: Any, cluster: Any) -> Iterator[tuple[Any, int, float | None]]:
     """``(key, distance, similarity)`` of each member of ``cluster`` to its
-    representative (similarity ``None`` where either has no sketch)."""
+    representative (similarity ``None`` where either has no sketch): the
+    cluster's own figures, or for a cluster made elsewhere, looked up in
+    ``store``."""
     representative = cluster.representative
+    distances = getattr(cluster, "distances", ())
+    if len(distances) == len(cluster.members):
+        yield from zip(cluster.members, distances, cluster.similarities, strict=True)
+        return
     leader = store[representative].fingerprint
     leader_sketch = store.sketch_of(representative)
     for member in cluster.members:

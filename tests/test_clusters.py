@@ -162,6 +162,8 @@ def test_cluster_is_a_named_tuple() -> None:
         "members": ["a", "b"],
         "worst_distance": 0,
         "worst_similarity": None,
+        "distances": (),
+        "similarities": (),
     }
 
 
@@ -245,3 +247,10 @@ def test_every_star_member_is_near_and_similar_to_its_representative(
         for member in cluster.duplicates:
             assert (fingerprint_of[member] ^ fingerprint_of[representative]).bit_count() <= 3
             assert similarity(sketch_of[member], sketch_of[representative]) >= threshold
+        # Each member's own figures, as provenance reports them.
+        leader, leader_sketch = fingerprint_of[representative], sketch_of[representative]
+        members = cluster.members
+        assert cluster.distances == tuple((fingerprint_of[m] ^ leader).bit_count() for m in members)
+        expected = tuple(similarity(sketch_of[m], leader_sketch) for m in members)
+        assert cluster.similarities == pytest.approx(expected)
+        assert cluster.worst_distance == max(cluster.distances)
