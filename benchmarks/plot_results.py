@@ -471,9 +471,11 @@ def write_results(peers: list[dict[str, Any]], online: list[dict[str, Any]], pat
             parts.append(notes.read_text())
 
     # bench_fingerprint.py's analysis (issue 21), hand-written too.
-    fingerprint_notes = RESULTS / "fingerprint_notes.md"
-    if fingerprint_notes.exists():
-        parts.append(fingerprint_notes.read_text())
+    # And the later issues' (23, 20, 22), each hand-written.
+    for name in ("fingerprint_notes.md", "writers_notes.md", "quality_notes.md", "columnar_notes.md"):
+        notes = RESULTS / name
+        if notes.exists():
+            parts.append(notes.read_text())
     path.write_text("\n".join(parts))
 
 
