@@ -30,7 +30,7 @@ from __future__ import annotations
 import bisect
 import struct
 import zlib
-from collections.abc import Iterator
+from collections.abc import Iterator, Sequence
 from dataclasses import dataclass
 from typing import Any
 
@@ -298,26 +298,9 @@ def decode_buckets(keys: list[bytes], values: list[bytes], geometry: Geometry) -
     ids)``, checked for damage and for order across all of them."""
     if not values:
         return np.zeros(0, dtype=np.uint64), np.zeros(0, dtype=np.uint64)
-    for key, value in zip(keys, values, strict=True):
-        if (
-            len(value) < HEADER.size
-            or value[0] != BUCKET_KIND
-            or int.from_bytes(value[1:5], "big") != _checksum(key, memoryview(value)[HEADER.size :])
-        ):
-            raise CorruptStoreError(f"bucket {key.hex()} of a table is damaged (checksum mismatch)")
-    tag_bytes, id_bytes = geometry.tag_bytes, geometry.id_bytes
-    lengths = np.fromiter(map(len, values), dtype=np.int64, count=len(values))
-    counts, rest = np.divmod(lengths - HEADER.size, geometry.entry_bytes)
-    if bool(rest.any()) or not bool(counts.all()):
-        raise CorruptStoreError("a bucket of a table is damaged (a partial entry)")
-    blob = np.frombuffer(b"".join(values), dtype=np.uint8)
-    payload_at = np.cumsum(lengths) - lengths + HEADER.size
-    first_entry = np.cumsum(counts) - counts
-    within = np.arange(int(counts.sum()), dtype=np.int64) - np.repeat(first_entry, counts)
-    tag_at = np.repeat(payload_at, counts) + within * tag_bytes
-    id_at = np.repeat(payload_at + counts * tag_bytes, counts) + within * id_bytes
-    tags = _gather_big_endian(blob, tag_at, tag_bytes)
-    doc_ids = _gather_big_endian(blob, id_at, id_bytes)
+    blob, tag_at, id_at, counts = _entry_offsets(keys, values, geometry.tag_bytes, geometry.id_bytes)
+    tags = _gather_big_endian(blob, tag_at, geometry.tag_bytes)
+    doc_ids = _gather_big_endian(blob, id_at, geometry.id_bytes)
     known = tags << np.uint64(_tag_shift(geometry))
     if geometry.bucket_bits:
         buckets = np.frombuffer(b"".join(keys), dtype=">u4").reshape(len(keys), 2)[:, 1].astype(np.uint64)
@@ -326,6 +309,102 @@ def decode_buckets(keys: list[bytes], values: list[bytes], geometry: Geometry) -
     if len(known) > 1 and bool(np.any(known[1:] < known[:-1])):
         raise CorruptStoreError(f"buckets from {keys[0].hex()} of a table are damaged (entries out of order)")
     return known, doc_ids
+
+
+def probe_buckets(
+    keys: Sequence[bytes],
+    values: Sequence[bytes],
+    tag_bytes: int,
+    id_bytes: int,
+    query_tags: Sequence[int],
+    prefix_masks: Sequence[int],
+    filter_masks: Sequence[int],
+    k: int,
+) -> list[int]:
+    """:func:`probe` of many buckets at once, each read for a query of its
+    own (all one query's, so far): the candidates' document ids.
+
+    Bucket ``i`` holds the query's tag ``query_tags[i]`` (:func:`probe`'s
+    ``query_tag``); an entry is a candidate when its tag agrees with it under
+    ``prefix_masks[i]`` (the prefix) and differs in at most ``k`` bits under
+    ``filter_masks[i]`` (see :func:`probe_masks`). The buckets' runs all pack
+    ``tag_bytes``-byte tags and ``id_bytes``-byte ids.
+    """
+    tag_type = _BIG_ENDIAN[tag_bytes]
+    entry_bytes = tag_bytes + id_bytes
+    crc32 = zlib.crc32
+    columns = []
+    counts = []
+    for key, value in zip(keys, values, strict=True):
+        count, rest = divmod(len(value) - HEADER.size, entry_bytes)
+        if (
+            rest
+            or count <= 0
+            or value[0] != BUCKET_KIND
+            or int.from_bytes(value[1:5], "big") != crc32(memoryview(value)[HEADER.size :], crc32(key))
+        ):
+            raise CorruptStoreError(f"bucket {key.hex()} of a table is damaged (checksum mismatch)")
+        columns.append(np.frombuffer(value, dtype=tag_type, count=count, offset=HEADER.size))
+        counts.append(count)
+    if not columns:
+        return []
+    owners = np.repeat(np.arange(len(counts)), counts)
+    differ = np.concatenate(columns) ^ np.array(query_tags, dtype=np.uint64)[owners]
+    passing = ((differ & np.array(prefix_masks, dtype=np.uint64)[owners]) == 0) & (
+        np.bitwise_count(differ & np.array(filter_masks, dtype=np.uint64)[owners]) <= k
+    )
+    wanted = np.flatnonzero(passing).tolist()
+    if not wanted:
+        return []
+    firsts = np.cumsum(counts) - counts
+    buckets = owners[wanted].tolist()
+    doc_ids = []
+    for entry, bucket in zip(wanted, buckets, strict=True):
+        count = counts[bucket]
+        start = HEADER.size + count * tag_bytes + (entry - int(firsts[bucket])) * id_bytes
+        doc_ids.append(int.from_bytes(values[bucket][start : start + id_bytes], "big"))
+    return doc_ids
+
+
+def probe_masks(plan: ProbePlan) -> tuple[int, int]:
+    """The prefix and filter masks :func:`probe_buckets` applies to the tags
+    of runs with probe ``plan``."""
+    _, _, prefix_shift, filter_mask, tag_bytes, _, _ = plan
+    return ((1 << (8 * tag_bytes)) - 1) ^ ((1 << prefix_shift) - 1), filter_mask
+
+
+def _entry_offsets(
+    keys: Sequence[bytes], values: Sequence[bytes], tag_bytes: int, id_bytes: int
+) -> tuple[npt.NDArray[np.uint8], npt.NDArray[np.int64], npt.NDArray[np.int64], npt.NDArray[np.int64]]:
+    """Buckets' values joined and checked for damage, and where each entry's
+    tag and id start in them: ``(joined, tag offsets, id offsets, entries of
+    each bucket)``."""
+    lengths = np.fromiter(map(len, values), dtype=np.int64, count=len(values))
+    counts, rest = np.divmod(lengths - HEADER.size, tag_bytes + id_bytes)
+    if bool(rest.any()) or not bool((counts > 0).all()):
+        raise CorruptStoreError("a bucket of a table is damaged (a partial entry)")
+    blob = np.frombuffer(b"".join(values), dtype=np.uint8)
+    value_at = np.cumsum(lengths) - lengths
+    crc32 = zlib.crc32
+    sums = np.fromiter(
+        (
+            crc32(memoryview(value)[HEADER.size :], crc32(key))
+            for key, value in zip(keys, values, strict=True)
+        ),
+        dtype=np.uint64,
+        count=len(values),
+    )
+    damaged = (blob[value_at] != BUCKET_KIND) | (_gather_big_endian(blob, value_at + 1, 4) != sums)
+    if bool(damaged.any()):
+        raise CorruptStoreError(
+            f"bucket {keys[int(np.argmax(damaged))].hex()} of a table is damaged (checksum mismatch)"
+        )
+    payload_at = value_at + HEADER.size
+    first_entry = np.cumsum(counts) - counts
+    within = np.arange(int(counts.sum()), dtype=np.int64) - np.repeat(first_entry, counts)
+    tag_at = np.repeat(payload_at, counts) + within * tag_bytes
+    id_at = np.repeat(payload_at + counts * tag_bytes, counts) + within * id_bytes
+    return blob, tag_at, id_at, counts
 
 
 def _gather_big_endian(blob: npt.NDArray[np.uint8], at: npt.NDArray[np.int64], width: int) -> U64Array:
@@ -395,10 +474,6 @@ def probe(key: bytes, value: bytes, plan: ProbePlan, query_key: int, bucket_bits
     query_tag = ((query_key << bucket_bits) & MAX_FINGERPRINT) >> tag_shift
     low = query_tag >> prefix_shift << prefix_shift
     high = low + (1 << prefix_shift)
-    # Entries sharing a prefix, on average: a bucket spans 2 ** (tag bits -
-    # prefix_shift) prefixes.
-    if count >> (8 * tag_bytes - prefix_shift) >= VECTOR_PROBE:
-        return _probe_vector(value, count, plan, query_tag, low, high, k)
     unpacker = _unpackers.get((count, code))
     if unpacker is None:
         unpacker = _unpackers[(count, code)] = struct.Struct(f">{count}{code}")
@@ -417,33 +492,7 @@ def probe(key: bytes, value: bytes, plan: ProbePlan, query_key: int, bucket_bits
     return found
 
 
-#: Entries a prefix holds on average at which :func:`probe` tests them with
-#: numpy rather than one at a time: a fixed ~5 µs against ~0.08 µs an entry
-#: (crossing at 44-60 entries, measured; test_runs pins that both agree).
-VECTOR_PROBE = 48
 _BIG_ENDIAN = {width: np.dtype(f">u{width}") for width in TAG_WIDTHS}
-
-
-def _probe_vector(
-    value: bytes, count: int, plan: ProbePlan, query_tag: int, low: int, high: int, k: int
-) -> list[int]:
-    """:func:`probe` of a bucket whose prefixes hold many entries each."""
-    _, _, _, filter_mask, tag_bytes, id_bytes, _ = plan
-    tags = np.frombuffer(value, dtype=_BIG_ENDIAN[tag_bytes], count=count, offset=HEADER.size)
-    first = 0
-    if low or high >> (8 * tag_bytes) == 0:  # the bucket spans more than this prefix
-        first = int(tags.searchsorted(low))
-        past = count if high >> (8 * tag_bytes) else int(tags.searchsorted(high))
-        tags = tags[first:past]
-    word = tags.dtype.type
-    hits = np.flatnonzero(np.bitwise_count((tags ^ word(query_tag)) & word(filter_mask)) <= k).tolist()
-    ids_at = HEADER.size + count * tag_bytes
-    found = []
-    for hit in hits:
-        position = first + hit
-        start = ids_at + position * id_bytes
-        found.append(int.from_bytes(value[start : start + id_bytes], "big"))
-    return found
 
 
 def check_bucket(key: bytes, value: bytes, geometry: Geometry) -> tuple[U64Array, U64Array]:

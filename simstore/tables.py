@@ -43,10 +43,11 @@ VECTOR_DELETE = 64
 
 #: What a query needs of one run of one table, flat for the hot loop:
 #: ``(database, run base, bucket shift, probe plan, bucket bits, low, high,
-#: occupancy bitmap or None, crowded bitmap or None, bitmap shift)``. The run
-#: answers for permuted keys in ``[low, high)``; its bucket key is
-#: ``run base | key >> bucket shift``.
-RunProbe = tuple[Database, int, int, runs.ProbePlan, int, int, int, bytes | None, bytes | None, int]
+#: occupancy bitmap or None, crowded bitmap or None, bitmap shift, prefix
+#: mask, filter mask)``. The run answers for permuted keys in ``[low,
+#: high)``; its bucket key is ``run base | key >> bucket shift``; the masks
+#: are :func:`simstore.runs.probe_masks`'.
+RunProbe = tuple[Database, int, int, runs.ProbePlan, int, int, int, bytes | None, bytes | None, int, int, int]
 
 #: A run's bitmaps as a query uses them: ``(occupancy, crowded, shift)``.
 Bitmaps = tuple[bytes, bytes, int]
@@ -72,6 +73,9 @@ class TableSet:
         self._bitmaps: dict[tuple[int, int], Bitmaps | None] = {}
         self._unread: list[tuple[int, int]] = []
         self.probes: list[tuple[RunProbe, ...]] = [() for _ in tables]
+        # Whether queries read their buckets first and search them together
+        # (see find): when the runs' prefixes hold many entries each.
+        self.crowded = False
 
     # ------------------------------------------------------------------ views
 
@@ -111,10 +115,17 @@ class TableSet:
                         bitmap,
                         crowded,
                         shift,
+                        *runs.probe_masks(plan),
                     )
                 )
             probes.append(tuple(entries))
         self.probes = probes
+        # Entries that share a query's prefix, summed over a table's runs.
+        sharing = [
+            sum(run.entries / (1 << run.geometries[index].prefix_bits) for run in self.catalog.runs)
+            for index in range(len(self.tables))
+        ]
+        self.crowded = bool(sharing) and sum(sharing) / len(sharing) >= CROWDED_PREFIX
 
     @property
     def bitmaps_unread(self) -> bool:
@@ -183,7 +194,15 @@ class TableSet:
         slot still are). A candidate's run is the same in every table except
         during a compaction, when the skip merely happens less often. At
         most ``SEEN_LIMIT`` candidates are remembered.
+
+        When the runs' prefixes are crowded (``CROWDED_PREFIX`` entries or
+        more share a prefix, as at k = 5 from about 5M documents) that skip
+        never applies and testing entries one at a time dominates: the
+        buckets are read first and searched together (:meth:`_find_crowded`).
         """
+        if self.crowded:
+            self._find_crowded(txn, permuted, query, k, found, records, docs)
+            return
         get = txn.get
         # (permuted keys in every table, the run's base) of each candidate
         seen: list[tuple[Sequence[int], int]] = []
@@ -212,6 +231,45 @@ class TableSet:
                     permute_all,
                 )
 
+    def _find_crowded(
+        self,
+        txn: Txn,
+        permuted: Sequence[int],
+        query: int,
+        k: int,
+        found: dict[int, int],
+        records: dict[int, bytes],
+        docs: Database,
+    ) -> None:
+        """:meth:`find` by reading every bucket the query needs, then
+        searching them in one numpy pass (:func:`simstore.runs.probe_buckets`)."""
+        get = txn.get
+        reads: dict[tuple[int, int], _BucketReads] = {}
+        for table_probes, query_key in zip(self.probes, permuted, strict=True):
+            for entry in table_probes:
+                if not entry[5] <= query_key < entry[6]:
+                    continue
+                bitmap = entry[7]
+                if bitmap is not None:
+                    slot = query_key >> entry[9]
+                    if not (bitmap[slot >> 3] >> (slot & 7)) & 1:
+                        continue
+                db, base, bucket_shift, plan, bucket_bits = entry[:5]
+                key = (base | query_key >> bucket_shift).to_bytes(8, "big")
+                value = get(key, db=db)
+                if value is None:
+                    continue
+                widths = (plan[4], plan[5])
+                group = reads.get(widths)
+                if group is None:
+                    group = reads[widths] = _BucketReads()
+                group.keys.append(key)
+                group.values.append(value)
+                group.query_tags.append(((query_key << bucket_bits) & MAX_KEY) >> plan[1])
+                group.prefix_masks.append(entry[10])
+                group.filter_masks.append(entry[11])
+        _check_candidates(get, docs, reads, query, k, found, records)
+
     def find_many(
         self,
         txn: Txn,
@@ -230,24 +288,23 @@ class TableSet:
         Every run's occupancy test runs over the whole batch in numpy; only
         the (query, table, run) triples that pass it are visited in Python,
         in the order :meth:`find` visits them, so that the crowded skip works
-        as it does there.
+        as it does there. Crowded prefixes are searched a query at a time
+        as :meth:`find` does (reading a whole batch's buckets first and
+        searching them together measured no faster than that).
         """
+        if self.crowded:
+            rows = zip(*(column.tolist() for column in columns), strict=True)
+            for query_index, permuted in enumerate(rows):
+                self._find_crowded(
+                    txn, permuted, queries[query_index], k, founds[query_index], records[query_index], docs
+                )
+            return
         hit_queries: list[npt.NDArray[np.int64]] = []
         hit_places: list[npt.NDArray[np.int64]] = []
         places: list[tuple[int, RunProbe]] = []
         for table_index, (table_probes, column) in enumerate(zip(self.probes, columns, strict=True)):
             for entry in table_probes:
-                passed = np.ones(len(column), dtype=bool)
-                if entry[5] > 0:
-                    passed &= column >= np.uint64(entry[5])
-                if entry[6] < KEY_SPACE:
-                    passed &= column < np.uint64(entry[6])
-                bitmap = entry[7]
-                if bitmap is not None:
-                    slots = column >> np.uint64(entry[9])
-                    bytes_at = np.frombuffer(bitmap, dtype=np.uint8)[slots >> np.uint64(3)]
-                    passed &= ((bytes_at >> (slots & np.uint64(7)).astype(np.uint8)) & 1).astype(bool)
-                chosen = np.flatnonzero(passed)
+                chosen = _passing(entry, column)
                 hit_queries.append(chosen)
                 hit_places.append(np.full(len(chosen), len(places), dtype=np.int64))
                 places.append((table_index, entry))
@@ -258,12 +315,13 @@ class TableSet:
         # By query, then by table and run as find() visits them (places are
         # numbered in that order already).
         order = np.lexsort((place_order, query_order))
+        query_order, place_order = query_order[order], place_order[order]
         key_lists = [column.tolist() for column in columns]
         get = txn.get
         current = -1
         seen: list[tuple[Sequence[int], int]] = []
         rejected: set[int] = set()
-        for query_index, place in zip(query_order[order].tolist(), place_order[order].tolist(), strict=True):
+        for query_index, place in zip(query_order.tolist(), place_order.tolist(), strict=True):
             if query_index != current:
                 current = query_index
                 seen = []
@@ -562,7 +620,7 @@ def _scan(
     slot (see :meth:`TableSet.find`): skip it if a candidate already seen
     in this run is that slot's only entry, else read the bucket and check
     its candidates against their records."""
-    db, base, bucket_shift, plan, bucket_bits, _, _, bitmap, crowded, shift = entry
+    db, base, bucket_shift, plan, bucket_bits, _, _, bitmap, crowded, shift, _, _ = entry
     if seen and bitmap is not None and crowded is not None:
         slot = query_key >> shift
         if not (crowded[slot >> 3] >> (slot & 7)) & 1:
@@ -667,3 +725,79 @@ def _delete_range(txn: Txn, db: Database, first: bytes, past: bytes) -> None:
     while (key := cursor.key()) and key < past:
         if not cursor.delete():
             break
+
+
+#: Entries sharing a prefix (summed over a table's runs, on average over the
+#: tables) from which queries read their buckets first and search them
+#: together in numpy: the default k = 5 layout's 18-19-bit prefixes from
+#: about 3M documents, never k = 3's 25-26-bit ones below 200M.
+CROWDED_PREFIX = 12
+
+
+class _BucketReads:
+    """The buckets a query read from runs of one tag and id width: each
+    bucket's key and value, the query's tag in it, and its run's masks (see
+    :func:`simstore.runs.probe_buckets`)."""
+
+    __slots__ = ("filter_masks", "keys", "prefix_masks", "query_tags", "values")
+
+    def __init__(self) -> None:
+        self.keys: list[bytes] = []
+        self.values: list[bytes] = []
+        self.query_tags: list[int] = []
+        self.prefix_masks: list[int] = []
+        self.filter_masks: list[int] = []
+
+
+def _check_candidates(
+    get: Callable[..., bytes | None],
+    docs: Database,
+    reads: dict[tuple[int, int], _BucketReads],
+    query: int,
+    k: int,
+    found: dict[int, int],
+    records: dict[int, bytes],
+) -> None:
+    """Search the buckets of ``reads`` for the query's candidates, read each
+    candidate's record once, and add those within ``k`` of the query to
+    ``found`` (``records`` gets the record). Documents found already (the
+    delta's) are not checked again."""
+    checked: set[int] = set()  # a near-duplicate is a candidate in most tables
+    for (tag_bytes, id_bytes), group in reads.items():
+        doc_ids = runs.probe_buckets(
+            group.keys,
+            group.values,
+            tag_bytes,
+            id_bytes,
+            group.query_tags,
+            group.prefix_masks,
+            group.filter_masks,
+            k,
+        )
+        for doc_id in doc_ids:
+            if doc_id in found or doc_id in checked:
+                continue
+            checked.add(doc_id)
+            raw = get(doc_id.to_bytes(8, "big"), db=docs)
+            if raw is None:
+                raise CorruptStoreError(f"document {doc_id} is indexed but has no record")
+            distance = (int.from_bytes(raw[:8], "big") ^ query).bit_count()
+            if distance <= k:
+                found[doc_id] = distance
+                records[doc_id] = raw
+
+
+def _passing(entry: RunProbe, column: U64Array) -> npt.NDArray[np.int64]:
+    """The queries (positions in ``column``, their permuted keys in the run's
+    table) whose key the run answers for and whose slot its bitmap holds."""
+    passed = np.ones(len(column), dtype=bool)
+    if entry[5] > 0:
+        passed &= column >= np.uint64(entry[5])
+    if entry[6] < KEY_SPACE:
+        passed &= column < np.uint64(entry[6])
+    bitmap = entry[7]
+    if bitmap is not None:
+        slots = column >> np.uint64(entry[9])
+        bytes_at = np.frombuffer(bitmap, dtype=np.uint8)[slots >> np.uint64(3)]
+        passed &= ((bytes_at >> (slots & np.uint64(7)).astype(np.uint8)) & 1).astype(bool)
+    return np.flatnonzero(passed)

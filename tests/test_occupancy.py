@@ -253,7 +253,7 @@ def test_near_duplicate_queries_skip_tables_whose_slot_holds_only_what_they_foun
             with_crowded = tableset.probes
             assert all(entry[8] is not None for probes in with_crowded for entry in probes)
             without_crowded = [
-                tuple((*entry[:8], None, entry[9]) for entry in probes) for probes in with_crowded
+                tuple((*entry[:8], None, *entry[9:]) for entry in probes) for probes in with_crowded
             ]
             probes = {"with": 0, "without": 0}
             for index in range(300):

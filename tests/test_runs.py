@@ -4,8 +4,6 @@ damaged bucket is reported, never decoded."""
 
 from __future__ import annotations
 
-from unittest import mock
-
 import numpy as np
 import pytest
 from hypothesis import given, settings
@@ -13,6 +11,7 @@ from hypothesis import strategies as st
 
 from simstore import runs
 from simstore.errors import CorruptStoreError
+from simstore.permute import MAX_FINGERPRINT
 
 U64 = st.integers(min_value=0, max_value=(1 << 64) - 1)
 
@@ -71,27 +70,27 @@ def test_buckets_decode_to_what_was_encoded(
 
 
 @settings(max_examples=300, deadline=None)
-@given(run_contents(), U64, st.integers(min_value=0, max_value=8), st.booleans())
+@given(run_contents(), U64, st.integers(min_value=0, max_value=8))
 def test_a_probe_finds_what_a_brute_force_filter_finds(
-    contents: tuple[runs.Geometry, np.ndarray, np.ndarray], query_key: int, k: int, vector: bool
-) -> None:
-    """Either way of testing a bucket's entries (one at a time, or with numpy
-    for crowded prefixes) finds exactly the entries a brute-force filter does."""
-    with mock.patch.object(runs, "VECTOR_PROBE", 0 if vector else 1 << 62):
-        probe_matches_brute_force(contents, query_key, k)
-
-
-def probe_matches_brute_force(
     contents: tuple[runs.Geometry, np.ndarray, np.ndarray], query_key: int, k: int
 ) -> None:
+    """probe() of the query's bucket, and probe_buckets() of it (the numpy
+    search crowded prefixes use), find exactly the entries a brute-force
+    filter does."""
     geometry, permuted, doc_ids = contents
     if len(permuted) and query_key % 2:  # half the time, a query near an entry
         query_key = int(permuted[query_key % len(permuted)]) ^ (query_key >> 50)
     plan = runs.probe_plan(geometry)
     found: list[int] = []
+    together: list[int] = []
     for key, value in runs.encode_buckets(7, geometry, permuted, doc_ids):
         if runs.KEY.unpack(key)[1] == runs.bucket_of(query_key, geometry):
             found = runs.probe(key, value, plan, query_key, geometry.bucket_bits, k)
+            query_tag = ((query_key << geometry.bucket_bits) & MAX_FINGERPRINT) >> plan[1]
+            prefix_mask, filter_mask = runs.probe_masks(plan)
+            together = runs.probe_buckets(
+                [key], [value], plan[4], plan[5], [query_tag], [prefix_mask], [filter_mask], k
+            )
     prefix_shift = 64 - geometry.prefix_bits
     known_shift = 64 - geometry.known_bits
     expected = [
@@ -101,6 +100,7 @@ def probe_matches_brute_force(
         and ((key ^ query_key) >> known_shift).bit_count() <= k
     ]
     assert sorted(found) == sorted(expected)
+    assert sorted(together) == sorted(expected)
 
 
 @settings(max_examples=100, deadline=None)
@@ -123,8 +123,11 @@ def test_any_damaged_byte_is_reported(
             [damaged if i == index else v for i, (_, v) in enumerate(buckets)],
             geometry,
         )
+    plan = runs.probe_plan(geometry)
     with pytest.raises(CorruptStoreError):
-        runs.probe(key, damaged, runs.probe_plan(geometry), int(permuted[0]), geometry.bucket_bits, 64)
+        runs.probe(key, damaged, plan, int(permuted[0]), geometry.bucket_bits, 64)
+    with pytest.raises(CorruptStoreError):
+        runs.probe_buckets([key], [damaged], plan[4], plan[5], [0], [0], [0], 64)
 
 
 def test_a_bucket_under_another_key_is_reported() -> None:

@@ -106,6 +106,7 @@ class StoreMachine(RuleBasedStateMachine):
         self.store: simstore.Store | None = None
         self.k = 3
         self.threshold = 1
+        self.crowding: Any = None
 
     # -- helpers ---------------------------------------------------------------
 
@@ -145,6 +146,7 @@ class StoreMachine(RuleBasedStateMachine):
         merge_on_close=st.booleans(),
         rival_docs=st.one_of(st.none(), st.integers(0, 4)),
         min_similarity=st.sampled_from([0.0, 0.5, 0.8]),
+        crowded=st.booleans(),
     )
     def open_store(
         self,
@@ -154,10 +156,15 @@ class StoreMachine(RuleBasedStateMachine):
         merge_on_close: bool,
         rival_docs: int | None,
         min_similarity: float,
+        crowded: bool,
     ) -> None:
         """Create the store, alone or racing another process that creates the same
         store at the same moment and adds ``rival_docs`` documents before this one
-        adds any (so that the model knows their order)."""
+        adds any (so that the model knows their order). With ``crowded``, queries
+        read their buckets first and search them together, as they do when the
+        runs' prefixes are crowded."""
+        self.crowding = mock.patch.object(simstore.tables, "CROWDED_PREFIX", 0 if crowded else 1 << 40)
+        self.crowding.start()
         self.k = k
         self.threshold = threshold
         self.min_similarity = min_similarity
@@ -345,6 +352,8 @@ class StoreMachine(RuleBasedStateMachine):
         assert self.store.stats().delta_docs < self.threshold
 
     def teardown(self) -> None:
+        if self.crowding is not None:
+            self.crowding.stop()
         try:
             if self.store is not None and not self.store.closed:
                 assert self.store.check() == []

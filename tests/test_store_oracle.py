@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import tempfile
 from pathlib import Path
+from unittest import mock
 
 import numpy as np
 import pytest
@@ -12,6 +13,7 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 import simstore
+import simstore.tables
 from simstore.permute import MAX_FINGERPRINT
 
 Key = str | bytes | int
@@ -140,16 +142,23 @@ def check_against_brute(store: simstore.Store, stored: list[int], queries: list[
     ("k", "blocks"),
     [(0, None), (1, None), (2, None), (3, None), (4, None), (5, None), (2, 6), (3, 4), (1, 2)],
 )
+@pytest.mark.parametrize("crowded", [False, True], ids=["one-at-a-time", "crowded"])
 @ORACLE
 @given(data=st.data())
-def test_queries_equal_brute_force(k: int, blocks: int | None, data: st.DataObject) -> None:
+def test_queries_equal_brute_force(k: int, blocks: int | None, crowded: bool, data: st.DataObject) -> None:
     """query and query_many return exactly the brute-force matches (keys, distances,
-    fingerprints, order) for every k <= the store's, whatever state the delta is in."""
+    fingerprints, order) for every k <= the store's, whatever state the delta is in,
+    whether the tables are probed one run at a time or their buckets are read first
+    and searched together (as crowded prefixes are)."""
     stored, queries, _seed = data.draw(corpora(k), label="corpus")
     phase = data.draw(st.sampled_from(PHASES), label="phase")
-    with tempfile.TemporaryDirectory() as folder:
+    with (
+        tempfile.TemporaryDirectory() as folder,
+        mock.patch.object(simstore.tables, "CROWDED_PREFIX", 0 if crowded else 1 << 40),
+    ):
         store = build(str(Path(folder) / "oracle.simstore"), k, blocks, stored, phase)
         with store:
+            assert store._engine.tableset.crowded == crowded
             check_against_brute(store, stored, queries)
 
 
