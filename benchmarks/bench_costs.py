@@ -18,7 +18,11 @@ the same fingerprints. Then three least-squares fits (of relative errors,
 each layout weighing the same) give the constants:
 
 - query µs  = PER_QUERY_US + tables * PER_TABLE_US + descents * PER_PROBE_US
-  + candidates * PER_CANDIDATE_US (over every query of every layout);
+  + candidates * PER_CANDIDATE_US (over every query of the layouts whose
+  prefixes are not crowded, see ``simstore.costs.CROWDED_PREFIX``);
+- query µs, crowded = CROWDED_QUERY_US + tables * CROWDED_BUCKET_US
+  + candidates * CROWDED_ENTRY_US (over the others: every bucket is read,
+  then searched in numpy);
 - bulk insert µs/doc = PER_DOC_INSERT_US + tables * PER_KEY_WRITE_US;
 - bytes/doc (``stats().bytes_on_disk / N``) = PER_DOC_BYTES + tables * PER_ENTRY_BYTES;
 
@@ -48,7 +52,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parent))
 from _common import Report, load_average, percentiles, source_state
 
 import simstore
-from simstore import occupancy
+from simstore import costs, occupancy
 from simstore.permute import Table
 from simstore.planner import one_level
 
@@ -56,8 +60,9 @@ U64 = npt.NDArray[np.uint64]
 
 SEED = 20_261_122
 # (k, blocks): tables and prefix bits at N = 1M give candidates/query of
-# 61, 0.2, ~0, ~0, 7, 3.7K, 430 and 31K.
-CONFIGS = ((3, 4), (3, 5), (3, 6), (3, 8), (4, 6), (5, 6), (6, 8), (7, 8))
+# 61, 0.2, ~0, ~0, 7, 3.7K, 69, 3.3, 430 and 31K; crowded (4 or more a table):
+# (3, 4), (5, 6), (6, 8), (7, 8).
+CONFIGS = ((3, 4), (3, 5), (3, 6), (3, 8), (4, 6), (5, 6), (5, 7), (5, 8), (6, 8), (7, 8))
 # Fewer queries where each walks many candidates, to bound the run time.
 MAX_CANDIDATES_PER_CONFIG = 4_000_000
 
@@ -204,6 +209,7 @@ def run(args: argparse.Namespace, work_dir: str, report: Report) -> None:
     query_candidates: list[npt.NDArray[np.float64]] = []
     query_descents: list[npt.NDArray[np.float64]] = []
     query_times: list[npt.NDArray[np.float64]] = []
+    crowded: list[bool] = []
     for k, blocks in CONFIGS:
         layout = one_level(k, blocks)
         candidates = candidates_per_query(layout.tables, fps, all_queries)
@@ -220,10 +226,11 @@ def run(args: argparse.Namespace, work_dir: str, report: Report) -> None:
         query_candidates.append(candidates.astype(np.float64))
         query_descents.append(descents.astype(np.float64))
         query_times.append(times)
+        crowded.append(float(candidates.mean()) >= layout.table_count * costs.CROWDED_PREFIX)
         p50, p99 = percentiles(times, (50, 99))
         rows.append(
             {
-                "layout": f"k={k}, {layout.name}",
+                "layout": f"k={k}, {layout.name}" + (" (crowded)" if crowded[-1] else ""),
                 "tables": layout.table_count,
                 "prefix bits": bits_label(layout.prefix_bits),
                 "queries": count,
@@ -238,10 +245,21 @@ def run(args: argparse.Namespace, work_dir: str, report: Report) -> None:
         )
         print(f"  {rows[-1]['layout']}: p50 {p50:.1f} µs, load {load['add_many s']:.1f} s", file=sys.stderr)
 
+    def pick(columns: list[npt.NDArray[np.float64]], wanted: bool) -> npt.NDArray[np.float64]:
+        return np.concatenate(
+            [column for column, is_crowded in zip(columns, crowded, strict=True) if is_crowded == wanted]
+        )
+
+    groups = [np.full(len(times), index, dtype=np.float64) for index, times in enumerate(query_times)]
     per_query, per_table, per_probe, per_candidate = fit(
-        [np.concatenate(query_tables), np.concatenate(query_descents), np.concatenate(query_candidates)],
-        np.concatenate(query_times),
-        groups=np.concatenate([np.full(len(times), index) for index, times in enumerate(query_times)]),
+        [pick(query_tables, False), pick(query_descents, False), pick(query_candidates, False)],
+        pick(query_times, False),
+        groups=pick(groups, False),
+    )
+    crowded_query, crowded_bucket, crowded_entry = fit(
+        [pick(query_tables, True), pick(query_candidates, True)],
+        pick(query_times, True),
+        groups=pick(groups, True),
     )
     table_counts = [row["tables"] for row in rows]
     per_doc_insert, per_key_write = fit([table_counts], [row["insert µs/doc"] for row in rows])
@@ -252,9 +270,11 @@ def run(args: argparse.Namespace, work_dir: str, report: Report) -> None:
         f"Random fingerprints, N = {n:,}; random queries (fastest of {args.rounds} rounds per query); "
         f"every store built with `simstore.open(path, 'n', k=k, blocks=blocks, sync=False)` + `add_many`.\n"
     )
-    for row in rows:
+    for row, is_crowded in zip(rows, crowded, strict=True):
         row["predicted query µs"] = (
-            per_query
+            crowded_query + crowded_bucket * row["tables"] + crowded_entry * row["candidates/query (mean)"]
+            if is_crowded
+            else per_query
             + per_table * row["tables"]
             + per_probe * row["descents/query (mean)"]
             + per_candidate * row["candidates/query (mean)"]
@@ -268,6 +288,9 @@ def run(args: argparse.Namespace, work_dir: str, report: Report) -> None:
         f"PER_TABLE_US = {per_table:.3f}\n"
         f"PER_PROBE_US = {per_probe:.3f}\n"
         f"PER_CANDIDATE_US = {per_candidate:.4f}\n"
+        f"CROWDED_QUERY_US = {crowded_query:.2f}\n"
+        f"CROWDED_BUCKET_US = {crowded_bucket:.3f}\n"
+        f"CROWDED_ENTRY_US = {crowded_entry:.4f}\n"
         f"PER_DOC_INSERT_US = {per_doc_insert:.2f}\n"
         f"PER_KEY_WRITE_US = {per_key_write:.3f}\n"
         f"PER_DOC_BYTES = {per_doc_bytes:.1f}\n"

@@ -37,7 +37,7 @@ from typing import Any
 
 import numpy as np
 
-from simstore import costs, occupancy
+from simstore import costs, occupancy, runs
 from simstore.errors import InvalidTypeError, InvalidValueError
 from simstore.permute import (
     FINGERPRINT_BITS,
@@ -101,12 +101,24 @@ class Layout:
         bytes_per_doc = costs.PER_DOC_BYTES + tables * costs.PER_ENTRY_BYTES
         probe_us = costs.probe_us(docs * bytes_per_doc)
         descents = sum(occupancy.expected_descents(docs, bits, tables) for bits in self.prefix_bits)
-        query_us = (
-            costs.PER_QUERY_US
-            + tables * costs.PER_TABLE_US
-            + descents * probe_us
-            + candidates * costs.PER_CANDIDATE_US
-        )
+        # Candidates whose filter bits let them through cost a record read each.
+        reads = sum(docs * 2.0**-bits * filter_pass_rate(self.k, docs, bits) for bits in self.prefix_bits)
+        if candidates >= tables * costs.CROWDED_PREFIX:
+            # Crowded prefixes: every bucket is read, then searched in numpy.
+            query_us = (
+                costs.CROWDED_QUERY_US
+                + tables * costs.CROWDED_BUCKET_US
+                + candidates * costs.CROWDED_ENTRY_US
+                + reads * costs.CANDIDATE_READ_US
+            )
+        else:
+            query_us = (
+                costs.PER_QUERY_US
+                + tables * costs.PER_TABLE_US
+                + descents * probe_us
+                + candidates * costs.PER_CANDIDATE_US
+                + reads * costs.CANDIDATE_READ_US
+            )
         return dataclasses.replace(
             self,
             expected_docs=docs,
@@ -115,6 +127,16 @@ class Layout:
             query_us=query_us,
             insert_us=costs.PER_DOC_INSERT_US + tables * costs.PER_KEY_WRITE_US,
         )
+
+
+def filter_pass_rate(k: int, docs: float, prefix_bits: int) -> float:
+    """The share of the entries sharing a random query's prefix whose filter
+    bits (as a run of ``docs`` entries records them, see
+    :func:`simstore.runs.choose_geometry`) are within ``k`` of the query's."""
+    entries = max(1, int(docs))
+    geometry = runs.choose_geometry(entries, prefix_bits, entries, filter_bits=runs.filter_bits_for(k))
+    filter_bits = geometry.filter_bits
+    return sum(comb(filter_bits, flipped) for flipped in range(min(k, filter_bits) + 1)) / 2.0**filter_bits
 
 
 # ------------------------------------------------------------------ builders

@@ -23,7 +23,7 @@ from dataclasses import replace
 import numpy as np
 import numpy.typing as npt
 
-from simstore import occupancy, runs
+from simstore import costs, occupancy, runs
 from simstore._lmdb import Cursor, Database, Txn
 from simstore.catalog import KEY_SPACE, Catalog, Compaction, Run, finish_compaction, plan_compaction
 from simstore.errors import CorruptStoreError
@@ -125,7 +125,7 @@ class TableSet:
             sum(run.entries / (1 << run.geometries[index].prefix_bits) for run in self.catalog.runs)
             for index in range(len(self.tables))
         ]
-        self.crowded = bool(sharing) and sum(sharing) / len(sharing) >= CROWDED_PREFIX
+        self.crowded = bool(sharing) and sum(sharing) / len(sharing) >= costs.CROWDED_PREFIX
 
     @property
     def bitmaps_unread(self) -> bool:
@@ -195,8 +195,8 @@ class TableSet:
         during a compaction, when the skip merely happens less often. At
         most ``SEEN_LIMIT`` candidates are remembered.
 
-        When the runs' prefixes are crowded (``CROWDED_PREFIX`` entries or
-        more share a prefix, as at k = 5 from about 5M documents) that skip
+        When the runs' prefixes are crowded (``costs.CROWDED_PREFIX`` entries or
+        more share a prefix, as at k = 5 from about 1.2M documents) that skip
         never applies and testing entries one at a time dominates: the
         buckets are read first and searched together (:meth:`_find_crowded`).
         """
@@ -725,13 +725,6 @@ def _delete_range(txn: Txn, db: Database, first: bytes, past: bytes) -> None:
     while (key := cursor.key()) and key < past:
         if not cursor.delete():
             break
-
-
-#: Entries sharing a prefix (summed over a table's runs, on average over the
-#: tables) from which queries read their buckets first and search them
-#: together in numpy: the default k = 5 layout's 18-19-bit prefixes from
-#: about 3M documents, never k = 3's 25-26-bit ones below 200M.
-CROWDED_PREFIX = 12
 
 
 class _BucketReads:

@@ -22,6 +22,7 @@ from simstore.planner import (
     best_layout,
     candidate_layouts,
     covers,
+    filter_pass_rate,
     find_escape,
     format_plan,
     from_spec,
@@ -321,11 +322,13 @@ def test_estimates_follow_the_cost_model() -> None:
     # The occupancy bitmaps (23 bits at 1M) rule out all but ~11% of a random query's descents.
     descents = sum(-math.expm1(-1e6 / 2**23) for _ in layout.prefix_bits)
     assert descents == pytest.approx(1.12, abs=0.01)
+    reads = sum(1e6 * 2.0**-bits * filter_pass_rate(3, 1e6, bits) for bits in layout.prefix_bits)
     assert estimated.query_us == pytest.approx(
         costs.PER_QUERY_US
         + 10 * costs.PER_TABLE_US
         + descents * costs.PER_PROBE_US
         + 1e6 * rate * costs.PER_CANDIDATE_US
+        + reads * costs.CANDIDATE_READ_US
     )
     assert estimated.insert_us == pytest.approx(costs.PER_DOC_INSERT_US + 10 * costs.PER_KEY_WRITE_US)
     assert estimated.bytes_per_doc == pytest.approx(costs.PER_DOC_BYTES + 10 * costs.PER_ENTRY_BYTES)
@@ -453,6 +456,9 @@ def test_probe_cost_grows_with_the_store_size() -> None:
         )
         rest = costs.PER_QUERY_US + 10 * costs.PER_TABLE_US
         rest += (layout.expected_candidates or 0) * costs.PER_CANDIDATE_US
+        rest += costs.CANDIDATE_READ_US * sum(
+            docs * 2.0**-bits * filter_pass_rate(3, docs, bits) for bits in layout.prefix_bits
+        )
         return (layout.query_us - rest) / descents
 
     per_probe_small = per_probe(small, 1e5)
@@ -463,3 +469,26 @@ def test_probe_cost_grows_with_the_store_size() -> None:
     probes = [costs.probe_us(size) for size in sizes]
     assert probes == sorted(probes)
     assert probes[-1] == costs.MAX_PROBE_US
+
+
+def test_crowded_layouts_follow_the_crowded_cost_model() -> None:
+    """Where 4 or more entries share a query's prefix in a table, a query reads
+    every bucket and searches them in numpy: a cost per bucket and per entry."""
+    layout = one_level(5, 6).with_estimates(1e6)  # 6 tables of 10-11-bit prefixes
+    candidates = layout.expected_candidates
+    assert candidates is not None
+    assert candidates >= layout.table_count * costs.CROWDED_PREFIX
+    reads = sum(1e6 * 2.0**-bits * filter_pass_rate(5, 1e6, bits) for bits in layout.prefix_bits)
+    assert layout.query_us == pytest.approx(
+        costs.CROWDED_QUERY_US
+        + 6 * costs.CROWDED_BUCKET_US
+        + candidates * costs.CROWDED_ENTRY_US
+        + reads * costs.CANDIDATE_READ_US
+    )
+
+
+def test_the_filter_pass_rate_is_the_binomial_share_within_k() -> None:
+    # k = 3, a 1M run of 16-bit prefixes: 14 bucket bits, 1-byte tags, 6 filter bits.
+    assert filter_pass_rate(3, 1e6, 16) == pytest.approx(42 / 64)
+    # k >= 4 records 2k + 8 filter bits or more: few entries pass.
+    assert filter_pass_rate(5, 1e6, 18) < 0.01

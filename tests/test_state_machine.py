@@ -19,7 +19,7 @@ from hypothesis import strategies as st
 from hypothesis.stateful import RuleBasedStateMachine, initialize, invariant, precondition, rule
 
 import simstore
-import simstore.tables
+import simstore.costs
 from simstore.permute import MAX_FINGERPRINT
 from simstore.tables import TableSet
 
@@ -163,7 +163,7 @@ class StoreMachine(RuleBasedStateMachine):
         adds any (so that the model knows their order). With ``crowded``, queries
         read their buckets first and search them together, as they do when the
         runs' prefixes are crowded."""
-        self.crowding = mock.patch.object(simstore.tables, "CROWDED_PREFIX", 0 if crowded else 1 << 40)
+        self.crowding = mock.patch.object(simstore.costs, "CROWDED_PREFIX", 0 if crowded else 1 << 40)
         self.crowding.start()
         self.k = k
         self.threshold = threshold
