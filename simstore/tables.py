@@ -247,6 +247,8 @@ class TableSet:
         reads: dict[tuple[int, int], _BucketReads] = {}
         for table_probes, query_key in zip(self.probes, permuted, strict=True):
             for entry in table_probes:
+                # find()'s run and bitmap test, written out in both: a call a
+                # probe would cost about 0.1 µs, 21 times a query at k = 5.
                 if not entry[5] <= query_key < entry[6]:
                     continue
                 bitmap = entry[7]
