@@ -390,7 +390,7 @@ class GroupCommit:
                     raise
                 results.append(result)
             applied.changed_state = state != first_state
-            # The delta is already in step; _write applies no change of its own.
+            # The delta is already in step; Engine.write applies no change of its own.
             return results, state, Change([], [])
 
         return run
