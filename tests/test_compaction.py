@@ -22,6 +22,7 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 import simstore
+import simstore.costs
 import simstore.maintenance
 import simstore.occupancy
 from simstore.catalog import plan_compaction
@@ -106,8 +107,17 @@ def test_state_round_trips() -> None:
         State.decode(b"\0" * 24)
 
 
-def test_answers_stay_exact_at_every_step(tmp_path: Path) -> None:
+@pytest.mark.parametrize("crowded", [False, True], ids=["one-at-a-time", "crowded"])
+def test_answers_stay_exact_at_every_step(tmp_path: Path, crowded: bool) -> None:
+    """Queries are exact at every step of a compaction, probed a run at a time
+    or with every bucket read first (as crowded prefixes are)."""
+    with mock.patch.object(simstore.costs, "CROWDED_PREFIX", 0 if crowded else 1 << 40):
+        check_every_step(tmp_path, crowded)
+
+
+def check_every_step(tmp_path: Path, crowded: bool) -> None:
     store, model = build(tmp_path / "s.simstore", 4, 150, in_delta=40)
+    assert store._engine.tableset.crowded == crowded
     seen: list[tuple[int, int]] = []
     real_step = simstore.maintenance.compaction_step
 
