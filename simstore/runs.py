@@ -261,17 +261,26 @@ def _encode_slice(
         )
 
 
-def _payload(key: bytes, value: bytes, geometry: Geometry) -> tuple[memoryview, int]:
-    """A bucket value's payload and entry count, after checking it."""
+def _entry_count(key: bytes, value: bytes, entry_bytes: int) -> int:
+    """The entries of the bucket ``value`` stored under ``key``, whose entries
+    are ``entry_bytes`` long, once its header, length and checksum are found
+    sound; else :class:`CorruptStoreError` saying which is not."""
     if len(value) < HEADER.size or value[0] != BUCKET_KIND:
         raise CorruptStoreError(f"bucket {key.hex()} of a table is damaged (no bucket header)")
-    payload = memoryview(value)[HEADER.size :]
-    count, rest = divmod(len(payload), geometry.entry_bytes)
+    count, rest = divmod(len(value) - HEADER.size, entry_bytes)
     if rest or not count:
-        raise CorruptStoreError(f"bucket {key.hex()} of a table is damaged ({len(payload)} bytes of entries)")
-    if int.from_bytes(value[1:5], "big") != _checksum(key, payload):
+        raise CorruptStoreError(
+            f"bucket {key.hex()} of a table is damaged ({len(value) - HEADER.size} bytes of entries)"
+        )
+    if int.from_bytes(value[1:5], "big") != _checksum(key, memoryview(value)[HEADER.size :]):
         raise CorruptStoreError(f"bucket {key.hex()} of a table is damaged (checksum mismatch)")
-    return payload, count
+    return count
+
+
+def _payload(key: bytes, value: bytes, geometry: Geometry) -> tuple[memoryview, int]:
+    """A bucket value's payload and entry count, after checking it."""
+    count = _entry_count(key, value, geometry.entry_bytes)
+    return memoryview(value)[HEADER.size :], count
 
 
 def decode_bucket(key: bytes, value: bytes, geometry: Geometry) -> tuple[U64Array, U64Array]:
@@ -332,18 +341,10 @@ def probe_buckets(
     """
     tag_type = _BIG_ENDIAN[tag_bytes]
     entry_bytes = tag_bytes + id_bytes
-    crc32 = zlib.crc32
     columns = []
     counts = []
     for key, value in zip(keys, values, strict=True):
-        count, rest = divmod(len(value) - HEADER.size, entry_bytes)
-        if (
-            rest
-            or count <= 0
-            or value[0] != BUCKET_KIND
-            or int.from_bytes(value[1:5], "big") != crc32(memoryview(value)[HEADER.size :], crc32(key))
-        ):
-            raise CorruptStoreError(f"bucket {key.hex()} of a table is damaged (checksum mismatch)")
+        count = _entry_count(key, value, entry_bytes)
         columns.append(np.frombuffer(value, dtype=tag_type, count=count, offset=HEADER.size))
         counts.append(count)
     if not columns:
@@ -376,29 +377,15 @@ def probe_masks(plan: ProbePlan) -> tuple[int, int]:
 def _entry_offsets(
     keys: Sequence[bytes], values: Sequence[bytes], tag_bytes: int, id_bytes: int
 ) -> tuple[npt.NDArray[np.uint8], npt.NDArray[np.int64], npt.NDArray[np.int64], npt.NDArray[np.int64]]:
-    """Buckets' values joined and checked for damage, and where each entry's
+    """Buckets' values checked for damage and joined, and where each entry's
     tag and id start in them: ``(joined, tag offsets, id offsets, entries of
     each bucket)``."""
-    lengths = np.fromiter(map(len, values), dtype=np.int64, count=len(values))
-    counts, rest = np.divmod(lengths - HEADER.size, tag_bytes + id_bytes)
-    if bool(rest.any()) or not bool((counts > 0).all()):
-        raise CorruptStoreError("a bucket of a table is damaged (a partial entry)")
+    entry_bytes = tag_bytes + id_bytes
+    checked = [_entry_count(key, value, entry_bytes) for key, value in zip(keys, values, strict=True)]
+    counts = np.array(checked, dtype=np.int64)
+    lengths = counts * entry_bytes + HEADER.size
     blob = np.frombuffer(b"".join(values), dtype=np.uint8)
     value_at = np.cumsum(lengths) - lengths
-    crc32 = zlib.crc32
-    sums = np.fromiter(
-        (
-            crc32(memoryview(value)[HEADER.size :], crc32(key))
-            for key, value in zip(keys, values, strict=True)
-        ),
-        dtype=np.uint64,
-        count=len(values),
-    )
-    damaged = (blob[value_at] != BUCKET_KIND) | (_gather_big_endian(blob, value_at + 1, 4) != sums)
-    if bool(damaged.any()):
-        raise CorruptStoreError(
-            f"bucket {keys[int(np.argmax(damaged))].hex()} of a table is damaged (checksum mismatch)"
-        )
     payload_at = value_at + HEADER.size
     first_entry = np.cumsum(counts) - counts
     within = np.arange(int(counts.sum()), dtype=np.int64) - np.repeat(first_entry, counts)
@@ -461,10 +448,10 @@ def probe(key: bytes, value: bytes, plan: ProbePlan, query_key: int, bucket_bits
         k: the largest distance wanted.
     """
     _, tag_shift, prefix_shift, filter_mask, tag_bytes, id_bytes, code = plan
+    # _entry_count's checks, written out: the call cost 0.22 of a probe's 1.6 µs.
     if len(value) < HEADER.size or value[0] != BUCKET_KIND:
         raise CorruptStoreError(f"bucket {key.hex()} of a table is damaged (no bucket header)")
-    entry_bytes = tag_bytes + id_bytes
-    count, rest = divmod(len(value) - HEADER.size, entry_bytes)
+    count, rest = divmod(len(value) - HEADER.size, tag_bytes + id_bytes)
     if (
         rest
         or not count
