@@ -120,12 +120,11 @@ class TableSet:
                 )
             probes.append(tuple(entries))
         self.probes = probes
-        # Entries that share a query's prefix, summed over a table's runs.
-        sharing = [
-            sum(run.entries / (1 << run.geometries[index].prefix_bits) for run in self.catalog.runs)
-            for index in range(len(self.tables))
-        ]
-        self.crowded = bool(sharing) and sum(sharing) / len(sharing) >= costs.CROWDED_PREFIX
+        # Entries that share a query's prefix, summed over a table's runs, on
+        # average over the tables.
+        tabled = sum(run.entries for run in self.catalog.runs)
+        sharing = tabled * sum(2.0**-table.prefix_bits for table in self.tables) / max(1, len(self.tables))
+        self.crowded = bool(self.tables) and sharing >= costs.CROWDED_PREFIX
 
     @property
     def bitmaps_unread(self) -> bool:
@@ -637,16 +636,7 @@ def _scan(
     for doc_id in runs.probe(key, value, plan, query_key, bucket_bits, k):
         if doc_id in found or doc_id in rejected:
             continue
-        raw = get(doc_id.to_bytes(8, "big"), db=docs)
-        if raw is None:
-            raise CorruptStoreError(f"document {doc_id} is indexed but has no record")
-        fingerprint = int.from_bytes(raw[:8], "big")
-        distance = (fingerprint ^ query).bit_count()
-        if distance <= k:
-            found[doc_id] = distance
-            records[doc_id] = raw
-        else:
-            rejected.add(doc_id)
+        fingerprint = _check_candidate(get, docs, doc_id, query, k, found, records, rejected)
         if len(seen) < SEEN_LIMIT:
             seen.append((permute_all(fingerprint), base))
 
@@ -757,7 +747,7 @@ def _check_candidates(
     candidate's record once, and add those within ``k`` of the query to
     ``found`` (``records`` gets the record). Documents found already (the
     delta's) are not checked again."""
-    checked: set[int] = set()  # a near-duplicate is a candidate in most tables
+    rejected: set[int] = set()  # a near-duplicate is a candidate in most tables
     for (tag_bytes, id_bytes), group in reads.items():
         doc_ids = runs.probe_buckets(
             group.keys,
@@ -770,16 +760,34 @@ def _check_candidates(
             k,
         )
         for doc_id in doc_ids:
-            if doc_id in found or doc_id in checked:
-                continue
-            checked.add(doc_id)
-            raw = get(doc_id.to_bytes(8, "big"), db=docs)
-            if raw is None:
-                raise CorruptStoreError(f"document {doc_id} is indexed but has no record")
-            distance = (int.from_bytes(raw[:8], "big") ^ query).bit_count()
-            if distance <= k:
-                found[doc_id] = distance
-                records[doc_id] = raw
+            if doc_id not in found and doc_id not in rejected:
+                _check_candidate(get, docs, doc_id, query, k, found, records, rejected)
+
+
+def _check_candidate(
+    get: Callable[..., bytes | None],
+    docs: Database,
+    doc_id: int,
+    query: int,
+    k: int,
+    found: dict[int, int],
+    records: dict[int, bytes],
+    rejected: set[int],
+) -> int:
+    """Read candidate ``doc_id``'s record: within ``k`` of ``query`` it goes
+    to ``found`` (its record to ``records``), else to ``rejected``. Returns
+    its fingerprint."""
+    raw = get(doc_id.to_bytes(8, "big"), db=docs)
+    if raw is None:
+        raise CorruptStoreError(f"document {doc_id} is indexed but has no record")
+    fingerprint = int.from_bytes(raw[:8], "big")
+    distance = (fingerprint ^ query).bit_count()
+    if distance <= k:
+        found[doc_id] = distance
+        records[doc_id] = raw
+    else:
+        rejected.add(doc_id)
+    return fingerprint
 
 
 def _passing(entry: RunProbe, column: U64Array) -> npt.NDArray[np.int64]:
