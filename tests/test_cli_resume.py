@@ -61,7 +61,11 @@ def test_a_killed_run_resumes_to_the_uninterrupted_output(
     store = tmp_path / "corpus.simstore"
     output = tmp_path / "kept.jsonl"
     arguments = ["dedup", *map(str, files), "--store", str(store), "-o", str(output)]
-    killed = subprocess.run([sys.executable, "-c", DYING, *arguments], capture_output=True, check=False)
+    # SIGKILL leaves the command's scratch folder behind: in tmp_path, not /tmp.
+    environment = {**os.environ, "TMPDIR": str(tmp_path)}
+    killed = subprocess.run(
+        [sys.executable, "-c", DYING, *arguments], capture_output=True, check=False, env=environment
+    )
     assert killed.returncode == -signal.SIGKILL
     log = json.loads(Path(log_path(str(store))).read_text())
     assert [entry[1] for entry in log["inputs"]] == [len(PARTS[0])]
