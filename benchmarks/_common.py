@@ -104,6 +104,14 @@ def machine(data_dir: str | None = None) -> dict[str, str]:
     return info
 
 
+def parse_count(text: str) -> int:
+    """``10M`` -> 10_000_000; plain integers pass through."""
+    text = text.strip().upper()
+    scale = {"K": 1_000, "M": 1_000_000, "G": 1_000_000_000}.get(text[-1:], 1)
+    number = text[:-1] if scale != 1 else text
+    return int(float(number) * scale)
+
+
 def load_average() -> str:
     """The 1, 5 and 15 minute load averages: other work on the machine skews timings."""
     try:

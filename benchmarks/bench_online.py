@@ -93,6 +93,7 @@ from bench_peers import SIMHASH_WORKER, _codes, _faiss_index
 from bench_store import base_fingerprints, online_fingerprints, raw_floor
 
 import simstore
+from simstore import maintenance
 from simstore.params import DEFAULT_MERGE_THRESHOLD, Options
 
 ROOT = Path(__file__).resolve().parent.parent
@@ -125,7 +126,7 @@ def simstore_adds(base_path: str, work_path: str, n: int, count: int, sync: bool
     os.close(descriptor)
     new = online_fingerprints(count).tolist()
     store = simstore.open(work_path, "w", sync=sync, merge_on_close=False)
-    threshold = store._merge_threshold()
+    threshold = maintenance.merge_threshold(store._engine)
     first_epoch = store._engine.delta.merge_epoch
     add = store.add
     clock = time.perf_counter_ns

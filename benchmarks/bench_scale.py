@@ -45,21 +45,13 @@ from typing import Any
 import numpy as np
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
-from _common import AnonPeakSampler, Report, fmt, percentiles
+from _common import AnonPeakSampler, Report, fmt, parse_count, percentiles
 
 import simstore
 
 SEED = 20_261_125
 QUERIES = 10_000
 PLANTED_SHARE = 0.8
-
-
-def count(text: str) -> int:
-    """``10M`` -> 10_000_000; plain integers pass through."""
-    text = text.strip().upper()
-    scale = {"K": 1_000, "M": 1_000_000, "G": 1_000_000_000}.get(text[-1:], 1)
-    number = text[:-1] if scale != 1 else text
-    return int(float(number) * scale)
 
 
 def fingerprints(first: int, n: int) -> np.ndarray:
@@ -119,9 +111,9 @@ def main() -> None:
     parser = argparse.ArgumentParser(
         description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter
     )
-    parser.add_argument("--docs", type=count, default=count("100M"))
-    parser.add_argument("--batch", type=count, default=count("10M"))
-    parser.add_argument("--single", type=count, default=count("2M"))
+    parser.add_argument("--docs", type=parse_count, default=parse_count("100M"))
+    parser.add_argument("--batch", type=parse_count, default=parse_count("10M"))
+    parser.add_argument("--single", type=parse_count, default=parse_count("2M"))
     parser.add_argument("--k", type=int, default=3)
     parser.add_argument("--plan", action="store_true", help="let the planner lay the store out for --docs")
     parser.add_argument("--keys", choices=("int", "url"), default="int")
