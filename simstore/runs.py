@@ -47,7 +47,6 @@ BUCKET_TARGET = 32
 MIN_FILTER_BITS = 4
 #: Tag widths in bytes: those that ``struct`` unpacks as one integer.
 TAG_WIDTHS = (1, 2, 4, 8)
-_TAG_CODES = {1: "B", 2: "H", 4: "I", 8: "Q"}
 
 BUCKET_KIND = 1
 KEY = struct.Struct(">II")
@@ -272,7 +271,9 @@ def _entry_count(key: bytes, value: bytes, entry_bytes: int) -> int:
         raise CorruptStoreError(
             f"bucket {key.hex()} of a table is damaged ({len(value) - HEADER.size} bytes of entries)"
         )
-    if int.from_bytes(value[1:5], "big") != _checksum(key, memoryview(value)[HEADER.size :]):
+    # _checksum written out, over a copy of the payload: a call and a
+    # memoryview cost more than copying a bucket's few hundred bytes.
+    if int.from_bytes(value[1:5], "big") != zlib.crc32(value[HEADER.size :], zlib.crc32(key)):
         raise CorruptStoreError(f"bucket {key.hex()} of a table is damaged (checksum mismatch)")
     return count
 
@@ -339,30 +340,33 @@ def probe_buckets(
     ``filter_masks[i]`` (see :func:`probe_masks`). The buckets' runs all pack
     ``tag_bytes``-byte tags and ``id_bytes``-byte ids.
     """
-    tag_type = _BIG_ENDIAN[tag_bytes]
     entry_bytes = tag_bytes + id_bytes
-    columns = []
+    tag_columns = []
     counts = []
     for key, value in zip(keys, values, strict=True):
         count = _entry_count(key, value, entry_bytes)
-        columns.append(np.frombuffer(value, dtype=tag_type, count=count, offset=HEADER.size))
+        # Joined as bytes and read by numpy once: an array a bucket cost
+        # about 0.4 µs each, 21 buckets a query at k = 5.
+        tag_columns.append(value[HEADER.size : HEADER.size + count * tag_bytes])
         counts.append(count)
-    if not columns:
+    if not counts:
         return []
-    owners = np.repeat(np.arange(len(counts)), counts)
-    differ = np.concatenate(columns) ^ np.array(query_tags, dtype=np.uint64)[owners]
-    passing = ((differ & np.array(prefix_masks, dtype=np.uint64)[owners]) == 0) & (
-        np.bitwise_count(differ & np.array(filter_masks, dtype=np.uint64)[owners]) <= k
+    # Each bucket's query tag and masks, repeated for its entries.
+    entry_query_tags, entry_prefix_masks, entry_filter_masks = np.repeat(
+        np.array((query_tags, prefix_masks, filter_masks), dtype=np.uint64), counts, axis=1
     )
-    wanted = np.flatnonzero(passing).tolist()
-    if not wanted:
+    differ = np.frombuffer(b"".join(tag_columns), dtype=_BIG_ENDIAN[tag_bytes]) ^ entry_query_tags
+    passing = ((differ & entry_prefix_masks) == 0) & (np.bitwise_count(differ & entry_filter_masks) <= k)
+    wanted = np.flatnonzero(passing)
+    if not len(wanted):
         return []
-    firsts = np.cumsum(counts) - counts
-    buckets = owners[wanted].tolist()
+    ends = np.cumsum(counts)
+    firsts = (ends - counts).tolist()
+    buckets = np.searchsorted(ends, wanted, side="right").tolist()
     doc_ids = []
-    for entry, bucket in zip(wanted, buckets, strict=True):
+    for entry, bucket in zip(wanted.tolist(), buckets, strict=True):
         count = counts[bucket]
-        start = HEADER.size + count * tag_bytes + (entry - int(firsts[bucket])) * id_bytes
+        start = HEADER.size + count * tag_bytes + (entry - firsts[bucket]) * id_bytes
         doc_ids.append(int.from_bytes(values[bucket][start : start + id_bytes], "big"))
     return doc_ids
 
@@ -370,7 +374,7 @@ def probe_buckets(
 def probe_masks(plan: ProbePlan) -> tuple[int, int]:
     """The prefix and filter masks :func:`probe_buckets` applies to the tags
     of runs with probe ``plan``."""
-    _, _, prefix_shift, filter_mask, tag_bytes, _, _ = plan
+    _, _, prefix_shift, filter_mask, tag_bytes, _ = plan
     return ((1 << (8 * tag_bytes)) - 1) ^ ((1 << prefix_shift) - 1), filter_mask
 
 
@@ -411,8 +415,8 @@ def known_key(permuted_key: int, geometry: Geometry) -> int:
 
 
 #: What a probe needs of a run's geometry, flat for the hot path:
-#: ``(bucket_shift, tag_shift, prefix_shift, filter_mask, tag_bytes, id_bytes, struct code)``.
-ProbePlan = tuple[int, int, int, int, int, int, str]
+#: ``(bucket_shift, tag_shift, prefix_shift, filter_mask, tag_bytes, id_bytes)``.
+ProbePlan = tuple[int, int, int, int, int, int]
 
 
 def probe_plan(geometry: Geometry) -> ProbePlan:
@@ -428,11 +432,7 @@ def probe_plan(geometry: Geometry) -> ProbePlan:
         filter_mask,
         geometry.tag_bytes,
         geometry.id_bytes,
-        _TAG_CODES[geometry.tag_bytes],
     )
-
-
-_unpackers: dict[tuple[int, str], struct.Struct] = {}
 
 
 def probe(key: bytes, value: bytes, plan: ProbePlan, query_key: int, bucket_bits: int, k: int) -> list[int]:
@@ -447,7 +447,7 @@ def probe(key: bytes, value: bytes, plan: ProbePlan, query_key: int, bucket_bits
         bucket_bits: the run's bucket bits.
         k: the largest distance wanted.
     """
-    _, tag_shift, prefix_shift, filter_mask, tag_bytes, id_bytes, code = plan
+    _, tag_shift, prefix_shift, filter_mask, tag_bytes, id_bytes = plan
     # _entry_count's checks, written out: the call cost 0.22 of a probe's 1.6 µs.
     if len(value) < HEADER.size or value[0] != BUCKET_KIND:
         raise CorruptStoreError(f"bucket {key.hex()} of a table is damaged (no bucket header)")
@@ -461,21 +461,22 @@ def probe(key: bytes, value: bytes, plan: ProbePlan, query_key: int, bucket_bits
     query_tag = ((query_key << bucket_bits) & MAX_FINGERPRINT) >> tag_shift
     low = query_tag >> prefix_shift << prefix_shift
     high = low + (1 << prefix_shift)
-    unpacker = _unpackers.get((count, code))
-    if unpacker is None:
-        unpacker = _unpackers[(count, code)] = struct.Struct(f">{count}{code}")
-    tags = unpacker.unpack_from(value, HEADER.size)
-    position = bisect.bisect_left(tags, low)
+    # The tags are sorted big-endian, so their first bytes are sorted too:
+    # bisecting those (a strided slice, no int made per tag) finds the few
+    # entries that can share the prefix. Unpacking every tag of a bucket
+    # cost 0.75 of a probe's 2.1 µs at 10M documents.
+    tags_end = HEADER.size + count * tag_bytes
+    first_bytes = value[HEADER.size : tags_end : tag_bytes]
+    top_shift = 8 * tag_bytes - 8
+    first = bisect.bisect_left(first_bytes, low >> top_shift)
+    past = bisect.bisect_right(first_bytes, (high - 1) >> top_shift, first)
     found: list[int] = []
-    ids_at = HEADER.size + count * tag_bytes
-    while position < count:
-        tag = tags[position]
-        if tag >= high:
-            break
-        if ((tag ^ query_tag) & filter_mask).bit_count() <= k:
-            start = ids_at + position * id_bytes
+    for position in range(first, past):
+        at = HEADER.size + position * tag_bytes
+        tag = int.from_bytes(value[at : at + tag_bytes], "big")
+        if low <= tag < high and ((tag ^ query_tag) & filter_mask).bit_count() <= k:
+            start = tags_end + position * id_bytes
             found.append(int.from_bytes(value[start : start + id_bytes], "big"))
-        position += 1
     return found
 
 

@@ -185,14 +185,16 @@ class TableSet:
         (the delta's) are not checked again.
 
         A near-duplicate query finds the same document in most tables. Once a
-        candidate's record is read, its permuted keys (``permute_all``) say
+        match's record is read, its permuted keys (``permute_all``) say
         where it sits in every table. A later table's run whose slot for the
         query is marked not crowded has held one entry there, ever; if a
-        candidate found in that same run sits in that slot, that entry is
-        the candidate, and the run is not probed (other runs holding the
-        slot still are). A candidate's run is the same in every table except
-        during a compaction, when the skip merely happens less often. At
-        most ``SEEN_LIMIT`` candidates are remembered.
+        match found in that same run sits in that slot, that entry is the
+        match, and the run is not probed (other runs holding the slot still
+        are). A document's run is the same in every table except during a
+        compaction, when the skip merely happens less often. At most
+        ``SEEN_LIMIT`` matches are remembered; a rejected candidate is not,
+        since it shares the query's prefix in a second table only by a
+        further coincidence (its permuted keys cost about a microsecond).
 
         When the runs' prefixes are crowded (``costs.CROWDED_PREFIX`` entries or
         more share a prefix, as at k = 5 from about 1.2M documents) that skip
@@ -203,7 +205,7 @@ class TableSet:
             self._find_crowded(txn, permuted, query, k, found, records, docs)
             return
         get = txn.get
-        # (permuted keys in every table, the run's base) of each candidate
+        # (permuted keys in every table, the run's base) of each match
         seen: list[tuple[Sequence[int], int]] = []
         rejected: set[int] = set()
         for table_index, (table_probes, query_key) in enumerate(zip(self.probes, permuted, strict=True)):
@@ -618,7 +620,7 @@ def _scan(
     permute_all: Callable[[int], Sequence[int]],
 ) -> None:
     """Probe one run of one table whose occupancy bitmap holds the query's
-    slot (see :meth:`TableSet.find`): skip it if a candidate already seen
+    slot (see :meth:`TableSet.find`): skip it if a match already found
     in this run is that slot's only entry, else read the bucket and check
     its candidates against their records."""
     db, base, bucket_shift, plan, bucket_bits, _, _, bitmap, crowded, shift, _, _ = entry
@@ -637,7 +639,7 @@ def _scan(
         if doc_id in found or doc_id in rejected:
             continue
         fingerprint = _check_candidate(get, docs, doc_id, query, k, found, records, rejected)
-        if len(seen) < SEEN_LIMIT:
+        if doc_id in found and len(seen) < SEEN_LIMIT:
             seen.append((permute_all(fingerprint), base))
 
 
