@@ -55,10 +55,10 @@ def test_undocumented_finds_a_missing_verb() -> None:
     assert "query" in undocumented(text)
 
 
-def python_section_example() -> str:
-    """The first ```python block of the README's "Using it from Python" section."""
+def python_section_example(heading: str = "Using it from Python") -> str:
+    """The first ```python block of the README's section ``heading``."""
     text = README.read_text(encoding="utf-8")
-    section = text[text.index("## Using it from Python") :]
+    section = text[text.index(f"## {heading}") :]
     section = section[: section.index("\n## ", 1)]
     start = section.index("```python\n") + len("```python\n")
     return section[start : section.index("```", start)]
@@ -79,6 +79,17 @@ def checked_program(example: str) -> tuple[str, dict[int, str]]:
     return "\n".join(lines) + "\n", shown
 
 
+def run_checked(example: str) -> tuple[dict[int, object], dict[int, str]]:
+    """Run a README example (in the current directory); what each line followed by
+    a ``# -> `` comment returned, and what the comment shows, by line number."""
+    program, shown = checked_program(example)
+    namespace: dict[str, object] = {"_seen": []}
+    exec(compile(program, "README.md", "exec"), namespace)
+    seen = dict(namespace["_seen"])  # type: ignore[call-overload]
+    assert set(seen) == set(shown)
+    return seen, shown
+
+
 def test_python_example_runs_and_shows_what_it_returns(tmp_path: Path, monkeypatch: object) -> None:
     """The Python section's example runs, and each `# -> ` line matches the repr of what
     the line above returns (`...` is any text): the query results were listed in the wrong
@@ -87,14 +98,11 @@ def test_python_example_runs_and_shows_what_it_returns(tmp_path: Path, monkeypat
 
     assert isinstance(monkeypatch, pytest.MonkeyPatch)
     monkeypatch.chdir(tmp_path)
-    program, shown = checked_program(python_section_example())
-    assert len(shown) >= 5, "the example shows what query, add_if_new, pairs and clusters return"
+    example = python_section_example()
     for name in ("add_if_new", "near_duplicate_pairs", "clusters"):
-        assert f"store.{name}(" in program
-    namespace: dict[str, object] = {"_seen": []}
-    exec(compile(program, "README.md", "exec"), namespace)
-    seen = dict(namespace["_seen"])  # type: ignore[call-overload]
-    assert set(seen) == set(shown)
+        assert f"store.{name}(" in example
+    seen, shown = run_checked(example)
+    assert len(shown) >= 5, "the example shows what query, add_if_new, pairs and clusters return"
     for number, pattern in shown.items():
         regex = ".*?".join(re.escape(part) for part in pattern.split("..."))
         assert re.fullmatch(regex, repr(seen[number])), f"README shows {pattern}, got {seen[number]!r}"
@@ -150,3 +158,18 @@ def test_the_quick_start_prints_what_the_readme_shows(
     assert [line for line in printed if not line.startswith("output")] == [
         line for line in shown_lines if not line.startswith("output")
     ]
+
+
+def test_crawler_example_runs_and_shows_what_it_returns(tmp_path: Path, monkeypatch: object) -> None:
+    """The crawler section's example (threads sharing commits, a batch) runs, and its
+    `# -> ` lines match what the lines above return."""
+    import pytest
+
+    assert isinstance(monkeypatch, pytest.MonkeyPatch)
+    monkeypatch.chdir(tmp_path)
+    example = python_section_example("A crawler's durable writes")
+    assert "ThreadPoolExecutor" in example
+    assert "store.batch()" in example
+    seen, shown = run_checked(example)
+    for number, pattern in shown.items():
+        assert repr(seen[number]) == pattern, f"README shows {pattern}, got {seen[number]!r}"
