@@ -49,12 +49,14 @@ def alternate(
     rounds: int = 3,
     *,
     attribute: str,
+    owner: object | None = None,
 ) -> None:
-    """Time ``store.query`` of every query under every variant (a value of the
-    store's ``attribute``), the order
+    """Time ``store.query`` of every query under every variant (a value of
+    ``attribute`` of ``owner``, the store unless given, e.g. ``store._engine``), the order
     alternating from query to query and round to round, with the same answers
     required; print p50 and p99 per variant and query kind."""
-    original = getattr(store, attribute)
+    target = store if owner is None else owner
+    original = getattr(target, attribute)
     latencies: dict[tuple[str, str], list[int]] = {
         (name, kind): [] for name in variants for kind in ("near", "random")
     }
@@ -66,14 +68,14 @@ def alternate(
                     order.reverse()
                 answers = []
                 for name, value in order:
-                    setattr(store, attribute, value)
+                    setattr(target, attribute, value)
                     started = time.perf_counter_ns()
                     answers.append(store.query(fingerprint=query))
                     latencies[name, kind].append(time.perf_counter_ns() - started)
                 if any(answer != answers[0] for answer in answers):
                     raise AssertionError(f"the variants answer {query:#x} differently")
     finally:
-        setattr(store, attribute, original)
+        setattr(target, attribute, original)
     print(f"{store.path}: {len(store):,} documents, load {os.getloadavg()[0]:.2f}")
     for (name, kind), values in latencies.items():
         micros = np.array(values) / 1000

@@ -37,7 +37,7 @@ def main(path: str) -> None:
             "lanes (Python integers)": lane_permuter(store.tables),
             "numpy TablesPermuter": TablesPermuter(store.tables),
         }
-        alternate(store, variants, queries, attribute="_permute_all")
+        alternate(store, variants, queries, owner=store._engine, attribute="permute_all")
         fingerprints = [query for query, _ in queries]
         for name, permute_all in variants.items():
             started = time.perf_counter_ns()
