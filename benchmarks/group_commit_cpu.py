@@ -5,7 +5,9 @@ user and system CPU an add, for one or more writer threads of one process.
 
 Each configuration adds ``--adds`` fingerprints, spread over its threads, into a
 fresh store of ``--base`` random fingerprints (built with ``sync=False``, not
-timed). Groups are counted by wrapping ``GroupCommit._lead``.
+timed). Groups are counted by wrapping ``GroupCommit._lead``; the bytes
+written to storage are the process's ``write_bytes`` (``/proc/self/io``),
+which counts the pages its flushes sent to the disk.
 """
 
 from __future__ import annotations
@@ -28,6 +30,15 @@ from _common import load_average, parse_count
 
 import simstore
 from simstore import commit
+
+
+def written_bytes() -> int:
+    """What this process has sent to storage so far (Linux)."""
+    with open("/proc/self/io") as counters:
+        for line in counters:
+            if line.startswith("write_bytes:"):
+                return int(line.split(":")[1])
+    return 0
 
 
 def measure(base: int, threads: int, adds: int, directory: str) -> dict[str, float]:
@@ -57,6 +68,7 @@ def measure(base: int, threads: int, adds: int, directory: str) -> dict[str, flo
 
                 workers = [threading.Thread(target=write, args=(thread,)) for thread in range(threads)]
                 before = resource.getrusage(resource.RUSAGE_SELF)
+                written_before = written_bytes()
                 started = time.perf_counter()
                 for worker in workers:
                     worker.start()
@@ -64,6 +76,7 @@ def measure(base: int, threads: int, adds: int, directory: str) -> dict[str, flo
                     worker.join()
                 elapsed = time.perf_counter() - started
                 after = resource.getrusage(resource.RUSAGE_SELF)
+                written = written_bytes() - written_before
         finally:
             commit.GroupCommit._lead = lead  # type: ignore[method-assign]
     finally:
@@ -75,6 +88,7 @@ def measure(base: int, threads: int, adds: int, directory: str) -> dict[str, flo
         "mean_group": float(np.mean(group_sizes)),
         "user_us": (after.ru_utime - before.ru_utime) / done * 1e6,
         "system_us": (after.ru_stime - before.ru_stime) / done * 1e6,
+        "written_kib": written / done / 1024,
     }
 
 
@@ -86,13 +100,13 @@ def main() -> int:
     parser.add_argument("--dir", default=None, help="where the stores go (default: the temp folder)")
     args = parser.parse_args()
     print(f"load average {load_average()}")
-    print("| threads | docs/s | groups | adds a group | user µs an add | system µs an add |")
-    print("|---|---|---|---|---|---|")
+    print("| threads | docs/s | groups | adds a group | an add: user µs | system µs | KiB written |")
+    print("|---|---|---|---|---|---|---|")
     for threads in (int(part) for part in args.threads.split(",")):
         found = measure(args.base, threads, args.adds, args.dir or tempfile.gettempdir())
         print(
             f"| {threads} | {found['docs_per_s']:,.0f} | {found['groups']:,.0f} | {found['mean_group']:.2f} "
-            f"| {found['user_us']:.0f} | {found['system_us']:.0f} |",
+            f"| {found['user_us']:.0f} | {found['system_us']:.0f} | {found['written_kib']:.0f} |",
             flush=True,
         )
     return 0

@@ -179,6 +179,14 @@ class Environment:
                 max_spare_txns=0,
                 lock=True,
                 writemap=writemap,
+                # MADV_RANDOM on the map. With readahead, pages faulted in
+                # order (a bulk load through the writable map, a compaction, a
+                # scan) enter the page cache as large folios, and the kernel
+                # writes a dirty folio back whole: a durable single add after
+                # a bulk load flushed 529 pages instead of 13, at half the
+                # speed (benchmarks/group_commit_cpu.py, docs/engine.md). The
+                # price is paid by sequential scans of a cold cache only.
+                readahead=False,
             )
         except lmdb.InvalidError as exc:
             self._drop_new_lock(lock_existed)
