@@ -113,7 +113,7 @@ def merge_thresholds(n: int, merges: int) -> list[int]:
 
 def build_store(path: str, n: int) -> float:
     started = time.perf_counter()
-    with simstore.open(path, "n", sync=False) as store:
+    with simstore.open(path, "n", k=3, sync=False) as store:  # the k of its floor and faiss rows
         store.add_many(range(n), base_fingerprints(n))
     return time.perf_counter() - started
 

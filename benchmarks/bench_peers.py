@@ -171,7 +171,7 @@ def simstore_build(path: str, n: int, repeats: int) -> dict[str, Any]:
     for _ in range(repeats):
         with AnonPeakSampler() as sampler:
             started = time.perf_counter()
-            store = simstore.open(path, "n")
+            store = simstore.open(path, "n", k=K)
             opened = time.perf_counter()
             store.add_many(keys, fps)
             added = time.perf_counter()

@@ -173,7 +173,7 @@ def simstore_bulk_load(path: str, n: int) -> dict[str, Any]:
     """``add_many`` of N into a new store; the file stays for the next phases."""
     fps = base_fingerprints(n)
     opened = time.perf_counter()
-    store = simstore.open(path, "n", sync=False)
+    store = simstore.open(path, "n", k=K, sync=False)
     started = time.perf_counter()
     store.add_many(range(n), fps)
     added = time.perf_counter()
@@ -533,7 +533,7 @@ def profile_paths(base_path: str, work_path: str, n: int, queries: U64, out_dir:
     profile_store = work_path + ".profile"
 
     def bulk() -> None:
-        with simstore.open(profile_store, "n", sync=False) as store:
+        with simstore.open(profile_store, "n", k=K, sync=False) as store:
             store.add_many(range(n), fps)
 
     run("add_many", bulk)
