@@ -18,15 +18,17 @@ import subprocess
 import sys
 from pathlib import Path
 
+BENCHMARKS = str(Path(__file__).resolve().parent)
 CHILD = r"""
-import os, sys, time
+import sys, time
 import numpy as np
-import simstore
 
 path, seed = sys.argv[1], int(sys.argv[2])
-descriptor = os.open(path, os.O_RDONLY)
-os.posix_fadvise(descriptor, 0, 0, os.POSIX_FADV_DONTNEED)
-os.close(descriptor)
+sys.path.append(sys.argv[3])  # benchmarks/, after PYTHONPATH's tree
+from _common import drop_page_cache
+import simstore
+
+drop_page_cache(path)
 queries = np.random.default_rng(seed).integers(0, 2**64, 100, dtype=np.uint64).tolist()
 started = time.perf_counter()
 store = simstore.open(path, "r")
@@ -51,7 +53,7 @@ def main() -> int:
     for round_index in range(args.rounds):
         for tree in trees:
             found = subprocess.run(
-                [sys.executable, "-c", CHILD, args.store, str(round_index)],
+                [sys.executable, "-c", CHILD, args.store, str(round_index), BENCHMARKS],
                 env=dict(os.environ, PYTHONPATH=tree),
                 capture_output=True,
                 text=True,

@@ -45,7 +45,7 @@ from typing import Any
 import numpy as np
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
-from _common import AnonPeakSampler, Report, fmt, parse_count, percentiles
+from _common import AnonPeakSampler, Report, drop_page_cache, fmt, parse_count, percentiles
 
 import simstore
 
@@ -94,17 +94,6 @@ def query_pass(store: Any, probes: list[int]) -> tuple[float, float, int]:
         latencies[index] = clock() - start
     p50, p99 = percentiles(latencies / 1000.0, (50, 99))
     return p50, p99, found
-
-
-def drop_page_cache(path: str) -> None:
-    """Ask the kernel to forget the store's cached pages (first-pass latency
-    then includes reading them), where the platform allows it."""
-    if hasattr(os, "posix_fadvise"):
-        descriptor = os.open(path, os.O_RDONLY)
-        try:
-            os.posix_fadvise(descriptor, 0, 0, os.POSIX_FADV_DONTNEED)
-        finally:
-            os.close(descriptor)
 
 
 def main() -> None:

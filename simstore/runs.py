@@ -45,7 +45,7 @@ from simstore.permute import FINGERPRINT_BITS, MAX_FINGERPRINT, U64Array
 BUCKET_TARGET = 32
 #: Bits after the prefix every entry records, at least, as a filter.
 MIN_FILTER_BITS = 4
-#: Tag widths in bytes: those that ``struct`` unpacks as one integer.
+#: Tag widths in bytes: those numpy reads as one big-endian integer (``_BIG_ENDIAN``).
 TAG_WIDTHS = (1, 2, 4, 8)
 
 BUCKET_KIND = 1
