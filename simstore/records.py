@@ -41,7 +41,8 @@ MAX_INT_KEY = (1 << 64) - 1
 MAX_META_BYTES = 64 * 1024
 
 _U64 = struct.Struct(">Q")
-_KEY_TYPES = (str, bytes, int)
+#: The types a stored key unpacks to (exactly: a bool is not an int key).
+KEY_TYPES = (str, bytes, int)
 encode_id = _U64.pack
 
 #: Entries per slice of a bulk write. The bytes objects LMDB takes are made a
@@ -183,7 +184,7 @@ def unpack_key(packed_key: bytes) -> Key:
         key = msgpack.unpackb(packed_key, raw=False)
     except Exception as exc:  # msgpack raises several unrelated types on bad input
         raise CorruptStoreError(f"a stored key is damaged: {exc}") from exc
-    if type(key) not in _KEY_TYPES:  # exact types: a bool is not a key
+    if type(key) not in KEY_TYPES:  # exact types: a bool is not a key
         raise CorruptStoreError(f"a stored key has type {type(key).__name__}")
     return key  # type: ignore[no-any-return]
 

@@ -28,6 +28,7 @@ Nothing here does I/O.
 from __future__ import annotations
 
 import bisect
+import operator
 import struct
 import zlib
 from collections.abc import Iterator, Sequence
@@ -278,6 +279,34 @@ def _entry_count(key: bytes, value: bytes, entry_bytes: int) -> int:
     return count
 
 
+_PAYLOAD = operator.itemgetter(slice(HEADER.size, None))
+_STORED_CHECKSUM = operator.itemgetter(slice(1, HEADER.size))
+
+
+def _entry_counts(keys: Sequence[bytes], values: Sequence[bytes], entry_bytes: int) -> npt.NDArray[np.int64]:
+    """:func:`_entry_count` of many buckets, with C-level loops (``map``):
+    a call per bucket cost about 1 µs, a third of reading a run."""
+    count = len(values)
+    lengths = np.fromiter(map(len, values), dtype=np.int64, count=count)
+    if count == 0:
+        return lengths
+    if int(lengths.min()) < HEADER.size:  # a bucket too short for its header
+        checked = [_entry_count(key, value, entry_bytes) for key, value in zip(keys, values, strict=True)]
+        return np.array(checked, dtype=np.int64)
+    kinds = np.fromiter(map(operator.itemgetter(0), values), dtype=np.int64, count=count)
+    stored = np.frombuffer(b"".join(map(_STORED_CHECKSUM, values)), dtype=">u4")
+    computed = np.fromiter(
+        map(zlib.crc32, map(_PAYLOAD, values), map(zlib.crc32, keys)), dtype=np.uint32, count=count
+    )
+    entries, rest = np.divmod(lengths - HEADER.size, entry_bytes)
+    damaged = (kinds != BUCKET_KIND) | (rest != 0) | (entries == 0) | (stored != computed)
+    if bool(damaged.any()):
+        first = int(np.flatnonzero(damaged)[0])
+        _entry_count(keys[first], values[first], entry_bytes)  # raises, saying what is wrong
+        raise AssertionError("a bucket found damaged passed its check")
+    return entries
+
+
 def _payload(key: bytes, value: bytes, geometry: Geometry) -> tuple[memoryview, int]:
     """A bucket value's payload and entry count, after checking it."""
     count = _entry_count(key, value, geometry.entry_bytes)
@@ -385,8 +414,7 @@ def _entry_offsets(
     tag and id start in them: ``(joined, tag offsets, id offsets, entries of
     each bucket)``."""
     entry_bytes = tag_bytes + id_bytes
-    checked = [_entry_count(key, value, entry_bytes) for key, value in zip(keys, values, strict=True)]
-    counts = np.array(checked, dtype=np.int64)
+    counts = _entry_counts(keys, values, entry_bytes)
     lengths = counts * entry_bytes + HEADER.size
     blob = np.frombuffer(b"".join(values), dtype=np.uint8)
     value_at = np.cumsum(lengths) - lengths
@@ -412,6 +440,12 @@ def known_key(permuted_key: int, geometry: Geometry) -> int:
     return (
         permuted_key >> (FINGERPRINT_BITS - geometry.known_bits) << (FINGERPRINT_BITS - geometry.known_bits)
     )
+
+
+def known_keys(permuted_keys: U64Array, geometry: Geometry) -> U64Array:
+    """:func:`known_key` of an array of permuted keys."""
+    unknown = FINGERPRINT_BITS - geometry.known_bits
+    return permuted_keys & np.uint64(MAX_FINGERPRINT ^ ((1 << unknown) - 1))
 
 
 #: What a probe needs of a run's geometry, flat for the hot path:

@@ -123,6 +123,11 @@ def test_any_damaged_byte_is_reported(
             [damaged if i == index else v for i, (_, v) in enumerate(buckets)],
             geometry,
         )
+    cut = value[:position]  # shorter than its header, or by part of an entry or more
+    with pytest.raises(CorruptStoreError):
+        runs.decode_buckets(
+            [k for k, _ in buckets], [cut if i == index else v for i, (_, v) in enumerate(buckets)], geometry
+        )
     plan = runs.probe_plan(geometry)
     with pytest.raises(CorruptStoreError):
         runs.probe(key, damaged, plan, int(permuted[0]), geometry.bucket_bits, 64)
