@@ -136,6 +136,11 @@ class Environment:
         self.path = path
         self.defer_meta_sync = defer_meta_sync and sync and not readonly
         self._flush_descriptor: int | None = None
+        # The id of the latest commit this process made. Kept in Python so
+        # that a group commit's flush, outside the store's lock, need not ask
+        # LMDB: a fork() in another thread while py-lmdb's call is in flight
+        # leaves the child unable to close its inherited environment.
+        self.committed_txn = 0
         self.readonly = readonly
         self.max_map_size = max_map_size
         file_size = os.path.getsize(path) if os.path.exists(path) else 0
@@ -471,7 +476,9 @@ class Environment:
             txn = self._begin(write=True)
             try:
                 result = body(txn)
+                txn_id = int(txn.id())
                 txn.commit()
+                self.committed_txn = max(self.committed_txn, txn_id)
                 return result
             except lmdb.MapFullError:
                 txn.abort()

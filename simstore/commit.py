@@ -135,10 +135,41 @@ class _Applied:
         self.before.clear()
 
 
+class Pending:
+    """What a write made in a batch returns: its outcome, known once the
+    batch has committed (``batch.add_if_new``'s matches)."""
+
+    __slots__ = ("_done", "_result")
+
+    def __init__(self) -> None:
+        self._done = False
+        self._result: Any = None
+
+    def result(self) -> Any:
+        """The write's outcome (for ``add_if_new``, the near-duplicates that
+        kept it out; empty when it was inserted).
+
+        Raises:
+            InvalidValueError: the batch has not committed (yet, or at all).
+        """
+        if not self._done:
+            raise InvalidValueError("the batch holding this write has not committed")
+        return self._result
+
+    def _set(self, result: Any) -> None:
+        self._result = result
+        self._done = True
+
+
 class _Batching(threading.local):
-    """Per thread: the bodies of the batch open in this thread, or ``None``."""
+    """Per thread: the bodies of the batch open in this thread (``None``:
+    no batch), a :class:`Pending` for each, and whether the write being
+    gathered comes through the batch (whose ``add_if_new`` can return a
+    pending outcome) or through the store (whose ``add_if_new`` cannot)."""
 
     bodies: list[Body] | None = None
+    pending: list[Pending] | None = None
+    through_batch = False
 
 
 class Batch:
@@ -146,20 +177,29 @@ class Batch:
 
     ``add``, ``add_if_new`` and ``remove`` take the arguments of the
     store's methods and check them at once (bad input raises there), but
-    write nothing until the block ends; they return ``None``. Only the
-    thread that opened the batch may use it.
+    write nothing until the block ends. ``add`` and ``remove`` return
+    ``None``; ``add_if_new`` returns a :class:`Pending` whose ``result()``
+    gives the near-duplicates once the block has ended. Only the thread that
+    opened the batch may use it.
     """
 
-    def __init__(self, store: Any, bodies: list[Body]) -> None:
+    def __init__(self, store: Any, bodies: list[Body], batching: _Batching) -> None:
         # The facade whose single writes the block gathers (not imported here).
         self._store = store
         self._bodies = bodies
+        self._batching = batching
 
     def add(self, *args: Any, **kwargs: Any) -> None:
         self._store.add(*args, **kwargs)
 
-    def add_if_new(self, *args: Any, **kwargs: Any) -> None:
-        self._store.add_if_new(*args, **kwargs)
+    def add_if_new(self, *args: Any, **kwargs: Any) -> Pending:
+        """``store.add_if_new`` in the batch: its outcome is known once the
+        block ends, from the returned :class:`Pending`."""
+        self._batching.through_batch = True
+        try:
+            return cast(Pending, self._store.add_if_new(*args, **kwargs))
+        finally:
+            self._batching.through_batch = False
 
     def remove(self, *args: Any, **kwargs: Any) -> None:
         self._store.remove(*args, **kwargs)
@@ -196,10 +236,11 @@ class GroupCommit:
         """Run one single write's ``body`` in a transaction shared with the
         other threads' single writes; its result once that commit is as
         durable as ``sync`` makes it."""
-        bodies = self.batching.bodies
-        if bodies is not None:
+        bodies, pending = self.batching.bodies, self.batching.pending
+        if bodies is not None and pending is not None:
             bodies.append(body)  # the batch open in this thread commits it
-            return cast(T, None)
+            pending.append(Pending())
+            return cast(T, pending[-1])
         if getattr(engine.lock, "_is_owned", lambda: False)():
             # Called with the store's lock held (from a callback inside a
             # store call): a group's leader would wait for that lock for ever.
@@ -326,8 +367,10 @@ class GroupCommit:
         with self._flushing:
             if txn_id is not None and self._durable_txn >= txn_id:
                 return  # a flush begun since that commit covered it
-            # Every commit up to this one has written its meta page by now.
-            target = engine.env.last_txn_id()
+            # Every commit of this process up to this one has written its
+            # meta page by now. (Not LMDB's last_txn_id: this runs outside
+            # the store's lock, where fork() may strike mid-call.)
+            target = engine.env.committed_txn
             engine.env.flush()
             self._durable_up_to(target)
 
@@ -417,20 +460,28 @@ class GroupCommit:
         if self.batching.bodies is not None:
             raise InvalidValueError("a batch is already open in this thread; batches do not nest")
         bodies: list[Body] = []
-        self.batching.bodies = bodies
+        pending: list[Pending] = []
+        self.batching.bodies, self.batching.pending = bodies, pending
         try:
             yield bodies
         finally:
-            self.batching.bodies = None
+            self.batching.bodies = self.batching.pending = None
         if not bodies:
             return
         with engine.lock:
             applied = _Applied(engine.delta)
             try:
-                engine.write(self._bodies_in_order(engine, bodies, applied, isolate=False))
+                results = engine.write(self._bodies_in_order(engine, bodies, applied, isolate=False))
             except BaseException:
                 self._undo(engine, applied)
                 raise
+        for outcome, result in zip(pending, results, strict=True):
+            outcome._set(result)
+
+    def in_batch_through_store(self) -> bool:
+        """Whether a batch is open in this thread and the write being made
+        comes through the store, not through the batch."""
+        return self.batching.bodies is not None and not self.batching.through_batch
 
     # ---------------------------------------------------------- interval sync
 
@@ -439,7 +490,7 @@ class GroupCommit:
         ``sync`` asks, or leave that to the group's leader."""
         if engine.env.defer_meta_sync:
             if not self._in_group:
-                self._make_durable(engine, engine.env.last_txn_id())
+                self._make_durable(engine, engine.env.committed_txn)
             return
         if engine.options.sync != "interval":
             return

@@ -238,19 +238,25 @@ class Store:
     def batch(self) -> Iterator[Batch]:
         """Gather this thread's single writes and commit them together.
 
-        ``with store.batch() as batch: batch.add(...)``: every ``add``,
-        ``add_if_new`` and ``remove`` made in the block, through ``batch`` or
-        the store, is checked at once and written at the end of the block, in
-        order, in one transaction and one flush: all of them or none. If the
-        block raises, or any of its writes fails (``remove`` of a missing
-        key), nothing of it is written and the error propagates. Other
-        threads' calls are not part of the batch.
+        ``with store.batch() as batch: batch.add(...)``: every ``add`` and
+        ``remove`` made in the block, through ``batch`` or the store, and
+        every ``batch.add_if_new``, is checked at once and written at the end
+        of the block, in order, in one transaction and one flush: all of them
+        or none. If the block raises, or any of its writes fails (``remove``
+        of a missing key), nothing of it is written and the error propagates.
+        Other threads' calls are not part of the batch.
+
+        ``batch.add_if_new`` returns a pending outcome: its ``result()``,
+        after the block, is the list of near-duplicates that kept the
+        document out (empty: inserted). It sees the batch's earlier writes.
+        ``store.add_if_new`` inside the block is refused, since it could not
+        return its answer.
 
         Raises:
             InvalidValueError: a batch is already open in this thread.
         """
         with self._engine.commit.gathering(self._engine) as bodies:
-            yield Batch(self, bodies)
+            yield Batch(self, bodies, self._engine.commit.batching)
         maintenance.maintain(self._engine, len(bodies))
 
     def flush(self) -> None:

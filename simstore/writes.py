@@ -17,7 +17,7 @@ import numpy as np
 
 from simstore import _lmdb
 from simstore.delta import Change, encode_add, encode_remove, encode_seq
-from simstore.errors import CorruptStoreError, KeyNotFoundError
+from simstore.errors import CorruptStoreError, InvalidValueError, KeyNotFoundError
 from simstore.format import State
 from simstore.maintenance import maintain, merge_threshold, reserve_for
 from simstore.packed import IntArray, PackedKeys, Positions
@@ -67,7 +67,18 @@ def add_if_new(
     threshold: float | None,
 ) -> list[Match]:
     """``Store.add_if_new`` of a checked document: the look-up and the insert
-    in one write transaction (shared with other threads' single writes)."""
+    in one write transaction (shared with other threads' single writes).
+
+    Raises:
+        InvalidValueError: called on the store while a batch is open in this
+            thread: its answer is not known until the batch commits.
+    """
+    if engine.commit.in_batch_through_store():
+        raise InvalidValueError(
+            "store.add_if_new inside a batch cannot say whether it inserted: the batch "
+            "commits at the end of the block. Call batch.add_if_new, whose result() "
+            "gives the near-duplicates after the block, or call add_if_new outside the batch"
+        )
 
     def body(txn: _lmdb.Txn, state: State) -> tuple[list[Match], State, Change]:
         permuted = engine.permute_all(fingerprint)

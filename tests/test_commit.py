@@ -387,10 +387,43 @@ def test_batches_do_not_nest_and_other_threads_are_not_in_them(sync_store: Store
 
 
 def test_batch_add_if_new_checks_against_earlier_writes_of_the_batch(sync_store: Store) -> None:
+    """batch.add_if_new sees the batch's earlier writes, and says once the block has ended
+    whether it inserted: no matches, or the near-duplicates that kept it out."""
     with sync_store.batch() as batch:
-        batch.add_if_new("one", fingerprint=fp_of(5))
-        batch.add_if_new("two", fingerprint=fp_of(5) ^ 1)
+        one = batch.add_if_new("one", fingerprint=fp_of(5))
+        two = batch.add_if_new("two", fingerprint=fp_of(5) ^ 1)
+        with pytest.raises(simstore.InvalidValueError, match="has not committed"):
+            one.result()
     assert sync_store.keys() == ["one"]
+    assert one.result() == []
+    assert [(match.key, match.distance) for match in two.result()] == [("one", 1)]
+
+
+def test_store_add_if_new_inside_a_batch_is_refused(sync_store: Store) -> None:
+    """store.add_if_new in a batch could not return its matches (the batch commits at the
+    end): it is refused, and writes nothing, rather than answer None (read as "new")."""
+    sync_store.add("kept", fingerprint=fp_of(5))
+    with sync_store.batch() as batch:
+        batch.add("first", fingerprint=fp_of(9))
+        with pytest.raises(simstore.InvalidValueError, match=r"batch\.add_if_new"):
+            sync_store.add_if_new("copy", fingerprint=fp_of(5) ^ 1)
+        assert len(batch) == 1
+    assert sorted(sync_store.keys()) == ["first", "kept"]
+
+
+def test_a_failed_batch_leaves_its_pending_results_unknown(sync_store: Store) -> None:
+    pending: list[Any] = []
+
+    def block() -> None:
+        with sync_store.batch() as batch:
+            pending.append(batch.add_if_new("a", fingerprint=fp_of(3)))
+            batch.remove("missing")  # fails at the end: the whole batch with it
+
+    with pytest.raises(simstore.KeyNotFoundError):
+        block()
+    with pytest.raises(simstore.InvalidValueError):
+        pending[0].result()
+    assert "a" not in sync_store
 
 
 # ------------------------------------------------------------- sync options
@@ -584,7 +617,7 @@ def test_a_batch_equals_its_writes_one_after_another_or_nothing(
     or, if one of them fails, exactly as it was."""
     centres = [fp_of(n) for n in range(6)]
 
-    def apply(store: Store, op: tuple[str, int, int]) -> None:
+    def apply(store: Any, op: tuple[str, int, int]) -> None:
         verb, key, variant = op
         fingerprint = centres[key] ^ (1 << variant)
         if verb == "add":
@@ -606,9 +639,9 @@ def test_a_batch_equals_its_writes_one_after_another_or_nothing(
             failed = False
             try:
                 if batching:
-                    with store.batch():
+                    with store.batch() as batch:
                         for op in batched:
-                            apply(store, op)
+                            apply(batch, op)
                 else:
                     for op in batched:
                         apply(store, op)

@@ -22,6 +22,7 @@ from __future__ import annotations
 import os
 import subprocess
 import sys
+import threading
 import time
 from pathlib import Path
 from typing import Any
@@ -430,6 +431,100 @@ def test_fork_while_another_thread_is_inside_the_store(tmp_path: Path) -> None:
     )
     assert completed.returncode == 0, completed.stderr
     assert completed.stdout.strip() == "0", "the child deadlocked after fork()"
+
+
+@pytest.mark.parametrize("sync", ["True", "'interval'", "False"])
+def test_fork_while_other_threads_write(tmp_path: Path, sync: str) -> None:
+    """fork() again and again while two threads add with each sync mode: every child's
+    first use reopens the store and answers (a durable group commit's flush, outside the
+    store's lock, once left py-lmdb mid-call in 5 of 20 children, which then hung)."""
+    completed = run_python(
+        f"""
+        import os, signal, sys, threading
+        import simstore
+        store = simstore.open(sys.argv[1], "c", sync={sync})
+        stop = threading.Event()
+
+        def writer(offset):
+            step = 0
+            while not stop.is_set():
+                store.add(offset + step, fingerprint=(offset + step) * 0x9E3779B97F4A7C15 % 2**64)
+                step += 1
+
+        threads = [threading.Thread(target=writer, args=(offset,)) for offset in (0,)]
+        for thread in threads:
+            thread.start()
+        outcomes = []
+        for _ in range(60):
+            pid = os.fork()
+            if pid == 0:
+                signal.alarm(5)  # a hang ends here, with SIGALRM
+                os._exit(0 if len(store) >= 0 else 1)
+            _, status = os.waitpid(pid, 0)
+            outcomes.append(os.waitstatus_to_exitcode(status))
+        stop.set()
+        for thread in threads:
+            thread.join()
+        assert store.check() == []
+        store.close()
+        print(outcomes.count(0), "of", len(outcomes))
+        """,
+        str(tmp_path / "fork-writers.simstore"),
+    )
+    assert completed.returncode == 0, completed.stderr
+    assert completed.stdout.strip() == "60 of 60", "a child hung (SIGALRM) or failed after fork()"
+
+
+class _LockCheckingEnvironment:
+    """An lmdb.Environment stand-in that records every call made while the store's lock
+    is not held by the calling thread (fork() waits for that lock, so only such a call
+    can be in flight in a forked child)."""
+
+    def __init__(self, env: Any, lock: Any, outside: list[str]) -> None:
+        self._env, self._lock, self._outside = env, lock, outside
+
+    def __getattr__(self, name: str) -> Any:
+        attribute = getattr(self._env, name)
+        if not callable(attribute):
+            return attribute
+
+        def call(*args: Any, **kwargs: Any) -> Any:
+            if not self._lock._is_owned():
+                self._outside.append(name)
+            return attribute(*args, **kwargs)
+
+        return call
+
+
+@pytest.mark.parametrize("sync", [True, "interval"])
+def test_no_lmdb_call_outside_the_stores_lock(tmp_path: Path, sync: Any) -> None:
+    """Group commits from four threads (the leader's flush runs outside the store's lock),
+    batches, bulk adds, merges and queries call LMDB's environment only with the store's
+    lock held: what makes fork() safe at any moment."""
+    outside: list[str] = []
+    with simstore.open(str(tmp_path / "locked.simstore"), "c", k=3, sync=sync, merge_threshold=300) as store:
+        engine = store._engine
+        engine.env.env = _LockCheckingEnvironment(engine.env.env, engine.lock, outside)
+
+        def writer(offset: int) -> None:
+            for step in range(200):
+                store.add(offset + step, fingerprint=(offset + step) * 0x9E3779B97F4A7C15 % 2**64)
+                store.query(fingerprint=step)
+
+        threads = [
+            threading.Thread(target=writer, args=(offset,)) for offset in (0, 10**6, 2 * 10**6, 3 * 10**6)
+        ]
+        for thread in threads:
+            thread.start()
+        with store.batch() as batch:
+            batch.add("batched", fingerprint=7)
+        store.add_many([f"bulk-{i}" for i in range(500)], np.arange(500, dtype=np.uint64))
+        store.merge()
+        for thread in threads:
+            thread.join()
+        store.flush()
+        assert outside == []
+        assert len(store) == 800 + 1 + 500
 
 
 def test_fork_pool_workers_query_in_parallel(tmp_path: Path) -> None:
