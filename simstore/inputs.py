@@ -105,6 +105,13 @@ def checked_sketches(engine: Engine, sketches: object, count: int) -> U8Array:
         raise InvalidTypeError(
             "sketches must be a 2-D uint8 array (Fingerprinter.fingerprints_and_sketches makes one)"
         )
+    made_with = getattr(sketches, "sketch", None)
+    if made_with is not None and made_with != geometry:
+        raise InvalidValueError(
+            f"these sketches were made with {made_with.bins} bins of {made_with.bits} bits; the "
+            f"store {engine.path!r} keeps {geometry.bins} of {geometry.bits}: make them with the "
+            "store's fingerprinter (store.fingerprinter)"
+        )
     if sketches.shape != (count, geometry.nbytes):
         raise InvalidValueError(
             f"sketches must be {count} rows of {geometry.nbytes} bytes (the store's "

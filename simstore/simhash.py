@@ -69,7 +69,7 @@ import xxhash
 from simstore import simhash2
 from simstore.errors import InvalidTypeError, InvalidValueError
 from simstore.pool import chunks, fingerprint_in_processes
-from simstore.sketch import SHINGLE_TOKENS, Sketch, sketches_of_shingles
+from simstore.sketch import SHINGLE_TOKENS, Sketch, SketchRows, sketches_of_shingles
 from simstore.text import as_text, jieba_idf, normalise, segmenter_info, tokenise
 
 __all__ = [
@@ -358,7 +358,7 @@ class Fingerprinter:
         fingerprints, sketches = self._many(texts, processes, sketches=True)
         if sketches is None:
             sketches = np.zeros((len(fingerprints), sketch.nbytes), dtype=np.uint8)
-        return fingerprints, sketches
+        return fingerprints, SketchRows(sketches, sketch)
 
     def fingerprint_and_sketch(self, text: str) -> tuple[int, bytes]:
         """The fingerprint and the packed verification sketch of one text."""

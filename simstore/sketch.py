@@ -66,6 +66,24 @@ _MASK = (1 << 64) - 1
 _U64 = np.uint64
 
 
+class SketchRows(np.ndarray):
+    """Sketches as rows of bytes, one a document, that remember the
+    :class:`Sketch` they were made with (``sketch``), so that a store given
+    them can refuse another geometry: 512 bins of 2 bits and 256 of 4 are
+    both 128 bytes. Slices and copies keep it; a plain uint8 array (read
+    back from a file, say) has none and is taken on trust."""
+
+    sketch: Sketch | None
+
+    def __new__(cls, rows: U8Array, sketch: Sketch) -> SketchRows:
+        made = np.asarray(rows).view(cls)
+        made.sketch = sketch
+        return made
+
+    def __array_finalize__(self, source: object) -> None:
+        self.sketch = getattr(source, "sketch", None)
+
+
 @dataclass(frozen=True)
 class Sketch:
     """Settings of the verification sketch: ``bins`` (a power of two, 8 to

@@ -214,7 +214,10 @@ class Store:
             sketches: with ``fingerprints`` made elsewhere by this store's
                 fingerprinter, their verification sketches (the array
                 :meth:`Fingerprinter.fingerprints_and_sketches` returns); a
-                row of zeros stands for a document without one.
+                row of zeros stands for a document without one. That array
+                remembers its sketch settings, and other settings than the
+                store's are refused; a plain uint8 array of the right width
+                (read back from a file) is taken on trust.
 
         Returns:
             The fingerprints, as a uint64 array in the order given.

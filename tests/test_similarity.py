@@ -210,6 +210,25 @@ def test_sketch_settings_are_stored_and_a_mismatch_refused_in_another_process(tm
         simstore.open(path, "w", fingerprinter=Fingerprinter(sketch=None))
 
 
+def test_sketches_of_another_geometry_are_refused(tmp_path: Path) -> None:
+    """Sketches made with 512 bins of 2 bits are 128 bytes, as the default's 256 of 4, but
+    mean something else: add_many and query_many refuse them (also a slice of them), and
+    nothing is written; the store's own fingerprinter's sketches, or a plain array of the
+    right width (read back from a file), are taken."""
+    texts = [" ".join(random.Random(seed).choices(VOCABULARY, k=60)) for seed in range(6)]
+    with simstore.open(tmp_path / "s.simstore", "c") as store:
+        foreign_fps, foreign = Fingerprinter(sketch=Sketch(bins=512, bits=2)).fingerprints_and_sketches(texts)
+        with pytest.raises(InvalidValueError, match="512 bins of 2 bits"):
+            store.add_many(["foreign"], foreign_fps[:1], sketches=foreign[:1])
+        with pytest.raises(InvalidValueError, match="512 bins of 2 bits"):
+            store.query_many(foreign_fps, sketches=foreign)
+        assert len(store) == 0
+        own_fps, own = store.fingerprinter.fingerprints_and_sketches(texts)
+        store.add_many([f"d{i}" for i in range(6)], own_fps, sketches=own)
+        store.add_many(["plain"], own_fps[:1], sketches=np.array(own[:1]).view(np.ndarray))
+        assert [match.key for match in store.query(text=texts[0], k=0)] == ["d0", "plain"]
+
+
 def test_stores_made_before_sketches_still_answer(tmp_path: Path) -> None:
     # The shipped format-1 store, migrated, keeps its settings: no sketch.
     data = Path(__file__).parent / "data" / "format1.simstore"
