@@ -11,6 +11,7 @@ fingerprints, stored in one LMDB file.
 
 from simstore.batch import Cluster, Pair
 from simstore.errors import (
+    AccessDeniedError,
     CorruptStoreError,
     FlushError,
     FormatVersionError,
@@ -43,6 +44,7 @@ from simstore.store import Store
 from simstore.version import __version__
 
 __all__ = [
+    "AccessDeniedError",
     "Cluster",
     "CorruptStoreError",
     "Fingerprinter",

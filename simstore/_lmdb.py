@@ -20,6 +20,7 @@ from typing import TYPE_CHECKING, TypeGuard, TypeVar
 import lmdb
 
 from simstore.errors import (
+    AccessDeniedError,
     CorruptStoreError,
     FlushError,
     NotAStoreError,
@@ -604,6 +605,11 @@ def _preallocate_lock(path: str) -> None:
     """
     try:
         descriptor = os.open(lock_path(path), os.O_RDWR | os.O_CREAT, 0o644)
+    except PermissionError as exc:
+        raise AccessDeniedError(
+            errno.EACCES,
+            f"cannot create the lock file {lock_path(path)}: no permission to write in its folder",
+        ) from exc
     except OSError as exc:
         raise StoreLockedError(f"cannot create the lock file of {path}: {exc}") from exc
     try:
@@ -644,4 +650,13 @@ def translate(exc: lmdb.Error, path: str) -> SimstoreError:
         return CorruptStoreError(f"{path} is damaged: {message}")
     if isinstance(exc, lmdb.ReadersFullError):
         return StoreLockedError(f"{path}: too many reader processes ({message})")
+    if "Permission denied" in message:
+        return AccessDeniedError(
+            errno.EACCES,
+            f"{path}: permission denied. Even a reader needs to read the file and to read and "
+            f"write its lock file {lock_path(path)} (or to create it, in a folder it may write)",
+        )
+    if "not supported by this build" in message:
+        # An LMDB lock file (a store's -lock), or another program's file.
+        return NotAStoreError(f"{path} is not a simstore store ({message})")
     return SimstoreError(f"{path}: LMDB error: {message}")

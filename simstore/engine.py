@@ -19,6 +19,7 @@ over them. Nothing here imports the facade.
 
 from __future__ import annotations
 
+import contextlib
 import os
 import threading
 import time
@@ -60,6 +61,16 @@ class LayoutChangedError(Exception):
 _open_engines: weakref.WeakSet[Engine] = weakref.WeakSet()
 # The locks _before_fork took, released again in the parent after fork().
 _held_over_fork: list[threading.RLock] = []
+
+
+def open_in_this_process(path: str) -> bool:
+    """Whether a store of this process (not one a forked child inherited)
+    has the file at ``path`` open."""
+    for engine in list(_open_engines):
+        with contextlib.suppress(OSError):
+            if not engine.closed and engine.owns_file() and os.path.samefile(engine.path, path):
+                return True
+    return False
 
 
 def _before_fork() -> None:

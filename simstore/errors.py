@@ -87,6 +87,12 @@ class ReadOnlyError(SimstoreError, PermissionError):
     """A write was attempted on a store opened read-only."""
 
 
+class AccessDeniedError(SimstoreError, PermissionError):
+    """The operating system refused the access a store needs: a file or
+    folder this user may not read or write (the store, its ``-lock`` file,
+    or the folder they are made in)."""
+
+
 class StoreClosedError(SimstoreError, ValueError):
     """An operation was attempted on a closed store."""
 

@@ -7,17 +7,20 @@ import contextlib
 import errno
 import os
 import secrets
+from collections.abc import Iterator
 from typing import Any
 
 from simstore import _lmdb
 from simstore.choose import DEFAULT_MIN_SIMILARITY, LayoutRequest, choose_layout, layout_tables
-from simstore.engine import Engine
+from simstore.engine import Engine, open_in_this_process
 from simstore.errors import (
+    AccessDeniedError,
     CorruptStoreError,
     FormatVersionError,
     InvalidTypeError,
     InvalidValueError,
     NotAStoreError,
+    StoreLockedError,
     StoreNotFoundError,
 )
 from simstore.format import (
@@ -111,14 +114,20 @@ def open(  # noqa: A001 - mirrors dbm.open, deliberately
         if fingerprinter is not None and fingerprinter.sketch is None:
             raise InvalidValueError("min_similarity needs sketches; the fingerprinter has sketch=None")
     opts = Options.from_kwargs(options)
-    path_str = os.fspath(path)
-    if not isinstance(path_str, str):
-        path_str = os.fsdecode(path_str)
+    path_str = _path_text(path)
     if os.path.isdir(path_str):
         raise NotAStoreError(f"{path_str} is a directory; a store is a single file")
     exists = os.path.exists(path_str)
     if not exists and mode in ("r", "w"):
         raise StoreNotFoundError(2, f"no simstore store at {path_str} (use mode 'c' to create one)")
+    if exists and mode != "n" and _file_size(path_str) == 0:
+        # Not one simstore made: a new store appears under its name whole
+        # (see _create_beside), so an empty file is someone else's.
+        raise NotAStoreError(
+            f"{path_str} is an empty file, not a simstore store (mode 'n' replaces it with a new store)"
+        )
+    if exists and not readonly:
+        _check_writable(path_str, mode)
     requested = LayoutRequest(k, blocks, fingerprinter, layout, expected_docs, min_similarity)
     if exists and mode == "n":
         choose_layout(requested)  # refuse bad parameters before deleting anything
@@ -339,6 +348,78 @@ def _file_size(path: str) -> int:
         raise StoreNotFoundError(errno.ENOENT, f"no simstore store at {path}") from exc
 
 
+def _path_text(path: object) -> str:
+    """The store's path as text, or a simstore error for what is not a path."""
+    try:
+        path_text = os.fspath(path)  # type: ignore[call-overload]
+    except TypeError as exc:
+        raise InvalidTypeError(
+            f"a store path must be str, bytes or os.PathLike, got {type(path).__name__}"
+        ) from exc
+    if not isinstance(path_text, str):
+        path_text = os.fsdecode(path_text)
+    if "\0" in path_text or not path_text:
+        raise InvalidValueError(f"a store path must be non-empty and hold no NUL byte, got {path_text!r}")
+    return path_text
+
+
+def _check_writable(path: str, mode: str) -> None:
+    """Refuse to open for writing (or replace, for mode "n") a file this user
+    may not write: LMDB's own error would name neither the file nor a way out."""
+    if not os.access(path, os.W_OK):
+        way_out = "it cannot be replaced" if mode == "n" else "open it with mode 'r' to read it"
+        raise AccessDeniedError(errno.EACCES, f"{path} is not writable by this user: {way_out}")
+    if mode == "n" and not os.access(os.path.dirname(os.path.abspath(path)), os.W_OK):
+        raise AccessDeniedError(
+            errno.EACCES, f"{path} cannot be replaced: no permission to write in its folder"
+        )
+
+
+def _not_open_elsewhere(path: str) -> contextlib.AbstractContextManager[None]:
+    """Hold off every process from opening the store at ``path`` while mode
+    "n" deletes it, after making sure none has it open now.
+
+    Every process that has an LMDB file open holds a shared ``fcntl`` lock
+    on the first byte of its lock file, and takes it before anything else
+    when it opens; an exclusive lock on that byte can only be had while no
+    other process has the file open, and keeps new ones waiting.
+
+    Raises:
+        StoreLockedError: this or another process has the store open.
+    """
+    if open_in_this_process(path):
+        raise StoreLockedError(f"{path} is open in this process; close that Store before replacing the file")
+    return _exclusive_lock_file(path)
+
+
+@contextlib.contextmanager
+def _exclusive_lock_file(path: str) -> Iterator[None]:
+    lock = _lmdb.lock_path(path)
+    try:
+        import fcntl
+    except ImportError:  # Windows: LMDB locks otherwise there, and no check is made
+        yield
+        return
+    try:
+        descriptor = os.open(lock, os.O_RDWR)
+    except FileNotFoundError:
+        yield  # never opened (a store leaves its lock file behind when closed)
+        return
+    try:
+        try:
+            fcntl.lockf(descriptor, fcntl.LOCK_EX | fcntl.LOCK_NB, 1, 0)
+        except OSError as exc:
+            if exc.errno not in (errno.EACCES, errno.EAGAIN):
+                raise
+            raise StoreLockedError(
+                f"{path} is open in another process: mode 'n' "
+                "would delete documents that process has written; close it there first"
+            ) from exc
+        yield
+    finally:
+        os.close(descriptor)  # and with it the lock
+
+
 def _remove_store(path: str) -> None:
     """Delete an existing store for mode "n", refusing files that are not stores.
 
@@ -361,7 +442,8 @@ def _remove_store(path: str) -> None:
             ) from exc
         else:
             env.close()
-    os.remove(path)
-    lock = _lmdb.lock_path(path)
-    if os.path.exists(lock):
-        os.remove(lock)
+    with _not_open_elsewhere(path):
+        os.remove(path)
+        lock = _lmdb.lock_path(path)
+        if os.path.exists(lock):
+            os.remove(lock)

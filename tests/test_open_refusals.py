@@ -1,0 +1,159 @@
+"""What simstore.open refuses, with a simstore error, leaving every file as it was:
+replacing a store another process (or this one) has open, files this user may not
+write, files that are not stores, and paths that are not paths."""
+
+from __future__ import annotations
+
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+import simstore
+from simstore import opening
+
+
+def _digest(path: Path) -> bytes:
+    return path.read_bytes()
+
+
+def test_mode_n_refuses_a_store_another_process_has_open(tmp_path: Path) -> None:
+    """A store held open elsewhere is not deleted under that process: its acknowledged
+    writes, before and after the refused replacement, are all kept. Once it is closed,
+    mode "n" replaces it."""
+    path = tmp_path / "held.simstore"
+    holder = simstore.open(path)
+    holder.add("before", fingerprint=1)
+    code = (
+        "import sys, simstore\n"
+        "try:\n"
+        "    simstore.open(sys.argv[1], mode='n').add('replacer', fingerprint=3)\n"
+        "except simstore.StoreLockedError as exc:\n"
+        "    print('refused:', exc)\n"
+    )
+    replacer = subprocess.run(
+        [sys.executable, "-c", code, str(path)], capture_output=True, text=True, check=True
+    )
+    assert replacer.stdout.startswith("refused:"), replacer.stdout + replacer.stderr
+    assert "open in another process" in replacer.stdout
+    holder.add("after", fingerprint=2)
+    holder.close()
+    with simstore.open(path, "r") as reader:
+        assert sorted(reader.keys()) == ["after", "before"]
+    with simstore.open(path, "n") as fresh:
+        assert len(fresh) == 0
+
+
+def test_mode_n_refuses_a_store_this_process_has_open(tmp_path: Path) -> None:
+    path = tmp_path / "mine.simstore"
+    with simstore.open(path) as store:
+        store.add("kept", fingerprint=1)
+        with pytest.raises(simstore.StoreLockedError):
+            simstore.open(path, "n")
+        assert store.keys() == ["kept"]
+
+
+def test_the_lock_check_finds_a_holder_in_another_process(tmp_path: Path) -> None:
+    """The fcntl test itself, without the read-only probe before it: a process that has
+    the store open is seen; with none, the lock is had (and let go again)."""
+    path = tmp_path / "lock.simstore"
+    simstore.open(path).close()
+    with opening._exclusive_lock_file(str(path)):
+        pass  # nobody has it open
+    holder = subprocess.Popen(
+        [
+            sys.executable,
+            "-c",
+            "import sys, simstore; s = simstore.open(sys.argv[1]); print('open', flush=True); "
+            "sys.stdin.read()",
+            str(path),
+        ],
+        stdin=subprocess.PIPE,
+        stdout=subprocess.PIPE,
+        text=True,
+    )
+    try:
+        assert holder.stdout is not None
+        assert holder.stdout.readline().strip() == "open"
+        with pytest.raises(simstore.StoreLockedError), opening._exclusive_lock_file(str(path)):
+            pass
+    finally:
+        assert holder.stdin is not None
+        holder.stdin.close()
+        holder.wait(timeout=30)
+    with opening._exclusive_lock_file(str(path)):
+        pass
+
+
+@pytest.mark.parametrize("mode", ["w", "c", "n"])
+def test_a_file_this_user_may_not_write_is_refused(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, mode: str
+) -> None:
+    """As root every file is writable, so the permission test is stood in for: a store
+    this user may not write is neither opened for writing nor replaced, and a reader
+    still opens it."""
+    path = tmp_path / "theirs.simstore"
+    with simstore.open(path) as store:
+        store.add("theirs", fingerprint=1)
+    before = _digest(path)
+    real_access = os.access
+    monkeypatch.setattr(os, "access", lambda p, how: False if how == os.W_OK else real_access(p, how))
+    with pytest.raises(simstore.AccessDeniedError, match="not writable by this user"):
+        simstore.open(path, mode)
+    assert _digest(path) == before
+    with simstore.open(path, "r") as reader:
+        assert reader.keys() == ["theirs"]
+
+
+@pytest.mark.skipif(hasattr(os, "geteuid") and os.geteuid() == 0, reason="root may write anywhere")
+def test_a_folder_this_user_may_not_write(tmp_path: Path) -> None:
+    folder = tmp_path / "read-only"
+    folder.mkdir()
+    folder.chmod(0o555)
+    try:
+        with pytest.raises(simstore.AccessDeniedError):
+            simstore.open(folder / "new.simstore")
+        assert list(folder.iterdir()) == []
+    finally:
+        folder.chmod(0o755)
+
+
+def test_an_empty_file_is_not_made_a_store(tmp_path: Path) -> None:
+    """An empty file is someone else's (a new store appears whole under its name):
+    modes "r", "w" and "c" refuse it and leave it empty; "n" replaces it."""
+    path = tmp_path / "empty.simstore"
+    path.write_bytes(b"")
+    for mode in ("r", "w", "c"):
+        with pytest.raises(simstore.NotAStoreError, match="empty file"):
+            simstore.open(path, mode)
+        assert path.read_bytes() == b""
+        assert not Path(f"{path}-lock").exists()
+    with simstore.open(path, "n") as store:
+        store.add("new", fingerprint=1)
+
+
+def test_a_lock_file_is_not_a_store(tmp_path: Path) -> None:
+    path = tmp_path / "s.simstore"
+    simstore.open(path).close()
+    lock = Path(f"{path}-lock")
+    before = _digest(lock)
+    with pytest.raises(simstore.NotAStoreError):
+        simstore.open(lock)
+    assert _digest(lock) == before
+    assert not Path(f"{lock}-lock").exists()
+
+
+@pytest.mark.parametrize(
+    ("path", "error"),
+    [
+        (3, simstore.InvalidTypeError),
+        (None, simstore.InvalidTypeError),
+        ("a\0b.simstore", simstore.InvalidValueError),
+        ("", simstore.InvalidValueError),
+    ],
+)
+def test_what_is_not_a_path(path: object, error: type[Exception]) -> None:
+    with pytest.raises(error):
+        simstore.open(path)  # type: ignore[arg-type]
