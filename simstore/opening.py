@@ -199,6 +199,10 @@ def _create_beside(path: str, requested: LayoutRequest, opts: Options) -> None:
         raise StoreNotFoundError(
             errno.ENOENT, f"cannot create {path}: the folder {directory or '.'} does not exist"
         ) from exc
+    except PermissionError as exc:
+        raise AccessDeniedError(
+            errno.EACCES, f"cannot create {path}: no permission to write in the folder {directory or '.'}"
+        ) from exc
     os.close(descriptor)
     try:
         env = _lmdb.Environment(

@@ -107,6 +107,24 @@ def test_a_file_this_user_may_not_write_is_refused(
         assert reader.keys() == ["theirs"]
 
 
+def test_creating_in_a_folder_this_user_may_not_write(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """The folder's refusal stood in for (root may write anywhere): AccessDeniedError
+    naming the folder, and nothing left in it."""
+    real_open = os.open
+
+    def refused(path: str, flags: int, mode: int = 0o777) -> int:
+        if flags & os.O_CREAT:
+            raise PermissionError(13, "Permission denied")
+        return real_open(path, flags, mode)
+
+    monkeypatch.setattr(os, "open", refused)
+    with pytest.raises(simstore.AccessDeniedError, match="no permission to write in the folder"):
+        simstore.open(tmp_path / "new.simstore")
+    assert list(tmp_path.iterdir()) == []
+
+
 @pytest.mark.skipif(hasattr(os, "geteuid") and os.geteuid() == 0, reason="root may write anywhere")
 def test_a_folder_this_user_may_not_write(tmp_path: Path) -> None:
     folder = tmp_path / "read-only"
