@@ -95,7 +95,16 @@ def dedup_table(
     import pyarrow as pa
 
     if not isinstance(table, pa.Table):
-        table = pa.table(table)
+        if isinstance(table, list) and all(isinstance(row, dict) for row in table):
+            table = pa.Table.from_pylist(table)  # rows as dicts: what pa.table() refuses
+        else:
+            try:
+                table = pa.table(table)
+            except (TypeError, ValueError, pa.ArrowException) as exc:
+                raise InvalidTypeError(
+                    "dedup_table takes a pyarrow Table, a pandas or polars DataFrame, a dict of "
+                    f"columns or a list of row dicts; got {type(table).__name__} ({exc})"
+                ) from exc
     for column in (text_column, id_column):
         if column is not None and column not in table.column_names:
             raise InvalidValueError(f"no column {column!r}; the table has {table.column_names}")

@@ -91,6 +91,15 @@ def test_dedup_table_refuses_bad_tables() -> None:
         simstore.dedup_table(pa.table({"text": ["one two three", None]}))
     with pytest.raises(InvalidValueError, match="keep"):
         simstore.dedup_table(pa.table({"text": ["one two three"]}), keep="last")
+    with pytest.raises(InvalidTypeError, match="list of row dicts"):
+        simstore.dedup_table("one two three")
+
+
+def test_dedup_table_takes_rows_as_dicts() -> None:
+    rows = [{"id": 1, "text": "one two three four"}, {"id": 2, "text": "one two three four"}]
+    kept, provenance = simstore.dedup_table(rows, "text", "id")
+    assert kept.to_pylist() == rows[:1]
+    assert provenance["duplicate_of"].to_pylist() == [None, 1]
 
 
 def test_dedup_table_keeps_a_store_when_asked(tmp_path: Path) -> None:
