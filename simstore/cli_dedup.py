@@ -49,6 +49,7 @@ from simstore.readers import (
     Input,
     ReadOptions,
     columnar_files,
+    delimited_header,
     input_format,
     read_documents,
 )
@@ -506,7 +507,21 @@ def write_kept(
                 writer.write(document)
             if dropped_writer is not None and not is_kept and document.key in provenance:
                 dropped_writer.write(document, fields)
+        if isinstance(writer, DocumentWriter):
+            # With no row written (a header-only CSV, every row dropped) the header still goes out.
+            header = _input_header(inputs[0], options, output_format)
+            names = list(_UNCLUSTERED)
+            writer.finish(None if header is None else header + names if annotate else header)
+            if isinstance(dropped_writer, DocumentWriter):
+                dropped_writer.finish(None if header is None else header + names)
     return kept
+
+
+def _input_header(item: Input, options: ReadOptions, output_format: str) -> list[str] | None:
+    """The header row of ``item`` if it is a CSV or TSV input written back as such."""
+    if output_format not in ("csv", "tsv") or input_format(item, options.format) != output_format:
+        return None
+    return delimited_header(item, output_format)
 
 
 def _written_format(item: Input, options: ReadOptions) -> str:

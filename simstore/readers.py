@@ -42,7 +42,7 @@ import os
 import stat
 import sys
 import zlib
-from collections.abc import Callable, Iterable, Iterator, Mapping
+from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import IO, Any, TextIO, TypeVar, cast
 
@@ -601,9 +601,11 @@ def _read_delimited(
 def _document_from_fields(
     record: dict[str, Any], name: str, number: int, options: ReadOptions
 ) -> Document | InputError:
-    text = record.get(options.text_field)
-    if text is None:
+    if options.text_field not in record:
         return InputError(name, number, f"no {options.text_field!r} field")
+    text = record[options.text_field]
+    if text is None:
+        return InputError(name, number, f"{options.text_field!r} is null, not a string")
     if not isinstance(text, str):
         return InputError(name, number, f"{options.text_field!r} is {type(text).__name__}, not a string")
     if not text.strip():
@@ -673,16 +675,7 @@ class DocumentWriter:
         a CSV row, keys of a JSON object; a text line cannot carry them)."""
         if self.format in ("csv", "tsv") and isinstance(document.record, dict):
             row = document.record if extra is None else {**document.record, **extra}
-            if self._csv is None:
-                self._csv = csv.DictWriter(
-                    self.stream,
-                    fieldnames=list(row),
-                    delimiter="," if self.format == "csv" else "\t",
-                    extrasaction="ignore",
-                    lineterminator="\n",
-                )
-                self._csv.writeheader()
-            self._csv.writerow(row)
+            self._start_csv(list(row)).writerow(row)
         elif self.format == "text":
             self.stream.write(document.text.replace("\n", " ") + "\n")
         else:
@@ -694,3 +687,34 @@ class DocumentWriter:
             if extra is not None:
                 record = {**record, **extra}
             self.stream.write(json.dumps(record, ensure_ascii=False) + "\n")
+
+    def finish(self, header: Sequence[str] | None) -> None:
+        """End a CSV or TSV output: if no row was written, write ``header``
+        alone, so that an output with no rows still names its columns."""
+        if self.format in ("csv", "tsv") and header is not None:
+            self._start_csv(list(header))
+
+    def _start_csv(self, fieldnames: list[str]) -> csv.DictWriter[str]:
+        """The CSV writer, made (and the header written) on first use."""
+        if self._csv is None:
+            self._csv = csv.DictWriter(
+                self.stream,
+                fieldnames=fieldnames,
+                delimiter="," if self.format == "csv" else "\t",
+                extrasaction="ignore",
+                lineterminator="\n",
+            )
+            self._csv.writeheader()
+        return self._csv
+
+
+def delimited_header(item: Input, fmt: str) -> list[str] | None:
+    """The header row of a CSV (``fmt`` ``"csv"``) or TSV file, gzip or not;
+    ``None`` for an empty file."""
+    with open(item.path, "rb") as raw:
+        stream = _checked_stream(raw, item.display)
+        text_stream = io.TextIOWrapper(stream, encoding="utf-8-sig", errors="replace", newline="")
+        try:
+            return next(csv.reader(text_stream, delimiter="," if fmt == "csv" else "\t"), None)
+        finally:
+            text_stream.detach()
