@@ -568,7 +568,9 @@ def _read_jsonl(stream: IO[bytes], name: str, options: ReadOptions) -> Iterator[
 def _read_delimited(
     stream: IO[bytes], name: str, options: ReadOptions, delimiter: str
 ) -> Iterator[Document | InputError]:
-    text_stream = io.TextIOWrapper(stream, encoding="utf-8-sig", newline="")
+    # Bytes that are not UTF-8 are decoded as lone surrogates, so that a bad
+    # byte costs its row only (reported below), not the rest of the file.
+    text_stream = io.TextIOWrapper(stream, encoding="utf-8-sig", errors="surrogateescape", newline="")
     # Documents are longer than the csv module's 128 KiB default field limit.
     csv.field_size_limit(min(sys.maxsize, 2**31 - 1))
     reader = csv.DictReader(text_stream, delimiter=delimiter)
@@ -576,6 +578,8 @@ def _read_delimited(
         header = reader.fieldnames
         if header is None:
             return
+        if (undecoded := _undecoded(dict(enumerate(header)))) is not None:
+            raise InputError(name, 1, f"the header is not UTF-8 ({undecoded})")
         if options.text_field not in header:
             raise InputError(name, 1, f"no {options.text_field!r} column (columns: {', '.join(header)})")
         if options.id_field is not None and options.id_field not in header:
@@ -587,15 +591,30 @@ def _read_delimited(
             if None in row:
                 yield InputError(name, number, f"more fields than the {len(header)} columns of the header")
                 continue
+            if (undecoded := _undecoded(row)) is not None:
+                yield InputError(name, number, f"not UTF-8 ({undecoded})")
+                continue
             yield _document_from_fields(dict(row), name, number, options)
-    except UnicodeDecodeError as exc:
-        raise InputError(name, reader.line_num + 1, f"not UTF-8 ({exc.reason})") from exc
     except csv.Error as exc:
         if "NUL" in str(exc):
             raise InputError(name, reader.line_num, NUL_MESSAGE) from exc
         raise InputError(name, reader.line_num, f"bad CSV: {exc}") from exc
     finally:
         text_stream.detach()
+
+
+def _undecoded(row: Mapping[Any, str | None]) -> str | None:
+    """Where a row decoded with ``surrogateescape`` holds a byte that is not
+    UTF-8 (``"byte 0xe9 in column 'text'"``); ``None`` if it holds none."""
+    for column, value in row.items():
+        if value is None or value.isascii():
+            continue
+        try:
+            value.encode("utf-8")  # refuses the surrogates, in C
+        except UnicodeEncodeError as exc:
+            where = f"column {column!r}" if isinstance(column, str) else f"column {column + 1}"
+            return f"byte 0x{ord(value[exc.start]) - 0xDC00:02x} in {where}"
+    return None
 
 
 def _document_from_fields(
