@@ -37,7 +37,7 @@ from simstore.cli_common import (
     table_progress,
     unique_keys,
 )
-from simstore.cli_outputs import Output, output_stream, resolve_output
+from simstore.cli_outputs import Output, output_stream, refuse_clobbers, resolve_output
 from simstore.cli_resume import ProgressLog
 from simstore.columnar import COLUMNAR_FORMATS, ColumnarWriter, schema_of
 from simstore.frames import member_provenance
@@ -148,6 +148,14 @@ def run_dedup(args: argparse.Namespace) -> int:
     # Before any input is read: a wrong -o should not cost a long first pass.
     output = resolve_output(args.output)
     dropped_output = None if args.dropped is None else resolve_output(args.dropped)
+    refuse_clobbers(
+        [("-o", output), *([] if dropped_output is None else [("--dropped", dropped_output)])],
+        [
+            *(("the input", path) for path in args.files),
+            *([] if args.store is None else [("the store (--store)", args.store)]),
+            *([] if args.against is None else [("the store (--against)", args.against)]),
+        ],
+    )
     log = None if args.store is None else ProgressLog(args.store, resume=args.resume)
     options = read_options(args)
     errors = skip_reporter(args)

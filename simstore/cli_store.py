@@ -41,7 +41,7 @@ from simstore.cli_common import (
     similarity,
     skip_reporter,
 )
-from simstore.cli_outputs import output_stream, resolve_output
+from simstore.cli_outputs import output_stream, refuse_clobbers, resolve_output
 from simstore.errors import SimstoreError
 from simstore.isolated import check_in_child
 from simstore.planner import format_plan, plan
@@ -407,6 +407,7 @@ def configure_export(parser: argparse.ArgumentParser) -> None:
 
 def run_export(args: argparse.Namespace) -> int:
     output = resolve_output(args.output)
+    refuse_clobbers([("-o", output)], [("the store", args.store)])
     with open_existing(args.store) as store:
         items = list(store.items())
         # Each sketch names its geometry, so that import refuses another one.
