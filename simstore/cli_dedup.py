@@ -71,7 +71,9 @@ def configure_dedup(parser: argparse.ArgumentParser) -> None:
         "-k",
         "--k",
         type=non_negative,
-        help=f"largest distance of a duplicate (default: the store's k, or {DEFAULT_K})",
+        help=f"largest distance of a duplicate (default {DEFAULT_K}): the k of the temporary store, or of a "
+        "new --store STORE (an existing one's must equal it, as for `add`); with --against at most the "
+        "store's k (default: the store's k)",
     )
     what = parser.add_mutually_exclusive_group()
     what.add_argument("--pairs", action="store_true", help="write the near-duplicate pairs as JSONL")
@@ -168,11 +170,9 @@ def run_dedup(args: argparse.Namespace) -> int:
                 kept_keys, provenance = dedup_against(args, store, inputs, output, options, errors, summary)
         else:
             if args.store is not None:
-                # An existing store keeps its k; -k then only narrows the distance.
-                new_k = args.k if not os.path.exists(args.store) else None
+                # As for `add`: -k is the store's k, so an existing store's must equal it.
                 # Merged below on success only, not by close() after Ctrl-C or an error.
-                store = open_or_create(args.store, new_k, merge_on_close=False)
-                check_distance(args.k, store)
+                store = open_or_create(args.store, args.k, merge_on_close=False)
             else:
                 store = open_store(
                     os.path.join(scratch, "dedup.simstore"),
@@ -194,6 +194,8 @@ def run_dedup(args: argparse.Namespace) -> int:
                             "(the store merges its delta later)"
                         ) from None
         summary.skipped = errors.skipped
+        # A bad line skipped is an input document too: kept + duplicates + skipped = documents.
+        summary.documents += errors.skipped
         if not (args.pairs or args.clusters):
             summary.kept = write_kept(
                 inputs, output, options, kept_keys, provenance, annotate=args.annotate, dropped=dropped_output
@@ -323,7 +325,7 @@ def dedup_within(
             collected.add_to(store)
             bar.update(1)
     try:
-        dropped, provenance = _cluster(args, store, output, summary)
+        dropped, provenance = _cluster(args, store, output, summary, set(collected.keys))
     except KeyboardInterrupt:
         if persistent and collected.keys:
             raise KeyboardInterrupt(
@@ -335,10 +337,11 @@ def dedup_within(
 
 
 def _cluster(
-    args: argparse.Namespace, store: Store, output: Output, summary: DedupSummary
+    args: argparse.Namespace, store: Store, output: Output, summary: DedupSummary, input_keys: set[Key]
 ) -> tuple[set[Key], Provenance]:
     """Cluster the store, write pairs or clusters if asked; returns the keys
-    of the documents not kept."""
+    of the documents not kept. The summary counts the documents of
+    ``input_keys`` only (a kept store also holds what earlier runs added)."""
     bar, update = table_progress(args, "clustering")
     with bar:
         clusters = store.clusters(
@@ -354,12 +357,7 @@ def _cluster(
         dropped.update(cluster.members if args.keep == "none" else cluster.duplicates)
         if args.annotate or args.dropped:
             provenance.update(_cluster_provenance(store, cluster))
-    summary.duplicates = len(dropped)
-    summary.clusters = len(clusters)
-    summary.largest_cluster = max((cluster.size for cluster in clusters), default=0)
-    summary.worst_distance = max((cluster.worst_distance for cluster in clusters), default=0)
-    judged = [cluster.worst_similarity for cluster in clusters if cluster.worst_similarity is not None]
-    summary.worst_similarity = round(min(judged), 4) if judged else None
+    _summarize_clusters(store, clusters, dropped, input_keys, summary)
     if args.pairs:
         bar, update = table_progress(args, "pairs")
         with bar, output_stream(output) as stream:
@@ -388,6 +386,34 @@ def _cluster(
                     record["worst_similarity"] = round(cluster.worst_similarity, 4)
                 stream.write(json.dumps(record, ensure_ascii=False) + "\n")
     return dropped, provenance
+
+
+def _summarize_clusters(
+    store: Store, clusters: list[Cluster], dropped: set[Key], input_keys: set[Key], summary: DedupSummary
+) -> None:
+    """The summary's cluster figures, over the input's documents: the
+    clusters they are in, and their distances and similarities to the
+    documents kept in their place."""
+    summary.duplicates = len(dropped & input_keys)
+    touched = [cluster for cluster in clusters if not input_keys.isdisjoint(cluster.members)]
+    summary.clusters = len(touched)
+    summary.largest_cluster = max((cluster.size for cluster in touched), default=0)
+    worst_distance = 0
+    judged: list[float] = []
+    for cluster in touched:
+        if input_keys.issuperset(cluster.members):
+            worst_distance = max(worst_distance, cluster.worst_distance)
+            if cluster.worst_similarity is not None:
+                judged.append(cluster.worst_similarity)
+            continue
+        # Stored documents share the cluster: only the input's members count.
+        for key, distance, member_similarity in member_provenance(store, cluster):
+            if key in input_keys and key != cluster.representative:
+                worst_distance = max(worst_distance, distance)
+                if member_similarity is not None:
+                    judged.append(member_similarity)
+    summary.worst_distance = worst_distance
+    summary.worst_similarity = round(min(judged), 4) if judged else None
 
 
 def _cluster_provenance(store: Store, cluster: Cluster) -> Provenance:
