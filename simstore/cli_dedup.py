@@ -20,6 +20,7 @@ from simstore.choose import DEFAULT_K
 from simstore.cli_common import (
     QUERY_CHUNK,
     Collected,
+    CommandError,
     ReadingBar,
     add_input_options,
     check_distance,
@@ -43,6 +44,7 @@ from simstore.columnar import COLUMNAR_FORMATS, ColumnarWriter, schema_of
 from simstore.frames import member_provenance
 from simstore.opening import open as open_store
 from simstore.readers import (
+    FORMATS,
     Document,
     DocumentWriter,
     ErrorCounter,
@@ -51,10 +53,14 @@ from simstore.readers import (
     columnar_files,
     delimited_header,
     input_format,
+    named_format,
     read_documents,
 )
 from simstore.records import Key
 from simstore.store import Store
+
+#: What ``--format`` may name: an input format other than ``auto``.
+OUTPUT_FORMATS = tuple(fmt for fmt in FORMATS if fmt != "auto")
 
 
 def configure_dedup(parser: argparse.ArgumentParser) -> None:
@@ -116,7 +122,15 @@ def configure_dedup(parser: argparse.ArgumentParser) -> None:
         help="a duplicate also shares at least this estimated fraction of its word 3-shingles "
         "(0 to 1; judged by the stored verification sketches)",
     )
-    add_input_options(parser)
+    parser.add_argument(
+        "--format",
+        dest="output_format",
+        choices=OUTPUT_FORMATS,
+        help="write the kept documents in this format (default: the one OUT's name says, else the "
+        "inputs'); an input whose name says no format (stdin, a pipe) is also read in it, unless "
+        "--input-format says otherwise",
+    )
+    add_input_options(parser, format_is_input=False)
 
 
 #: Each clustered (or matched) document's fields for ``--annotate`` and ``--dropped``.
@@ -147,6 +161,10 @@ def run_dedup(args: argparse.Namespace) -> int:
         args.parser.error("--resume continues a run into a kept store; give --store STORE")
     if (args.annotate or args.dropped) and (args.pairs or args.clusters):
         args.parser.error("--annotate and --dropped write documents; not with --pairs or --clusters")
+    # --format still reads an input whose name says no format (stdin), so it may come with --pairs.
+    named_only = all(named_format(path) is not None for path in args.files)
+    if args.output_format not in (None, "jsonl") and (args.pairs or args.clusters) and named_only:
+        args.parser.error("--pairs and --clusters write JSONL; --format names the kept documents' format")
     # Before any input is read: a wrong -o should not cost a long first pass.
     output = resolve_output(args.output)
     dropped_output = None if args.dropped is None else resolve_output(args.dropped)
@@ -163,7 +181,8 @@ def run_dedup(args: argparse.Namespace) -> int:
     errors = skip_reporter(args)
     summary = DedupSummary(output=args.output)
     with tempfile.TemporaryDirectory(prefix="simstore-dedup-") as scratch:
-        inputs = inputs_of(args.files, spool_dir=scratch)
+        inputs = inputs_of(args.files, spool_dir=scratch, unnamed_format=_unnamed_format(args))
+        output_format = None if args.pairs or args.clusters else choose_output_format(args, output, inputs)
         if args.against is not None:
             with open_existing(args.against) as store:
                 check_distance(args.k, store)
@@ -197,8 +216,16 @@ def run_dedup(args: argparse.Namespace) -> int:
         # A bad line skipped is an input document too: kept + duplicates + skipped = documents.
         summary.documents += errors.skipped
         if not (args.pairs or args.clusters):
+            assert output_format is not None
             summary.kept = write_kept(
-                inputs, output, options, kept_keys, provenance, annotate=args.annotate, dropped=dropped_output
+                inputs,
+                output,
+                output_format,
+                options,
+                kept_keys,
+                provenance,
+                annotate=args.annotate,
+                dropped=dropped_output,
             )
     if log is not None:
         log.finish()  # every output is written: nothing is left to resume
@@ -495,9 +522,54 @@ _UNCLUSTERED: dict[str, Any] = {
 }
 
 
+def _unnamed_format(args: argparse.Namespace) -> str:
+    """How inputs whose name says no format are read: ``--format``, as
+    before it named the output's format too, unless ``--input-format``
+    names one for every input."""
+    if args.input_format != "auto" or args.output_format is None:
+        return "auto"
+    return str(args.output_format)
+
+
+def choose_output_format(args: argparse.Namespace, output: Output, inputs: list[Input]) -> str:
+    """The format the kept documents are written in: ``--format``, else the
+    one ``OUT``'s name says, else the inputs' (JSONL where they differ, for
+    a directory of text files, and for annotated text lines).
+
+    Raises:
+        CommandError: for a format that cannot hold what is asked (text
+            lines with provenance fields, Parquet or Arrow rows of inputs
+            that have no schema); call it before reading the inputs.
+    """
+    options = read_options(args)
+    written = {_written_format(item, options) for item in inputs}
+    annotating = bool(args.annotate or args.dropped)
+    named = None if output.descriptor is not None else named_format(output.given)
+    chosen = args.output_format or (named if named in OUTPUT_FORMATS else None)
+    if chosen is None:
+        inputs_format = next(iter(written)) if len(written) == 1 else "jsonl"
+        if inputs_format == "dir" or (inputs_format == "text" and annotating):
+            return "jsonl"
+        return inputs_format
+    origin = f"--format {chosen}" if args.output_format else f"-o {output.given} (a {chosen} name)"
+    if chosen == "text" and annotating:
+        raise CommandError(
+            f"{origin}: plain text lines cannot carry the fields of --annotate or --dropped; "
+            "write jsonl, csv or tsv"
+        )
+    if chosen in COLUMNAR_FORMATS and not written <= set(COLUMNAR_FORMATS):
+        raise CommandError(
+            f"{origin}: {chosen} output keeps the columns of Parquet or Arrow inputs, and these "
+            f"inputs are {', '.join(sorted(written))}; write jsonl, csv or tsv "
+            "(or pass --format to name another)"
+        )
+    return chosen
+
+
 def write_kept(
     inputs: list[Input],
     output: Output,
+    output_format: str,
     options: ReadOptions,
     kept_keys: set[Key],
     provenance: Provenance,
@@ -505,16 +577,12 @@ def write_kept(
     annotate: bool = False,
     dropped: Output | None = None,
 ) -> int:
-    """Read the inputs again and write the documents of ``kept_keys``, in the
-    inputs' format (JSONL when they differ, or when annotating text lines);
-    with ``annotate`` every document, with its provenance fields; the
-    dropped ones, annotated, to ``dropped`` too. A document skipped as a bad
-    line in the first pass is in neither, even where reading alone accepts it
-    (a text with no words). Returns how many documents were kept."""
-    formats = {_written_format(item, options) for item in inputs}
-    output_format = formats.pop() if len(formats) == 1 else "jsonl"
-    if output_format == "dir" or (output_format == "text" and (annotate or dropped is not None)):
-        output_format = "jsonl"
+    """Read the inputs again and write the documents of ``kept_keys`` in
+    ``output_format`` (see :func:`choose_output_format`); with ``annotate``
+    every document, with its provenance fields; the dropped ones, annotated,
+    to ``dropped`` too. A document skipped as a bad line in the first pass
+    is in neither, even where reading alone accepts it (a text with no
+    words). Returns how many documents were kept."""
     quiet = ErrorCounter(None)  # bad lines were reported by the first pass
     again = ReadOptions(options.format, options.id_field, options.text_field, (), "skip")
     kept = 0
@@ -522,7 +590,7 @@ def write_kept(
         writer: DocumentWriter | _RowWriter
         dropped_writer: DocumentWriter | _RowWriter | None = None
         if output_format in COLUMNAR_FORMATS:
-            schema = schema_of(_first_file(inputs[0]), output_format)
+            schema = schema_of(_first_file(inputs[0]), _written_format(inputs[0], options))
             extra = _provenance_columns(schema, options)
             writer = _RowWriter(stack, output, output_format, schema, extra if annotate else ())
             if dropped is not None:

@@ -7,7 +7,7 @@ so a bad line is reported as ``FILE:LINE: what is wrong``. What happens then
 is the caller's ``on_error`` choice: ``"fail"`` raises :class:`InputError`,
 ``"skip"`` reports the line and goes on.
 
-Formats (``--format auto`` picks by extension, after an optional ``.gz``):
+Formats (``--input-format auto`` picks by extension, after an optional ``.gz``):
 
 - ``jsonl`` (``.jsonl``, ``.ndjson``, ``.json``): one JSON object a line; the
   text is in ``text_field`` (default ``"text"``), the key in ``id_field``
@@ -32,9 +32,11 @@ A document without an id field gets the key ``"SOURCE:LINE"`` (for example
 
 from __future__ import annotations
 
+import base64
 import codecs
 import contextlib
 import csv
+import datetime
 import gzip
 import io
 import json
@@ -315,7 +317,7 @@ def _read_file(
 
 
 def input_format(item: Input, requested: str = "auto") -> str:
-    """How ``item`` is read: ``requested`` (``--format``) unless ``"auto"``,
+    """How ``item`` is read: ``requested`` (``--input-format``) unless ``"auto"``,
     else the format sniffed for it (``item.format``: stdin, a pipe), else by
     its extension."""
     return format_of(item.path, requested if requested != "auto" else item.format)
@@ -324,6 +326,20 @@ def input_format(item: Input, requested: str = "auto") -> str:
 def _by_extension(path: str) -> str | None:
     base = path[:-3] if path.lower().endswith(".gz") else path
     return _EXTENSIONS.get(os.path.splitext(base)[1].lower())
+
+
+def named_format(path: str) -> str | None:
+    """The format ``path``'s name says (``dir`` for a directory), or ``None``
+    when it says none: stdin, a pipe or a file without a known extension.
+
+    >>> named_format("corpus.parquet"), named_format("notes.txt"), named_format("-")
+    ('parquet', None, None)
+    """
+    if path == STDIN:
+        return None
+    if os.path.isdir(path):
+        return "dir"
+    return _by_extension(path)
 
 
 _Result = TypeVar("_Result")
@@ -354,8 +370,8 @@ _SNIFF_BYTES = 16
 _GZIP_MAGIC = b"\x1f\x8b"
 #: Formats recognised by their first bytes, to say what a binary input is.
 _BINARY_MAGIC = (
-    (b"PAR1", "a Parquet file: name it *.parquet or pass --format parquet"),
-    (b"ARROW1", "an Arrow file: name it *.arrow or pass --format arrow"),
+    (b"PAR1", "a Parquet file: name it *.parquet or pass --input-format parquet"),
+    (b"ARROW1", "an Arrow file: name it *.arrow or pass --input-format arrow"),
     (b"ORC", "an ORC file, which simstore cannot read yet; convert it to JSON lines first"),
     (b"PK\x03\x04", "a zip archive; unpack it and give the files or their directory"),
     (b"BZh", "bzip2-compressed; decompress it (bzcat FILE | simstore ... -)"),
@@ -692,20 +708,19 @@ class DocumentWriter:
     def write(self, document: Document, extra: Mapping[str, Any] | None = None) -> None:
         """Write ``document``, with the fields of ``extra`` added (columns of
         a CSV row, keys of a JSON object; a text line cannot carry them)."""
-        if self.format in ("csv", "tsv") and isinstance(document.record, dict):
-            row = document.record if extra is None else {**document.record, **extra}
+        if self.format in ("csv", "tsv"):
+            record = _record_of(document)
+            row = {name: _csv_value(value) for name, value in record.items()}
+            if extra is not None:
+                row.update(extra)
             self._start_csv(list(row)).writerow(row)
         elif self.format == "text":
             self.stream.write(document.text.replace("\n", " ") + "\n")
         else:
-            record = (
-                document.record
-                if isinstance(document.record, dict)
-                else {"id": document.key, "text": document.text}
-            )
+            record = _record_of(document)
             if extra is not None:
                 record = {**record, **extra}
-            self.stream.write(json.dumps(record, ensure_ascii=False) + "\n")
+            self.stream.write(json.dumps(record, ensure_ascii=False, default=_json_value) + "\n")
 
     def finish(self, header: Sequence[str] | None) -> None:
         """End a CSV or TSV output: if no row was written, write ``header``
@@ -725,6 +740,37 @@ class DocumentWriter:
             )
             self._csv.writeheader()
         return self._csv
+
+
+def _record_of(document: Document) -> dict[str, Any]:
+    """The fields a document is written with: the JSON object or row read,
+    or ``{"id": key, "text": text}`` for a text line or file."""
+    if isinstance(document.record, dict):
+        return document.record
+    return {"id": document.key, "text": document.text}
+
+
+def _json_value(value: Any) -> Any:
+    """A Parquet or Arrow value JSON has no type for: bytes as ``{"$bytes":
+    base64}`` (as ``simstore export`` writes them), dates and times in ISO
+    8601, anything else (decimals, durations) as its text."""
+    if isinstance(value, bytes):
+        return {"$bytes": base64.b64encode(value).decode("ascii")}
+    if isinstance(value, datetime.date | datetime.time):
+        return value.isoformat()
+    return str(value)
+
+
+def _csv_value(value: Any) -> Any:
+    """A value as a CSV cell: lists and objects as JSON, bytes as base64,
+    dates and times in ISO 8601 (the csv module writes others as text)."""
+    if isinstance(value, bytes):
+        return base64.b64encode(value).decode("ascii")
+    if isinstance(value, dict | list):
+        return json.dumps(value, ensure_ascii=False, default=_json_value)
+    if isinstance(value, datetime.date | datetime.time):
+        return value.isoformat()
+    return value
 
 
 def delimited_header(item: Input, fmt: str) -> list[str] | None:
