@@ -215,8 +215,7 @@ def run_dedup(args: argparse.Namespace) -> int:
         summary.skipped = errors.skipped
         # A bad line skipped is an input document too: kept + duplicates + skipped = documents.
         summary.documents += errors.skipped
-        if not (args.pairs or args.clusters):
-            assert output_format is not None
+        if output_format is not None:  # kept documents, not --pairs or --clusters
             summary.kept = write_kept(
                 inputs,
                 output,
