@@ -103,7 +103,9 @@ VERBS: dict[str, Verb] = {
         json_option=True,
     ),
     "remove": Verb("remove documents by key", configure_remove, run_remove),
-    "export": Verb("write a store's keys, fingerprints and metadata as JSONL", configure_export, run_export),
+    "export": Verb(
+        "write a store's settings, keys, fingerprints and metadata as JSONL", configure_export, run_export
+    ),
     "import": Verb("add documents from `simstore export` JSONL", configure_import, run_import),
 }
 

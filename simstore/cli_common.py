@@ -34,6 +34,7 @@ from simstore.readers import (
     ReadOptions,
     ReadProgress,
     format_of,
+    named_format,
     sniff_format,
 )
 from simstore.records import Key
@@ -238,13 +239,18 @@ def print_json(value: Any, file: TextIO | None = None) -> None:
 # ------------------------------------------------------------------- inputs
 
 
-def add_input_options(parser: argparse.ArgumentParser) -> None:
+def add_input_options(parser: argparse.ArgumentParser, *, format_is_input: bool = True) -> None:
+    """The options that say how inputs are read. ``--input-format`` reads
+    every input in one format; with ``format_is_input`` (a verb with no
+    output to name a format for), ``--format`` is another name for it."""
     group = parser.add_argument_group("input")
     group.add_argument(
-        "--format",
+        "--input-format",
+        *(["--format"] if format_is_input else []),
+        dest="input_format",
         choices=FORMATS,
         default="auto",
-        help="input format (default: by extension; stdin: sniffed)",
+        help="read every input in this format (default: by extension; stdin and pipes: sniffed)",
     )
     group.add_argument(
         "--id-field", help="JSONL field / CSV column holding the key (default: id, else FILE:LINE)"
@@ -270,7 +276,7 @@ def add_input_options(parser: argparse.ArgumentParser) -> None:
 
 def read_options(args: argparse.Namespace) -> ReadOptions:
     return ReadOptions(
-        format=args.format,
+        format=args.input_format,
         id_field=args.id_field,
         text_field=args.text_field,
         meta_fields=tuple(args.meta_field),
@@ -278,10 +284,14 @@ def read_options(args: argparse.Namespace) -> ReadOptions:
     )
 
 
-def inputs_of(paths: Sequence[str], spool_dir: str | None = None) -> list[Input]:
+def inputs_of(
+    paths: Sequence[str], spool_dir: str | None = None, unnamed_format: str = "auto"
+) -> list[Input]:
     """Command-line paths as inputs; with ``spool_dir``, stdin and other
     inputs that can be read only once (a pipe such as ``<(zcat dump.gz)``) are
-    first copied to a file there, so that they can be read twice."""
+    first copied to a file there, so that they can be read twice. An input
+    whose name says no format (:func:`named_format`) is read as
+    ``unnamed_format`` unless that is ``"auto"`` (sniffed, or text)."""
     if sum(path == STDIN for path in paths) > 1:
         raise CommandError("standard input (-) may be given only once")
     inputs = []
@@ -301,7 +311,11 @@ def inputs_of(paths: Sequence[str], spool_dir: str | None = None) -> list[Input]
                         shutil.copyfileobj(source, copy)
             named = format_of(path) if path != STDIN else "text"
             sniffed = named if named != "text" else sniff_format(spooled, name or path)
+            if unnamed_format != "auto" and named_format(path) is None:
+                sniffed = unnamed_format
             inputs.append(Input(spooled, name or path, format=sniffed))
+        elif unnamed_format != "auto" and named_format(path) is None:
+            inputs.append(Input(path, name, format=unnamed_format))
         else:
             inputs.append(Input(path, name))
     return inputs

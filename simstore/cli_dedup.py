@@ -20,6 +20,7 @@ from simstore.choose import DEFAULT_K
 from simstore.cli_common import (
     QUERY_CHUNK,
     Collected,
+    CommandError,
     ReadingBar,
     add_input_options,
     check_distance,
@@ -37,23 +38,29 @@ from simstore.cli_common import (
     table_progress,
     unique_keys,
 )
-from simstore.cli_outputs import Output, output_stream, resolve_output
+from simstore.cli_outputs import Output, output_stream, refuse_clobbers, resolve_output
 from simstore.cli_resume import ProgressLog
 from simstore.columnar import COLUMNAR_FORMATS, ColumnarWriter, schema_of
 from simstore.frames import member_provenance
 from simstore.opening import open as open_store
 from simstore.readers import (
+    FORMATS,
     Document,
     DocumentWriter,
     ErrorCounter,
     Input,
     ReadOptions,
     columnar_files,
+    delimited_header,
     input_format,
+    named_format,
     read_documents,
 )
 from simstore.records import Key
 from simstore.store import Store
+
+#: What ``--format`` may name: an input format other than ``auto``.
+OUTPUT_FORMATS = tuple(fmt for fmt in FORMATS if fmt != "auto")
 
 
 def configure_dedup(parser: argparse.ArgumentParser) -> None:
@@ -70,7 +77,9 @@ def configure_dedup(parser: argparse.ArgumentParser) -> None:
         "-k",
         "--k",
         type=non_negative,
-        help=f"largest distance of a duplicate (default: the store's k, or {DEFAULT_K})",
+        help=f"largest distance of a duplicate (default {DEFAULT_K}): the k of the temporary store, or of a "
+        "new --store STORE (an existing one's must equal it, as for `add`); with --against at most the "
+        "store's k (default: the store's k)",
     )
     what = parser.add_mutually_exclusive_group()
     what.add_argument("--pairs", action="store_true", help="write the near-duplicate pairs as JSONL")
@@ -113,7 +122,15 @@ def configure_dedup(parser: argparse.ArgumentParser) -> None:
         help="a duplicate also shares at least this estimated fraction of its word 3-shingles "
         "(0 to 1; judged by the stored verification sketches)",
     )
-    add_input_options(parser)
+    parser.add_argument(
+        "--format",
+        dest="output_format",
+        choices=OUTPUT_FORMATS,
+        help="write the kept documents in this format (default: the one OUT's name says, else the "
+        "inputs'); an input whose name says no format (stdin, a pipe) is also read in it, unless "
+        "--input-format says otherwise",
+    )
+    add_input_options(parser, format_is_input=False)
 
 
 #: Each clustered (or matched) document's fields for ``--annotate`` and ``--dropped``.
@@ -144,26 +161,37 @@ def run_dedup(args: argparse.Namespace) -> int:
         args.parser.error("--resume continues a run into a kept store; give --store STORE")
     if (args.annotate or args.dropped) and (args.pairs or args.clusters):
         args.parser.error("--annotate and --dropped write documents; not with --pairs or --clusters")
+    # --format still reads an input whose name says no format (stdin), so it may come with --pairs.
+    named_only = all(named_format(path) is not None for path in args.files)
+    if args.output_format not in (None, "jsonl") and (args.pairs or args.clusters) and named_only:
+        args.parser.error("--pairs and --clusters write JSONL; --format names the kept documents' format")
     # Before any input is read: a wrong -o should not cost a long first pass.
     output = resolve_output(args.output)
     dropped_output = None if args.dropped is None else resolve_output(args.dropped)
+    refuse_clobbers(
+        [("-o", output), *([] if dropped_output is None else [("--dropped", dropped_output)])],
+        [
+            *(("the input", path) for path in args.files),
+            *([] if args.store is None else [("the store (--store)", args.store)]),
+            *([] if args.against is None else [("the store (--against)", args.against)]),
+        ],
+    )
     log = None if args.store is None else ProgressLog(args.store, resume=args.resume)
     options = read_options(args)
     errors = skip_reporter(args)
     summary = DedupSummary(output=args.output)
     with tempfile.TemporaryDirectory(prefix="simstore-dedup-") as scratch:
-        inputs = inputs_of(args.files, spool_dir=scratch)
+        inputs = inputs_of(args.files, spool_dir=scratch, unnamed_format=_unnamed_format(args))
+        output_format = None if args.pairs or args.clusters else choose_output_format(args, output, inputs)
         if args.against is not None:
             with open_existing(args.against) as store:
                 check_distance(args.k, store)
                 kept_keys, provenance = dedup_against(args, store, inputs, output, options, errors, summary)
         else:
             if args.store is not None:
-                # An existing store keeps its k; -k then only narrows the distance.
-                new_k = args.k if not os.path.exists(args.store) else None
+                # As for `add`: -k is the store's k, so an existing store's must equal it.
                 # Merged below on success only, not by close() after Ctrl-C or an error.
-                store = open_or_create(args.store, new_k, merge_on_close=False)
-                check_distance(args.k, store)
+                store = open_or_create(args.store, args.k, merge_on_close=False)
             else:
                 store = open_store(
                     os.path.join(scratch, "dedup.simstore"),
@@ -185,9 +213,18 @@ def run_dedup(args: argparse.Namespace) -> int:
                             "(the store merges its delta later)"
                         ) from None
         summary.skipped = errors.skipped
-        if not (args.pairs or args.clusters):
+        # A bad line skipped is an input document too: kept + duplicates + skipped = documents.
+        summary.documents += errors.skipped
+        if output_format is not None:  # kept documents, not --pairs or --clusters
             summary.kept = write_kept(
-                inputs, output, options, kept_keys, provenance, annotate=args.annotate, dropped=dropped_output
+                inputs,
+                output,
+                output_format,
+                options,
+                kept_keys,
+                provenance,
+                annotate=args.annotate,
+                dropped=dropped_output,
             )
     if log is not None:
         log.finish()  # every output is written: nothing is left to resume
@@ -314,7 +351,7 @@ def dedup_within(
             collected.add_to(store)
             bar.update(1)
     try:
-        dropped, provenance = _cluster(args, store, output, summary)
+        dropped, provenance = _cluster(args, store, output, summary, set(collected.keys))
     except KeyboardInterrupt:
         if persistent and collected.keys:
             raise KeyboardInterrupt(
@@ -326,10 +363,11 @@ def dedup_within(
 
 
 def _cluster(
-    args: argparse.Namespace, store: Store, output: Output, summary: DedupSummary
+    args: argparse.Namespace, store: Store, output: Output, summary: DedupSummary, input_keys: set[Key]
 ) -> tuple[set[Key], Provenance]:
     """Cluster the store, write pairs or clusters if asked; returns the keys
-    of the documents not kept."""
+    of the documents not kept. The summary counts the documents of
+    ``input_keys`` only (a kept store also holds what earlier runs added)."""
     bar, update = table_progress(args, "clustering")
     with bar:
         clusters = store.clusters(
@@ -345,12 +383,7 @@ def _cluster(
         dropped.update(cluster.members if args.keep == "none" else cluster.duplicates)
         if args.annotate or args.dropped:
             provenance.update(_cluster_provenance(store, cluster))
-    summary.duplicates = len(dropped)
-    summary.clusters = len(clusters)
-    summary.largest_cluster = max((cluster.size for cluster in clusters), default=0)
-    summary.worst_distance = max((cluster.worst_distance for cluster in clusters), default=0)
-    judged = [cluster.worst_similarity for cluster in clusters if cluster.worst_similarity is not None]
-    summary.worst_similarity = round(min(judged), 4) if judged else None
+    _summarize_clusters(store, clusters, dropped, input_keys, summary)
     if args.pairs:
         bar, update = table_progress(args, "pairs")
         with bar, output_stream(output) as stream:
@@ -379,6 +412,34 @@ def _cluster(
                     record["worst_similarity"] = round(cluster.worst_similarity, 4)
                 stream.write(json.dumps(record, ensure_ascii=False) + "\n")
     return dropped, provenance
+
+
+def _summarize_clusters(
+    store: Store, clusters: list[Cluster], dropped: set[Key], input_keys: set[Key], summary: DedupSummary
+) -> None:
+    """The summary's cluster figures, over the input's documents: the
+    clusters they are in, and their distances and similarities to the
+    documents kept in their place."""
+    summary.duplicates = len(dropped & input_keys)
+    touched = [cluster for cluster in clusters if not input_keys.isdisjoint(cluster.members)]
+    summary.clusters = len(touched)
+    summary.largest_cluster = max((cluster.size for cluster in touched), default=0)
+    worst_distance = 0
+    judged: list[float] = []
+    for cluster in touched:
+        if input_keys.issuperset(cluster.members):
+            worst_distance = max(worst_distance, cluster.worst_distance)
+            if cluster.worst_similarity is not None:
+                judged.append(cluster.worst_similarity)
+            continue
+        # Stored documents share the cluster: only the input's members count.
+        for key, distance, member_similarity in member_provenance(store, cluster):
+            if key in input_keys and key != cluster.representative:
+                worst_distance = max(worst_distance, distance)
+                if member_similarity is not None:
+                    judged.append(member_similarity)
+    summary.worst_distance = worst_distance
+    summary.worst_similarity = round(min(judged), 4) if judged else None
 
 
 def _cluster_provenance(store: Store, cluster: Cluster) -> Provenance:
@@ -460,9 +521,54 @@ _UNCLUSTERED: dict[str, Any] = {
 }
 
 
+def _unnamed_format(args: argparse.Namespace) -> str:
+    """How inputs whose name says no format are read: ``--format``, as
+    before it named the output's format too, unless ``--input-format``
+    names one for every input."""
+    if args.input_format != "auto" or args.output_format is None:
+        return "auto"
+    return str(args.output_format)
+
+
+def choose_output_format(args: argparse.Namespace, output: Output, inputs: list[Input]) -> str:
+    """The format the kept documents are written in: ``--format``, else the
+    one ``OUT``'s name says, else the inputs' (JSONL where they differ, for
+    a directory of text files, and for annotated text lines).
+
+    Raises:
+        CommandError: for a format that cannot hold what is asked (text
+            lines with provenance fields, Parquet or Arrow rows of inputs
+            that have no schema); call it before reading the inputs.
+    """
+    options = read_options(args)
+    written = {_written_format(item, options) for item in inputs}
+    annotating = bool(args.annotate or args.dropped)
+    named = None if output.descriptor is not None else named_format(output.given)
+    chosen = args.output_format or (named if named in OUTPUT_FORMATS else None)
+    if chosen is None:
+        inputs_format = next(iter(written)) if len(written) == 1 else "jsonl"
+        if inputs_format == "dir" or (inputs_format == "text" and annotating):
+            return "jsonl"
+        return inputs_format
+    origin = f"--format {chosen}" if args.output_format else f"-o {output.given} (a {chosen} name)"
+    if chosen == "text" and annotating:
+        raise CommandError(
+            f"{origin}: plain text lines cannot carry the fields of --annotate or --dropped; "
+            "write jsonl, csv or tsv"
+        )
+    if chosen in COLUMNAR_FORMATS and not written <= set(COLUMNAR_FORMATS):
+        raise CommandError(
+            f"{origin}: {chosen} output keeps the columns of Parquet or Arrow inputs, and these "
+            f"inputs are {', '.join(sorted(written))}; write jsonl, csv or tsv "
+            "(or pass --format to name another)"
+        )
+    return chosen
+
+
 def write_kept(
     inputs: list[Input],
     output: Output,
+    output_format: str,
     options: ReadOptions,
     kept_keys: set[Key],
     provenance: Provenance,
@@ -470,16 +576,12 @@ def write_kept(
     annotate: bool = False,
     dropped: Output | None = None,
 ) -> int:
-    """Read the inputs again and write the documents of ``kept_keys``, in the
-    inputs' format (JSONL when they differ, or when annotating text lines);
-    with ``annotate`` every document, with its provenance fields; the
-    dropped ones, annotated, to ``dropped`` too. A document skipped as a bad
-    line in the first pass is in neither, even where reading alone accepts it
-    (a text with no words). Returns how many documents were kept."""
-    formats = {_written_format(item, options) for item in inputs}
-    output_format = formats.pop() if len(formats) == 1 else "jsonl"
-    if output_format == "dir" or (output_format == "text" and (annotate or dropped is not None)):
-        output_format = "jsonl"
+    """Read the inputs again and write the documents of ``kept_keys`` in
+    ``output_format`` (see :func:`choose_output_format`); with ``annotate``
+    every document, with its provenance fields; the dropped ones, annotated,
+    to ``dropped`` too. A document skipped as a bad line in the first pass
+    is in neither, even where reading alone accepts it (a text with no
+    words). Returns how many documents were kept."""
     quiet = ErrorCounter(None)  # bad lines were reported by the first pass
     again = ReadOptions(options.format, options.id_field, options.text_field, (), "skip")
     kept = 0
@@ -487,7 +589,7 @@ def write_kept(
         writer: DocumentWriter | _RowWriter
         dropped_writer: DocumentWriter | _RowWriter | None = None
         if output_format in COLUMNAR_FORMATS:
-            schema = schema_of(_first_file(inputs[0]), output_format)
+            schema = schema_of(_first_file(inputs[0]), _written_format(inputs[0], options))
             extra = _provenance_columns(schema, options)
             writer = _RowWriter(stack, output, output_format, schema, extra if annotate else ())
             if dropped is not None:
@@ -506,7 +608,21 @@ def write_kept(
                 writer.write(document)
             if dropped_writer is not None and not is_kept and document.key in provenance:
                 dropped_writer.write(document, fields)
+        if isinstance(writer, DocumentWriter):
+            # With no row written (a header-only CSV, every row dropped) the header still goes out.
+            header = _input_header(inputs[0], options, output_format)
+            names = list(_UNCLUSTERED)
+            writer.finish(None if header is None else header + names if annotate else header)
+            if isinstance(dropped_writer, DocumentWriter):
+                dropped_writer.finish(None if header is None else header + names)
     return kept
+
+
+def _input_header(item: Input, options: ReadOptions, output_format: str) -> list[str] | None:
+    """The header row of ``item`` if it is a CSV or TSV input written back as such."""
+    if output_format not in ("csv", "tsv") or input_format(item, options.format) != output_format:
+        return None
+    return delimited_header(item, output_format)
 
 
 def _written_format(item: Input, options: ReadOptions) -> str:

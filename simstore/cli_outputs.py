@@ -27,7 +27,7 @@ import re
 import stat
 import sys
 import tempfile
-from collections.abc import Iterator
+from collections.abc import Iterator, Sequence
 from dataclasses import dataclass
 from typing import Any
 
@@ -109,6 +109,79 @@ def resolve_output(given: str) -> Output:
             return Output(given, target, direct=True)
         raise CommandError(f"cannot write {given}: no permission to create files in {folder}")
     return Output(given, target)
+
+
+def refuse_clobbers(outputs: Sequence[tuple[str, Output]], sources: Sequence[tuple[str, str]]) -> None:
+    """Refuse outputs that would overwrite what the command reads, or each other.
+
+    Call it before reading any input. An output that is a regular file (or
+    a path where nothing exists yet) must not be the same file as a source
+    (compared by resolved path, and by device and inode where both exist,
+    so hard links and symlinks count), nor lie inside a source directory
+    (it would be read back), nor be another output. Two outputs to this
+    process's stdout are refused too: their lines would be mixed. Devices
+    and FIFOs are written straight through, so they clobber no file.
+
+    Args:
+        outputs: each output with the option that named it (``"-o"``).
+        sources: what the command reads, each with what it is (``"the
+            input"``, ``"the store (--store)"``) and its path; ``-`` is
+            skipped.
+
+    Raises:
+        CommandError: naming both paths; nothing was read or written.
+    """
+    for index, (option, output) in enumerate(outputs):
+        for other_option, other in outputs[:index]:
+            if _same_output(output, other):
+                raise CommandError(
+                    f"{other_option} {other.given} and {option} {output.given} are the same "
+                    f"{'stream' if output.descriptor is not None else 'file'}; give each output "
+                    "its own (nothing was read or written)"
+                )
+        if not _writes_a_file(output):
+            continue
+        for what, source in sources:
+            if source == STDIN:
+                continue
+            if _same_file(output.path, source):
+                raise CommandError(
+                    f"{option} {output.given} is the same file as {what} {source}; refusing to "
+                    "overwrite it (nothing was read or written)"
+                )
+            folder = os.path.realpath(source)
+            if os.path.isdir(folder) and os.path.commonpath([folder, output.path]) == folder:
+                raise CommandError(
+                    f"{option} {output.given} is inside {what} {source}, a directory this command "
+                    "reads; write it elsewhere (nothing was read or written)"
+                )
+
+
+def _writes_a_file(output: Output) -> bool:
+    """Whether ``output`` replaces or creates a regular file (not a stream, device or FIFO)."""
+    if output.descriptor is not None:
+        return False
+    try:
+        return stat.S_ISREG(os.stat(output.path).st_mode)
+    except FileNotFoundError:
+        return True
+
+
+def _same_output(output: Output, other: Output) -> bool:
+    if output.descriptor is not None or other.descriptor is not None:
+        return output.is_stdout and other.is_stdout
+    return _writes_a_file(output) and _same_file(output.path, other.path)
+
+
+def _same_file(path: str, other: str) -> bool:
+    """Whether two paths name one file: the same resolved path, or (both
+    existing) the same device and inode."""
+    if os.path.realpath(path) == os.path.realpath(other):
+        return True
+    try:
+        return os.path.samefile(path, other)
+    except OSError:
+        return False
 
 
 def _descriptor_of(path: str) -> int | None:

@@ -7,8 +7,10 @@ from __future__ import annotations
 import argparse
 import base64
 import json
+import os
 import sys
 import warnings
+from dataclasses import dataclass
 from typing import Any
 
 import numpy as np
@@ -41,9 +43,10 @@ from simstore.cli_common import (
     similarity,
     skip_reporter,
 )
-from simstore.cli_outputs import output_stream, resolve_output
-from simstore.errors import SimstoreError
+from simstore.cli_outputs import output_stream, refuse_clobbers, resolve_output
+from simstore.errors import InvalidTypeError, InvalidValueError, ParameterMismatchError, SimstoreError
 from simstore.isolated import check_in_child
+from simstore.opening import open as open_store
 from simstore.planner import format_plan, plan
 from simstore.readers import (
     ON_ERROR,
@@ -54,7 +57,7 @@ from simstore.readers import (
     text_lines,
 )
 from simstore.records import Key
-from simstore.simhash import ShortTextWarning
+from simstore.simhash import Fingerprinter, ShortTextWarning
 from simstore.store import Store
 
 
@@ -405,8 +408,15 @@ def configure_export(parser: argparse.ArgumentParser) -> None:
     )
 
 
+#: The first line of an export names the store's settings under this key.
+EXPORT_HEADER = "simstore_export"
+#: The version of that line this simstore writes (and the newest it reads).
+EXPORT_VERSION = 1
+
+
 def run_export(args: argparse.Namespace) -> int:
     output = resolve_output(args.output)
+    refuse_clobbers([("-o", output)], [("the store", args.store)])
     with open_existing(args.store) as store:
         items = list(store.items())
         # Each sketch names its geometry, so that import refuses another one.
@@ -415,6 +425,7 @@ def run_export(args: argparse.Namespace) -> int:
             output_stream(output) as stream,
             progress(args, desc="exporting", total=len(items), unit="doc") as bar,
         ):
+            stream.write(json.dumps(_export_header(store)) + "\n")
             for key, _fingerprint in items:
                 record = store.get(key)
                 if record is None:  # removed by another process since items()
@@ -430,10 +441,114 @@ def run_export(args: argparse.Namespace) -> int:
     return 0
 
 
+def _export_header(store: Store) -> dict[str, Any]:
+    """The settings line an export starts with: what :func:`run_import`
+    needs to make a store that answers as this one does."""
+    return {
+        EXPORT_HEADER: EXPORT_VERSION,
+        "k": store.k,
+        "fingerprinter": store.fingerprinter.settings(),
+        "min_similarity": store.min_similarity,
+    }
+
+
+@dataclass(frozen=True)
+class ExportSettings:
+    """The settings an export's first line names (see :func:`_export_header`)."""
+
+    k: int
+    fingerprinter: Fingerprinter
+    min_similarity: float | None
+
+
+def _parse_export_header(record: dict[str, Any], name: str, number: int) -> ExportSettings:
+    """The settings of an export's header line ``record``.
+
+    Raises:
+        InputError: naming the line, for a newer version or a bad setting.
+    """
+    version = record[EXPORT_HEADER]
+    if isinstance(version, bool) or not isinstance(version, int) or version < 1:
+        raise InputError(name, number, f"{EXPORT_HEADER} must be a version number, got {version!r}")
+    if version > EXPORT_VERSION:
+        raise InputError(
+            name, number, f"an export of version {version}, written by a newer simstore (this one reads 1)"
+        )
+    k = record.get("k")
+    min_similarity = record.get("min_similarity")
+    try:
+        if isinstance(k, bool) or not isinstance(k, int):
+            raise InvalidValueError(f"k must be an integer, got {k!r}")
+        if min_similarity is not None and (
+            isinstance(min_similarity, bool) or not isinstance(min_similarity, int | float)
+        ):
+            raise InvalidValueError(f"min_similarity must be a number or null, got {min_similarity!r}")
+        fingerprinter = Fingerprinter.from_settings(record.get("fingerprinter"))  # type: ignore[arg-type]
+    except (InvalidValueError, InvalidTypeError) as exc:
+        raise InputError(name, number, f"bad settings line: {exc}") from None
+    return ExportSettings(k, fingerprinter, None if min_similarity is None else float(min_similarity))
+
+
+def _open_import_target(
+    args: argparse.Namespace, settings: ExportSettings | None, sketches: list[tuple[str, bytes] | None]
+) -> Store:
+    """The store to import into: a new one made with the export's settings
+    (``-k`` overriding its k), or an existing one whose settings equal them.
+    A new store is not made when the lines' sketches would not fit it."""
+    if not os.path.exists(args.store):
+        fingerprinter = Fingerprinter() if settings is None else settings.fingerprinter
+        geometries = {sketch[0] for sketch in sketches if sketch is not None}
+        expected = fingerprinter.sketch
+        kept = "none" if expected is None else f"{expected.bins}x{expected.bits}"
+        if geometries and geometries != {kept}:
+            raise CommandError(
+                f"the lines carry sketches of geometry {', '.join(sorted(geometries))}, but a new store "
+                f"made from {_shown(args.file)} would keep {kept}"
+                + (" (it has no settings line naming the exported store's)" if settings is None else "")
+                + "; nothing was written"
+            )
+    if settings is None:
+        if not os.path.exists(args.store):
+            print(
+                f"{PROG}: warning: {_shown(args.file)} has no settings line (an export of an older "
+                f"simstore): {args.store} gets k={DEFAULT_K if args.k is None else args.k} and the default "
+                "fingerprinter, so text queries find its documents only if the exported store had them too",
+                file=sys.stderr,
+            )
+        return open_or_create(args.store, args.k)
+    k = settings.k if args.k is None else args.k
+    try:
+        return open_store(
+            args.store,
+            "c",
+            k=k,
+            fingerprinter=settings.fingerprinter,
+            min_similarity=settings.min_similarity,
+        )
+    except ParameterMismatchError as exc:
+        listed = "; ".join(
+            f"{name}: {stored!r} in the store, {requested!r} in the export"
+            for name, (stored, requested) in sorted(exc.differences.items())
+        )
+        hint = "import into a new store"
+        if set(exc.differences) == {"k"}:
+            stored_k = exc.differences["k"][0]
+            hint += f", or pass -k {stored_k} to add the fingerprints to this k={stored_k} store"
+        raise CommandError(
+            f"{args.store} has other settings than the export {_shown(args.file)} ({listed}); {hint}"
+        ) from None
+
+
 def configure_import(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("store", help="the store file (created if missing)")
     parser.add_argument("file", metavar="FILE", help="JSONL written by `simstore export` (- for stdin)")
-    parser.add_argument("-k", "--k", type=non_negative, help=f"k for a new store (default {DEFAULT_K})")
+    parser.add_argument(
+        "-k",
+        "--k",
+        type=non_negative,
+        help="k of a new store (default: the exported store's, named by the export's first line; "
+        f"{DEFAULT_K} for an export without one)",
+    )
     parser.add_argument(
         "--on-error", choices=ON_ERROR, default="fail", help="stop at a bad line (default) or skip it"
     )
@@ -445,24 +560,35 @@ def run_import(args: argparse.Namespace) -> int:
     fingerprints: list[int] = []
     metas: list[dict[str, Any] | None] = []
     sketches: list[tuple[str, bytes] | None] = []
+    settings: ExportSettings | None = None
+    first = True
     for number, line in text_lines(args.file):
         if isinstance(line, str) and not line.strip():
             continue
+        at_start, first = first, False
         try:
             if isinstance(line, InputError):
                 raise line
-            key, fingerprint, meta, sketch = _parse_export_line(line)
+            record = _parse_json_object(line)
+            if EXPORT_HEADER in record and not at_start:
+                raise ValueError("a settings line belongs on the first line of an export")
+            if EXPORT_HEADER not in record:
+                key, fingerprint, meta, sketch = _parse_export_record(record)
         except ValueError as exc:
             error = exc if isinstance(exc, InputError) else InputError(_shown(args.file), number, str(exc))
             if args.on_error == "fail":
                 raise error from None
             errors(error)
             continue
+        if EXPORT_HEADER in record:
+            # Not a bad line to skip: without its settings the store would answer wrongly.
+            settings = _parse_export_header(record, _shown(args.file), number)
+            continue
         keys.append(key)
         fingerprints.append(fingerprint)
         metas.append(meta)
         sketches.append(sketch)
-    with open_or_create(args.store, args.k) as store:
+    with _open_import_target(args, settings, sketches) as store:
         if keys:
             has_meta = any(meta is not None for meta in metas)
             store.add_many(
@@ -502,12 +628,20 @@ def _shown(path: str) -> str:
     return STDIN_NAME if path == STDIN else path
 
 
-def _parse_export_line(line: str) -> tuple[Key, int, dict[str, Any] | None, tuple[str, bytes] | None]:
+def _parse_json_object(line: str) -> dict[str, Any]:
     try:
         record = json.loads(line)
     except json.JSONDecodeError as exc:
         raise ValueError(f"not valid JSON: {exc.msg}") from None
-    if not isinstance(record, dict) or "key" not in record or "fingerprint" not in record:
+    if not isinstance(record, dict):
+        raise ValueError('expected an object with "key" and "fingerprint"')
+    return record
+
+
+def _parse_export_record(
+    record: dict[str, Any],
+) -> tuple[Key, int, dict[str, Any] | None, tuple[str, bytes] | None]:
+    if "key" not in record or "fingerprint" not in record:
         raise ValueError('expected an object with "key" and "fingerprint"')
     key = from_json(record["key"])
     if isinstance(key, bool) or not isinstance(key, str | bytes | int):

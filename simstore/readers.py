@@ -7,7 +7,7 @@ so a bad line is reported as ``FILE:LINE: what is wrong``. What happens then
 is the caller's ``on_error`` choice: ``"fail"`` raises :class:`InputError`,
 ``"skip"`` reports the line and goes on.
 
-Formats (``--format auto`` picks by extension, after an optional ``.gz``):
+Formats (``--input-format auto`` picks by extension, after an optional ``.gz``):
 
 - ``jsonl`` (``.jsonl``, ``.ndjson``, ``.json``): one JSON object a line; the
   text is in ``text_field`` (default ``"text"``), the key in ``id_field``
@@ -32,9 +32,11 @@ A document without an id field gets the key ``"SOURCE:LINE"`` (for example
 
 from __future__ import annotations
 
+import base64
 import codecs
 import contextlib
 import csv
+import datetime
 import gzip
 import io
 import json
@@ -42,7 +44,7 @@ import os
 import stat
 import sys
 import zlib
-from collections.abc import Callable, Iterable, Iterator, Mapping
+from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import IO, Any, TextIO, TypeVar, cast
 
@@ -315,7 +317,7 @@ def _read_file(
 
 
 def input_format(item: Input, requested: str = "auto") -> str:
-    """How ``item`` is read: ``requested`` (``--format``) unless ``"auto"``,
+    """How ``item`` is read: ``requested`` (``--input-format``) unless ``"auto"``,
     else the format sniffed for it (``item.format``: stdin, a pipe), else by
     its extension."""
     return format_of(item.path, requested if requested != "auto" else item.format)
@@ -324,6 +326,20 @@ def input_format(item: Input, requested: str = "auto") -> str:
 def _by_extension(path: str) -> str | None:
     base = path[:-3] if path.lower().endswith(".gz") else path
     return _EXTENSIONS.get(os.path.splitext(base)[1].lower())
+
+
+def named_format(path: str) -> str | None:
+    """The format ``path``'s name says (``dir`` for a directory), or ``None``
+    when it says none: stdin, a pipe or a file without a known extension.
+
+    >>> named_format("corpus.parquet"), named_format("notes.txt"), named_format("-")
+    ('parquet', None, None)
+    """
+    if path == STDIN:
+        return None
+    if os.path.isdir(path):
+        return "dir"
+    return _by_extension(path)
 
 
 _Result = TypeVar("_Result")
@@ -354,8 +370,8 @@ _SNIFF_BYTES = 16
 _GZIP_MAGIC = b"\x1f\x8b"
 #: Formats recognised by their first bytes, to say what a binary input is.
 _BINARY_MAGIC = (
-    (b"PAR1", "a Parquet file: name it *.parquet or pass --format parquet"),
-    (b"ARROW1", "an Arrow file: name it *.arrow or pass --format arrow"),
+    (b"PAR1", "a Parquet file: name it *.parquet or pass --input-format parquet"),
+    (b"ARROW1", "an Arrow file: name it *.arrow or pass --input-format arrow"),
     (b"ORC", "an ORC file, which simstore cannot read yet; convert it to JSON lines first"),
     (b"PK\x03\x04", "a zip archive; unpack it and give the files or their directory"),
     (b"BZh", "bzip2-compressed; decompress it (bzcat FILE | simstore ... -)"),
@@ -568,7 +584,9 @@ def _read_jsonl(stream: IO[bytes], name: str, options: ReadOptions) -> Iterator[
 def _read_delimited(
     stream: IO[bytes], name: str, options: ReadOptions, delimiter: str
 ) -> Iterator[Document | InputError]:
-    text_stream = io.TextIOWrapper(stream, encoding="utf-8-sig", newline="")
+    # Bytes that are not UTF-8 are decoded as lone surrogates, so that a bad
+    # byte costs its row only (reported below), not the rest of the file.
+    text_stream = io.TextIOWrapper(stream, encoding="utf-8-sig", errors="surrogateescape", newline="")
     # Documents are longer than the csv module's 128 KiB default field limit.
     csv.field_size_limit(min(sys.maxsize, 2**31 - 1))
     reader = csv.DictReader(text_stream, delimiter=delimiter)
@@ -576,6 +594,8 @@ def _read_delimited(
         header = reader.fieldnames
         if header is None:
             return
+        if (undecoded := _undecoded(dict(enumerate(header)))) is not None:
+            raise InputError(name, 1, f"the header is not UTF-8 ({undecoded})")
         if options.text_field not in header:
             raise InputError(name, 1, f"no {options.text_field!r} column (columns: {', '.join(header)})")
         if options.id_field is not None and options.id_field not in header:
@@ -587,9 +607,10 @@ def _read_delimited(
             if None in row:
                 yield InputError(name, number, f"more fields than the {len(header)} columns of the header")
                 continue
+            if (undecoded := _undecoded(row)) is not None:
+                yield InputError(name, number, f"not UTF-8 ({undecoded})")
+                continue
             yield _document_from_fields(dict(row), name, number, options)
-    except UnicodeDecodeError as exc:
-        raise InputError(name, reader.line_num + 1, f"not UTF-8 ({exc.reason})") from exc
     except csv.Error as exc:
         if "NUL" in str(exc):
             raise InputError(name, reader.line_num, NUL_MESSAGE) from exc
@@ -598,12 +619,28 @@ def _read_delimited(
         text_stream.detach()
 
 
+def _undecoded(row: Mapping[Any, str | None]) -> str | None:
+    """Where a row decoded with ``surrogateescape`` holds a byte that is not
+    UTF-8 (``"byte 0xe9 in column 'text'"``); ``None`` if it holds none."""
+    for column, value in row.items():
+        if value is None or value.isascii():
+            continue
+        try:
+            value.encode("utf-8")  # refuses the surrogates, in C
+        except UnicodeEncodeError as exc:
+            where = f"column {column!r}" if isinstance(column, str) else f"column {column + 1}"
+            return f"byte 0x{ord(value[exc.start]) - 0xDC00:02x} in {where}"
+    return None
+
+
 def _document_from_fields(
     record: dict[str, Any], name: str, number: int, options: ReadOptions
 ) -> Document | InputError:
-    text = record.get(options.text_field)
-    if text is None:
+    if options.text_field not in record:
         return InputError(name, number, f"no {options.text_field!r} field")
+    text = record[options.text_field]
+    if text is None:
+        return InputError(name, number, f"{options.text_field!r} is null, not a string")
     if not isinstance(text, str):
         return InputError(name, number, f"{options.text_field!r} is {type(text).__name__}, not a string")
     if not text.strip():
@@ -671,26 +708,78 @@ class DocumentWriter:
     def write(self, document: Document, extra: Mapping[str, Any] | None = None) -> None:
         """Write ``document``, with the fields of ``extra`` added (columns of
         a CSV row, keys of a JSON object; a text line cannot carry them)."""
-        if self.format in ("csv", "tsv") and isinstance(document.record, dict):
-            row = document.record if extra is None else {**document.record, **extra}
-            if self._csv is None:
-                self._csv = csv.DictWriter(
-                    self.stream,
-                    fieldnames=list(row),
-                    delimiter="," if self.format == "csv" else "\t",
-                    extrasaction="ignore",
-                    lineterminator="\n",
-                )
-                self._csv.writeheader()
-            self._csv.writerow(row)
+        if self.format in ("csv", "tsv"):
+            record = _record_of(document)
+            row = {name: _csv_value(value) for name, value in record.items()}
+            if extra is not None:
+                row.update(extra)
+            self._start_csv(list(row)).writerow(row)
         elif self.format == "text":
             self.stream.write(document.text.replace("\n", " ") + "\n")
         else:
-            record = (
-                document.record
-                if isinstance(document.record, dict)
-                else {"id": document.key, "text": document.text}
-            )
+            record = _record_of(document)
             if extra is not None:
                 record = {**record, **extra}
-            self.stream.write(json.dumps(record, ensure_ascii=False) + "\n")
+            self.stream.write(json.dumps(record, ensure_ascii=False, default=_json_value) + "\n")
+
+    def finish(self, header: Sequence[str] | None) -> None:
+        """End a CSV or TSV output: if no row was written, write ``header``
+        alone, so that an output with no rows still names its columns."""
+        if self.format in ("csv", "tsv") and header is not None:
+            self._start_csv(list(header))
+
+    def _start_csv(self, fieldnames: list[str]) -> csv.DictWriter[str]:
+        """The CSV writer, made (and the header written) on first use."""
+        if self._csv is None:
+            self._csv = csv.DictWriter(
+                self.stream,
+                fieldnames=fieldnames,
+                delimiter="," if self.format == "csv" else "\t",
+                extrasaction="ignore",
+                lineterminator="\n",
+            )
+            self._csv.writeheader()
+        return self._csv
+
+
+def _record_of(document: Document) -> dict[str, Any]:
+    """The fields a document is written with: the JSON object or row read,
+    or ``{"id": key, "text": text}`` for a text line or file."""
+    if isinstance(document.record, dict):
+        return document.record
+    return {"id": document.key, "text": document.text}
+
+
+def _json_value(value: Any) -> Any:
+    """A Parquet or Arrow value JSON has no type for: bytes as ``{"$bytes":
+    base64}`` (as ``simstore export`` writes them), dates and times in ISO
+    8601, anything else (decimals, durations) as its text."""
+    if isinstance(value, bytes):
+        return {"$bytes": base64.b64encode(value).decode("ascii")}
+    if isinstance(value, datetime.date | datetime.time):
+        return value.isoformat()
+    return str(value)
+
+
+def _csv_value(value: Any) -> Any:
+    """A value as a CSV cell: lists and objects as JSON, bytes as base64,
+    dates and times in ISO 8601 (the csv module writes others as text)."""
+    if isinstance(value, bytes):
+        return base64.b64encode(value).decode("ascii")
+    if isinstance(value, dict | list):
+        return json.dumps(value, ensure_ascii=False, default=_json_value)
+    if isinstance(value, datetime.date | datetime.time):
+        return value.isoformat()
+    return value
+
+
+def delimited_header(item: Input, fmt: str) -> list[str] | None:
+    """The header row of a CSV (``fmt`` ``"csv"``) or TSV file, gzip or not;
+    ``None`` for an empty file."""
+    with open(item.path, "rb") as raw:
+        stream = _checked_stream(raw, item.display)
+        text_stream = io.TextIOWrapper(stream, encoding="utf-8-sig", errors="replace", newline="")
+        try:
+            return next(csv.reader(text_stream, delimiter="," if fmt == "csv" else "\t"), None)
+        finally:
+            text_stream.detach()

@@ -511,7 +511,9 @@ def test_remove_export_import_round_trip(
     assert main(["remove", store_path, "nope", "--missing-ok"]) == 0
     exported = os.path.join(folder, "export.jsonl")
     assert main(["export", store_path, "-o", exported, "-q"]) == 0
-    lines = read_jsonl(exported)
+    header, *lines = read_jsonl(exported)
+    assert header["simstore_export"] == 1
+    assert header["k"] == 3
     assert lines[0] == {
         "key": {"$bytes": "AHJhdw=="},
         "fingerprint": "0000000000000005",
@@ -525,7 +527,7 @@ def test_remove_export_import_round_trip(
         assert original.get(b"\x00raw") == imported.get(b"\x00raw")
         assert original.get("a") == imported.get("a")
     assert main(["export", store_path]) == 0
-    assert len(capsys.readouterr().out.splitlines()) == 5
+    assert len(capsys.readouterr().out.splitlines()) == 1 + 5  # the settings line, then the documents
 
 
 def test_import_bad_line(store_path: str, tmp_path: object, capsys: pytest.CaptureFixture[str]) -> None:

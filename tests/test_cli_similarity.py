@@ -120,7 +120,8 @@ def test_export_and_import_keep_the_sketches(tmp_path: Path, capsys: pytest.Capt
     assert main(["add", str(store), str(CORPUS)]) == 0
     exported = tmp_path / "export.jsonl"
     assert main(["export", str(store), "-o", str(exported)]) == 0
-    lines = _json_lines(exported)
+    header, *lines = _json_lines(exported)
+    assert header["fingerprinter"]["sketch"]["bins"] == 256
     assert all(str(line["sketch"]).startswith("256x4:") for line in lines)
     copy = tmp_path / "copy.simstore"
     assert main(["import", str(copy), str(exported)]) == 0
@@ -137,7 +138,10 @@ def test_export_and_import_keep_the_sketches(tmp_path: Path, capsys: pytest.Capt
         pass
     capsys.readouterr()
     assert main(["import", str(other), str(exported)]) != 0
-    assert "512x2" in capsys.readouterr().err
+    # The export's settings line names the other sketch: refused before any line is added.
+    err = capsys.readouterr().err
+    assert "has other settings than the export" in err
+    assert "'bins': 512" in err
     with simstore.open(other, "r") as refused:
         assert len(refused) == 0
 

@@ -1,0 +1,103 @@
+"""Reading the inputs of ``dedup`` and ``add``: bad rows of CSV files, null
+texts, header-only CSV files, and which format an input is read in."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import pytest
+
+from simstore.cli import main
+
+
+def test_header_only_csv_keeps_its_header(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    """A CSV with a header and no rows gave an empty output; the header row is kept."""
+    source = tmp_path / "h.csv"
+    source.write_text("id,text\n", encoding="utf-8")
+    output = tmp_path / "o.csv"
+    assert main(["dedup", str(source), "-o", str(output), "-q"]) == 0
+    assert output.read_text(encoding="utf-8") == "id,text\n"
+
+
+def test_annotated_header_only_csv_names_the_provenance_columns(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    source = tmp_path / "h.csv"
+    source.write_text("id,text\n", encoding="utf-8")
+    output, dropped = tmp_path / "o.csv", tmp_path / "d.csv"
+    assert main(["dedup", str(source), "-o", str(output), "--annotate", "-q"]) == 0
+    assert main(["dedup", str(source), "-o", str(output), "--dropped", str(dropped), "-q"]) == 0
+    assert output.read_text(encoding="utf-8") == "id,text\n"
+    assert dropped.read_text(encoding="utf-8") == "id,text,cluster_id,duplicate_of,distance,similarity\n"
+
+
+def test_null_text_is_reported_as_null(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    """`{"id": 2, "text": null}` was reported as having no 'text' field."""
+    source = tmp_path / "n.jsonl"
+    source.write_text('{"id": 1, "text": "a few words here"}\n{"id": 2, "text": null}\n', encoding="utf-8")
+    assert main(["dedup", str(source), "-o", str(tmp_path / "o.jsonl")]) == 1
+    err = capsys.readouterr().err
+    assert err == f"simstore: error: {source}:2: 'text' is null, not a string\n"
+    assert not (tmp_path / "o.jsonl").exists()
+
+
+def test_missing_text_is_reported_as_missing(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    source = tmp_path / "m.jsonl"
+    source.write_text('{"id": 2, "body": "words"}\n', encoding="utf-8")
+    assert main(["dedup", str(source), "-o", str(tmp_path / "o.jsonl")]) == 1
+    assert capsys.readouterr().err == f"simstore: error: {source}:1: no 'text' field\n"
+
+
+def _read_jsonl(path: Path) -> list[dict[str, object]]:
+    return [json.loads(line) for line in path.read_text(encoding="utf-8").splitlines()]
+
+
+BAD_BYTE_CSV = (
+    b'id,text\n1,"normal row words here"\n2,"second row other words"\n3,"caf\xe9"\n4,"fourth row words"\n'
+)
+
+
+def test_csv_bad_byte_names_its_line(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    """A byte that is not UTF-8 in row 3 was reported at line 1, for the whole file."""
+    source = tmp_path / "b.csv"
+    source.write_bytes(BAD_BYTE_CSV)
+    output = tmp_path / "o.csv"
+    assert main(["dedup", str(source), "-o", str(output)]) == 1
+    assert capsys.readouterr().err == f"simstore: error: {source}:4: not UTF-8 (byte 0xe9 in column 'text')\n"
+    assert not output.exists()
+
+
+@pytest.mark.parametrize("suffix", ["csv", "tsv"])
+def test_csv_bad_byte_row_is_skipped(tmp_path: Path, capsys: pytest.CaptureFixture[str], suffix: str) -> None:
+    """With --on-error skip the bad row is reported and left out; the others are kept."""
+    source = tmp_path / f"b.{suffix}"
+    data = BAD_BYTE_CSV if suffix == "csv" else BAD_BYTE_CSV.replace(b",", b"\t")
+    source.write_bytes(data)
+    output = tmp_path / f"o.{suffix}"
+    assert main(["dedup", str(source), "-o", str(output), "--on-error", "skip", "--json"]) == 0
+    out, err = capsys.readouterr()
+    assert f"skipped {source}:4: not UTF-8" in err
+    assert json.loads(out)["skipped"] == 1
+    rows = output.read_text(encoding="utf-8").splitlines()
+    assert [row.split("," if suffix == "csv" else "\t")[0] for row in rows] == ["id", "1", "2", "4"]
+
+
+def test_csv_bad_byte_in_a_quoted_multiline_field(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    """A row over several lines is reported at its first line, and the rows after it are read."""
+    source = tmp_path / "m.csv"
+    source.write_bytes(b'id,text\n1,"first line\nsecond \xff line"\n2,"another row of words"\n')
+    store = tmp_path / "s.simstore"
+    assert main(["add", str(store), str(source), "--on-error", "skip"]) == 0
+    out, err = capsys.readouterr()
+    assert f"skipped {source}:2: not UTF-8 (byte 0xff in column 'text')" in err
+    assert "added 1 documents" in out
+
+
+def test_csv_header_that_is_not_utf8_fails_the_file(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    source = tmp_path / "h.csv"
+    source.write_bytes(b"id,t\xe9xt\n1,words\n")
+    assert main(["dedup", str(source), "-o", str(tmp_path / "o.csv"), "--on-error", "skip"]) == 1
+    assert "h.csv:1: the header is not UTF-8 (byte 0xe9 in column 2)" in capsys.readouterr().err
