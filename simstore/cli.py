@@ -9,7 +9,7 @@ line there. The verbs live in :mod:`simstore.cli_store`,
 
 Exit status: 0 success, 1 a simstore error or bad input (one line on stderr,
 ``simstore: error: ...``, no traceback), 2 a usage error (argparse's usage
-message), 130 interrupted by Ctrl-C (one line saying what was committed).
+message), 130 interrupted by Ctrl-C (one line saying what was committed), 143 by SIGTERM.
 Progress bars go to stderr, only when it is a terminal and ``-q`` is not
 given. Read verbs take ``--json``.
 
@@ -170,36 +170,48 @@ def main(argv: Sequence[str] | None = None) -> int:
             # A verb that committed part of its work says how much (add --batch-size).
             message = str(exc) or "interrupted; nothing of the unfinished transaction was written"
             print(f"{PROG}: {message}", file=sys.stderr)
-            return 130
+            return 143 if _terminated.is_set() else 130
+
+
+# Set when SIGTERM (not Ctrl-C) stopped the run: it exits 143, not 130.
+_terminated = threading.Event()
 
 
 @contextlib.contextmanager
 def _interrupts() -> Iterator[None]:
-    """The first Ctrl-C unwinds (transactions abort, temporary files go);
-    a second one, while that runs, exits at once instead of printing a
-    traceback from the middle of the clean-up. Exiting at once is safe: LMDB
-    keeps every committed transaction and drops the unfinished one."""
+    """The first Ctrl-C or SIGTERM unwinds (transactions abort, temporary
+    files and stores go); a second one, while that runs, exits at once
+    instead of printing a traceback from the middle of the clean-up. Exiting
+    at once is safe: LMDB keeps every committed transaction and drops the
+    unfinished one. (Python's own SIGTERM would stop the process without
+    the clean-up, leaving ``dedup``'s temporary store behind.)"""
     if threading.current_thread() is not threading.main_thread():
         yield
         return
-    if signal.getsignal(signal.SIGINT) is signal.SIG_IGN:
-        yield  # ignored on purpose by whoever started us (a background job): keep it so
-        return
+    _terminated.clear()
 
     def exit_at_once(signum: int, frame: FrameType | None) -> None:
         os.write(2, f"{PROG}: interrupted again; exiting at once\n".encode())
-        os._exit(130)
+        os._exit(143 if signum == signal.SIGTERM else 130)
 
     def first(signum: int, frame: FrameType | None) -> None:
-        signal.signal(signal.SIGINT, exit_at_once)
+        for handled in previous:
+            signal.signal(handled, exit_at_once)
+        if signum == signal.SIGTERM:
+            _terminated.set()
         raise KeyboardInterrupt
 
-    previous = signal.signal(signal.SIGINT, first)
+    previous = {}
+    for signum in (signal.SIGINT, signal.SIGTERM):
+        # One ignored on purpose by whoever started us (a background job) stays so.
+        if signal.getsignal(signum) is not signal.SIG_IGN:
+            previous[signum] = signal.signal(signum, first)
     try:
         yield
     finally:
-        if previous is not None:  # None: a handler installed from C, which Python cannot restore
-            signal.signal(signal.SIGINT, previous)
+        for signum, handler in previous.items():
+            if handler is not None:  # None: installed from C, which Python cannot restore
+                signal.signal(signum, handler)
 
 
 def _message(exc: BaseException) -> str:
