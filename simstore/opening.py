@@ -409,6 +409,8 @@ def _exclusive_lock_file(path: str) -> Iterator[None]:
     except FileNotFoundError:
         yield  # never opened (a store leaves its lock file behind when closed)
         return
+    except PermissionError as exc:
+        raise AccessDeniedError(errno.EACCES, f"{path} cannot be replaced: {lock} is not writable") from exc
     try:
         try:
             fcntl.lockf(descriptor, fcntl.LOCK_EX | fcntl.LOCK_NB, 1, 0)
