@@ -336,8 +336,14 @@ class Environment:
         self.close()
         self._drop_new_lock(self._lock_existed)
 
-    def close(self) -> None:
+    def close(self, *, keep_flush_descriptor: bool = False) -> None:
+        """Close the environment; its flush descriptor too, unless kept for a
+        thread that may be flushing through it (see ``close_flush_descriptor``)."""
         self.env.close()
+        if not keep_flush_descriptor:
+            self.close_flush_descriptor()
+
+    def close_flush_descriptor(self) -> None:
         if self._flush_descriptor is not None:
             os.close(self._flush_descriptor)
             self._flush_descriptor = None
@@ -401,6 +407,19 @@ class Environment:
         if sketches:
             handles.sketches = self.env.open_db(DB_SKETCHES, txn=txn, create=True)
         return handles
+
+    def open_tables(self, txn: Txn, table_count: int, generation: int) -> list[Database]:
+        """Fresh handles of existing tables inside the write transaction ``txn``.
+
+        A write body that drops tables must open them this way rather than
+        use handles opened before: LMDB closes a dropped table's handle at
+        once, even if the transaction then aborts, and a retried body (the
+        map had to grow) would otherwise drop whatever reused that handle.
+        """
+        return [
+            self.env.open_db(table_db_name(index, generation), txn=txn, create=False, **TABLE_DB_FLAGS)
+            for index in range(table_count)
+        ]
 
     def create_tables(self, txn: Txn, table_count: int, generation: int) -> list[Database]:
         """Create the empty tables of a new layout inside the write transaction ``txn``."""

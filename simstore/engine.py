@@ -128,6 +128,8 @@ class Engine:
     ) -> None:
         self.path = path
         self.env = env
+        # Environments replaced by reloads, whose flush descriptors stay open (reload_layout).
+        self.retired: list[_lmdb.Environment] = []
         self.readonly = env.readonly
         self.options = options
         # The text fingerprinter of the stored settings, made at first use.
@@ -184,7 +186,12 @@ class Engine:
         failure here is retried by the next call instead of leaving a closed file.
         """
         self.needs_reload = True
-        self.env.close()
+        # A group commit's leader flushes outside the store's lock, through
+        # the environment it read before this reload: its descriptor stays
+        # open until the store closes (closing it now could make that flush
+        # fail, or flush whatever file reused the descriptor's number).
+        self.env.close(keep_flush_descriptor=True)
+        self.retired.append(self.env)
         self.env = self._open_environment()
         for attempt in range(1, LAYOUT_RETRIES + 1):
             try:
@@ -243,6 +250,9 @@ class Engine:
                 self.commit.flush_pending(self)  # sync="interval": what the last interval committed
             finally:
                 self.env.close()
+                for retired in self.retired:
+                    retired.close_flush_descriptor()
+                self.retired.clear()
 
     # ------------------------------------------------------------ transactions
 

@@ -162,11 +162,14 @@ def relayout(
 
     def body(txn: _lmdb.Txn, state: State) -> tuple[None, State, Change]:
         generation = engine.params.generation + 1
+        # Opened afresh in every attempt (see Environment.open_tables): a
+        # first attempt that filled the map dropped, and so closed, them.
+        old_tables = engine.env.open_tables(txn, len(engine.tables), engine.params.generation)
         databases = engine.env.create_tables(txn, len(tables), generation)
         doc_ids, fingerprints = all_documents(engine, txn)
         tableset = TableSet(tables, databases, filter_bits_for(chosen_k))
         catalog = tableset.write_run(txn, Catalog(), doc_ids, fingerprints)
-        for db in engine.handles.tables:
+        for db in old_tables:
             txn.drop(db, delete=True)
         txn.drop(engine.handles.delta, delete=False)
         params = StoredParams(
@@ -188,9 +191,10 @@ def relayout(
         new_state = new_state._replace(catalog_version=state.catalog_version + 1)
         return None, new_state, Change([], [], merged=True)
 
-    engine.write(body)
     with engine.lock:
-        # The dropped tables' handles died with the commit; adopt the new ones.
+        # Held from the commit to the reload: the dropped tables' handles
+        # died with the commit, and no other thread may use them meanwhile.
+        engine.write(body)
         engine.reload_layout()
 
 
