@@ -362,7 +362,7 @@ class Environment:
     def open_existing(self, table_count: int, generation: int = 0) -> Handles:
         """Open the store's sub-databases, which must all exist."""
         try:
-            return self._open_handles(table_count, generation, create=False)
+            return self._adopting_growth(lambda: self._open_handles(table_count, generation, create=False))
         except lmdb.NotFoundError as exc:
             raise CorruptStoreError(f"{self.path} lacks one of simstore's sub-databases") from exc
         except lmdb.IncompatibleError as exc:
@@ -462,7 +462,7 @@ class Environment:
     def open_meta_only(self) -> Database | None:
         """The meta sub-database, or ``None`` if the file has none."""
         try:
-            return self.env.open_db(DB_META, create=False)
+            return self._adopting_growth(lambda: self.env.open_db(DB_META, create=False))
         except lmdb.NotFoundError:
             return None
         except lmdb.IncompatibleError as exc:
@@ -534,6 +534,17 @@ class Environment:
     def last_txn_id(self) -> int:
         """The id of the latest commit (by any process)."""
         return int(self.env.info()["last_txnid"])
+
+    def _adopting_growth(self, call: Callable[[], T]) -> T:
+        """``call()`` (which begins a transaction of its own), retried after
+        adopting the map size another process grew the file to."""
+        for _attempt in range(3):
+            try:
+                return call()
+            except lmdb.MapResizedError:
+                with self._resizing():
+                    self.env.set_mapsize(os.path.getsize(self.path))
+        raise CorruptStoreError(f"{self.path}: the map kept changing size while opening the store")
 
     def _begin(self, *, write: bool) -> Txn:
         for _attempt in range(3):

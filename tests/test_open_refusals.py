@@ -175,3 +175,41 @@ def test_a_lock_file_is_not_a_store(tmp_path: Path) -> None:
 def test_what_is_not_a_path(path: object, error: type[Exception]) -> None:
     with pytest.raises(error):
         simstore.open(path)  # type: ignore[arg-type]
+
+
+def test_opening_adopts_a_map_another_process_grew(tmp_path: Path) -> None:
+    """Another process growing the file while this one opens it: LMDB's MapResizedError
+    from opening the sub-databases is met by adopting the new size, not raised."""
+    import lmdb
+
+    from simstore import _lmdb
+
+    path = str(tmp_path / "grown.simstore")
+    with simstore.open(path) as store:
+        store.add("a", fingerprint=1)
+    env = _lmdb.Environment(path, readonly=True, sync=False, map_size=None, max_map_size=None)
+    real = env.env
+    raised: list[str] = []
+
+    class GrownOnce:
+        def __getattr__(self, name: str) -> object:
+            return getattr(real, name)
+
+        def open_db(self, *args: object, **kwargs: object) -> object:
+            if len(raised) < 2:
+                raised.append("resized")
+                raise lmdb.MapResizedError("mdb_txn_begin: MDB_MAP_RESIZED")
+            return real.open_db(*args, **kwargs)
+
+    env.env = GrownOnce()  # type: ignore[assignment]
+    try:
+        assert env.read_meta_record() is not None
+        env.env = real
+        raised.clear()
+        env.env = GrownOnce()  # type: ignore[assignment]
+        handles = env.open_existing(5)
+        assert len(handles.tables) == 5
+    finally:
+        env.env = real
+        env.close()
+    assert raised == ["resized", "resized"]
