@@ -188,13 +188,26 @@ class Batch:
         self._store = store
         self._bodies = bodies
         self._batching = batching
+        self._ended = False
+
+    def end(self) -> None:
+        """The block is over: later calls would write on their own, outside it."""
+        self._ended = True
+
+    def _check_open(self) -> None:
+        if self._ended:
+            raise InvalidValueError(
+                "this batch's block has ended; write through the store, or open another batch"
+            )
 
     def add(self, *args: Any, **kwargs: Any) -> None:
+        self._check_open()
         self._store.add(*args, **kwargs)
 
     def add_if_new(self, *args: Any, **kwargs: Any) -> Pending:
         """``store.add_if_new`` in the batch: its outcome is known once the
         block ends, from the returned :class:`Pending`."""
+        self._check_open()
         self._batching.through_batch = True
         try:
             return cast(Pending, self._store.add_if_new(*args, **kwargs))
@@ -202,6 +215,7 @@ class Batch:
             self._batching.through_batch = False
 
     def remove(self, *args: Any, **kwargs: Any) -> None:
+        self._check_open()
         self._store.remove(*args, **kwargs)
 
     def __len__(self) -> int:
@@ -477,6 +491,16 @@ class GroupCommit:
                 raise
         for outcome, result in zip(pending, results, strict=True):
             outcome._set(result)
+
+    def refuse_in_batch(self, verb: str) -> None:
+        """Refuse a call that commits on its own while a batch is open in this
+        thread: it would be written at once, ahead of the batch and outside
+        its all or nothing."""
+        if self.batching.bodies is not None:
+            raise InvalidValueError(
+                f"{verb} commits on its own and cannot join the batch open in this thread; "
+                "call it after the block (a batch gathers add, add_if_new and remove)"
+            )
 
     def in_batch_through_store(self) -> bool:
         """Whether a batch is open in this thread and the write being made

@@ -223,6 +223,7 @@ class Store:
             The fingerprints, as a uint64 array in the order given.
         """
         engine = self._engine
+        engine.commit.refuse_in_batch("add_many")
         packed_keys, fps, meta_list, checked_sketches = inputs.checked_batch(
             engine, keys, fingerprints, texts, metas, processes, sketches
         )
@@ -253,13 +254,21 @@ class Store:
         after the block, is the list of near-duplicates that kept the
         document out (empty: inserted). It sees the batch's earlier writes.
         ``store.add_if_new`` inside the block is refused, since it could not
-        return its answer.
+        return its answer, and so are ``add_many``, ``merge``, ``compact``
+        and ``relayout``, which commit on their own. The batch object is not
+        usable after the block.
 
         Raises:
             InvalidValueError: a batch is already open in this thread.
         """
-        with self._engine.commit.gathering(self._engine) as bodies:
-            yield Batch(self, bodies, self._engine.commit.batching)
+        batch = None
+        try:
+            with self._engine.commit.gathering(self._engine) as bodies:
+                batch = Batch(self, bodies, self._engine.commit.batching)
+                yield batch
+        finally:
+            if batch is not None:
+                batch.end()
         maintenance.maintain(self._engine, len(bodies))
 
     def flush(self) -> None:
@@ -466,6 +475,7 @@ class Store:
         Returns:
             The number of documents merged.
         """
+        self._engine.commit.refuse_in_batch("merge")
         return maintenance.merge(self._engine)
 
     def compact(self, *, copy_to: str | os.PathLike[str] | None = None) -> int:
@@ -491,6 +501,7 @@ class Store:
         Raises:
             InvalidValueError: ``copy_to`` exists (nothing is replaced).
         """
+        self._engine.commit.refuse_in_batch("compact")
         return maintenance.compact(self._engine, copy_to=copy_to)
 
     def relayout(
@@ -513,6 +524,7 @@ class Store:
         processes pick the new layout up at their next operation. The file
         does not shrink: the old tables' pages are reused by later writes.
         """
+        self._engine.commit.refuse_in_batch("relayout")
         maintenance.relayout(self._engine, layout, k=k, blocks=blocks, expected_docs=expected_docs)
 
     def stats(self, *, skew: bool = False) -> Stats:

@@ -666,3 +666,39 @@ def test_every_map_is_opened_without_readahead(store_path: str, sync: bool | str
         assert store._engine.env.env.flags()["readahead"] is False
     with simstore.open(store_path, "r") as reader:
         assert reader._engine.env.env.flags()["readahead"] is False
+
+
+def test_calls_that_commit_on_their_own_are_refused_in_a_batch(sync_store: Store) -> None:
+    """add_many, merge, compact and relayout would commit at once, ahead of the batch and
+    outside its all or nothing: refused, and the block's own writes still go together."""
+    sync_store.add("kept", fingerprint=fp_of(1))
+
+    def block() -> None:
+        with sync_store.batch() as batch:
+            batch.add("batched", fingerprint=fp_of(2))
+            for call in (
+                lambda: sync_store.add_many(["bulk"], [fp_of(3)]),
+                sync_store.merge,
+                sync_store.compact,
+                lambda: sync_store.relayout(blocks=5),
+            ):
+                with pytest.raises(simstore.InvalidValueError, match="commits on its own"):
+                    call()
+            raise RuntimeError("the block fails: nothing of it is written")
+
+    with pytest.raises(RuntimeError):
+        block()
+    assert sync_store.keys() == ["kept"]
+
+
+def test_a_batch_is_not_usable_after_its_block(sync_store: Store) -> None:
+    with sync_store.batch() as batch:
+        batch.add("inside", fingerprint=fp_of(1))
+    for call in (
+        lambda: batch.add("after", fingerprint=fp_of(2)),
+        lambda: batch.add_if_new("after", fingerprint=fp_of(2)),
+        lambda: batch.remove("inside"),
+    ):
+        with pytest.raises(simstore.InvalidValueError, match="has ended"):
+            call()
+    assert sync_store.keys() == ["inside"]
