@@ -36,7 +36,14 @@ from simstore.opening import open
 from simstore.params import Options
 from simstore.permute import Table, hamming
 from simstore.planner import Layout, best_layout, plan
-from simstore.results import Match, Record, SegmenterChangedWarning, Stats, StoreFullWarning
+from simstore.results import (
+    MaintenanceWarning,
+    Match,
+    Record,
+    SegmenterChangedWarning,
+    Stats,
+    StoreFullWarning,
+)
 from simstore.sharded import ShardedStore
 from simstore.simhash import Fingerprinter, ShortTextWarning, fingerprint, fingerprint_vector
 from simstore.sketch import Sketch, estimate_jaccard
@@ -55,6 +62,7 @@ __all__ = [
     "KeyNotFoundError",
     "Layout",
     "MainGuardError",
+    "MaintenanceWarning",
     "Match",
     "NotAStoreError",
     "Options",

@@ -18,7 +18,7 @@ from simstore.format import CATALOG_KEY, META_KEY, State, StoredParams, encode_m
 from simstore.params import COMPACTION_CREDIT, DEFAULT_MERGE_THRESHOLD
 from simstore.permute import Table
 from simstore.reads import all_documents, document_count
-from simstore.results import StoreFullWarning
+from simstore.results import MaintenanceWarning, StoreFullWarning
 from simstore.runs import filter_bits_for
 from simstore.tables import TableSet, run_bytes
 from simstore.version import __version__
@@ -137,6 +137,15 @@ def maintain(engine: Engine, documents: int, *, pay_all: bool = False) -> None:
             f"{engine.path}: the delta could not be merged or the tables compacted ({exc}); "
             "nothing is lost, and a later write tries again",
             StoreFullWarning,
+            stacklevel=3,
+        )
+    except Exception as exc:
+        # The write has committed: an error here must not make it look
+        # failed (a caller would take the documents for not stored).
+        warnings.warn(
+            f"{engine.path}: the merge or compaction after a write failed "
+            f"({type(exc).__name__}: {exc}); the write stands, and a later write tries again",
+            MaintenanceWarning,
             stacklevel=3,
         )
 

@@ -24,6 +24,12 @@ class StoreFullWarning(UserWarning):
     """An automatic merge found no room; the documents stay in the delta."""
 
 
+class MaintenanceWarning(UserWarning):
+    """An automatic merge or compaction step after a committed write failed
+    (for example at interpreter shutdown); the write stands, its documents
+    stay in the delta, and a later write tries again."""
+
+
 class Match(NamedTuple):
     """A stored document within the query's distance; ``meta`` is filled
     only when the query asks ``with_meta=True``; ``similarity`` is the

@@ -263,6 +263,28 @@ def test_a_step_refused_for_room_changes_nothing_and_a_later_write_goes_on(tmp_p
         store.close()
 
 
+def test_any_error_after_a_committed_write_is_a_warning_not_a_failure(tmp_path: Path) -> None:
+    """A merge or step that fails after the write committed (here a RuntimeError, as a
+    thread pool raises at interpreter shutdown) must not make the write look failed: a
+    MaintenanceWarning, the document stored, and a later write goes on."""
+    store, model = build(tmp_path / "s.simstore", 3, 200)
+    shutdown = RuntimeError("cannot schedule new futures after interpreter shutdown")
+    with small_steps(60):
+        with failing_after(5, simstore.StoreFullError("no room")), pytest.raises(simstore.StoreFullError):
+            store.compact()  # leaves a compaction under way: later writes owe steps
+        store._engine.compaction_credit = 10**6
+        with failing_after(0, shutdown), pytest.warns(simstore.MaintenanceWarning, match="the write stands"):
+            store.add(10_000, fingerprint=123)
+        model[10_000] = 123
+        assert store.check() == []
+        assert_exact(store, model)
+        store.add(10_001, fingerprint=321)
+        model[10_001] = 321
+        assert store.check() == []
+        assert_exact(store, model)
+    store.close()
+
+
 def test_a_process_killed_in_a_step_leaves_a_store_another_process_finishes(tmp_path: Path) -> None:
     path = tmp_path / "s.simstore"
     store, model = build(path, 3, 200)
