@@ -142,6 +142,7 @@ class Environment:
         # LMDB: a fork() in another thread while py-lmdb's call is in flight
         # leaves the child unable to close its inherited environment.
         self.committed_txn = 0
+        self.map_changes = 0  # map size changes, each the end of every open transaction
         self.readonly = readonly
         self.max_map_size = max_map_size
         file_size = os.path.getsize(path) if os.path.exists(path) else 0
@@ -535,6 +536,12 @@ class Environment:
         """The id of the latest commit (by any process)."""
         return int(self.env.info()["last_txnid"])
 
+    def _set_mapsize(self, size: int) -> None:
+        # Every transaction of this process dies with the old map: counted,
+        # so that a long-lived read (a pairs iterator) knows to begin anew.
+        self.map_changes += 1
+        self.env.set_mapsize(size)
+
     def _adopting_growth(self, call: Callable[[], T]) -> T:
         """``call()`` (which begins a transaction of its own), retried after
         adopting the map size another process grew the file to."""
@@ -543,7 +550,7 @@ class Environment:
                 return call()
             except lmdb.MapResizedError:
                 with self._resizing():
-                    self.env.set_mapsize(os.path.getsize(self.path))
+                    self._set_mapsize(os.path.getsize(self.path))
         raise CorruptStoreError(f"{self.path}: the map kept changing size while opening the store")
 
     def _begin(self, *, write: bool) -> Txn:
@@ -555,7 +562,7 @@ class Environment:
                 # file's length, not the meta page's map size: the file may
                 # have grown again since, and the map must not cut it short.
                 with self._resizing():
-                    self.env.set_mapsize(os.path.getsize(self.path))
+                    self._set_mapsize(os.path.getsize(self.path))
             except lmdb.ReadersFullError:
                 self._reclaim_readers()
             except lmdb.Error as exc:
@@ -599,7 +606,7 @@ class Environment:
         with self._resizing():
             allocated = self._allocate_map(size, least)
             try:
-                self.env.set_mapsize(allocated)
+                self._set_mapsize(allocated)
             except lmdb.Error as exc:
                 raise translate(exc, self.path) from exc
 

@@ -8,6 +8,7 @@ back into keys.
 
 from __future__ import annotations
 
+import contextlib
 from collections.abc import Callable, Iterator, Sequence
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any, NamedTuple
@@ -92,11 +93,33 @@ class Cluster(NamedTuple):
 @dataclass
 class _Snapshot:
     """Every document of one read snapshot: internal ids ascending (the order
-    added) and their fingerprints; ``txn`` stays open to resolve keys."""
+    added) and their fingerprints; ``txn`` stays open to resolve keys.
+
+    ``env`` and ``map_changes`` say which map ``txn`` belongs to: when this
+    process grows its map (a write during a slow iteration) or reopens the
+    file, every open transaction dies, and :func:`_current_txn` begins a
+    newer one (``renewed``), in which documents removed since are missing.
+    """
 
     txn: _lmdb.Txn
     doc_ids: U64Array
     fingerprints: U64Array
+    env: Any = None
+    map_changes: int = 0
+    renewed: bool = False
+
+
+def _current_txn(engine: Engine, snapshot: _Snapshot) -> _lmdb.Txn:
+    """The snapshot's transaction, begun anew if the map it read has gone
+    (call with the store's lock held, under which maps change)."""
+    env = engine.env
+    if snapshot.env is env and snapshot.map_changes == env.map_changes:
+        return snapshot.txn
+    with contextlib.suppress(Exception):  # it died with its map
+        snapshot.txn.abort()
+    snapshot.txn = env.begin_read()
+    snapshot.env, snapshot.map_changes, snapshot.renewed = env, env.map_changes, True
+    return snapshot.txn
 
 
 # ------------------------------------------------------------------ pairs
@@ -120,20 +143,24 @@ def _pairs(engine: Engine, k: int, threshold: float | None, progress: Progress |
             second = np.maximum(left, right)
             ids_a = snapshot.doc_ids[first]
             ids_b = snapshot.doc_ids[second]
-            similarity = _pair_similarities(engine, snapshot.txn, ids_a, ids_b)
-            bits = distance.astype(np.int64)
-            if threshold is not None:
-                kept = ~(similarity < threshold)  # NaN (unjudged) is kept
-                ids_a, ids_b, bits, similarity = ids_a[kept], ids_b[kept], bits[kept], similarity[kept]
-            id_list_a, id_list_b = ids_a.tolist(), ids_b.tolist()
-            keys = _keys_of(engine, snapshot.txn, set(id_list_a) | set(id_list_b))
+            with engine.lock:  # no map changes while the transaction is read
+                txn = _current_txn(engine, snapshot)
+                similarity = _pair_similarities(engine, txn, ids_a, ids_b)
+                bits = distance.astype(np.int64)
+                if threshold is not None:
+                    kept = ~(similarity < threshold)  # NaN (unjudged) is kept
+                    ids_a, ids_b, bits, similarity = ids_a[kept], ids_b[kept], bits[kept], similarity[kept]
+                id_list_a, id_list_b = ids_a.tolist(), ids_b.tolist()
+                keys = _keys_of(engine, txn, set(id_list_a) | set(id_list_b), gone_ok=snapshot.renewed)
             judged = [None if value != value else value for value in similarity.tolist()]
             for id_a, id_b, pair_bits, pair_similarity in zip(
                 id_list_a, id_list_b, bits.tolist(), judged, strict=True
             ):
-                yield Pair(keys[id_a], keys[id_b], pair_bits, pair_similarity)
+                if id_a in keys and id_b in keys:  # else removed since the iteration began
+                    yield Pair(keys[id_a], keys[id_b], pair_bits, pair_similarity)
     finally:
-        snapshot.txn.abort()
+        with contextlib.suppress(Exception):  # it may have died with its map
+            snapshot.txn.abort()
 
 
 def _pair_similarities(engine: Engine, txn: _lmdb.Txn, ids_a: U64Array, ids_b: U64Array) -> np.ndarray:
@@ -208,6 +235,21 @@ def clusters(
     if linkage == "star" and callable(keep):
         raise InvalidValueError("keep= as a callable needs linkage='components'")
     threshold = batch_threshold(engine, min_similarity)
+    # The store's lock is held throughout: a write by another thread could
+    # grow the map, which ends the snapshot's transaction mid-computation.
+    # Other threads' calls on this Store wait; other processes do not.
+    with engine.lock:
+        return _clusters(engine, k, keep, linkage, threshold, progress)
+
+
+def _clusters(
+    engine: Engine,
+    k: int,
+    keep: KeepPolicy,
+    linkage: str,
+    threshold: float | None,
+    progress: Progress | None,
+) -> list[Cluster]:
     snapshot = _snapshot(engine)
     try:
         unique, inverse, left, right = _linked(engine, snapshot, k, threshold, progress)
@@ -433,10 +475,14 @@ def _snapshot(engine: Engine) -> _Snapshot:
     if len(doc_ids) != len(fingerprints):
         txn.abort()
         raise CorruptStoreError("document records changed while they were read")
-    return _Snapshot(txn, doc_ids, fingerprints)
+    return _Snapshot(txn, doc_ids, fingerprints, engine.env, engine.env.map_changes)
 
 
-def _keys_of(engine: Engine, txn: _lmdb.Txn, doc_ids: Sequence[int] | set[int]) -> dict[int, Key]:
+def _keys_of(
+    engine: Engine, txn: _lmdb.Txn, doc_ids: Sequence[int] | set[int], *, gone_ok: bool = False
+) -> dict[int, Key]:
+    """The keys of ``doc_ids``; with ``gone_ok`` (a renewed snapshot), those
+    removed since are left out instead of being reported as damage."""
     with engine.lock:
         engine.check_open()
         docs = engine.handles.docs
@@ -444,6 +490,8 @@ def _keys_of(engine: Engine, txn: _lmdb.Txn, doc_ids: Sequence[int] | set[int]) 
         for doc_id in doc_ids:
             raw = txn.get(encode_id(doc_id), db=docs)
             if raw is None:
+                if gone_ok:
+                    continue
                 raise CorruptStoreError(f"document {doc_id} vanished from its snapshot")
             keys[doc_id] = unpack_key(decode_record(raw)[1])
         return keys

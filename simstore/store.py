@@ -358,7 +358,11 @@ class Store:
 
         The snapshot is taken when iteration starts and held (an LMDB read
         transaction) until the iterator is exhausted or closed; writers are
-        not blocked. Memory: the fingerprints and ids (16 bytes a document)
+        not blocked. Writes made during the iteration (removing each pair's
+        second document, say) may grow the store's map, which ends every
+        transaction of this process; the iteration then reads keys and
+        similarities from a newer snapshot, and leaves out pairs with a
+        document removed since. Memory: the fingerprints and ids (16 bytes a document)
         plus one table's order (8 bytes a document), never the pairs of more
         than one numpy step.
 
@@ -381,7 +385,10 @@ class Store:
         min_similarity: float | None = None,
         progress: Progress | None = None,
     ) -> list[Cluster]:
-        """Clusters of the near-duplicate pair graph.
+        """Clusters of the near-duplicate pair graph, of one snapshot.
+
+        Other threads' calls on this ``Store`` wait until it returns (a write
+        growing the map would end its snapshot); other processes do not.
 
         With ``linkage="components"`` (the default), two documents are in one
         cluster when a chain of pairs, each within ``k`` bits, joins them: if

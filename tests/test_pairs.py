@@ -220,3 +220,50 @@ def test_closed_store_refuses(tmp_store_path: str) -> None:
     store.close()
     with pytest.raises(simstore.StoreClosedError):
         next(iterator)
+
+
+def test_writes_during_the_iteration_that_grow_the_map(tmp_store_path: str) -> None:
+    """The dedup loop: remove each pair's second document, and add more, while iterating.
+    The writes grow the map, which ends the iteration's transaction; the iteration goes
+    on in a newer one (it used to die with a raw lmdb.Error), reports each pair once, and
+    leaves out pairs whose documents were removed since."""
+    rng = np.random.default_rng(8)
+    base = rng.integers(0, 2**64, 1500, dtype=np.uint64)
+    with simstore.open(tmp_store_path, "n", k=3, sync=False) as store:
+        store.add_many(list(range(3000)), np.concatenate([base, base ^ np.uint64(1)]))
+        changes = store._engine.env.map_changes
+        seen = []
+        for step, pair in enumerate(store.near_duplicate_pairs()):
+            seen.append((pair.key_a, pair.key_b))
+            store.remove(pair.key_b)
+            store.add_many([f"new-{step}-{i}" for i in range(3)], rng.integers(0, 2**64, 3, dtype=np.uint64))
+        assert store._engine.env.map_changes > changes, "the map did not grow: nothing was tested"
+        assert sorted(seen) == [(i, i + 1500) for i in range(1500)]
+        assert store.check() == []
+
+
+def test_a_renewed_snapshot_reports_the_pairs_of_documents_still_there(tmp_store_path: str) -> None:
+    """Half the documents removed and the map grown after the first pair: no error, every
+    pair reported is one of the store's, and every pair of documents not removed is
+    reported (pairs differ in a random bit, so later tables find them after the renewal)."""
+    rng = np.random.default_rng(3)
+    base = rng.integers(0, 2**64, 300, dtype=np.uint64)
+    flips = np.uint64(1) << rng.integers(0, 64, 300).astype(np.uint64)
+    with simstore.open(tmp_store_path, "n", k=3, sync=False) as store:
+        store.add_many(list(range(600)), np.concatenate([base, base ^ flips]))
+        true_pairs = {(i, i + 300) for i in range(300)}
+        pairs = store.near_duplicate_pairs()
+        reported = [next(pairs)]
+        removed = set(rng.choice(600, 300, replace=False).tolist())
+        for key in removed:
+            store.remove(key)
+        env = store._engine.env
+        changes = env.map_changes
+        with store._engine.lock:
+            env.reserve(env.map_size() * 2)  # the map grows: the iteration's transaction ends
+        assert env.map_changes > changes
+        reported.extend(pairs)
+    found = {(pair.key_a, pair.key_b) for pair in reported}
+    assert len(found) == len(reported)
+    assert found <= true_pairs
+    assert {(a, b) for a, b in true_pairs if a not in removed and b not in removed} <= found
