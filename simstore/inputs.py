@@ -10,7 +10,7 @@ from __future__ import annotations
 
 import warnings
 from collections.abc import Iterable, Mapping
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, TypeVar
 
 import numpy as np
 
@@ -23,6 +23,8 @@ from simstore.results import SegmenterChangedWarning
 from simstore.simhash import UNRECORDED_SETTINGS, Fingerprinter
 from simstore.sketch import Sketch, U8Array, check_similarity
 from simstore.text import segmenter_info
+
+T = TypeVar("T")
 
 if TYPE_CHECKING:
     from simstore.engine import Engine
@@ -191,3 +193,18 @@ def checked_batch(
         if len(meta_list) != len(packed_keys):
             raise InvalidValueError(f"got {len(packed_keys)} keys but {len(meta_list)} metas")
     return packed_keys, fps, meta_list, given_sketches
+
+
+def check_flag(name: str, value: object) -> bool:
+    """A ``True``/``False`` argument, refused as anything else (``"yes"``
+    would otherwise count as true)."""
+    if not isinstance(value, bool | np.bool_):
+        raise InvalidTypeError(f"{name} must be True or False, got {value!r}")
+    return bool(value)
+
+
+def check_progress(progress: T | None) -> T | None:
+    """A progress callback: callable, or ``None``."""
+    if progress is not None and not callable(progress):
+        raise InvalidTypeError(f"progress must be callable (tables_done, tables_total), got {progress!r}")
+    return progress

@@ -4,6 +4,7 @@ room they need, as functions of an open engine (:mod:`simstore.engine`).
 
 from __future__ import annotations
 
+import errno
 import os
 import warnings
 from collections.abc import Sequence
@@ -13,7 +14,7 @@ from simstore import _lmdb
 from simstore.catalog import Catalog, plan_compaction
 from simstore.choose import LayoutRequest, choose_layout
 from simstore.delta import Change
-from simstore.errors import InvalidValueError, StoreFullError
+from simstore.errors import InvalidTypeError, InvalidValueError, StoreFullError, StoreNotFoundError
 from simstore.format import CATALOG_KEY, META_KEY, State, StoredParams, encode_meta
 from simstore.params import COMPACTION_CREDIT, DEFAULT_MERGE_THRESHOLD
 from simstore.permute import Table
@@ -55,7 +56,15 @@ def compact(engine: Engine, *, copy_to: str | os.PathLike[str] | None = None) ->
     write transaction) at a time, then optionally a compacted copy written to
     ``copy_to``; the number of table entries moved."""
     if copy_to is not None:
-        copy_to = os.fspath(copy_to)
+        try:
+            copy_to = os.fspath(copy_to)
+        except TypeError as exc:
+            raise InvalidTypeError(f"copy_to must be a path, got {type(copy_to).__name__}") from exc
+        folder = os.path.dirname(os.path.abspath(copy_to))
+        if not os.path.isdir(folder):
+            raise StoreNotFoundError(
+                errno.ENOENT, f"cannot write {copy_to}: the folder {folder} does not exist"
+            )
         if os.path.lexists(copy_to):
             raise InvalidValueError(
                 f"{copy_to} exists already; compact writes a new file and replaces nothing"

@@ -427,7 +427,7 @@ def _check_docs(expected_docs: object) -> int:
     value = float(expected_docs)
     if not math.isfinite(value) or value != math.floor(value) or not 1 <= value <= 2**63:
         raise InvalidValueError(
-            f"expected_docs must be a whole number of documents >= 1, got {expected_docs!r}"
+            f"expected_docs must be a whole number of documents from 1 to 2**63, got {expected_docs!r}"
         )
     return int(value)
 

@@ -223,10 +223,17 @@ def estimate_jaccard(
 ) -> npt.NDArray[np.float64]:
     """The estimated Jaccard similarity of each pair of sketches: rows of
     ``first`` against rows of ``second`` (uint8 arrays of ``sketch.nbytes``
-    columns; either may be one row, which is broadcast)."""
+    columns, or one sketch's bytes as ``Store.sketch_of`` gives them; either
+    may be one row, which is broadcast)."""
     sketch = sketch or Sketch()
-    a = np.atleast_2d(np.asarray(first, dtype=np.uint8))
-    b = np.atleast_2d(np.asarray(second, dtype=np.uint8))
+    a, b = (
+        np.atleast_2d(
+            np.frombuffer(rows, dtype=np.uint8)
+            if isinstance(rows, bytes | bytearray | memoryview)  # Store.sketch_of's bytes
+            else np.asarray(rows, dtype=np.uint8)
+        )
+        for rows in (first, second)
+    )
     if a.shape[-1] != sketch.nbytes or b.shape[-1] != sketch.nbytes:
         raise InvalidValueError(
             f"sketches of {sketch.bins} bins of {sketch.bits} bits are {sketch.nbytes} bytes; "

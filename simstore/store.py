@@ -34,7 +34,7 @@ from simstore.batch import Cluster, KeepPolicy, Pair, Progress
 from simstore.checking import check_store, file_bytes, store_stats
 from simstore.commit import Batch
 from simstore.engine import Engine
-from simstore.errors import KeyNotFoundError
+from simstore.errors import InvalidTypeError, KeyNotFoundError
 from simstore.frames import as_column
 from simstore.permute import Table, U64Array
 from simstore.records import Key, KeyLike, pack_key, pack_meta
@@ -95,6 +95,18 @@ class Store:
         """The similarity threshold calls apply unless they pass their own
         (stored in the file; ``None``: none)."""
         return self._engine.params.min_similarity
+
+    def __reduce__(self) -> Any:
+        raise InvalidTypeError(
+            "a Store cannot be pickled or copied: it is an open file. Pass the path, and "
+            "open the store in the other process (or share this object between threads)"
+        )
+
+    def __copy__(self) -> Store:
+        return self.__reduce__()  # type: ignore[no-any-return]
+
+    def __deepcopy__(self, memo: object) -> Store:
+        return self.__reduce__()  # type: ignore[no-any-return]
 
     def __enter__(self) -> Store:
         return self
@@ -182,6 +194,7 @@ class Store:
         fp, sketch = inputs.fingerprint_and_sketch(engine, text, fingerprint)
         k = inputs.checked_k(engine, k)
         threshold = inputs.query_threshold(engine, min_similarity, sketch)
+        inputs.check_flag("with_meta", with_meta)
         return writes.add_if_new(engine, pack_key(key), fp, pack_meta(meta), sketch, k, with_meta, threshold)
 
     def add_many(
@@ -311,7 +324,12 @@ class Store:
         query, sketch = inputs.fingerprint_and_sketch(engine, text, fingerprint)
         k = inputs.checked_k(engine, k)
         return reads.query(
-            engine, query, sketch, k, with_meta, inputs.query_threshold(engine, min_similarity, sketch)
+            engine,
+            query,
+            sketch,
+            k,
+            inputs.check_flag("with_meta", with_meta),
+            inputs.query_threshold(engine, min_similarity, sketch),
         )
 
     def query_many(
@@ -342,7 +360,9 @@ class Store:
         )
         k = inputs.checked_k(engine, k)
         threshold = inputs.query_threshold(engine, min_similarity, sketches)
-        return reads.query_many(engine, queries, sketches, k, with_meta, threshold)
+        return reads.query_many(
+            engine, queries, sketches, k, inputs.check_flag("with_meta", with_meta), threshold
+        )
 
     def near_duplicate_pairs(
         self, k: int | None = None, *, min_similarity: float | None = None, progress: Progress | None = None
@@ -374,7 +394,7 @@ class Store:
                 (added as a bare fingerprint) is kept, unjudged.
             progress: called as ``progress(tables_done, tables_total)``.
         """
-        return batch.near_duplicate_pairs(self._engine, k, min_similarity, progress)
+        return batch.near_duplicate_pairs(self._engine, k, min_similarity, inputs.check_progress(progress))
 
     def clusters(
         self,
@@ -422,7 +442,7 @@ class Store:
             largest distance and least similarity of a member to the
             representative.
         """
-        return batch.clusters(self._engine, k, keep, linkage, min_similarity, progress)
+        return batch.clusters(self._engine, k, keep, linkage, min_similarity, inputs.check_progress(progress))
 
     # --------------------------------------------------------------- documents
 

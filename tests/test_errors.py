@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import os
 from collections.abc import Callable, Iterator
+from pathlib import Path
 from typing import Any
 
 import numpy as np
@@ -516,3 +517,44 @@ def test_every_call_on_a_closed_store(filled: simstore.Store) -> None:
     filled.close()  # a second close is harmless
     with simstore.open(filled.path, "r") as reopened:
         assert len(reopened) == 5
+
+
+def test_a_store_is_not_pickled_or_copied(tmp_path: Path) -> None:
+    """A Store is an open file: pickling or copying it is refused in simstore's words (a
+    copy used to share the file, and closing it closed the original)."""
+    import copy
+    import pickle
+
+    with simstore.open(str(tmp_path / "s.simstore"), k=3) as store:
+        store.add("a", fingerprint=1)
+        for attempt in (lambda: pickle.dumps(store), lambda: copy.copy(store), lambda: copy.deepcopy(store)):
+            with pytest.raises(simstore.InvalidTypeError, match="cannot be pickled or copied"):
+                attempt()
+        assert store.keys() == ["a"]
+
+
+def test_flags_and_callbacks_are_checked(tmp_path: Path) -> None:
+    with simstore.open(str(tmp_path / "s.simstore"), k=3) as store:
+        store.add("a", fingerprint=1)
+        with pytest.raises(simstore.InvalidTypeError, match="with_meta"):
+            store.query(fingerprint=1, with_meta="yes")  # type: ignore[arg-type]
+        with pytest.raises(simstore.InvalidTypeError, match="with_meta"):
+            store.query_many([1], with_meta=1)  # type: ignore[arg-type]
+        with pytest.raises(simstore.InvalidTypeError, match="progress"):
+            store.clusters(progress=5)  # type: ignore[arg-type]
+        with pytest.raises(simstore.InvalidTypeError, match="progress"):
+            store.near_duplicate_pairs(progress=5)  # type: ignore[arg-type]
+        with pytest.raises(simstore.InvalidTypeError, match="copy_to"):
+            store.compact(copy_to=5)  # type: ignore[arg-type]
+        with pytest.raises(simstore.StoreNotFoundError, match="does not exist"):
+            store.compact(copy_to=tmp_path / "no-such-folder" / "copy.simstore")
+        assert store.query(fingerprint=1, with_meta=True)[0].key == "a"
+
+
+def test_estimate_jaccard_takes_a_stored_sketch(tmp_path: Path) -> None:
+    text = "the quick brown fox jumps over the lazy dog " * 5
+    with simstore.open(str(tmp_path / "s.simstore")) as store:
+        store.add("a", text)
+        store.add("b", text + " again")
+        estimate = simstore.estimate_jaccard(store.sketch_of("a"), store.sketch_of("b"))
+        assert 0.5 < float(estimate[0]) <= 1.0
