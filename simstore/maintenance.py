@@ -223,15 +223,20 @@ def reserve_for(
     *,
     run_entries: int,
     tables: Sequence[Table] | None = None,
+    extra_values: tuple[int, int] = (0, 0),
 ) -> None:
     """Grow the map ahead of a write of ``documents`` new documents (their
     keys ``key_bytes`` long in all) and a new run of ``run_entries``
-    entries in every table (of ``tables``, the store's own unless given)."""
+    entries in every table (of ``tables``, the store's own unless given),
+    and ``extra_values`` ``(count, bytes)`` of further values (sketches and
+    metadata: a map that fills reruns the whole transaction, so a large
+    batch that left them out was rerun once per growth step)."""
     # Per new document, its record and key-table entry: the key twice
     # and 40 bytes of ids, fingerprint and LMDB nodes (measured: 56 bytes
     # a document beside 8-byte keys); or its delta log entry, as much.
     # The map adds its own headroom (Environment.reserve).
-    estimate = documents * 40 + 2 * key_bytes
+    value_count, value_bytes = extra_values
+    estimate = documents * 40 + 2 * key_bytes + value_count * 24 + value_bytes
     if run_entries:
         max_id = 2 * (document_count(engine) + documents)  # the id width, roughly
         estimate += run_bytes(

@@ -191,11 +191,17 @@ def add_packed(
         return
     batch = _Batch(packed_keys, *packed_keys.distinct(), fps, meta_list, sketches)
     carried = len(engine.delta) + len(batch.positions)
+    sketch_rows = 0 if sketches is None else len(batch.positions)
+    meta_sizes = [len(meta) for meta in meta_list if meta is not None] if meta_list is not None else []
     reserve_for(
         engine,
         len(batch.positions),
         packed_keys.total_bytes,
         run_entries=carried if carried >= merge_threshold(engine) else 0,
+        extra_values=(
+            sketch_rows + len(meta_sizes),
+            sketch_rows * (0 if sketches is None else sketches.shape[1]) + sum(meta_sizes),
+        ),
     )
     engine.write(lambda txn, state: add_batch(engine, txn, state, batch))
     maintain(engine, len(batch.positions), pay_all=True)

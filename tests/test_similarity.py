@@ -426,3 +426,22 @@ def test_sketch_of_and_rows_of_zeros(tmp_path: Path) -> None:
         with pytest.raises(InvalidTypeError, match="sketches= goes with fingerprints="):
             store.add_many(["c"], texts=texts[:1], sketches=sketches[:1])
         assert "c" not in store
+
+
+def test_a_large_batch_with_sketches_and_metadata_reserves_its_room(tmp_path: Path) -> None:
+    """The map is grown once, ahead of the transaction: sketches and metadata left out of
+    the estimate made the transaction fill the map and rerun once per growth step
+    (400K documents took 48 s instead of 1.6)."""
+    rng = np.random.default_rng(2)
+    count = 60_000
+    with simstore.open(tmp_path / "big.simstore", "n", sync=False) as store:
+        env = store._engine.env
+        before = env.map_changes
+        store.add_many(
+            [f"k{i}" for i in range(count)],
+            rng.integers(0, 2**64, count, dtype=np.uint64),
+            sketches=rng.integers(1, 255, (count, 128), dtype=np.uint8),
+            metas=[{"url": "https://example.com/" + "x" * 60}] * count,
+        )
+        assert env.map_changes - before <= 1
+        assert len(store) == count
