@@ -260,8 +260,10 @@ def _clusters(
             rank = _star_rank(engine, snapshot, unique, inverse, left, right, keep)
             component = stars(len(unique), left, right, rank)[inverse]
             leaders = component
-        if len(unique) != len(inverse):
-            # Label by the smallest document position of each group instead.
+        if len(unique) != len(inverse) or not np.array_equal(inverse, np.arange(len(inverse))):
+            # Nodes are not documents one for one (shared fingerprints, or
+            # nodes split by sketch): label by the smallest document
+            # position of each group instead.
             first = np.full(len(unique), len(inverse), dtype=np.int64)
             np.minimum.at(first, component, np.arange(len(inverse), dtype=np.int64))
             component = first[component]
@@ -275,13 +277,20 @@ def _clusters(
 def _linked(
     engine: Engine, snapshot: _Snapshot, k: int, threshold: float | None, progress: Progress | None
 ) -> tuple[U64Array, IntArray, IntArray, IntArray]:
-    """``(unique fingerprints, each document's, left, right)``: the pairs
-    of distinct fingerprints within ``k`` (and ``threshold``, judged on
-    the first document of each)."""
-    # Documents with equal fingerprints are joined directly; pairs are
-    # needed only between distinct fingerprints, so a fingerprint shared by
-    # thousands of documents costs nothing quadratic here.
+    """``(node fingerprints, each document's node, left, right)``: the
+    pairs of nodes within ``k`` (and ``threshold``, judged on the first
+    document of each).
+
+    A node is the documents of one fingerprint, so that a fingerprint shared
+    by thousands of documents costs nothing quadratic here. With a
+    threshold, a node is the documents of one fingerprint and one sketch:
+    documents may share a fingerprint and not their text (a node judged on
+    its first document alone lost or made links for the others), and those
+    sharing both, exact copies above all, are judged alike.
+    """
     unique, inverse = distinct(snapshot.fingerprints)
+    if threshold is not None:
+        unique, inverse = _split_by_sketch(engine, snapshot, unique, inverse)
     masks = prefix_masks(engine.tables)
     lefts: list[IntArray] = []
     rights: list[IntArray] = []
@@ -302,6 +311,48 @@ def _linked(
         kept = ~(similarity < threshold)  # NaN (unjudged) links
         left, right = left[kept], right[kept]
     return unique, inverse, left, right
+
+
+def _split_by_sketch(
+    engine: Engine, snapshot: _Snapshot, unique: U64Array, inverse: IntArray
+) -> tuple[U64Array, IntArray]:
+    """Nodes of one fingerprint and one sketch: a fingerprint's documents
+    are split by their sketches (only fingerprints shared by several
+    documents are read). The node fingerprints may repeat."""
+    sketch = store_sketch(engine)
+    counts = np.bincount(inverse, minlength=len(unique))
+    shared = np.flatnonzero(counts[inverse] > 1)  # documents whose fingerprint others have too
+    if sketch is None or not len(shared):
+        return unique, inverse
+    with engine.lock:
+        rows, _ = _sketch_rows(engine, _current_txn(engine, snapshot), snapshot.doc_ids[shared], sketch)
+    # Key each shared document by (its fingerprint's node, its sketch), and
+    # number the distinct keys after the existing nodes.
+    keyed = np.empty(len(shared), dtype=[("node", "<i8"), ("sketch", f"V{sketch.nbytes}")])
+    keyed["node"] = inverse[shared]
+    keyed["sketch"] = np.ascontiguousarray(rows).view(f"V{sketch.nbytes}").ravel()
+    _, first_of_key, key_of = np.unique(keyed, return_index=True, return_inverse=True)
+    key_of = key_of.reshape(-1)
+    # A key whose node is met first keeps that node's number; others get new ones.
+    node_of_key = np.full(len(first_of_key), -1, dtype=np.int64)
+    order = np.argsort(first_of_key, kind="stable")
+    seen_nodes: set[int] = set()
+    new_fingerprints: list[int] = []
+    next_node = len(unique)
+    for key in order.tolist():
+        node = int(keyed["node"][first_of_key[key]])
+        if node in seen_nodes:
+            node_of_key[key] = next_node
+            new_fingerprints.append(int(unique[node]))
+            next_node += 1
+        else:
+            seen_nodes.add(node)
+            node_of_key[key] = node
+    split = inverse.copy()
+    split[shared] = node_of_key[key_of]
+    if new_fingerprints:
+        unique = np.concatenate([unique, np.array(new_fingerprints, dtype=np.uint64)])
+    return unique, split
 
 
 def _star_rank(

@@ -188,9 +188,10 @@ def similarity(first: np.ndarray, second: np.ndarray) -> float:
 
 
 def test_a_star_holds_documents_sharing_a_members_fingerprint_to_its_representative(path: str) -> None:
-    """Stars are linked on the first document of each fingerprint; a later
-    document with that fingerprint but less like the representative leaves
-    the star (it was dropped by dedup, 0.71 like the document kept)."""
+    """A document sharing a member's fingerprint but less like the
+    representative leaves the star (it was dropped by dedup, 0.71 like the
+    document kept); components do not join it either, since with a threshold
+    documents of one fingerprint are judged apart unless they share their sketch."""
     rng = np.random.default_rng(7)
     kept = random_sketch(rng)
     member = sketch_like(kept, 0.05, rng)
@@ -208,8 +209,10 @@ def test_a_star_holds_documents_sharing_a_members_fingerprint_to_its_representat
     assert star.members == ["kept", "member"]
     assert star.worst_similarity is not None
     assert star.worst_similarity >= 0.8
-    # Components join equal fingerprints directly, as documented.
-    assert component.members == ["kept", "member", "collider"]
+    # As near_duplicate_pairs(min_similarity=0.8) has it: the collider pairs with no one.
+    assert component.members == ["kept", "member"]
+    assert component.worst_similarity is not None
+    assert component.worst_similarity >= 0.8
 
 
 @settings(max_examples=40, deadline=None)
@@ -254,3 +257,40 @@ def test_every_star_member_is_near_and_similar_to_its_representative(
         expected = tuple(similarity(sketch_of[m], leader_sketch) for m in members)
         assert cluster.similarities == pytest.approx(expected)
         assert cluster.worst_distance == max(cluster.distances)
+
+
+@settings(max_examples=40, deadline=None)
+@given(seed=st.integers(0, 2**32 - 1), threshold=st.sampled_from([0.5, 0.8, 0.9]))
+def test_components_with_a_threshold_are_those_of_the_pairs(seed: int, threshold: float) -> None:
+    """Documents sharing fingerprints but not their text (and exact copies sharing both):
+    components equal the connected components of near_duplicate_pairs(min_similarity=t),
+    and every star member is as similar as t to its representative."""
+    rng = np.random.default_rng(seed)
+    bases = [random_sketch(rng) for _ in range(3)]
+    keys, fingerprints, sketches = [], [], []
+    for index in range(30):
+        base = bases[int(rng.integers(0, 3))]
+        sketch = base if rng.random() < 0.3 else sketch_like(base, float(rng.choice([0.03, 0.1, 0.6])), rng)
+        keys.append(f"d{index}")
+        fingerprints.append((1 << 40) ^ int(rng.choice([0, 0b11, 0b1100, 1 << 30])))
+        sketches.append(sketch)
+    with tempfile.TemporaryDirectory() as folder, simstore.open(os.path.join(folder, "s"), "n", k=3) as store:
+        store.add_many(keys, np.array(fingerprints, dtype=np.uint64), sketches=np.stack(sketches))
+        pairs = list(store.near_duplicate_pairs(min_similarity=threshold))
+        found = store.clusters(linkage="components", min_similarity=threshold)
+        stars = store.clusters(linkage="star", min_similarity=threshold)
+    parent = {key: key for key in keys}
+
+    def root(key: str) -> str:
+        while parent[key] != key:
+            key = parent[key]
+        return key
+
+    for pair in pairs:
+        parent[root(pair.key_a)] = root(pair.key_b)
+    expected: dict[str, list[str]] = {}
+    for key in keys:
+        expected.setdefault(root(key), []).append(key)
+    assert sorted(cluster.members for cluster in found) == sorted(g for g in expected.values() if len(g) > 1)
+    for star in stars:
+        assert star.worst_similarity is None or star.worst_similarity >= threshold
