@@ -118,6 +118,8 @@ def bucket_pairs(entries: pd.DataFrame, tables: Sequence[Table], k: int) -> pd.D
     so). Runs the same vectorised comparison as the single-machine
     :func:`simstore.pairs.run_pairs`.
     """
+    if not len(entries):  # a partition the shuffle left empty
+        return empty_frame(PAIR_COLUMNS)
     masks = prefix_masks(tables)
     order = _table_prefix_order(entries, tables)
     table_column = entries["table"].to_numpy()[order]

@@ -283,3 +283,17 @@ def test_verified_pairs_clusters_and_against_equal_one_store(
     )
     with pytest.raises(simstore.InvalidValueError, match="sketch_column"):
         sd.near_duplicate_pairs(ddf, min_similarity=0.5)
+
+
+@pytest.mark.parametrize("rows", [0, 2])
+def test_tiny_and_empty_frames(rows: int) -> None:
+    """A frame too small to fill every shuffled partition (or empty): pairs and clusters
+    of what it holds, not an IndexError from an empty partition."""
+    frame = pd.DataFrame({"id": ["a", "b"][:rows], "fingerprint": np.array([1, 3], dtype=np.uint64)[:rows]})
+    with dask.config.set(scheduler="sync"):
+        pairs = sd.near_duplicate_pairs(dd.from_pandas(frame, npartitions=1), "id", "fingerprint").compute()
+        clusters = sd.clusters(dd.from_pandas(frame, npartitions=1), "id", "fingerprint").compute()
+    assert [tuple(row) for row in pairs[["key_a", "key_b", "distance"]].itertuples(index=False)] == (
+        [("a", "b", 1)] if rows else []
+    )
+    assert sorted(clusters["key"].tolist()) == (["a", "b"] if rows else [])
