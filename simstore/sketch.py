@@ -192,10 +192,20 @@ def sketch_reference(shingle_hashes: Sequence[int], sketch: Sketch) -> bytes:
 
 
 def sketch_rows(items: Sequence[object], sketch: Sketch) -> tuple[U8Array, npt.NDArray[np.bool_]]:
-    """Sketches given as bytes (or missing: any other value) as rows of a
-    uint8 array, zeros where missing, and which rows are present. A sketch
-    of the wrong width raises :class:`InvalidValueError`."""
+    """Sketches given as bytes (or missing: ``None``, NaN or pandas' NA) as
+    rows of a uint8 array, zeros where missing, and which rows are present.
+    A sketch of the wrong width raises :class:`InvalidValueError`, and any
+    other value (a column of text given as sketches) :class:`InvalidTypeError`."""
     present = np.array([isinstance(item, bytes | bytearray) for item in items], dtype=np.bool_)
+    for index in np.flatnonzero(~present).tolist():
+        item = items[index]
+        nan = isinstance(item, float) and item != item
+        if not (item is None or nan or type(item).__name__ == "NAType"):
+            raise InvalidTypeError(
+                f"a sketch must be bytes (Fingerprinter.fingerprints_and_sketches makes them) or "
+                f"missing; got {type(item).__name__} (dask turns a bytes column it was not told "
+                "is binary into text: see simstore.dask.fingerprint_and_sketch)"
+            )
     rows = np.zeros((len(items), sketch.nbytes), dtype=np.uint8)
     for index in np.flatnonzero(present).tolist():
         raw = items[index]

@@ -286,14 +286,29 @@ def test_verified_pairs_clusters_and_against_equal_one_store(
 
 
 @pytest.mark.parametrize("rows", [0, 2])
-def test_tiny_and_empty_frames(rows: int) -> None:
+def test_tiny_and_empty_frames(client: Any, rows: int) -> None:
     """A frame too small to fill every shuffled partition (or empty): pairs and clusters
     of what it holds, not an IndexError from an empty partition."""
     frame = pd.DataFrame({"id": ["a", "b"][:rows], "fingerprint": np.array([1, 3], dtype=np.uint64)[:rows]})
-    with dask.config.set(scheduler="sync"):
-        pairs = sd.near_duplicate_pairs(dd.from_pandas(frame, npartitions=1), "id", "fingerprint").compute()
-        clusters = sd.clusters(dd.from_pandas(frame, npartitions=1), "id", "fingerprint").compute()
+    pairs = sd.near_duplicate_pairs(dd.from_pandas(frame, npartitions=1), "id", "fingerprint").compute()
+    clusters = sd.clusters(dd.from_pandas(frame, npartitions=1), "id", "fingerprint").compute()
     assert [tuple(row) for row in pairs[["key_a", "key_b", "distance"]].itertuples(index=False)] == (
         [("a", "b", 1)] if rows else []
     )
     assert sorted(clusters["key"].tolist()) == (["a", "b"] if rows else [])
+
+
+def test_a_sketch_column_that_holds_no_sketches_is_refused(client: Any) -> None:
+    """A text column given as sketch_column= (or bytes dask turned into text) is refused,
+    instead of every pair coming back unjudged with min_similarity silently off."""
+    frame = pd.DataFrame(
+        {"id": ["a", "b"], "fingerprint": np.array([1, 3], dtype=np.uint64), "text": ["x y", "x z"]}
+    )
+    with pytest.raises(simstore.InvalidTypeError, match="must be bytes"):
+        sd.near_duplicate_pairs(
+            dd.from_pandas(frame, npartitions=1),
+            "id",
+            "fingerprint",
+            sketch_column="text",
+            min_similarity=0.8,
+        ).compute()
