@@ -75,7 +75,7 @@ from simstore.permute import Table, validate_k
 from simstore.sharded import ShardedStore
 from simstore.sharding import check_shards, shards_of_packed
 from simstore.simhash import Fingerprinter
-from simstore.sketch import Sketch, check_similarity, estimate_jaccard, sketch_rows
+from simstore.sketch import Sketch, SketchRows, check_similarity, estimate_jaccard, sketch_rows
 
 __all__ = [
     "against",
@@ -480,6 +480,7 @@ def build_stores(
     key_column: str = "key",
     fingerprint_column: str = "fingerprint",
     meta_columns: Sequence[str] = (),
+    sketch_column: str | None = None,
     mode: str = "c",
     k: int | None = None,
     blocks: int | None = None,
@@ -509,6 +510,12 @@ def build_stores(
         shards: how many store files.
         key_column, fingerprint_column: as for :func:`near_duplicate_pairs`.
         meta_columns: columns stored as each document's ``meta``.
+        sketch_column: the rows' verification sketches (see
+            :func:`fingerprint_and_sketch`, made with ``fingerprinter``):
+            stored with the documents, so that the shards' similarity
+            threshold (``min_similarity``) judges their matches. Without it
+            the shards keep no sketches, and their documents are kept
+            unjudged by any threshold.
         mode: ``"c"`` (add to existing shards, or create them) or ``"n"``
             (replace them); ``"w"`` requires them to exist.
         k, blocks, layout, fingerprinter, **options: as for
@@ -533,16 +540,27 @@ def build_stores(
         **options,
     }
     meta_names = list(meta_columns)
-    _check_columns(ddf, [key_column, fingerprint_column, *meta_names])
+    _check_columns(
+        ddf, [key_column, fingerprint_column, *meta_names, *([sketch_column] if sketch_column else [])]
+    )
+    sketch = (fingerprinter or Fingerprinter()).sketch
     columns = {key_column: "key", fingerprint_column: "fingerprint"}
     columns.update({name: f"meta:{name}" for name in meta_names})
+    if sketch_column is not None:
+        columns[sketch_column] = "sketch"
     positioned = _positioned(ddf, columns)
     with_shards = positioned.map_partitions(
         _assign_shards, shard_count, meta=positioned._meta.assign(shard=pd.Series(dtype="int64"))
     )
     by_shard = with_shards.set_index("shard", divisions=list(range(shard_count + 1)))
     written = by_shard.map_partitions(
-        _write_shard, paths, meta_names, mode, open_arguments, meta=empty_frame(_WRITTEN_META)
+        _write_shard,
+        paths,
+        meta_names,
+        sketch if sketch_column else None,
+        mode,
+        open_arguments,
+        meta=empty_frame(_WRITTEN_META),
     ).compute()
     if sorted(written["shard"].tolist()) != list(range(shard_count)):
         raise InvalidValueError(f"expected one write per shard, got shards {sorted(written['shard'])}")
@@ -571,6 +589,7 @@ def _write_shard(
     frame: pd.DataFrame,
     paths: list[str],
     meta_names: list[str],
+    sketch: Sketch | None,
     mode: str,
     open_arguments: Mapping[str, Any],
     partition_info: Mapping[str, Any] | None = None,
@@ -588,9 +607,13 @@ def _write_shard(
             {name: plain_value(value) for name, value in zip(meta_names, row, strict=True)}
             for row in zip(*values, strict=True)
         ]
+    sketches = None
+    if sketch is not None:
+        rows, _ = sketch_rows(ordered["sketch"].tolist(), sketch)
+        sketches = SketchRows(rows, sketch)
     with open_store(paths[shard], mode, **open_arguments) as store:
         if keys:
-            store.add_many(keys, fingerprints, metas=metas)
+            store.add_many(keys, fingerprints, metas=metas, sketches=sketches)
         documents = len(store)
     return pd.DataFrame({"shard": [shard], "path": [paths[shard]], "documents": [documents]})
 

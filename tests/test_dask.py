@@ -312,3 +312,28 @@ def test_a_sketch_column_that_holds_no_sketches_is_refused(client: Any) -> None:
             sketch_column="text",
             min_similarity=0.8,
         ).compute()
+
+
+def test_build_stores_keeps_the_sketches_it_is_given(client: Any, tmp_path: Path) -> None:
+    """Shards built with sketch_column= keep each document's sketch: a sharded text query
+    is judged by the threshold as one store holding the same documents is (without the
+    sketches, every stored document was kept unjudged)."""
+    rng = np.random.default_rng(11)
+    words = [f"w{i}" for i in range(400)]
+    texts = [" ".join(rng.choice(words, 60)) for _ in range(60)]
+    texts += [text + " " + " ".join(rng.choice(words, 25)) for text in texts[:30]]  # looser copies
+    keys = [f"d{i}" for i in range(len(texts))]
+    fingerprints, sketches = simstore.Fingerprinter().fingerprints_and_sketches(texts)
+    ddf = dd.from_pandas(pd.DataFrame({"key": keys, "text": texts}), npartitions=2)
+    sketched = sd.fingerprint_and_sketch(ddf, "text")
+    ddf = ddf.assign(fingerprint=sketched.fingerprint, sketch=sketched.sketch)
+    paths = sd.build_stores(ddf, str(tmp_path / "s-{shard}.simstore"), 3, sketch_column="sketch")
+    sketched_docs = 0
+    for path in paths:
+        with simstore.open(path, "r") as shard:
+            sketched_docs += shard.stats().sketched_docs
+    assert sketched_docs == len(keys)
+    with simstore.open(tmp_path / "one.simstore", "n") as one, simstore.ShardedStore(paths) as sharded:
+        one.add_many(keys, fingerprints, sketches=sketches)
+        queries = texts[:40]
+        assert sharded.query_many(texts=queries) == one.query_many(texts=queries)
