@@ -30,6 +30,7 @@ import os
 import signal
 import sys
 import threading
+import warnings
 from collections.abc import Callable, Iterator, Sequence
 from dataclasses import dataclass
 from types import FrameType
@@ -59,6 +60,7 @@ from simstore.cli_store import (
     run_stats,
 )
 from simstore.errors import SimstoreError
+from simstore.simhash import ShortTextWarning
 from simstore.version import __version__
 
 # ---------------------------------------------------------------- the parser
@@ -154,7 +156,12 @@ def main(argv: Sequence[str] | None = None) -> int:
     argparse's ``SystemExit``)."""
     parser = build_parser()
     args = parser.parse_args(argv)
-    with _interrupts():
+    with _interrupts(), warnings.catch_warnings():
+        # simstore's warnings as the command line's one-liners (not Python's
+        # file:line and source), and the notes -q asks to leave out.
+        warnings.showwarning = _show_warning
+        if getattr(args, "quiet", False):
+            warnings.simplefilter("ignore", ShortTextWarning)
         try:
             status: int = args.run(args)
             return status
@@ -212,6 +219,17 @@ def _interrupts() -> Iterator[None]:
         for signum, handler in previous.items():
             if handler is not None:  # None: installed from C, which Python cannot restore
                 signal.signal(signum, handler)
+
+
+def _show_warning(
+    message: Warning | str,
+    category: type[Warning],
+    filename: str,
+    lineno: int,
+    *args: object,
+    **kwargs: object,
+) -> None:
+    print(f"{PROG}: warning: {message}", file=sys.stderr)
 
 
 def _message(exc: BaseException) -> str:

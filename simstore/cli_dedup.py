@@ -603,7 +603,8 @@ def write_kept(
             kept += is_kept
             fields = provenance.get(document.key, _UNCLUSTERED)
             if annotate:
-                writer.write(document, fields)
+                if is_kept or document.key in provenance:  # else skipped in the first pass
+                    writer.write(document, fields)
             elif is_kept:
                 writer.write(document)
             if dropped_writer is not None and not is_kept and document.key in provenance:
