@@ -45,6 +45,7 @@ def store_stats(engine: Engine, skew: bool) -> Stats:
         table_entries = (docs - delta_docs,) * len(engine.tables)
         fingerprints = all_documents(engine, txn)[1] if skew else None
         catalog = engine.tableset.catalog
+        bytes_live = engine.env.live_bytes(txn, engine.handles)
     table_skew_list = None
     degenerate = None
     if fingerprints is not None:
@@ -74,6 +75,7 @@ def store_stats(engine: Engine, skew: bool) -> Stats:
         skew=table_skew_list,
         degenerate=degenerate,
         runs=len(catalog.runs),
+        bytes_live=bytes_live,
         compacting=catalog.compaction is not None,
         sketched_docs=sketched_docs,
         sketch_bytes=0 if sketch is None else sketch.nbytes,

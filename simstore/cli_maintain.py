@@ -28,6 +28,8 @@ def run_compact(args: argparse.Namespace) -> int:
         "entries_moved": moved,
         "bytes_used_before": before.bytes_used,
         "bytes_used_after": after.bytes_used,
+        "bytes_live_before": before.bytes_live,
+        "bytes_live_after": after.bytes_live,
         "bytes_on_disk": after.bytes_on_disk,
         "copy": args.copy_to,
     }
@@ -35,7 +37,8 @@ def run_compact(args: argparse.Namespace) -> int:
         print_json(summary)
     else:
         print(
-            f"compacted: {moved} table entries moved; {after.bytes_used:,} bytes in use "
+            f"compacted: {moved} table entries moved; {after.bytes_live:,} bytes hold data "
+            f"({before.bytes_live:,} before), {after.bytes_used:,} bytes of pages used so far, "
             f"of a {after.bytes_on_disk:,}-byte file (freed pages are reused by later writes)"
         )
         if args.copy_to:

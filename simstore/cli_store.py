@@ -250,6 +250,7 @@ def run_stats(args: argparse.Namespace) -> int:
         "prefix_bits": list(stats.prefix_bits),
         "bytes_on_disk": stats.bytes_on_disk,
         "bytes_used": stats.bytes_used,
+        "bytes_live": stats.bytes_live,
         "runs": stats.runs,
         "compacting": stats.compacting,
         "sketched_docs": stats.sketched_docs,

@@ -84,6 +84,10 @@ class Stats:
     sketched_docs: int = 0
     sketch_bytes: int = 0
     min_similarity: float | None = None
+    #: Bytes of the pages holding data now (``bytes_used`` is the highest
+    #: page ever used, which removals do not lower; the difference is free
+    #: pages that later writes reuse).
+    bytes_live: int = 0
 
 
 def match_order(match: Match) -> tuple[int, tuple[int, Key]]:

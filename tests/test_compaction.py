@@ -427,3 +427,19 @@ def test_stats_report_runs_and_a_compaction_under_way(tmp_path: Path) -> None:
         store.compact()
         stats = store.stats()
         assert (stats.runs, stats.compacting) == (1, False)
+
+
+def test_live_bytes_fall_when_removals_free_pages(tmp_path: Path) -> None:
+    """Stats.bytes_live counts the pages holding data; bytes_used (the highest page ever
+    used) does not fall, so a user could not see what removals and compact() freed."""
+    with simstore.open(tmp_path / "s.simstore", "n", k=3, sync=False) as store:
+        store.add_many(range(60_000), np.random.default_rng(1).integers(0, 2**64, 60_000, dtype=np.uint64))
+        full = store.stats()
+        assert 0 < full.bytes_live <= full.bytes_used
+        for key in range(30_000):
+            store.remove(key)
+        store.compact()
+        half = store.stats()
+        assert half.bytes_used >= full.bytes_used
+        assert half.bytes_live < full.bytes_live  # the key table and records halve
+        assert store.check() == []
