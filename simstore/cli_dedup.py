@@ -241,7 +241,8 @@ def run_dedup(args: argparse.Namespace) -> int:
         print_json(report, file=stream)
     else:
         for name, value in report.items():
-            print(f"{name.replace('_', ' '):16} {value}", file=stream)
+            # None (no pair could be judged, or no cluster): a dash, not Python's word.
+            print(f"{name.replace('_', ' '):16} {'-' if value is None else value}", file=stream)
     return 0
 
 

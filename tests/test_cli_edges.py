@@ -53,3 +53,15 @@ def test_warnings_are_one_line_and_quiet_drops_short_text_notes(
         err = capsys.readouterr().err.splitlines()
         assert len(err) == expected, err
         assert all(line.startswith("simstore: warning: ") for line in err)
+
+
+def test_a_summary_with_nothing_to_judge_prints_a_dash(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    source = tmp_path / "b.jsonl"
+    source.write_text(json.dumps(ROWS[0]) + "\n" + json.dumps(ROWS[3]) + "\n")
+    assert main(["dedup", str(source), "-o", str(tmp_path / "o.jsonl"), "-q"]) == 0
+    out = capsys.readouterr().out.splitlines()
+    lines = {line[:16].strip(): line[16:].strip() for line in out}
+    assert lines["worst similarity"] == "-"
+    assert "None" not in lines.values()
