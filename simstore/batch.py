@@ -333,26 +333,18 @@ def _split_by_sketch(
     keyed["sketch"] = np.ascontiguousarray(rows).view(f"V{sketch.nbytes}").ravel()
     _, first_of_key, key_of = np.unique(keyed, return_index=True, return_inverse=True)
     key_of = key_of.reshape(-1)
-    # A key whose node is met first keeps that node's number; others get new ones.
-    node_of_key = np.full(len(first_of_key), -1, dtype=np.int64)
+    # Keys in document order: the first key of each node keeps that node's
+    # number; the others are numbered after the existing nodes, in order.
     order = np.argsort(first_of_key, kind="stable")
-    seen_nodes: set[int] = set()
-    new_fingerprints: list[int] = []
-    next_node = len(unique)
-    for key in order.tolist():
-        node = int(keyed["node"][first_of_key[key]])
-        if node in seen_nodes:
-            node_of_key[key] = next_node
-            new_fingerprints.append(int(unique[node]))
-            next_node += 1
-        else:
-            seen_nodes.add(node)
-            node_of_key[key] = node
+    ordered_nodes = keyed["node"][first_of_key[order]]
+    keeps = np.zeros(len(order), dtype=np.bool_)
+    keeps[np.unique(ordered_nodes, return_index=True)[1]] = True
+    node_of_key = np.empty(len(order), dtype=np.int64)
+    node_of_key[order[keeps]] = ordered_nodes[keeps]
+    node_of_key[order[~keeps]] = len(unique) + np.arange(int(np.count_nonzero(~keeps)), dtype=np.int64)
     split = inverse.copy()
     split[shared] = node_of_key[key_of]
-    if new_fingerprints:
-        unique = np.concatenate([unique, np.array(new_fingerprints, dtype=np.uint64)])
-    return unique, split
+    return np.concatenate([unique, unique[ordered_nodes[~keeps]]]), split
 
 
 def _star_rank(
