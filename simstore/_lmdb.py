@@ -564,6 +564,13 @@ class Environment:
         self.map_changes += 1
         self.env.set_mapsize(size)
 
+    def _adopt_grown_map(self) -> None:
+        """After ``MapResizedError``: map the file at the length another
+        process grew it to. The file's length, not the meta page's map size:
+        the file may have grown again since, and the map must not cut it short."""
+        with self._resizing():
+            self._set_mapsize(os.path.getsize(self.path))
+
     def _adopting_growth(self, call: Callable[[], T]) -> T:
         """``call()`` (which begins a transaction of its own), retried after
         adopting the map size another process grew the file to."""
@@ -571,8 +578,7 @@ class Environment:
             try:
                 return call()
             except lmdb.MapResizedError:
-                with self._resizing():
-                    self._set_mapsize(os.path.getsize(self.path))
+                self._adopt_grown_map()
         raise CorruptStoreError(f"{self.path}: the map kept changing size while opening the store")
 
     def _begin(self, *, write: bool) -> Txn:
@@ -580,11 +586,7 @@ class Environment:
             try:
                 return self.env.begin(write=write)
             except lmdb.MapResizedError:
-                # Another process grew the map; adopt its size and retry. The
-                # file's length, not the meta page's map size: the file may
-                # have grown again since, and the map must not cut it short.
-                with self._resizing():
-                    self._set_mapsize(os.path.getsize(self.path))
+                self._adopt_grown_map()  # another process grew the map; then retry
             except lmdb.ReadersFullError:
                 self._reclaim_readers()
             except lmdb.Error as exc:
