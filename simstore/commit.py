@@ -188,16 +188,14 @@ class Batch:
         self._store = store
         self._bodies = bodies
         self._batching = batching
-        self._ended = False
-
-    def end(self) -> None:
-        """The block is over: later calls would write on their own, outside it."""
-        self._ended = True
 
     def _check_open(self) -> None:
-        if self._ended:
+        # Open while its bodies are the ones this thread gathers: after the
+        # block (or from another thread) a call would write on its own.
+        if self._batching.bodies is not self._bodies:
             raise InvalidValueError(
-                "this batch's block has ended; write through the store, or open another batch"
+                "this batch's block has ended (or it belongs to another thread); "
+                "write through the store, or open another batch"
             )
 
     def add(self, *args: Any, **kwargs: Any) -> None:

@@ -274,14 +274,8 @@ class Store:
         Raises:
             InvalidValueError: a batch is already open in this thread.
         """
-        batch = None
-        try:
-            with self._engine.commit.gathering(self._engine) as bodies:
-                batch = Batch(self, bodies, self._engine.commit.batching)
-                yield batch
-        finally:
-            if batch is not None:
-                batch.end()
+        with self._engine.commit.gathering(self._engine) as bodies:
+            yield Batch(self, bodies, self._engine.commit.batching)
         maintenance.maintain(self._engine, len(bodies))
 
     def flush(self) -> None:
