@@ -435,15 +435,8 @@ def _gather_big_endian(blob: npt.NDArray[np.uint8], at: npt.NDArray[np.int64], w
     return result
 
 
-def known_key(permuted_key: int, geometry: Geometry) -> int:
-    """A permuted key with the bits past ``known_bits`` cleared, as a run records it."""
-    return (
-        permuted_key >> (FINGERPRINT_BITS - geometry.known_bits) << (FINGERPRINT_BITS - geometry.known_bits)
-    )
-
-
 def known_keys(permuted_keys: U64Array, geometry: Geometry) -> U64Array:
-    """:func:`known_key` of an array of permuted keys."""
+    """Permuted keys with the bits past ``known_bits`` cleared, as a run records them."""
     unknown = FINGERPRINT_BITS - geometry.known_bits
     return permuted_keys & np.uint64(MAX_FINGERPRINT ^ ((1 << unknown) - 1))
 
