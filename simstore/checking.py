@@ -385,16 +385,9 @@ def _bucket_slices(
     geometry = run.geometries[index]
     entry_bytes = geometry.tag_bytes + geometry.id_bytes
     stored = tableset.buckets(txn, index, run, low, high)
-    while True:
-        bucket_keys: list[bytes] = []
-        values: list[bytes] = []
-        for key, value in stored:
-            bucket_keys.append(key)
-            values.append(value)
-            if len(bucket_keys) == CHECK_SLICE_BUCKETS:
-                break
-        if not bucket_keys:
-            return
+    while chunk := list(itertools.islice(stored, CHECK_SLICE_BUCKETS)):
+        bucket_keys = [key for key, _ in chunk]
+        values = [value for _, value in chunk]
         try:
             keys, ids = runs.decode_buckets(bucket_keys, values, geometry)
         except CorruptStoreError:
