@@ -30,6 +30,9 @@ if TYPE_CHECKING:
 # With more runs than this (compaction fell behind the merges), every write
 # takes a compaction step, credit or not: queries probe every run.
 URGENT_RUNS = 8
+# compact() rewrites a lone run once removals took out 1/THINNED_RUN_SHARE of
+# the entries it was laid out for: its buckets and bitmaps shrink to fit.
+THINNED_RUN_SHARE = 5
 
 
 def merge(engine: Engine) -> int:
@@ -100,8 +103,14 @@ def compaction_step(engine: Engine, *, everything: bool = False) -> int | None:
         tableset = engine.tableset
         catalog = tableset.catalog
         if catalog.compaction is None:
-            if everything and len(catalog.runs) > 1:
-                planned: Catalog | None = tableset.start_compaction(catalog, (0, len(catalog.runs)))
+            planned: Catalog | None = None
+            if everything:
+                # Every run joined holds every document out of the delta: the
+                # output is laid out for that many, which gives back the room
+                # (buckets, bitmaps) of documents removed since it was written.
+                tabled = int(txn.stat(engine.handles.docs)["entries"]) - len(engine.delta)
+                if len(catalog.runs) > 1 or (catalog.runs and _thinned(catalog.runs[0].entries, tabled)):
+                    planned = tableset.start_compaction(catalog, (0, len(catalog.runs)), entries=tabled)
             else:
                 planned = tableset.plan(catalog)
             if planned is None:
@@ -111,6 +120,12 @@ def compaction_step(engine: Engine, *, everything: bool = False) -> int | None:
         return moved, state, Change([], [], catalog=catalog)
 
     return engine.write(body)
+
+
+def _thinned(written: int, holds: int) -> bool:
+    """Whether a run laid out for ``written`` entries that ``holds`` now is
+    worth rewriting on its own: removals took out a fifth of it or more."""
+    return holds * THINNED_RUN_SHARE < written * (THINNED_RUN_SHARE - 1)
 
 
 def maintain(engine: Engine, documents: int, *, pay_all: bool = False) -> None:

@@ -482,11 +482,18 @@ class TableSet:
             return None
         return self.start_compaction(catalog, span)
 
-    def start_compaction(self, catalog: Catalog, span: tuple[int, int]) -> Catalog:
-        """The catalog with a compaction of ``catalog.runs[first:end]`` under way."""
+    def start_compaction(
+        self, catalog: Catalog, span: tuple[int, int], entries: int | None = None
+    ) -> Catalog:
+        """The catalog with a compaction of ``catalog.runs[first:end]`` under way.
+
+        The output is laid out for ``entries`` entries when the caller knows
+        how many the inputs hold now; else for the sum of what was written
+        into them, an upper bound once removals took some out.
+        """
         first, end = span
         inputs = catalog.runs[first:end]
-        count = sum(run.entries for run in inputs)
+        count = sum(run.entries for run in inputs) if entries is None else entries
         geometries = []
         for index, table in enumerate(self.tables):
             id_bytes = max(run.geometries[index].id_bytes for run in inputs)

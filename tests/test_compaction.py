@@ -443,3 +443,53 @@ def test_live_bytes_fall_when_removals_free_pages(tmp_path: Path) -> None:
         assert half.bytes_used >= full.bytes_used
         assert half.bytes_live < full.bytes_live  # the key table and records halve
         assert store.check() == []
+
+
+def test_compact_rewrites_a_lone_run_that_removals_thinned(tmp_path: Path) -> None:
+    """A run keeps the buckets and bitmaps it was laid out with, whatever removals take
+    out; compact() rewrites a lone run once a fifth of it is gone (exact at every step),
+    laid out for what it holds, and leaves one that lost less alone."""
+    store, model = build(tmp_path / "s.simstore", 1, 600)
+    for key in range(0, 600, 2):  # half of the run
+        store.remove(key)
+        del model[key]
+    before = store.stats()
+    real_step = simstore.maintenance.compaction_step
+    steps = 0
+
+    def step(engine: Any, *, everything: bool = False) -> int | None:
+        nonlocal steps
+        moved = real_step(engine, everything=everything)
+        steps += moved is not None
+        assert store.check() == []
+        assert_exact(store, model, queries=6)
+        return moved
+
+    with small_steps(40), mock.patch.object(simstore.maintenance, "compaction_step", step):
+        moved = store.compact()
+    assert moved == len(model) * len(store.tables)
+    assert steps > len(store.tables)
+    after = store.stats()
+    assert after.runs == 1
+    assert after.bytes_live < before.bytes_live
+    assert store._engine.tableset.catalog.runs[0].entries == len(model)  # laid out for what it holds
+    for key in range(1, 100, 2):  # a tenth of what is left: not worth a rewrite
+        store.remove(key)
+        del model[key]
+    assert store.compact() == 0
+    assert_exact(store, model)
+    store.close()
+
+
+def test_compact_of_several_runs_lays_the_output_out_for_what_they_hold(tmp_path: Path) -> None:
+    """Joining every run, compact() sizes the output on the documents the runs hold,
+    not on what was ever written into them."""
+    store, model = build(tmp_path / "s.simstore", 3, 200)
+    for key in range(0, 600, 4):
+        store.remove(key)
+        del model[key]
+    store.compact()
+    assert [run.entries for run in store._engine.tableset.catalog.runs] == [len(model)]
+    assert store.check() == []
+    assert_exact(store, model)
+    store.close()
