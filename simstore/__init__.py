@@ -41,10 +41,12 @@ from simstore.results import (
     Match,
     Record,
     SegmenterChangedWarning,
+    Shrunk,
     Stats,
     StoreFullWarning,
 )
 from simstore.sharded import ShardedStore
+from simstore.shrinking import shrink
 from simstore.simhash import Fingerprinter, ShortTextWarning, fingerprint, fingerprint_vector
 from simstore.sketch import Sketch, estimate_jaccard
 from simstore.store import Store
@@ -74,6 +76,7 @@ __all__ = [
     "ShardMismatchError",
     "ShardedStore",
     "ShortTextWarning",
+    "Shrunk",
     "SimstoreError",
     "Sketch",
     "Stats",
@@ -95,4 +98,5 @@ __all__ = [
     "migrate",
     "open",
     "plan",
+    "shrink",
 ]

@@ -45,6 +45,8 @@ else:
 
 #: How long an opener waits before measuring a short file again.
 PAD_RACE_SECONDS = 0.05
+#: Opens tried while the file keeps being replaced under the opener.
+REPLACED_RETRIES = 3
 
 DB_META = b"meta"
 DB_KEYS = b"keys"
@@ -88,6 +90,15 @@ def table_db_name(table_index: int, generation: int = 0) -> bytes:
     if generation == 0:
         return b"table:%03d" % table_index
     return b"table:%d:%03d" % (generation, table_index)
+
+
+def _identity(path: str) -> tuple[int, int] | None:
+    """Which file ``path`` names now (device and inode), ``None`` if none."""
+    try:
+        status = os.stat(path)
+    except OSError:
+        return None
+    return status.st_dev, status.st_ino
 
 
 def lock_path(path: str) -> str:
@@ -158,7 +169,16 @@ class Environment:
             first_map = map_size if map_size is not None else max(INITIAL_MAP_SIZE, 2 * file_size)
         else:
             first_map = max(file_size, MIN_MAP_SIZE)
-        self.env = self._open_lmdb(readonly=readonly, sync=sync, map_size=first_map, writemap=False)
+        for attempt in range(1, REPLACED_RETRIES + 1):
+            identity = _identity(path)
+            self.env = self._open_lmdb(readonly=readonly, sync=sync, map_size=first_map, writemap=False)
+            if attempt == REPLACED_RETRIES or _identity(path) == identity:
+                break
+            # The file was replaced while LMDB waited for its lock (simstore.shrink
+            # or mode "n", which hold it meanwhile). A read-only open maps the
+            # file before it locks, so it held the old file and, once let in, the
+            # lock file set up for the new one: open again.
+            self.env.close()
         self._check_not_truncated(file_size)
         # A killed process leaves its reader slot behind; reclaim such slots
         # now, or enough kills would make every later open fail.
@@ -655,6 +675,52 @@ class Environment:
         """Bytes of the file in use by the latest snapshot: what the last
         committed meta page says the file spans."""
         return (int(self.env.info()["last_pgno"]) + 1) * self.page_size()
+
+
+def copy_compacted_unlocked(path: str, target: str) -> None:
+    """Write the pages in use of the store file ``path`` to the new file
+    ``target`` (LMDB's compacting copy), without using the lock file.
+
+    Only for a caller that holds the lock file exclusively, so that no process
+    can have the store open: LMDB's lock would turn that hold into a shared
+    one (fcntl locks belong to the process, not the descriptor).
+    """
+    try:
+        env = lmdb.open(
+            path,
+            subdir=False,
+            readonly=True,
+            lock=False,
+            create=False,
+            max_dbs=len(FIXED_DB_NAMES) + 1 + MAX_TABLES,
+        )
+    except lmdb.Error as exc:
+        raise translate(exc, path) from exc
+    try:
+        env.copy(target, compact=True)
+    except lmdb.Error as exc:
+        raise translate(exc, target) from exc
+    finally:
+        env.close()
+
+
+def rebuild_lock_file(path: str) -> None:
+    """Have LMDB set the lock file up afresh from the store file at ``path``.
+
+    Called holding the lock file exclusively, after the store file was
+    replaced: the lock file records the last transaction id of the file it
+    was set up for, and a process that opens the store while another has it
+    open trusts that record. Opening it here, while no other process can,
+    makes LMDB rebuild it from the new file (and lets waiting openers in as
+    LMDB shares its lock); closing lets go of every lock this process held.
+    """
+    try:
+        env = lmdb.open(
+            path, subdir=False, readonly=True, create=False, max_dbs=len(FIXED_DB_NAMES) + 1 + MAX_TABLES
+        )
+    except lmdb.Error as exc:
+        raise translate(exc, path) from exc
+    env.close()
 
 
 def _preallocate_lock(path: str) -> None:

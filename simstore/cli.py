@@ -93,7 +93,7 @@ VERBS: dict[str, Verb] = {
     "check": Verb("verify a store's invariants", configure_store_only, run_check, reads=True),
     "merge": Verb("fold a store's delta into its tables", configure_store_only, run_merge),
     "compact": Verb(
-        "join a store's table runs into one (and optionally write a compacted copy)",
+        "join a store's table runs into one (and optionally shrink its file, or write a compacted copy)",
         configure_compact,
         run_compact,
         json_option=True,

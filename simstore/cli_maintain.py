@@ -5,8 +5,9 @@ from __future__ import annotations
 import argparse
 
 from simstore.cli_common import CommandError, open_existing, print_json, progress
-from simstore.errors import StoreNotFoundError
+from simstore.errors import StoreLockedError, StoreNotFoundError
 from simstore.migrate import migrate
+from simstore.shrinking import shrink
 
 
 def configure_compact(parser: argparse.ArgumentParser) -> None:
@@ -17,9 +18,19 @@ def configure_compact(parser: argparse.ArgumentParser) -> None:
         help="also write a compacted copy of the store to NEW (a path that does not exist): "
         "only the pages in use, so the copy is as small as the store can be",
     )
+    parser.add_argument(
+        "--shrink",
+        action="store_true",
+        help="then rewrite the store's file with only the pages in use, giving back to the disk "
+        "what removals freed (every other process must have closed the store)",
+    )
 
 
 def run_compact(args: argparse.Namespace) -> int:
+    if args.shrink:
+        if args.copy_to:
+            raise CommandError("--shrink rewrites the store itself; leave out --copy-to")
+        return _shrink(args)
     with open_existing(args.store, "w") as store:
         before = store.stats()
         moved = store.compact(copy_to=args.copy_to)
@@ -43,6 +54,19 @@ def run_compact(args: argparse.Namespace) -> int:
         )
         if args.copy_to:
             print(f"wrote a compacted copy to {args.copy_to}")
+    return 0
+
+
+def _shrink(args: argparse.Namespace) -> int:
+    open_existing(args.store, "r").close()  # a missing store is named as every verb names it
+    try:
+        shrunk = shrink(args.store)
+    except StoreLockedError as exc:
+        raise CommandError(f"{exc}; nothing was changed") from None
+    if args.json:
+        print_json({"bytes_before": shrunk.bytes_before, "bytes_after": shrunk.bytes_after})
+    else:
+        print(f"shrunk {args.store}: {shrunk.bytes_before:,} bytes before, {shrunk.bytes_after:,} after")
     return 0
 
 

@@ -131,8 +131,8 @@ def open(  # noqa: A001 - mirrors dbm.open, deliberately
     requested = LayoutRequest(k, blocks, fingerprinter, layout, expected_docs, min_similarity)
     if exists and mode == "n":
         choose_layout(requested)  # refuse bad parameters before deleting anything
-        _remove_store(path_str)
-        exists = False
+        _replace_store(path_str, requested, opts)
+        exists = True
     if not exists:
         choose_layout(requested)  # refuse bad parameters before making anything
         _create_beside(path_str, requested, opts)
@@ -393,11 +393,20 @@ def _not_open_elsewhere(path: str) -> contextlib.AbstractContextManager[None]:
     """
     if open_in_this_process(path):
         raise StoreLockedError(f"{path} is open in this process; close that Store before replacing the file")
-    return _exclusive_lock_file(path)
+    return exclusive_lock_file(
+        path, "mode 'n' would delete documents that process has written; close it there first"
+    )
 
 
 @contextlib.contextmanager
-def _exclusive_lock_file(path: str) -> Iterator[None]:
+def exclusive_lock_file(path: str, refusal: str) -> Iterator[None]:
+    """Keep every other process from opening the store at ``path`` for the
+    block, after making sure none has it open (see :func:`_not_open_elsewhere`).
+
+    Raises:
+        StoreLockedError: another process has the store open (``refusal``
+            says what that would cost).
+    """
     lock = _lmdb.lock_path(path)
     try:
         import fcntl
@@ -417,21 +426,26 @@ def _exclusive_lock_file(path: str) -> Iterator[None]:
         except OSError as exc:
             if exc.errno not in (errno.EACCES, errno.EAGAIN):
                 raise
-            raise StoreLockedError(
-                f"{path} is open in another process: mode 'n' "
-                "would delete documents that process has written; close it there first"
-            ) from exc
+            raise StoreLockedError(f"{path} is open in another process: {refusal}") from exc
         yield
     finally:
         os.close(descriptor)  # and with it the lock
 
 
-def _remove_store(path: str) -> None:
-    """Delete an existing store for mode "n", refusing files that are not stores.
+def _replace_store(path: str, requested: LayoutRequest, opts: Options) -> None:
+    """Replace an existing store with a new, empty one for mode "n", refusing
+    files that are not stores.
 
     Only a file whose meta record names the simstore format (of any version)
-    or an LMDB file nothing was ever written to is deleted; a foreign or
+    or an LMDB file nothing was ever written to is replaced; a foreign or
     unreadable file raises ``NotAStoreError`` and stays as it was.
+
+    The old file is removed and the new one made and put in its place while
+    no other process can open the store, and its lock file is kept and set up
+    afresh for the new file before they may: a process that began to open the
+    store meanwhile waits on that lock file, and would otherwise lock one
+    file while later openers lock another (two writers at once), or trust
+    its record of the old file's last transaction.
     """
     if os.path.getsize(path) > 0:
         env = _lmdb.Environment(path, readonly=True, sync=False, map_size=None, max_map_size=None)
@@ -450,6 +464,6 @@ def _remove_store(path: str) -> None:
             env.close()
     with _not_open_elsewhere(path):
         os.remove(path)
-        lock = _lmdb.lock_path(path)
-        if os.path.exists(lock):
-            os.remove(lock)
+        _create_beside(path, requested, opts)
+        if os.path.exists(path):  # else made in place, see _create_beside
+            _lmdb.rebuild_lock_file(path)

@@ -44,6 +44,13 @@ class Match(NamedTuple):
     similarity: float | None = None
 
 
+class Shrunk(NamedTuple):
+    """What :func:`simstore.shrink` did: the store file's size before and after, in bytes."""
+
+    bytes_before: int
+    bytes_after: int
+
+
 class Record(NamedTuple):
     """A stored document: its key, fingerprint and metadata (``None`` if none)."""
 

@@ -509,9 +509,9 @@ class Store:
         taken up again by the next write (or the next ``compact()``). Pages
         it frees (and pages removals freed) are reused by later writes; the
         file itself does not shrink, since other processes may have it
-        mapped. To get the space back on disk, give ``copy_to``: a new file
-        holding only the pages in use, which can replace the store once no
-        process has it open.
+        mapped. To get the space back on disk, close the store and call
+        :func:`simstore.shrink`, or give ``copy_to``: a new file holding only
+        the pages in use.
 
         Args:
             copy_to: a path that does not exist yet.

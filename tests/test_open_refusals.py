@@ -7,6 +7,7 @@ from __future__ import annotations
 import os
 import subprocess
 import sys
+import time
 from pathlib import Path
 
 import pytest
@@ -60,7 +61,7 @@ def test_the_lock_check_finds_a_holder_in_another_process(tmp_path: Path) -> Non
     the store open is seen; with none, the lock is had (and let go again)."""
     path = tmp_path / "lock.simstore"
     simstore.open(path).close()
-    with opening._exclusive_lock_file(str(path)):
+    with opening.exclusive_lock_file(str(path), "test"):
         pass  # nobody has it open
     holder = subprocess.Popen(
         [
@@ -77,13 +78,13 @@ def test_the_lock_check_finds_a_holder_in_another_process(tmp_path: Path) -> Non
     try:
         assert holder.stdout is not None
         assert holder.stdout.readline().strip() == "open"
-        with pytest.raises(simstore.StoreLockedError), opening._exclusive_lock_file(str(path)):
+        with pytest.raises(simstore.StoreLockedError), opening.exclusive_lock_file(str(path), "test"):
             pass
     finally:
         assert holder.stdin is not None
         holder.stdin.close()
         holder.wait(timeout=30)
-    with opening._exclusive_lock_file(str(path)):
+    with opening.exclusive_lock_file(str(path), "test"):
         pass
 
 
@@ -213,3 +214,80 @@ def test_opening_adopts_a_map_another_process_grew(tmp_path: Path) -> None:
         env.env = real
         env.close()
     assert raised == ["resized", "resized"]
+
+
+# Mode "n" paused inside its hold on the lock file, once the new store is in place,
+# until told to go on; then it adds a document of its own.
+_PAUSED_REPLACE = """
+import os, sys, time
+import simstore, simstore.opening as opening
+path, marker, go = sys.argv[1:4]
+real_create = opening._create_beside
+def create(*args):
+    real_create(*args)
+    open(marker, "w").close()
+    while not os.path.exists(go):
+        time.sleep(0.01)
+opening._create_beside = create
+with simstore.open(path, "n", k=3) as store:
+    store.add("replacer", fingerprint=7)
+"""
+
+_WRITER = """
+import sys, simstore
+with simstore.open(sys.argv[1], "w") as store:
+    store.add("waiter", fingerprint=9)
+"""
+
+
+def _last_transaction(path: Path) -> int:
+    import lmdb
+
+    env = lmdb.open(str(path), subdir=False, readonly=True, lock=False, max_dbs=2)
+    try:
+        return int(env.info()["last_txnid"])
+    finally:
+        env.close()
+
+
+@pytest.mark.parametrize("parity", [0, 1], ids=["even", "odd"])
+def test_mode_n_keeps_a_waiting_opener_on_one_lock_file(tmp_path: Path, parity: int) -> None:
+    """A process that opens the store while mode "n" replaces it waits, then writes into
+    the new store: both processes lock one lock file, set up for the new file (with the
+    old file's last transaction in it, the waiter read the new file's other meta page,
+    an empty LMDB file, for one parity of that id)."""
+    path = tmp_path / "s.simstore"
+    with simstore.open(path, "n", k=3) as store:
+        store.add("old", fingerprint=1)
+    for index in range(4):
+        if _last_transaction(path) % 2 == parity:
+            break
+        with simstore.open(path, "w", merge_on_close=False) as store:  # one commit
+            store.add(f"old-{index}", fingerprint=index + 2)
+    assert _last_transaction(path) % 2 == parity
+    marker, go = tmp_path / "paused", tmp_path / "go"
+    replacer = subprocess.Popen([sys.executable, "-c", _PAUSED_REPLACE, str(path), str(marker), str(go)])
+    waiter = None
+    try:
+        deadline = time.monotonic() + 60
+        while not marker.exists():
+            assert replacer.poll() is None
+            assert time.monotonic() < deadline
+            time.sleep(0.01)
+        waiter = subprocess.Popen(
+            [sys.executable, "-c", _WRITER, str(path)], stderr=subprocess.PIPE, text=True
+        )
+        time.sleep(0.5)
+        assert waiter.poll() is None  # waiting for the replacement
+        go.touch()
+        assert replacer.wait(timeout=60) == 0
+        _, errors = waiter.communicate(timeout=60)
+        assert waiter.returncode == 0, errors
+    finally:
+        go.touch()
+        for process in (replacer, waiter):
+            if process is not None and process.poll() is None:
+                process.kill()
+    with simstore.open(path, "r") as store:
+        assert sorted(store.keys()) == ["replacer", "waiter"]
+        assert store.check() == []
