@@ -263,7 +263,9 @@ class Environment:
                 wanted = used
             else:
                 wanted = INITIAL_MAP_SIZE
-            allocated = self._allocate_map(wanted, least=used)
+            # A map_size asked for is allocated whole or refused: halved to
+            # what the disk holds, it took most of the disk without a word.
+            allocated = self._allocate_map(wanted, least=used if self._requested_map is None else wanted)
             self.env = self._open_lmdb(
                 readonly=False,
                 sync=self._sync,

@@ -73,6 +73,32 @@ def open_in_this_process(path: str) -> bool:
     return False
 
 
+def release_inherited(path: str) -> None:
+    """Let a forked child open the store at ``path`` afresh: close the
+    environment each store it inherited on that file holds, and close those
+    stores in this process (the parent's stay open).
+
+    LMDB allows one environment per file per process, and a child may not use
+    its parent's. Closing it is safe here for the reasons
+    :meth:`Engine.check_usable` gives; the inherited store then says it is
+    closed instead of failing to reopen a file opened again beside it.
+    """
+    for engine in list(_open_engines):
+        if engine.closed or engine.owns_file():
+            continue
+        same = False
+        with contextlib.suppress(OSError):
+            same = os.path.samefile(engine.path, path)
+        if not same:
+            continue
+        with engine.lock:
+            engine.closed = True
+            engine.env.close()
+            for retired in engine.retired:
+                retired.close_flush_descriptor()
+            engine.retired.clear()
+
+
 def _before_fork() -> None:
     # Wait for every call in progress in another thread to finish, and keep
     # new ones out until fork() returns. A child forked in the middle of a

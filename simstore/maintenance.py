@@ -17,7 +17,7 @@ from simstore.delta import Change
 from simstore.errors import InvalidTypeError, InvalidValueError, StoreFullError, StoreNotFoundError
 from simstore.format import CATALOG_KEY, META_KEY, State, StoredParams, encode_meta
 from simstore.params import COMPACTION_CREDIT, DEFAULT_MERGE_THRESHOLD
-from simstore.permute import Table
+from simstore.permute import Table, validate_k
 from simstore.reads import all_documents, document_count
 from simstore.results import MaintenanceWarning, StoreFullWarning
 from simstore.runs import filter_bits_for
@@ -186,6 +186,8 @@ def relayout(
     ones, in one write transaction whose commit switches the meta record over."""
     if sum(option is not None for option in (layout, blocks, expected_docs)) > 1:
         raise InvalidValueError("pass one of layout=, blocks= or expected_docs=")
+    if k is not None:
+        k = validate_k(k)
     # A layout carries its own k; otherwise k stays unless given. With
     # nothing else asked, choose_layout picks Manku's default blocks for k.
     new_k = k if k is not None or layout is not None else engine.params.k

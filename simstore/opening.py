@@ -7,12 +7,13 @@ import contextlib
 import errno
 import os
 import secrets
+import time
 from collections.abc import Iterator
 from typing import Any
 
 from simstore import _lmdb
 from simstore.choose import DEFAULT_MIN_SIMILARITY, LayoutRequest, choose_layout, layout_tables
-from simstore.engine import Engine, open_in_this_process
+from simstore.engine import Engine, open_in_this_process, release_inherited
 from simstore.errors import (
     AccessDeniedError,
     CorruptStoreError,
@@ -20,6 +21,7 @@ from simstore.errors import (
     InvalidTypeError,
     InvalidValueError,
     NotAStoreError,
+    StoreFullError,
     StoreLockedError,
     StoreNotFoundError,
 )
@@ -42,6 +44,11 @@ from simstore.version import __version__
 
 MODES = ("r", "w", "c", "n")
 OPEN_RETRIES = 3
+# A store file with two names is looked at this many times, this far apart,
+# before it is refused: creation links a new store into place, then removes
+# its temporary name.
+HARD_LINK_CHECKS = 20
+HARD_LINK_WAIT_SECONDS = 0.025
 
 
 def open(  # noqa: A001 - mirrors dbm.open, deliberately
@@ -114,20 +121,27 @@ def open(  # noqa: A001 - mirrors dbm.open, deliberately
         if fingerprinter is not None and fingerprinter.sketch is None:
             raise InvalidValueError("min_similarity needs sketches; the fingerprinter has sketch=None")
     opts = Options.from_kwargs(options)
-    path_str = _path_text(path)
+    # The file's own name, once: LMDB locks a store through the lock file beside
+    # the name it is opened by, so a symlink's name would lock another lock
+    # file than the target's (two writers at once), and a relative name would
+    # name another file after os.chdir.
+    path_str = os.path.realpath(_path_text(path))
     if os.path.isdir(path_str):
         raise NotAStoreError(f"{path_str} is a directory; a store is a single file")
     exists = os.path.exists(path_str)
     if not exists and mode in ("r", "w"):
         raise StoreNotFoundError(2, f"no simstore store at {path_str} (use mode 'c' to create one)")
-    if exists and mode != "n" and _file_size(path_str) == 0:
+    if exists and _file_size(path_str) == 0:
         # Not one simstore made: a new store appears under its name whole
         # (see _create_beside), so an empty file is someone else's.
-        raise NotAStoreError(
-            f"{path_str} is an empty file, not a simstore store (mode 'n' replaces it with a new store)"
-        )
+        raise NotAStoreError(f"{path_str} is an empty file, not a simstore store; it is left as it is")
+    if exists:
+        _check_one_name(path_str)
+    release_inherited(path_str)
     if exists and not readonly:
         _check_writable(path_str, mode)
+    if opts.map_size is not None and not readonly:
+        _check_map_room(path_str, opts.map_size)
     requested = LayoutRequest(k, blocks, fingerprinter, layout, expected_docs, min_similarity)
     if exists and mode == "n":
         choose_layout(requested)  # refuse bad parameters before deleting anything
@@ -365,6 +379,49 @@ def _path_text(path: object) -> str:
     if "\0" in path_text or not path_text:
         raise InvalidValueError(f"a store path must be non-empty and hold no NUL byte, got {path_text!r}")
     return path_text
+
+
+def _check_one_name(path: str) -> None:
+    """Refuse a store file with more than one name (hard links).
+
+    LMDB locks a store through the lock file beside the name it is opened by:
+    processes opening it by two names would each take a writer lock of their
+    own and write at once. A new store has two names for an instant (see
+    :func:`_create_beside`), so a second name is looked at again first.
+
+    Raises:
+        StoreLockedError: the file still has several names.
+    """
+    for _ in range(HARD_LINK_CHECKS):
+        try:
+            if os.stat(path).st_nlink <= 1:
+                return
+        except FileNotFoundError:
+            return  # removed meanwhile: the open that follows says so
+        time.sleep(HARD_LINK_WAIT_SECONDS)
+    raise StoreLockedError(
+        f"{path} has {os.stat(path).st_nlink} names (hard links): processes opening it by different "
+        "names would lock different lock files and write at once; remove the other names "
+        "(a backup is a copy: `simstore compact STORE --copy-to NEW`)"
+    )
+
+
+def _check_map_room(path: str, map_size: int) -> None:
+    """Refuse a ``map_size`` the disk cannot hold before anything is made: a
+    writer allocates its whole map on the disk (see docs/how-it-works.md)."""
+    folder = os.path.dirname(path) or "."
+    try:
+        status = os.statvfs(folder)
+    except OSError:
+        return  # a missing folder: the open that follows says so
+    room = status.f_bavail * status.f_frsize + (_file_size(path) if os.path.exists(path) else 0)
+    if map_size > room:
+        raise StoreFullError(
+            errno.ENOSPC,
+            f"map_size={map_size:,} bytes cannot be allocated for {path}: the disk has {room:,} bytes "
+            "for it. A writer's map is allocated on the disk whole; leave map_size out (the map grows "
+            "as the store does) and give max_map_size for a ceiling",
+        )
 
 
 def _check_writable(path: str, mode: str) -> None:

@@ -558,7 +558,7 @@ class Store:
                 documents). This reads every fingerprint, so it takes time in
                 proportion to the store (about a second per million documents).
         """
-        return store_stats(self._engine, skew)
+        return store_stats(self._engine, inputs.check_flag("skew", skew))
 
     def check(self) -> list[str]:
         """Verify the store's invariants; returns the problems found (empty when sound).

@@ -10,6 +10,7 @@ import sys
 import time
 from pathlib import Path
 
+import numpy as np
 import pytest
 
 import simstore
@@ -141,16 +142,14 @@ def test_a_folder_this_user_may_not_write(tmp_path: Path) -> None:
 
 def test_an_empty_file_is_not_made_a_store(tmp_path: Path) -> None:
     """An empty file is someone else's (a new store appears whole under its name):
-    modes "r", "w" and "c" refuse it and leave it empty; "n" replaces it."""
+    every mode refuses it and leaves it empty, "n" too (it replaces stores only)."""
     path = tmp_path / "empty.simstore"
     path.write_bytes(b"")
-    for mode in ("r", "w", "c"):
+    for mode in ("r", "w", "c", "n"):
         with pytest.raises(simstore.NotAStoreError, match="empty file"):
             simstore.open(path, mode)
         assert path.read_bytes() == b""
         assert not Path(f"{path}-lock").exists()
-    with simstore.open(path, "n") as store:
-        store.add("new", fingerprint=1)
 
 
 def test_a_lock_file_is_not_a_store(tmp_path: Path) -> None:
@@ -291,3 +290,116 @@ def test_mode_n_keeps_a_waiting_opener_on_one_lock_file(tmp_path: Path, parity: 
     with simstore.open(path, "r") as store:
         assert sorted(store.keys()) == ["replacer", "waiter"]
         assert store.check() == []
+
+
+_ADDER = """
+import sys, simstore
+with simstore.open(sys.argv[1], "w", k=3) as store:
+    for index in range(300):
+        store.add(f"{sys.argv[2]}-{index}", fingerprint=index * 7919 + len(sys.argv[2]))
+"""
+
+
+def test_a_store_opened_by_a_symlink_is_locked_by_its_own_name(tmp_path: Path) -> None:
+    """LMDB locks a store through the lock file beside the name it is opened by: two
+    writers, one by a symlink, each took a writer lock of their own and corrupted the
+    store. The name is resolved at open, so both lock the one lock file."""
+    path = tmp_path / "s.simstore"
+    simstore.open(path, k=3).close()
+    link = tmp_path / "link.simstore"
+    link.symlink_to(path)
+    writers = [
+        subprocess.Popen([sys.executable, "-c", _ADDER, str(name), tag])
+        for name, tag in ((path, "real"), (link, "link"))
+    ]
+    assert [writer.wait(timeout=120) for writer in writers] == [0, 0]
+    assert sorted(os.listdir(tmp_path)) == ["link.simstore", "s.simstore", "s.simstore-lock"]
+    with simstore.open(link, "r") as store:
+        assert store.path == str(path)
+        assert len(store) == 600
+        assert store.check() == []
+
+
+def test_a_store_with_two_names_is_refused(tmp_path: Path) -> None:
+    """A hard link cannot be resolved to one name: a store file with two is refused in
+    every mode, and neither name is changed."""
+    path = tmp_path / "s.simstore"
+    with simstore.open(path, k=3) as store:
+        store.add("a", fingerprint=1)
+    other = tmp_path / "other.simstore"
+    os.link(path, other)
+    before = _digest(path)
+    for name in (path, other):
+        for mode in ("r", "w", "c", "n"):
+            with pytest.raises(simstore.StoreLockedError, match="2 names"):
+                simstore.open(name, mode)
+    assert _digest(path) == before
+    assert not Path(f"{other}-lock").exists()
+    other.unlink()
+    with simstore.open(path, "r") as store:
+        assert store.keys() == ["a"]
+
+
+def test_a_relative_name_keeps_naming_the_store_after_chdir(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """The map grows by the store's name: taken as given, a relative one named another
+    file (or none) once the process changed its working folder."""
+    first, second = tmp_path / "first", tmp_path / "second"
+    first.mkdir()
+    second.mkdir()
+    monkeypatch.chdir(first)
+    with simstore.open("crawl.simstore", k=3, sync=False) as other:
+        other.add("other", fingerprint=1)
+    monkeypatch.chdir(second)
+    store = simstore.open("crawl.simstore", k=3, sync=False)  # second/crawl.simstore
+    monkeypatch.chdir(first)
+    try:
+        store.add_many(range(100_000), np.arange(100_000, dtype=np.uint64) * 7919)  # grows the map
+        assert store.path == str(second / "crawl.simstore")
+        assert store.check() == []
+    finally:
+        store.close()
+    with simstore.open(first / "crawl.simstore", "r") as untouched:
+        assert untouched.keys() == ["other"]
+
+
+def test_a_forked_child_may_open_the_store_itself(tmp_path: Path) -> None:
+    """A child forked while the parent has the store open opens it again (its own
+    handle, as worker processes do); the store it inherited is closed in the child."""
+    path = tmp_path / "s.simstore"
+    parent = simstore.open(path, k=3)
+    parent.add("parent", fingerprint=1)
+    pid = os.fork()
+    if pid == 0:  # the child: any failure is its exit status
+        status = 1
+        try:
+            with simstore.open(path, "w") as own:
+                own.add("child", fingerprint=2)
+            try:
+                parent.add("inherited", fingerprint=3)
+            except simstore.StoreClosedError:
+                status = 0
+        finally:
+            os._exit(status)
+    _, status = os.waitpid(pid, 0)
+    assert os.waitstatus_to_exitcode(status) == 0
+    parent.add("parent-after", fingerprint=4)
+    assert sorted(parent.keys()) == ["child", "parent", "parent-after"]
+    assert parent.check() == []
+    parent.close()
+
+
+def test_a_map_size_the_disk_cannot_hold_is_refused_before_anything_is_made(tmp_path: Path) -> None:
+    """map_size is allocated on the disk whole: one past the free space is refused
+    (it was halved until it fit, taking most of the disk without a word)."""
+    path = tmp_path / "s.simstore"
+    with pytest.raises(simstore.StoreFullError, match="map_size"):
+        simstore.open(path, "c", map_size=2**62)
+    assert os.listdir(tmp_path) == []
+    with simstore.open(path, "c", k=3, map_size=4 << 20) as store:
+        store.add("a", fingerprint=1)
+    with pytest.raises(simstore.StoreFullError, match="map_size"):
+        simstore.open(path, "w", map_size=2**62)
+    with simstore.open(path, "r") as store:
+        assert store.keys() == ["a"]

@@ -58,6 +58,9 @@ def test_relayout_refuses_conflicting_requests(store: simstore.Store) -> None:
         store.relayout(blocks=5, expected_docs=10)
     with pytest.raises(simstore.InvalidValueError):
         store.relayout(k=3, blocks=3)  # blocks must exceed k
+    for bad_k in ("3", 3.0):
+        with pytest.raises(simstore.InvalidTypeError):  # "3" was a TypeError from inside
+            store.relayout(k=bad_k)  # type: ignore[arg-type]
     assert store.blocks == 5
 
 

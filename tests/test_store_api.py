@@ -721,3 +721,9 @@ def test_numpy_integer_keys_are_their_python_ints(tmp_path: pathlib.Path) -> Non
         assert [match.key for match in store.query(3 << 20, k=0)] == [3]
         with pytest.raises(simstore.InvalidTypeError):
             store.add(np.bool_(True), fingerprint=1)
+
+
+def test_stats_skew_is_a_flag(store: simstore.Store) -> None:
+    with pytest.raises(simstore.InvalidTypeError):
+        store.stats(skew="no")  # type: ignore[arg-type]
+    assert store.stats(skew=False).degenerate is None
