@@ -384,8 +384,7 @@ def run_remove(args: argparse.Namespace) -> int:
                 resolved.append(key)
         if missing and not args.missing_ok:
             raise CommandError(f"no document with key {', '.join(map(repr, missing))}; nothing was removed")
-        for key in dict.fromkeys(resolved):
-            store.remove(key)
+        store.remove_many(resolved)  # one transaction: all of them or none
     print(f"removed {len(dict.fromkeys(resolved))} documents")
     return 0
 

@@ -251,6 +251,25 @@ class Store:
         """
         writes.remove(self._engine, key)
 
+    def remove_many(self, keys: Iterable[KeyLike], *, missing_ok: bool = False) -> int:
+        """Remove the documents stored under ``keys`` in one transaction: all
+        of them or none. Their table entries are taken out bucket by bucket,
+        not one document at a time as ``remove`` (even in a batch) does.
+
+        Args:
+            missing_ok: skip keys no document has, instead of refusing.
+
+        Returns:
+            How many documents were removed (a key given twice counts once).
+
+        Raises:
+            KeyNotFoundError: a key no document has, unless ``missing_ok``
+                (nothing is removed).
+        """
+        engine = self._engine
+        engine.commit.refuse_in_batch("remove_many")
+        return writes.remove_many(engine, keys, inputs.check_flag("missing_ok", missing_ok))
+
     @contextmanager
     def batch(self) -> Iterator[Batch]:
         """Gather this thread's single writes and commit them together.

@@ -40,6 +40,8 @@ SEEN_LIMIT = 16
 #: Batches at least this large take entries out bucket by bucket with numpy;
 #: smaller ones one document at a time.
 VECTOR_DELETE = 64
+#: Buckets such a batch decodes and encodes together.
+DELETE_SLICE_BUCKETS = 1 << 14
 
 #: What a query needs of one run of one table, flat for the hot loop:
 #: ``(database, run base, bucket shift, probe plan, bucket bits, low, high,
@@ -449,25 +451,40 @@ class TableSet:
                 if geometry.bucket_bits
                 else np.zeros(len(chosen), dtype=np.uint64)
             )
-            order = np.argsort(buckets, kind="stable")
-            chosen, buckets = chosen[order], buckets[order]
-            starts = np.flatnonzero(np.concatenate(([True], buckets[1:] != buckets[:-1])))
-            for start, end in zip(starts.tolist(), [*starts[1:].tolist(), len(chosen)], strict=True):
-                key = runs.bucket_key(run.run_id, int(buckets[start]))
-                value = txn.get(key, db=db)
-                if value is None:
+            # The buckets touched, a slice at a time, decoded, filtered and
+            # encoded together: one numpy pass per slice, not one per bucket
+            # (removing half of a 300K store took 32 s of per-bucket calls).
+            touched = np.unique(buckets)
+            for first in range(0, len(touched), DELETE_SLICE_BUCKETS):
+                bucket_keys = [
+                    runs.bucket_key(run.run_id, bucket)
+                    for bucket in touched[first : first + DELETE_SLICE_BUCKETS].tolist()
+                ]
+                present = [(key, value) for key in bucket_keys if (value := txn.get(key, db=db)) is not None]
+                if not present:
                     continue
-                keys, ids = runs.decode_bucket(key, value, geometry)
-                wanted = doc_ids[chosen[start:end]]
-                kept = ~np.isin(ids, wanted)
-                if bool(kept.all()):
+                keys, ids = runs.decode_buckets(
+                    [key for key, _ in present], [value for _, value in present], geometry
+                )
+                going = np.isin(ids, doc_ids[chosen])
+                if not bool(going.any()):
                     continue
-                left[chosen[start:end][np.isin(wanted, ids)]] = False
-                if not bool(kept.any()):
-                    txn.delete(key, db=db)
-                    continue
-                for new_key, new_value in runs.encode_buckets(run.run_id, geometry, keys[kept], ids[kept]):
-                    txn.put(new_key, new_value, db=db)
+                left[chosen[np.isin(doc_ids[chosen], ids[going])]] = False
+                rewritten = dict(runs.encode_buckets(run.run_id, geometry, keys[~going], ids[~going]))
+                changed = {
+                    runs.bucket_key(run.run_id, bucket)
+                    for bucket in np.unique(
+                        keys[going] >> np.uint64(FINGERPRINT_BITS - geometry.bucket_bits)
+                        if geometry.bucket_bits
+                        else np.zeros(1, dtype=np.uint64)
+                    ).tolist()
+                }
+                for key in changed:
+                    value = rewritten.get(key)
+                    if value is None:
+                        txn.delete(key, db=db)
+                    else:
+                        txn.put(key, value, db=db)
         if bool(left.any()):
             raise CorruptStoreError(f"table {index} lacks document {int(doc_ids[np.flatnonzero(left)[0]])}")
 

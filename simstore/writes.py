@@ -10,6 +10,7 @@ Arguments are checked before (:mod:`simstore.inputs`).
 
 from __future__ import annotations
 
+from collections.abc import Iterable
 from dataclasses import dataclass
 from typing import TYPE_CHECKING
 
@@ -17,7 +18,7 @@ import numpy as np
 
 from simstore import _lmdb
 from simstore.delta import Change, encode_add, encode_remove, encode_seq
-from simstore.errors import CorruptStoreError, InvalidValueError, KeyNotFoundError
+from simstore.errors import CorruptStoreError, InvalidTypeError, InvalidValueError, KeyNotFoundError
 from simstore.format import State
 from simstore.maintenance import maintain, merge_threshold, reserve_for
 from simstore.packed import IntArray, PackedKeys, Positions
@@ -380,6 +381,68 @@ def remove(engine: Engine, key: KeyLike) -> None:
 
     engine.commit.write(engine, body)
     maintain(engine, 0)
+
+
+def remove_many(engine: Engine, keys: Iterable[KeyLike], missing_ok: bool) -> int:
+    """``Store.remove_many``: every key checked before the transaction, then
+    the documents taken out in it; the number removed."""
+    if isinstance(keys, str | bytes):
+        raise InvalidTypeError("keys must be an iterable of keys, not one str or bytes key")
+    try:
+        key_list = list(keys)
+    except TypeError as exc:
+        raise InvalidTypeError(f"keys must be an iterable of keys, got {type(keys).__name__}") from exc
+    # Each document once, by its key's look-up form (1 and "1" stay two keys).
+    by_lookup = {lookup_key(pack_key(key)): key for key in key_list}
+    if not by_lookup:
+        return 0
+    # Removals rewrite the pages they touch (LMDB copies them): at most
+    # every page in use. A map that fills reruns the whole transaction.
+    touched = len(by_lookup) * (len(engine.tables) + 4) * engine.env.page_size()
+    reserve_for(engine, 0, 0, run_entries=0, extra_values=(0, min(touched, engine.env.used_bytes())))
+
+    def body(txn: _lmdb.Txn, state: State) -> tuple[int, State, Change]:
+        handles = engine.handles  # read inside: a retry may follow a re-layout
+        get, delete = txn.get, txn.delete
+        found: list[tuple[bytes, bytes]] = []
+        missing = []
+        for found_by, key in by_lookup.items():
+            id_bytes = get(found_by, db=handles.keys)
+            if id_bytes is None:
+                missing.append(key)
+            else:
+                found.append((found_by, id_bytes))
+        if missing and not missing_ok:
+            shown = ", ".join(map(repr, missing[:5])) + (
+                f" and {len(missing) - 5} more" if len(missing) > 5 else ""
+            )
+            raise KeyNotFoundError(f"no document with key {shown}; nothing was removed")
+        tabled_ids: list[int] = []
+        tabled_fingerprints: list[int] = []
+        delta_ids: list[int] = []
+        next_seq = state.next_seq
+        for found_by, id_bytes in found:
+            doc_id = decode_id(id_bytes)
+            fingerprint = record_fingerprint(engine, txn, doc_id)
+            delete(found_by, db=handles.keys)
+            delete(id_bytes, db=handles.docs)
+            delete(id_bytes, db=handles.docmeta)
+            if handles.sketches is not None:
+                delete(id_bytes, db=handles.sketches)
+            if doc_id in engine.delta:
+                txn.put(encode_seq(next_seq), encode_remove(doc_id), db=handles.delta, append=True)
+                next_seq += 1
+                delta_ids.append(doc_id)
+            else:
+                tabled_ids.append(doc_id)
+                tabled_fingerprints.append(fingerprint)
+        if tabled_ids:
+            engine.tableset.delete(txn, engine.tableset.catalog, tabled_ids, tabled_fingerprints)
+        return len(found), state._replace(next_seq=next_seq), Change([], delta_ids)
+
+    removed = engine.write(body)
+    maintain(engine, 0)
+    return removed
 
 
 def record_fingerprint(engine: Engine, txn: _lmdb.Txn, doc_id: int) -> int:

@@ -235,6 +235,22 @@ class StoreMachine(RuleBasedStateMachine):
         del self.model[key]
         del self.sketches[key]
 
+    @precondition(lambda self: bool(self.model))
+    @rule(data=st.data(), missing=keys)
+    def remove_many(self, data: st.DataObject, missing: Key) -> None:
+        """Several documents in one transaction; with a missing key, none (unless missing_ok)."""
+        chosen = data.draw(
+            st.lists(st.sampled_from(sorted(self.model, key=_rank)), max_size=80), label="keys to remove"
+        )
+        if missing not in self.model:
+            with pytest.raises(simstore.KeyNotFoundError):
+                self.live.remove_many([*chosen, missing])
+            chosen.append(missing)
+        assert self.live.remove_many(chosen, missing_ok=True) == len({k for k in chosen if k in self.model})
+        for key in chosen:
+            self.model.pop(key, None)
+            self.sketches.pop(key, None)
+
     @rule(key=keys)
     def remove_missing(self, key: Key) -> None:
         if key in self.model:
