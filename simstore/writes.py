@@ -396,10 +396,15 @@ def remove_many(engine: Engine, keys: Iterable[KeyLike], missing_ok: bool) -> in
     by_lookup = {lookup_key(pack_key(key)): key for key in key_list}
     if not by_lookup:
         return 0
-    # Removals rewrite the pages they touch (LMDB copies them): at most
-    # every page in use. A map that fills reruns the whole transaction.
-    touched = len(by_lookup) * (len(engine.tables) + 4) * engine.env.page_size()
-    reserve_for(engine, 0, 0, run_entries=0, extra_values=(0, min(touched, engine.env.used_bytes())))
+    # Removals rewrite the pages they touch (LMDB copies them): at most every
+    # page holding data, less the free pages the copies can take. A map that
+    # fills reruns the whole transaction; one reserved beyond need is file
+    # the disk holds for nothing.
+    with engine.read() as txn:
+        live = engine.env.live_bytes(txn, engine.handles)
+    touched = min(len(by_lookup) * (len(engine.tables) + 4) * engine.env.page_size(), live)
+    free = engine.env.used_bytes() - live
+    reserve_for(engine, 0, 0, run_entries=0, extra_values=(0, max(0, touched - free)))
 
     def body(txn: _lmdb.Txn, state: State) -> tuple[int, State, Change]:
         handles = engine.handles  # read inside: a retry may follow a re-layout
