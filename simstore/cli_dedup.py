@@ -40,7 +40,7 @@ from simstore.cli_common import (
 )
 from simstore.cli_outputs import Output, output_stream, refuse_clobbers, resolve_output
 from simstore.cli_resume import ProgressLog
-from simstore.columnar import COLUMNAR_FORMATS, ColumnarWriter, schema_of
+from simstore.columnar import COLUMNAR_FORMATS, ColumnarWriter, unified_schema
 from simstore.frames import member_provenance
 from simstore.opening import open as open_store
 from simstore.readers import (
@@ -51,6 +51,7 @@ from simstore.readers import (
     Input,
     ReadOptions,
     columnar_files,
+    columnar_schema,
     delimited_header,
     input_format,
     named_format,
@@ -183,6 +184,9 @@ def run_dedup(args: argparse.Namespace) -> int:
     with tempfile.TemporaryDirectory(prefix="simstore-dedup-") as scratch:
         inputs = inputs_of(args.files, spool_dir=scratch, unnamed_format=_unnamed_format(args))
         output_format = None if args.pairs or args.clusters else choose_output_format(args, output, inputs)
+        # Every input's columns, from the files' metadata: a schema conflict
+        # is refused before the long first pass, not after it.
+        schema = output_schema(inputs, options) if output_format in COLUMNAR_FORMATS else None
         if args.against is not None:
             with open_existing(args.against) as store:
                 check_distance(args.k, store)
@@ -225,6 +229,7 @@ def run_dedup(args: argparse.Namespace) -> int:
                 provenance,
                 annotate=args.annotate,
                 dropped=dropped_output,
+                schema=schema,
             )
     if log is not None:
         log.finish()  # every output is written: nothing is left to resume
@@ -576,13 +581,16 @@ def write_kept(
     *,
     annotate: bool = False,
     dropped: Output | None = None,
+    schema: Any = None,
 ) -> int:
     """Read the inputs again and write the documents of ``kept_keys`` in
     ``output_format`` (see :func:`choose_output_format`); with ``annotate``
     every document, with its provenance fields; the dropped ones, annotated,
     to ``dropped`` too. A document skipped as a bad line in the first pass
     is in neither, even where reading alone accepts it (a text with no
-    words). Returns how many documents were kept."""
+    words). Parquet and Arrow rows are written under ``schema`` (see
+    :func:`output_schema`; read here if not given). Returns how many
+    documents were kept."""
     quiet = ErrorCounter(None)  # bad lines were reported by the first pass
     again = ReadOptions(options.format, options.id_field, options.text_field, (), "skip")
     kept = 0
@@ -590,7 +598,8 @@ def write_kept(
         writer: DocumentWriter | _RowWriter
         dropped_writer: DocumentWriter | _RowWriter | None = None
         if output_format in COLUMNAR_FORMATS:
-            schema = schema_of(_first_file(inputs[0]), _written_format(inputs[0], options))
+            if schema is None:
+                schema = output_schema(inputs, options)
             extra = _provenance_columns(schema, options)
             writer = _RowWriter(stack, output, output_format, schema, extra if annotate else ())
             if dropped is not None:
@@ -638,10 +647,25 @@ def _written_format(item: Input, options: ReadOptions) -> str:
     return fmt
 
 
-def _first_file(item: Input) -> str:
-    """``item``'s path, or its first part's for a directory of columnar files."""
-    parts = columnar_files(item.path) if os.path.isdir(item.path) else None
-    return item.path if parts is None else parts[0][0]
+def output_schema(inputs: list[Input], options: ReadOptions) -> Any:
+    """The schema of a Parquet or Arrow output: the columns of every
+    columnar input file (a directory's parts each), unified by
+    :func:`simstore.columnar.unified_schema` from the files' metadata.
+
+    Raises:
+        SchemaConflictError: a column no one type holds for two files.
+        InputError: a file pyarrow cannot read.
+    """
+    named_schemas = []
+    for item in inputs:
+        fmt = input_format(item, options.format)
+        if fmt == "dir":
+            for path, part_format in columnar_files(item.path) or []:
+                shown = os.path.join(item.display, os.path.relpath(path, item.path))
+                named_schemas.append((shown, columnar_schema(path, part_format, shown)))
+        elif fmt in COLUMNAR_FORMATS:
+            named_schemas.append((item.display, columnar_schema(item.path, fmt, item.display)))
+    return unified_schema(named_schemas)
 
 
 def _provenance_columns(schema: Any, options: ReadOptions) -> list[tuple[str, str]]:
@@ -661,7 +685,8 @@ def _provenance_columns(schema: Any, options: ReadOptions) -> list[tuple[str, st
 
 class _RowWriter:
     """Documents written back as rows of a Parquet or Arrow IPC file: the
-    rows as read (columns of the first input's schema), plus ``extra``."""
+    rows as read (under every input's columns, :func:`output_schema`), plus
+    ``extra``."""
 
     def __init__(
         self,
@@ -672,7 +697,7 @@ class _RowWriter:
         extra: Sequence[tuple[str, str]],
     ) -> None:
         stream = stack.enter_context(output_stream(output, binary=True))
-        self._writer = ColumnarWriter(stream, fmt, schema, extra)
+        self._writer = ColumnarWriter(stream, fmt, schema, extra, name=output.given)
         # Closed before the stream: the footer must be written into it.
         stack.callback(self._writer.close)
 

@@ -48,7 +48,7 @@ from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import IO, Any, TextIO, TypeVar, cast
 
-from simstore.columnar import COLUMNAR_FORMATS, PyarrowMissingError, read_rows
+from simstore.columnar import COLUMNAR_FORMATS, PyarrowMissingError, read_rows, schema_of
 from simstore.errors import SimstoreError
 from simstore.records import Key
 
@@ -288,6 +288,20 @@ def columnar_files(folder: str) -> list[tuple[str, str]] | None:
                 return None
             found.append((os.path.join(parent, name), fmt))
     return found or None
+
+
+def columnar_schema(path: str, fmt: str, shown: str) -> Any:
+    """The schema of the Parquet or Arrow file at ``path``, from its
+    metadata alone; a file pyarrow cannot read raises an :class:`InputError`
+    naming it as ``shown``, as reading its rows would."""
+    if not os.path.exists(path):
+        raise InputError(shown, 0, "no such file")
+    try:
+        return schema_of(path, fmt)
+    except PyarrowMissingError:
+        raise
+    except Exception as exc:  # pyarrow's several error types for a file it cannot read
+        raise InputError(shown, 0, f"not a readable {fmt} file: {exc}") from exc
 
 
 def _read_columnar(item: Input, fmt: str, options: ReadOptions) -> Iterator[Document | InputError]:
