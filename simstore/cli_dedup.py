@@ -605,9 +605,18 @@ def write_kept(
             if dropped is not None:
                 dropped_writer = _RowWriter(stack, dropped, output_format, schema, extra)
         else:
-            writer = DocumentWriter(stack.enter_context(output_stream(output)), output_format)
+            # With no row written (a header-only CSV, every row dropped) the header still goes out.
+            header = _input_header(inputs, options, output_format)
+            names = list(_UNCLUSTERED)
+            writer = DocumentWriter(
+                stack.enter_context(output_stream(output)), output_format, header, names if annotate else ()
+            )
+            stack.callback(writer.close)
             if dropped is not None:
-                dropped_writer = DocumentWriter(stack.enter_context(output_stream(dropped)), output_format)
+                dropped_writer = DocumentWriter(
+                    stack.enter_context(output_stream(dropped)), output_format, header, names
+                )
+                stack.callback(dropped_writer.close)
         for document in unique_keys(read_documents(inputs, again, quiet), again, quiet):
             is_kept = document.key in kept_keys
             kept += is_kept
@@ -620,20 +629,23 @@ def write_kept(
             if dropped_writer is not None and not is_kept and document.key in provenance:
                 dropped_writer.write(document, fields)
         if isinstance(writer, DocumentWriter):
-            # With no row written (a header-only CSV, every row dropped) the header still goes out.
-            header = _input_header(inputs[0], options, output_format)
-            names = list(_UNCLUSTERED)
-            writer.finish(None if header is None else header + names if annotate else header)
-            if isinstance(dropped_writer, DocumentWriter):
-                dropped_writer.finish(None if header is None else header + names)
+            writer.finish()
+        if isinstance(dropped_writer, DocumentWriter):
+            dropped_writer.finish()
     return kept
 
 
-def _input_header(item: Input, options: ReadOptions, output_format: str) -> list[str] | None:
-    """The header row of ``item`` if it is a CSV or TSV input written back as such."""
-    if output_format not in ("csv", "tsv") or input_format(item, options.format) != output_format:
+def _input_header(inputs: list[Input], options: ReadOptions, output_format: str) -> list[str] | None:
+    """The columns of the CSV or TSV inputs written back as such, in
+    first-seen order; ``None`` if there are none."""
+    if output_format not in ("csv", "tsv"):
         return None
-    return delimited_header(item, output_format)
+    columns: dict[str, None] | None = None
+    for item in inputs:
+        if input_format(item, options.format) == output_format:
+            columns = columns if columns is not None else {}
+            columns.update(dict.fromkeys(delimited_header(item, output_format) or ()))
+    return None if columns is None else list(columns)
 
 
 def _written_format(item: Input, options: ReadOptions) -> str:

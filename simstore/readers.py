@@ -43,6 +43,7 @@ import json
 import os
 import stat
 import sys
+import tempfile
 import zlib
 from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence
 from dataclasses import dataclass, field
@@ -712,22 +713,45 @@ def _read_directory(item: Input, tracker: ReadProgress) -> Iterator[Document | I
 class DocumentWriter:
     """Writes documents back in an input format: ``jsonl`` writes the record
     read (or ``{"id": key, "text": text}`` for text and directory inputs),
-    ``csv``/``tsv`` the row under the first file's header, ``text`` the line."""
+    ``text`` the line, ``csv``/``tsv`` the row under a header of every
+    field of the rows written.
 
-    def __init__(self, stream: TextIO, fmt: str) -> None:
+    A CSV header must come first, yet a later record may hold a field no
+    earlier one did (JSON lines vary): so CSV and TSV rows are kept in a
+    temporary file until :meth:`finish`, which writes the header (``header``
+    first, then every other field in first-seen order, then the fields of
+    ``last``) and then the rows, each with an empty cell for a field it
+    lacks. No field is ever left out.
+    """
+
+    def __init__(
+        self, stream: TextIO, fmt: str, header: Sequence[str] | None = None, last: Sequence[str] = ()
+    ) -> None:
         self.stream = stream
         self.format = fmt
-        self._csv: csv.DictWriter[str] | None = None
+        # Every field name seen, in order (a dict keeps it): the header to be.
+        self._fields: dict[str, None] = {} if header is None else dict.fromkeys([*header, *last])
+        self._last = list(last)
+        self._header_given = header is not None
+        self._spool: IO[str] | None = None
+        if fmt in ("csv", "tsv"):
+            # Closed by finish(), or by close() after an error.
+            self._spool = tempfile.TemporaryFile("w+", encoding="utf-8", newline="")  # noqa: SIM115
 
     def write(self, document: Document, extra: Mapping[str, Any] | None = None) -> None:
         """Write ``document``, with the fields of ``extra`` added (columns of
         a CSV row, keys of a JSON object; a text line cannot carry them)."""
-        if self.format in ("csv", "tsv"):
+        if self._spool is not None:
             record = _record_of(document)
             row = {name: _csv_value(value) for name, value in record.items()}
             if extra is not None:
                 row.update(extra)
-            self._start_csv(list(row)).writerow(row)
+            for name in row:
+                self._fields.setdefault(str(name), None)
+            # A row's cells in header order as it stands: fields only ever
+            # join the header at its end, so finish() pads the row's tail.
+            cells = [_csv_cell(row.get(name)) for name in self._fields]
+            self._spool.write(json.dumps(cells, ensure_ascii=False) + "\n")
         elif self.format == "text":
             self.stream.write(document.text.replace("\n", " ") + "\n")
         else:
@@ -736,24 +760,34 @@ class DocumentWriter:
                 record = {**record, **extra}
             self.stream.write(json.dumps(record, ensure_ascii=False, default=_json_value) + "\n")
 
-    def finish(self, header: Sequence[str] | None) -> None:
-        """End a CSV or TSV output: if no row was written, write ``header``
-        alone, so that an output with no rows still names its columns."""
-        if self.format in ("csv", "tsv") and header is not None:
-            self._start_csv(list(header))
-
-    def _start_csv(self, fieldnames: list[str]) -> csv.DictWriter[str]:
-        """The CSV writer, made (and the header written) on first use."""
-        if self._csv is None:
-            self._csv = csv.DictWriter(
-                self.stream,
-                fieldnames=fieldnames,
-                delimiter="," if self.format == "csv" else "\t",
-                extrasaction="ignore",
-                lineterminator="\n",
+    def finish(self) -> None:
+        """End the output: a CSV or TSV file's header, then its rows. With
+        no row written, the ``header`` given still goes out alone, so that
+        an output with no rows still names its columns."""
+        if self._spool is None:
+            return
+        with self._spool:
+            if not self._fields and not self._header_given:
+                return
+            # A spooled row's cells are in the order fields were seen; the
+            # header puts ``last`` at the end.
+            position = {name: index for index, name in enumerate(self._fields)}
+            last = [name for name in self._last if name in position]
+            names = [name for name in self._fields if name not in last] + last
+            writer = csv.writer(
+                self.stream, delimiter="," if self.format == "csv" else "\t", lineterminator="\n"
             )
-            self._csv.writeheader()
-        return self._csv
+            writer.writerow(names)
+            self._spool.seek(0)
+            for line in self._spool:
+                cells = json.loads(line)
+                cells += [""] * (len(position) - len(cells))
+                writer.writerow([cells[position[name]] for name in names])
+
+    def close(self) -> None:
+        """Drop what :meth:`finish` did not write (after an error)."""
+        if self._spool is not None:
+            self._spool.close()
 
 
 def _record_of(document: Document) -> dict[str, Any]:
@@ -785,6 +819,13 @@ def _csv_value(value: Any) -> Any:
     if isinstance(value, datetime.date | datetime.time):
         return value.isoformat()
     return value
+
+
+def _csv_cell(value: Any) -> str:
+    """A value as the text the csv module writes for it (``None`` as empty)."""
+    if value is None:
+        return ""
+    return value if isinstance(value, str) else str(value)
 
 
 def delimited_header(item: Input, fmt: str) -> list[str] | None:
