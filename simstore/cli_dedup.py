@@ -40,7 +40,7 @@ from simstore.cli_common import (
 )
 from simstore.cli_outputs import Output, output_stream, refuse_clobbers, resolve_output
 from simstore.cli_resume import ProgressLog
-from simstore.columnar import COLUMNAR_FORMATS, ColumnarWriter, unified_schema
+from simstore.columnar import COLUMNAR_FORMATS, ColumnarWriter, key_column_type, unified_schema
 from simstore.frames import member_provenance
 from simstore.opening import open as open_store
 from simstore.readers import (
@@ -600,10 +600,10 @@ def write_kept(
         if output_format in COLUMNAR_FORMATS:
             if schema is None:
                 schema = output_schema(inputs, options)
-            extra = _provenance_columns(schema, options)
-            writer = _RowWriter(stack, output, output_format, schema, extra if annotate else ())
+            extra, keys_as_text = _provenance_columns(schema, options, provenance)
+            writer = _RowWriter(stack, output, output_format, schema, extra if annotate else (), keys_as_text)
             if dropped is not None:
-                dropped_writer = _RowWriter(stack, dropped, output_format, schema, extra)
+                dropped_writer = _RowWriter(stack, dropped, output_format, schema, extra, keys_as_text)
         else:
             # With no row written (a header-only CSV, every row dropped) the header still goes out.
             header = _input_header(inputs, options, output_format)
@@ -680,19 +680,25 @@ def output_schema(inputs: list[Input], options: ReadOptions) -> Any:
     return unified_schema(named_schemas)
 
 
-def _provenance_columns(schema: Any, options: ReadOptions) -> list[tuple[str, str]]:
-    """The provenance columns of a columnar output; ``duplicate_of`` holds
-    keys, so it takes the id column's type where it is an integer one."""
+def _provenance_columns(
+    schema: Any, options: ReadOptions, provenance: Provenance
+) -> tuple[list[tuple[str, Any]], bool]:
+    """The provenance columns of a columnar output, and whether its
+    ``duplicate_of`` keys are written as text. ``duplicate_of`` holds keys:
+    an integer type (the id column's where it holds them) when every key
+    written is an integer that fits one, else string (see
+    :func:`simstore.columnar.key_column_type`)."""
     id_field = options.id_field or "id"
-    key_type = "string"
-    if id_field in schema.names and str(schema.field(id_field).type).startswith(("int", "uint")):
-        key_type = "int64"
-    return [
+    id_type = schema.field(id_field).type if id_field in schema.names else None
+    duplicate_keys = (fields["duplicate_of"] for fields in provenance.values())
+    key_type, keys_as_text = key_column_type(id_type, (key for key in duplicate_keys if key is not None))
+    columns = [
         ("cluster_id", "int64"),
         ("duplicate_of", key_type),
         ("distance", "int64"),
         ("similarity", "float64"),
     ]
+    return columns, keys_as_text
 
 
 class _RowWriter:
@@ -706,13 +712,28 @@ class _RowWriter:
         output: Output,
         fmt: str,
         schema: Any,
-        extra: Sequence[tuple[str, str]],
+        extra: Sequence[tuple[str, Any]],
+        keys_as_text: bool = False,
     ) -> None:
         stream = stack.enter_context(output_stream(output, binary=True))
         self._writer = ColumnarWriter(stream, fmt, schema, extra, name=output.given)
+        self._keys_as_text = keys_as_text
         # Closed before the stream: the footer must be written into it.
         stack.callback(self._writer.close)
 
     def write(self, document: Document, extra: Mapping[str, Any] | None = None) -> None:
         record = document.record if isinstance(document.record, dict) else {}
+        if extra is not None and self._keys_as_text and extra["duplicate_of"] is not None:
+            extra = {**extra, "duplicate_of": _key_text(extra["duplicate_of"])}
         self._writer.write(record if extra is None else {**record, **extra})
+
+
+def _key_text(key: Any) -> str:
+    """A key (as :func:`key_to_json` gives it) in a string column: a str as
+    itself, an int in decimal, bytes as the ``{"$bytes": ...}`` JSON a CSV
+    cell holds."""
+    if isinstance(key, str):
+        return key
+    if isinstance(key, int):
+        return str(key)
+    return json.dumps(key)

@@ -189,6 +189,34 @@ def _widens(pa: Any, source: Any, target: Any) -> bool:
     return False
 
 
+def key_column_type(id_type: Any, keys: Iterable[object]) -> tuple[Any, bool]:
+    """The type of a column of keys (``dedup --annotate``'s ``duplicate_of``),
+    decided from the keys it will hold: ``id_type`` (the id column's type,
+    ``None`` if there is none) where it is an integer type that holds every
+    key; else int64 or uint64 where one holds them all; else string. Returns
+    the type and whether keys must be written as text (ints in decimal).
+
+    A key of a null id (``FILE:LINE``), of a store filled from Python, or a
+    uint64 id of 2**63 or more would not fit an int64 column.
+    """
+    pa = _pyarrow()
+    if id_type is None or not pa.types.is_integer(id_type):
+        return pa.string(), True
+    integer_keys: list[int] = []
+    for key in keys:
+        if not isinstance(key, int) or isinstance(key, bool):
+            return pa.string(), True
+        integer_keys.append(key)
+    smallest, largest = min(integer_keys, default=0), max(integer_keys, default=0)
+    for candidate in (id_type, pa.int64(), pa.uint64()):
+        signed = pa.types.is_signed_integer(candidate)
+        bits = candidate.bit_width
+        low, high = (-(2 ** (bits - 1)), 2 ** (bits - 1) - 1) if signed else (0, 2**bits - 1)
+        if low <= smallest and largest <= high:
+            return candidate, False
+    return pa.string(), True
+
+
 class _IpcReader:
     """An Arrow IPC file or stream, whichever ``path`` holds."""
 

@@ -250,3 +250,75 @@ def test_a_row_pyarrow_cannot_write_is_one_error_line(
     assert err.count("\n") == 1
     assert "Traceback" not in err
     assert not output.exists()
+
+
+def _annotated(tmp_path: Path, table: object, *options: str) -> object:
+    source = tmp_path / "ids.parquet"
+    pq.write_table(table, source)
+    annotated, dropped = tmp_path / "annotated.parquet", tmp_path / "dropped.parquet"
+    command = ["dedup", str(source), "--annotate", "-o", str(annotated), "--dropped", str(dropped), "-q"]
+    assert main([*command, *options]) == 0
+    assert pq.read_table(dropped).column("duplicate_of").to_pylist() == [
+        key for key in pq.read_table(annotated).column("duplicate_of").to_pylist() if key is not None
+    ]
+    return pq.read_table(annotated)
+
+
+def test_a_null_integer_id_makes_duplicate_of_a_string_column(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """An int64 id column with a null: that row's key is FILE:LINE, and
+    writing it into an int64 duplicate_of was an ArrowInvalid traceback."""
+    table = _annotated(
+        tmp_path, pa.table({"id": pa.array([None, 2], pa.int64()), "text": [GPL_LIKE, GPL_LIKE + " extra"]})
+    )
+    assert str(table.schema.field("duplicate_of").type) == "string"
+    assert table.column("duplicate_of").to_pylist() == [None, f"{tmp_path / 'ids.parquet'}:1"]
+
+
+def test_uint64_ids_past_int64_keep_their_type(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    """uint64 ids of 2**63 or more: an OverflowError traceback into int64."""
+    ids = pa.array([2**64 - 1, 2**64 - 2], pa.uint64())
+    table = _annotated(tmp_path, pa.table({"id": ids, "text": [GPL_LIKE, GPL_LIKE + " extra"]}))
+    assert str(table.schema.field("duplicate_of").type) == "uint64"
+    assert table.column("duplicate_of").to_pylist() == [None, 2**64 - 1]
+
+
+def test_integer_ids_against_a_store_of_string_keys(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """--against (or --store) a store holding string keys, integer ids: a traceback after the run."""
+    store = tmp_path / "s.simstore"
+    stored = tmp_path / "s.jsonl"
+    stored.write_text(json.dumps({"id": "gpl", "text": GPL_LIKE}) + "\n", encoding="utf-8")
+    assert main(["add", str(store), str(stored), "-q"]) == 0
+    table = _annotated(
+        tmp_path,
+        pa.table({"id": pa.array([7, 8], pa.int64()), "text": [GPL_LIKE + " extra", "unrelated words here"]}),
+        "--against",
+        str(store),
+    )
+    assert str(table.schema.field("duplicate_of").type) == "string"
+    assert table.column("duplicate_of").to_pylist() == ["gpl", None]
+
+
+@pytest.mark.parametrize(
+    ("id_type", "keys", "expected"),
+    [
+        (pa.int64(), [1, 2], pa.int64()),
+        (pa.int32(), [1, 2], pa.int32()),
+        (pa.int32(), [2**40], pa.int64()),
+        (pa.int64(), [2**63], pa.uint64()),
+        (pa.int64(), [-1, 2**63], pa.string()),
+        (pa.int64(), [1, "a:1"], pa.string()),
+        (pa.string(), [1, 2], pa.string()),
+        (None, [1], pa.string()),
+        (pa.uint8(), [], pa.uint8()),
+    ],
+)
+def test_key_column_type_holds_every_key(id_type: object, keys: list[object], expected: object) -> None:
+    from simstore.columnar import key_column_type
+
+    key_type, as_text = key_column_type(id_type, keys)
+    assert key_type == expected
+    assert as_text == (expected == pa.string())
