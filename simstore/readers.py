@@ -667,11 +667,23 @@ def _document_from_fields(
             return InputError(name, number, f"no {id_field!r} field")
         key = f"{name}:{number}"
     elif isinstance(key, bool) or not isinstance(key, str | int):
-        return InputError(name, number, f"{id_field!r} must be a string or an integer, got {json.dumps(key)}")
+        return InputError(name, number, f"{id_field!r} must be a string or an integer, got {_shown(key)}")
     elif isinstance(key, int) and not -(2**63) <= key < 2**64:
         return InputError(name, number, f"{id_field!r} {key} is outside -2**63..2**64-1")
     meta = {field_name: record[field_name] for field_name in options.meta_fields if field_name in record}
     return Document(key, text, name, number, record, meta or None)
+
+
+def _shown(value: Any) -> str:
+    """A value in a message: as JSON where JSON has a type for it, else its
+    type and text (a Parquet timestamp, date or decimal, which json.dumps
+    refuses)."""
+    try:
+        return json.dumps(value)
+    except (TypeError, ValueError):
+        if isinstance(value, bytes):
+            return f"bytes ({len(value)} bytes)"
+        return f"{type(value).__name__} {_json_value(value)}"
 
 
 def _read_directory(item: Input, tracker: ReadProgress) -> Iterator[Document | InputError]:

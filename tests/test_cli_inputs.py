@@ -101,3 +101,38 @@ def test_csv_header_that_is_not_utf8_fails_the_file(
     source.write_bytes(b"id,t\xe9xt\n1,words\n")
     assert main(["dedup", str(source), "-o", str(tmp_path / "o.csv"), "--on-error", "skip"]) == 1
     assert "h.csv:1: the header is not UTF-8 (byte 0xe9 in column 2)" in capsys.readouterr().err
+
+
+@pytest.mark.parametrize("verb", ["dedup", "add"])
+@pytest.mark.parametrize(
+    ("column_type", "value", "shown"),
+    [
+        ("timestamp", "1970-01-01 00:00:00", "datetime 1970-01-01T00:00:00"),
+        ("date", "2020-01-02", "date 2020-01-02"),
+        ("decimal", "12.50", "Decimal 12.50"),
+    ],
+)
+def test_an_id_of_a_type_json_has_none_for_is_a_bad_row(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str], verb: str, column_type: str, value: str, shown: str
+) -> None:
+    """--id-field naming a timestamp column: `TypeError: Object of type datetime
+    is not JSON serializable` (the bad-row message was built with json.dumps)."""
+    import datetime
+    import decimal
+
+    pa = pytest.importorskip("pyarrow")
+    pq = pytest.importorskip("pyarrow.parquet")
+    if column_type == "timestamp":
+        column = pa.array([datetime.datetime.fromisoformat(value)], pa.timestamp("ms"))
+    elif column_type == "date":
+        column = pa.array([datetime.date.fromisoformat(value)], pa.date32())
+    else:
+        column = pa.array([decimal.Decimal(value)], pa.decimal128(5, 2))
+    source = tmp_path / "ts.parquet"
+    pq.write_table(pa.table({"when": column, "text": ["some words here"]}), source)
+    target = str(tmp_path / ("x.parquet" if verb == "dedup" else "t.simstore"))
+    command = ["dedup", str(source), "-o", target] if verb == "dedup" else ["add", target, str(source)]
+    assert main([*command, "--id-field", "when"]) == 1
+    assert capsys.readouterr().err == (
+        f"simstore: error: {source}:1: 'when' must be a string or an integer, got {shown}\n"
+    )
