@@ -309,11 +309,13 @@ def inputs_of(
                 else:
                     with open(path, "rb") as source:
                         shutil.copyfileobj(source, copy)
-            named = format_of(path) if path != STDIN else "text"
-            sniffed = named if named != "text" else sniff_format(spooled, name or path)
             if unnamed_format != "auto" and named_format(path) is None:
-                sniffed = unnamed_format
-            inputs.append(Input(spooled, name or path, format=sniffed))
+                # Not sniffed: a sniff refuses binary data, and Parquet on stdin is read from the copy.
+                read_as = unnamed_format
+            else:
+                named = format_of(path) if path != STDIN else "text"
+                read_as = named if named != "text" else sniff_format(spooled, name or path)
+            inputs.append(Input(spooled, name or path, format=read_as))
         elif unnamed_format != "auto" and named_format(path) is None:
             inputs.append(Input(path, name, format=unnamed_format))
         else:

@@ -528,12 +528,12 @@ _UNCLUSTERED: dict[str, Any] = {
 
 
 def _unnamed_format(args: argparse.Namespace) -> str:
-    """How inputs whose name says no format are read: ``--format``, as
-    before it named the output's format too, unless ``--input-format``
-    names one for every input."""
-    if args.input_format != "auto" or args.output_format is None:
-        return "auto"
-    return str(args.output_format)
+    """How inputs whose name says no format (stdin, a pipe) are read:
+    ``--input-format``, which names one for every input, else ``--format``,
+    as before it named the output's format too, else ``"auto"`` (sniffed)."""
+    if args.input_format != "auto":
+        return str(args.input_format)
+    return "auto" if args.output_format is None else str(args.output_format)
 
 
 def choose_output_format(args: argparse.Namespace, output: Output, inputs: list[Input]) -> str:

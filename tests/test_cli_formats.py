@@ -189,3 +189,34 @@ def test_csv_inputs_with_other_headers_keep_every_column(
         "a,some words about apples,",
         "b,other words about pears and plums,en",
     ]
+
+
+@pytest.mark.parametrize("option", ["--input-format", "--format"])
+def test_dedup_reads_parquet_on_stdin(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str], monkeypatch: pytest.MonkeyPatch, option: str
+) -> None:
+    """`dedup - --input-format parquet < f.parquet` said "is a Parquet file: name it
+    *.parquet or pass --input-format parquet", the option given: stdin was
+    sniffed as text although dedup copies it to a file it can read as Parquet."""
+    pa = pytest.importorskip("pyarrow")
+    pq = pytest.importorskip("pyarrow.parquet")
+    rows = _rows()
+    buffer = io.BytesIO()
+    pq.write_table(pa.Table.from_pylist(rows), buffer)
+    monkeypatch.setattr(sys, "stdin", io.TextIOWrapper(io.BytesIO(buffer.getvalue())))
+    output = tmp_path / "kept.parquet"
+    assert main(["dedup", "-", option, "parquet", "-o", str(output), "-q"]) == 0
+    assert pq.read_table(output).column("id").to_pylist() == _kept_ids(tmp_path, capsys)
+
+
+def test_add_refuses_parquet_on_stdin(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str], monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """`add` streams its input and does not copy stdin: Parquet must be a file."""
+    pa = pytest.importorskip("pyarrow")
+    pq = pytest.importorskip("pyarrow.parquet")
+    buffer = io.BytesIO()
+    pq.write_table(pa.Table.from_pylist(_rows()[:3]), buffer)
+    monkeypatch.setattr(sys, "stdin", io.TextIOWrapper(io.BytesIO(buffer.getvalue())))
+    assert main(["add", str(tmp_path / "s.simstore"), "-", "--input-format", "parquet"]) == 1
+    assert capsys.readouterr().err == "simstore: error: <stdin>: parquet input must be a file, not stdin\n"
