@@ -16,7 +16,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from simstore.batch import KEEP_POLICIES, LINKAGES, Cluster
-from simstore.choose import DEFAULT_K
+from simstore.choose import DEFAULT_K, DEFAULT_MIN_SIMILARITY
 from simstore.cli_common import (
     QUERY_CHUNK,
     Collected,
@@ -83,7 +83,11 @@ def configure_dedup(parser: argparse.ArgumentParser) -> None:
         "store's k (default: the store's k)",
     )
     what = parser.add_mutually_exclusive_group()
-    what.add_argument("--pairs", action="store_true", help="write the near-duplicate pairs as JSONL")
+    what.add_argument(
+        "--pairs",
+        action="store_true",
+        help="write the near-duplicate pairs (within k and the similarity threshold) as JSONL",
+    )
     what.add_argument("--clusters", action="store_true", help="write the clusters as JSONL")
     parser.add_argument(
         "--keep",
@@ -121,7 +125,10 @@ def configure_dedup(parser: argparse.ArgumentParser) -> None:
         type=similarity,
         metavar="J",
         help="a duplicate also shares at least this estimated fraction of its word 3-shingles "
-        "(0 to 1; judged by the stored verification sketches)",
+        "(0 to 1; judged by the stored verification sketches). Default: the store's threshold, "
+        f"{DEFAULT_MIN_SIMILARITY} for the temporary store and a new --store; an existing --store or "
+        "--against STORE uses the one stored in it (`simstore stats` shows it). --min-similarity 0 "
+        "turns the check off: every pair within k bits",
     )
     parser.add_argument(
         "--format",
