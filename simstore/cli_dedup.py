@@ -22,8 +22,10 @@ from simstore.cli_common import (
     Collected,
     CommandError,
     ReadingBar,
+    StoreOnDemand,
     add_input_options,
     check_distance,
+    check_inputs,
     fingerprint_documents,
     inputs_of,
     key_to_json,
@@ -190,6 +192,7 @@ def run_dedup(args: argparse.Namespace) -> int:
     summary = DedupSummary(output=args.output)
     with tempfile.TemporaryDirectory(prefix="simstore-dedup-") as scratch:
         inputs = inputs_of(args.files, spool_dir=scratch, unnamed_format=_unnamed_format(args))
+        check_inputs(inputs, options)  # before a new --store is created
         output_format = None if args.pairs or args.clusters else choose_output_format(args, output, inputs)
         # Every input's columns, from the files' metadata: a schema conflict
         # is refused before the long first pass, not after it.
@@ -199,25 +202,14 @@ def run_dedup(args: argparse.Namespace) -> int:
                 check_distance(args.k, store)
                 kept_keys, provenance = dedup_against(args, store, inputs, output, options, errors, summary)
         else:
-            if args.store is not None:
-                # As for `add`: -k is the store's k, so an existing store's must equal it.
-                # Merged below on success only, not by close() after Ctrl-C or an error.
-                store = open_or_create(args.store, args.k, merge_on_close=False)
-            else:
-                store = open_store(
-                    os.path.join(scratch, "dedup.simstore"),
-                    "n",
-                    k=DEFAULT_K if args.k is None else args.k,
-                    sync=False,
-                    merge_on_close=False,
-                )
-            with store:
+            target = _dedup_store(args, scratch)
+            with target:
                 kept_keys, provenance = dedup_within(
-                    args, store, inputs, output, options, errors, summary, log
+                    args, target, inputs, output, options, errors, summary, log
                 )
                 if args.store is not None:
                     try:
-                        store.merge()
+                        target.opened().merge()
                     except KeyboardInterrupt:
                         raise KeyboardInterrupt(
                             f"interrupted while merging; the documents were added to {args.store} "
@@ -258,9 +250,24 @@ def run_dedup(args: argparse.Namespace) -> int:
     return 0
 
 
+def _dedup_store(args: argparse.Namespace, scratch: str) -> StoreOnDemand:
+    """``--store STORE``, or a temporary store in ``scratch``; a new one is
+    created when the first documents are committed (see :class:`StoreOnDemand`)."""
+    if args.store is not None:
+        path = str(args.store)
+        # As for `add`: -k is the store's k, so an existing store's must equal it.
+        # Merged on success only, not by close() after Ctrl-C or an error.
+        return StoreOnDemand(path, args.k, lambda: open_or_create(path, args.k, merge_on_close=False))
+    temporary = os.path.join(scratch, "dedup.simstore")
+    k = DEFAULT_K if args.k is None else args.k
+    return StoreOnDemand(
+        temporary, k, lambda: open_store(temporary, "n", k=k, sync=False, merge_on_close=False)
+    )
+
+
 def _collect(
     args: argparse.Namespace,
-    store: Store,
+    store: Store | StoreOnDemand,
     inputs: list[Input],
     options: ReadOptions,
     errors: ErrorCounter,
@@ -281,7 +288,7 @@ def _collect(
 
 def _add_committing(
     args: argparse.Namespace,
-    store: Store,
+    store: StoreOnDemand,
     inputs: list[Input],
     options: ReadOptions,
     errors: ErrorCounter,
@@ -306,7 +313,7 @@ def _add_committing(
 
 def _add_inputs(
     args: argparse.Namespace,
-    store: Store,
+    store: StoreOnDemand,
     inputs: list[Input],
     options: ReadOptions,
     errors: ErrorCounter,
@@ -332,7 +339,7 @@ def _add_inputs(
             ):
                 batch = Collected()
                 batch.extend(chunk, values, sketches)
-                batch.add_to(store)
+                batch.add_to(store.opened())
                 committed += len(chunk)
                 log.record(item, committed)
                 collected.keys.extend(batch.keys)
@@ -341,7 +348,7 @@ def _add_inputs(
 
 def dedup_within(
     args: argparse.Namespace,
-    store: Store,
+    target: StoreOnDemand,
     inputs: list[Input],
     output: Output,
     options: ReadOptions,
@@ -355,10 +362,11 @@ def dedup_within(
     adds are committed chunk by chunk and logged in ``log``."""
     persistent = log is not None
     if log is not None:
-        collected = _add_committing(args, store, inputs, options, errors, log)
+        collected = _add_committing(args, target, inputs, options, errors, log)
     else:
-        collected = _collect(args, store, inputs, options, errors, with_length=args.keep == "longest")
+        collected = _collect(args, target, inputs, options, errors, with_length=args.keep == "longest")
     summary.documents = collected.read
+    store = target.opened()
     if collected.keys and not persistent:
         with progress(args, desc="writing", total=1, unit="txn") as bar:
             collected.add_to(store)

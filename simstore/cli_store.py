@@ -22,8 +22,10 @@ from simstore.cli_common import (
     Collected,
     CommandError,
     ReadingBar,
+    StoreOnDemand,
     add_input_options,
     check_distance,
+    check_inputs,
     document_count,
     fingerprint_documents,
     from_json,
@@ -88,22 +90,25 @@ def run_add(args: argparse.Namespace) -> int:
     errors = skip_reporter(args)
     committed = 0
     pending = Collected()
+    inputs = inputs_of(args.files)
+    check_inputs(inputs, options)  # before a new store is created
     # The delta is merged below on success only: a merge run by close() after
     # Ctrl-C or an error would hold the command up (16 s at 10M documents).
-    with open_or_create(args.store, args.k, merge_on_close=False) as store:
+    with StoreOnDemand(
+        args.store, args.k, lambda: open_or_create(args.store, args.k, merge_on_close=False)
+    ) as target:
 
         def commit(batch: Collected) -> None:
             nonlocal committed
             if batch.keys:
-                batch.add_to(store)
+                batch.add_to(target.opened())
                 committed += len(batch.keys)
 
         try:
-            inputs = inputs_of(args.files)
             with ReadingBar(args, inputs) as bar:
                 documents = read_documents(inputs, options, errors, bar.tracker)
                 for chunk, values, sketches in fingerprint_documents(
-                    store,
+                    target,
                     documents,
                     options,
                     errors,
@@ -132,6 +137,7 @@ def run_add(args: argparse.Namespace) -> int:
                     "(re-running the same input is safe: an existing key is replaced)"
                 ) from exc
             raise
+        store = target.opened()  # a new store with no documents, if the input held none
         try:
             store.merge()
         except KeyboardInterrupt:

@@ -274,6 +274,62 @@ def _read_one(item: Input, options: ReadOptions, tracker: ReadProgress) -> Itera
         tracker.done(os.fstat(raw.fileno()).st_size)
 
 
+def check_input(item: Input, options: ReadOptions) -> None:
+    """Refuse ``item`` now if reading it would fail as a whole: a missing or
+    unreadable file or directory, binary data where text is expected, a CSV
+    header or a Parquet or Arrow schema without the text (or id) column.
+    Only the first bytes, a header or a file's metadata are read, and only
+    from regular files (a pipe would lose them); bad lines are found when
+    the input is read.
+
+    Raises:
+        InputError: what :func:`read_documents` would raise for the file.
+    """
+    if item.path == STDIN:
+        return
+    if not os.path.exists(item.path):
+        raise InputError(item.display, 0, "no such file")
+    fmt = input_format(item, options.format)
+    if fmt == "dir":
+        if not os.access(item.path, os.R_OK | os.X_OK):
+            raise InputError(item.display, 0, "cannot read: permission denied")
+        for path, part_format in columnar_files(item.path) or []:
+            shown = os.path.join(item.display, os.path.relpath(path, item.path))
+            _check_columns(columnar_schema(path, part_format, shown).names, shown, options)
+        return
+    if not os.path.isfile(item.path):
+        return  # a pipe or a device: read once, when its turn comes
+    if fmt in COLUMNAR_FORMATS:
+        _check_columns(columnar_schema(item.path, fmt, item.display).names, item.display, options)
+        return
+    try:
+        with open(item.path, "rb") as raw:
+            stream = _checked_stream(raw, item.display)  # gzip opened, binary formats refused
+            if fmt in ("csv", "tsv"):
+                text_stream = io.TextIOWrapper(
+                    stream, encoding="utf-8-sig", errors="surrogateescape", newline=""
+                )
+                try:
+                    header = next(csv.reader(text_stream, delimiter="," if fmt == "csv" else "\t"), None)
+                finally:
+                    text_stream.detach()
+                if header is not None:
+                    _check_header(header, item.display, options)
+    except OSError as exc:
+        raise InputError(item.display, 0, f"cannot read: {exc.strerror or exc}") from exc
+    except _DAMAGED_GZIP as exc:
+        raise InputError(item.display, 1, f"damaged gzip data ({exc})") from exc
+    except csv.Error as exc:
+        raise InputError(item.display, 1, NUL_MESSAGE if "NUL" in str(exc) else f"bad CSV: {exc}") from exc
+
+
+def _check_columns(names: Sequence[str], shown: str, options: ReadOptions) -> None:
+    """The text column, and the id column if ``--id-field`` names one, are among ``names``."""
+    for wanted in (options.text_field, options.id_field):
+        if wanted is not None and wanted not in names:
+            raise InputError(shown, 1, f"no {wanted!r} column (columns: {', '.join(names)})")
+
+
 def columnar_files(folder: str) -> list[tuple[str, str]] | None:
     """``(path, format)`` of every file below ``folder``, in name order, if
     each is a Parquet or Arrow file by its extension (hidden files and
@@ -313,9 +369,7 @@ def _read_columnar(item: Input, fmt: str, options: ReadOptions) -> Iterator[Docu
         raise
     except Exception as exc:  # pyarrow's several error types for a file it cannot read
         raise InputError(item.display, 0, f"not a readable {fmt} file: {exc}") from exc
-    for wanted in (options.text_field, options.id_field):
-        if wanted is not None and wanted not in names:
-            raise InputError(item.display, 1, f"no {wanted!r} column (columns: {', '.join(names)})")
+    _check_columns(names, item.display, options)
     for number, row in enumerate(rows, start=1):
         yield _document_from_fields(row, item.display, number, options)
 
@@ -609,12 +663,7 @@ def _read_delimited(
         header = reader.fieldnames
         if header is None:
             return
-        if (undecoded := _undecoded(dict(enumerate(header)))) is not None:
-            raise InputError(name, 1, f"the header is not UTF-8 ({undecoded})")
-        if options.text_field not in header:
-            raise InputError(name, 1, f"no {options.text_field!r} column (columns: {', '.join(header)})")
-        if options.id_field is not None and options.id_field not in header:
-            raise InputError(name, 1, f"no {options.id_field!r} column (columns: {', '.join(header)})")
+        _check_header(header, name, options)
         start = reader.line_num + 1
         for row in reader:
             number = start
@@ -632,6 +681,14 @@ def _read_delimited(
         raise InputError(name, reader.line_num, f"bad CSV: {exc}") from exc
     finally:
         text_stream.detach()
+
+
+def _check_header(header: Sequence[str], name: str, options: ReadOptions) -> None:
+    """A CSV or TSV header (decoded with ``surrogateescape``) is UTF-8 and
+    names the text column, and the id column if ``--id-field`` gives one."""
+    if (undecoded := _undecoded(dict(enumerate(header)))) is not None:
+        raise InputError(name, 1, f"the header is not UTF-8 ({undecoded})")
+    _check_columns(header, name, options)
 
 
 def _undecoded(row: Mapping[Any, str | None]) -> str | None:
