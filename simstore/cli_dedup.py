@@ -417,7 +417,7 @@ def _cluster(
                     "distance": pair.distance,
                 }
                 if pair.similarity is not None:
-                    record["similarity"] = round(pair.similarity, 4)
+                    record["similarity"] = pair.similarity
                 stream.write(json.dumps(record, ensure_ascii=False) + "\n")
     elif args.clusters:
         with output_stream(output) as stream:
@@ -430,7 +430,7 @@ def _cluster(
                     "worst_distance": cluster.worst_distance,
                 }
                 if cluster.worst_similarity is not None:
-                    record["worst_similarity"] = round(cluster.worst_similarity, 4)
+                    record["worst_similarity"] = cluster.worst_similarity
                 stream.write(json.dumps(record, ensure_ascii=False) + "\n")
     return dropped, provenance
 
@@ -460,6 +460,8 @@ def _summarize_clusters(
                 if member_similarity is not None:
                     judged.append(member_similarity)
     summary.worst_distance = worst_distance
+    # The summary is read by people: 4 decimals (the estimate's standard
+    # error is about 0.02); the data outputs carry the full estimate.
     summary.worst_similarity = round(min(judged), 4) if judged else None
 
 
@@ -473,7 +475,7 @@ def _cluster_provenance(store: Store, cluster: Cluster) -> Provenance:
             "cluster_id": cluster.cluster_id,
             "duplicate_of": None if key == representative else key_to_json(representative),
             "distance": distance,
-            "similarity": None if similarity is None else round(similarity, 4),
+            "similarity": similarity,
         }
         for key, distance, similarity in member_provenance(store, cluster)
     }
@@ -517,7 +519,7 @@ def dedup_against(
                         "cluster_id": None,
                         "duplicate_of": key_to_json(closest.key),
                         "distance": closest.distance,
-                        "similarity": None if closest.similarity is None else round(closest.similarity, 4),
+                        "similarity": closest.similarity,
                     }
                 if stream is not None:
                     for match in matches:
@@ -527,7 +529,7 @@ def dedup_against(
                             "distance": match.distance,
                         }
                         if match.similarity is not None:
-                            record["similarity"] = round(match.similarity, 4)
+                            record["similarity"] = match.similarity
                         stream.write(json.dumps(record, ensure_ascii=False) + "\n")
             bar.update(len(results))
     summary.duplicates = len(matched)

@@ -264,3 +264,31 @@ def test_dedup_applies_the_store_threshold_unless_told_otherwise(
         assert f"{DEFAULT_MIN_SIMILARITY} for the temporary store and a new --store" in plain
         assert "an existing --store or --against STORE uses" in plain
         assert "--min-similarity 0 turns the check off" in plain
+
+
+def test_dedup_outputs_carry_the_full_similarity(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    """The CLI rounded similarities to 4 decimals, also in Parquet's float64
+    column, where simstore.dedup_table and the Store give the full estimate."""
+    pa = pytest.importorskip("pyarrow")
+    pq = pytest.importorskip("pyarrow.parquet")
+    rows = _json_lines(CORPUS)
+    source = tmp_path / "corpus.parquet"
+    pq.write_table(pa.Table.from_pylist(rows), source)
+    annotated = tmp_path / "annotated.parquet"
+    assert main(["dedup", str(source), "--annotate", "-o", str(annotated), "-q"]) == 0
+    _, provenance = simstore.dedup_table(pq.read_table(source), "text", "id")
+    assert pq.read_table(annotated).column("similarity").to_pylist() == provenance["similarity"].to_pylist()
+    assert any(
+        value is not None and round(value, 4) != value for value in provenance["similarity"].to_pylist()
+    )
+    # JSON lines too: --pairs as the store lists them, --annotate as dedup_table.
+    store, pairs = tmp_path / "s.simstore", tmp_path / "pairs.jsonl"
+    assert main(["dedup", str(CORPUS), "--pairs", "--store", str(store), "-o", str(pairs), "-q"]) == 0
+    with simstore.open(store, "r") as opened:
+        expected = {(pair.key_a, pair.key_b): pair.similarity for pair in opened.near_duplicate_pairs()}
+    assert {(pair["a"], pair["b"]): pair["similarity"] for pair in _json_lines(pairs)} == expected
+    annotated_jsonl = tmp_path / "annotated.jsonl"
+    assert main(["dedup", str(CORPUS), "--annotate", "-o", str(annotated_jsonl), "-q"]) == 0
+    assert [record["similarity"] for record in _json_lines(annotated_jsonl)] == provenance[
+        "similarity"
+    ].to_pylist()
