@@ -721,6 +721,8 @@ def _document_from_fields(
     key: Any = record.get(id_field)
     if key is None:
         if options.id_field is not None:
+            if id_field in record:
+                return InputError(name, number, f"{id_field!r} is null, not a string or an integer")
             return InputError(name, number, f"no {id_field!r} field")
         key = f"{name}:{number}"
     elif isinstance(key, bool) or not isinstance(key, str | int):

@@ -136,3 +136,18 @@ def test_an_id_of_a_type_json_has_none_for_is_a_bad_row(
     assert capsys.readouterr().err == (
         f"simstore: error: {source}:1: 'when' must be a string or an integer, got {shown}\n"
     )
+
+
+def test_a_null_id_field_is_reported_as_null(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    """`--id-field maybe` on `{"maybe": null, ...}` said "no 'maybe' field"."""
+    source = tmp_path / "n.jsonl"
+    source.write_text(
+        '{"maybe": "a", "text": "a few words here"}\n{"maybe": null, "text": "other words"}\n'
+        '{"text": "and a third text"}\n',
+        encoding="utf-8",
+    )
+    output = tmp_path / "o.jsonl"
+    assert main(["dedup", str(source), "-o", str(output), "--id-field", "maybe", "--on-error", "skip"]) == 0
+    err = capsys.readouterr().err
+    assert f"simstore: skipped {source}:2: 'maybe' is null, not a string or an integer\n" in err
+    assert f"simstore: skipped {source}:3: no 'maybe' field\n" in err
