@@ -249,6 +249,15 @@ def from_json(value: Any) -> Any:
     return value
 
 
+def counted(count: int, noun: str) -> str:
+    """``count`` and ``noun``, plural unless one.
+
+    >>> counted(1, "document"), counted(2, "bad line"), counted(0, "document")
+    ('1 document', '2 bad lines', '0 documents')
+    """
+    return f"{count} {noun}" if count == 1 else f"{count} {noun}s"
+
+
 def show_key(key: Key) -> str:
     return key if isinstance(key, str) else repr(key)
 

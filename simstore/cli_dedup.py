@@ -26,6 +26,7 @@ from simstore.cli_common import (
     add_input_options,
     check_distance,
     check_inputs,
+    counted,
     fingerprint_documents,
     inputs_of,
     key_to_json,
@@ -376,7 +377,9 @@ def dedup_within(
     except KeyboardInterrupt:
         if persistent and collected.keys:
             raise KeyboardInterrupt(
-                f"interrupted; the {len(collected.keys)} documents read were added to {args.store} "
+                f"interrupted; the {counted(len(collected.keys), 'document')} read "
+                f"{'was' if len(collected.keys) == 1 else 'were'} added to "
+                f"{args.store} "
                 "(re-running the same input is safe: an existing key is replaced)"
             ) from None
         raise

@@ -26,6 +26,7 @@ from simstore.cli_common import (
     add_input_options,
     check_distance,
     check_inputs,
+    counted,
     document_count,
     fingerprint_documents,
     from_json,
@@ -126,14 +127,14 @@ def run_add(args: argparse.Namespace) -> int:
         except KeyboardInterrupt:
             if committed:
                 raise KeyboardInterrupt(
-                    f"interrupted; {committed} documents of earlier batches were committed "
+                    f"interrupted; {_committed_earlier(committed)} "
                     "(re-running the same input is safe: an existing key is replaced)"
                 ) from None
             raise
         except SimstoreError as exc:
             if committed:
                 raise CommandError(
-                    f"{exc}; {committed} documents of earlier batches were committed "
+                    f"{exc}; {_committed_earlier(committed)} "
                     "(re-running the same input is safe: an existing key is replaced)"
                 ) from exc
             raise
@@ -142,7 +143,8 @@ def run_add(args: argparse.Namespace) -> int:
             store.merge()
         except KeyboardInterrupt:
             raise KeyboardInterrupt(
-                f"interrupted while merging; all {committed} documents were committed "
+                f"interrupted while merging; all {counted(committed, 'document')} "
+                f"{'was' if committed == 1 else 'were'} committed "
                 "(the store merges its delta later)"
             ) from None
         total = len(store)
@@ -150,9 +152,14 @@ def run_add(args: argparse.Namespace) -> int:
     if args.json:
         print_json(summary)
     else:
-        skipped = f", skipped {errors.skipped} bad lines" if errors.skipped else ""
-        print(f"added {committed} documents{skipped}; the store holds {total}")
+        skipped = f", skipped {counted(errors.skipped, 'bad line')}" if errors.skipped else ""
+        print(f"added {counted(committed, 'document')}{skipped}; the store holds {total}")
     return 0
+
+
+def _committed_earlier(count: int) -> str:
+    """What a failed ``add --batch-size`` had committed: "1 document of earlier batches was committed"."""
+    return f"{counted(count, 'document')} of earlier batches {'was' if count == 1 else 'were'} committed"
 
 
 def configure_query(parser: argparse.ArgumentParser) -> None:
@@ -365,7 +372,7 @@ def run_check(args: argparse.Namespace) -> int:
 def run_merge(args: argparse.Namespace) -> int:
     with open_existing(args.store, "w") as store:
         merged = store.merge()
-    print(f"merged {merged} documents")
+    print(f"merged {counted(merged, 'document')}")
     return 0
 
 
@@ -392,7 +399,7 @@ def run_remove(args: argparse.Namespace) -> int:
             raise CommandError(f"no document with key {', '.join(map(repr, missing))}; nothing was removed")
         for key in dict.fromkeys(resolved):
             store.remove(key)
-    print(f"removed {len(dict.fromkeys(resolved))} documents")
+    print(f"removed {counted(len(dict.fromkeys(resolved)), 'document')}")
     return 0
 
 
@@ -605,7 +612,7 @@ def run_import(args: argparse.Namespace) -> int:
                 sketches=_sketch_rows(store, sketches),
             )
         total = len(store)
-    print(f"imported {len(keys)} documents; the store holds {total}")
+    print(f"imported {counted(len(keys), 'document')}; the store holds {total}")
     return 0
 
 

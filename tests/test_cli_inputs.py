@@ -91,7 +91,7 @@ def test_csv_bad_byte_in_a_quoted_multiline_field(tmp_path: Path, capsys: pytest
     assert main(["add", str(store), str(source), "--on-error", "skip"]) == 0
     out, err = capsys.readouterr()
     assert f"skipped {source}:2: not UTF-8 (byte 0xff in column 'text')" in err
-    assert "added 1 documents" in out
+    assert "added 1 document," in out
 
 
 def test_csv_header_that_is_not_utf8_fails_the_file(
@@ -151,3 +151,14 @@ def test_a_null_id_field_is_reported_as_null(tmp_path: Path, capsys: pytest.Capt
     err = capsys.readouterr().err
     assert f"simstore: skipped {source}:2: 'maybe' is null, not a string or an integer\n" in err
     assert f"simstore: skipped {source}:3: no 'maybe' field\n" in err
+
+
+def test_one_document_is_singular(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    """`simstore remove` said "removed 1 documents" (and `add` "added 1 documents")."""
+    source = tmp_path / "one.jsonl"
+    source.write_text('{"id": "a", "text": "a few words here"}\n{"id": "b"}\n', encoding="utf-8")
+    store = tmp_path / "s.simstore"
+    assert main(["add", str(store), str(source), "--on-error", "skip", "-q"]) == 0
+    assert capsys.readouterr().out == "added 1 document, skipped 1 bad line; the store holds 1\n"
+    assert main(["remove", str(store), "a"]) == 0
+    assert capsys.readouterr().out == "removed 1 document\n"

@@ -108,7 +108,7 @@ def test_batches_committed_before_a_bad_line_stay(tmp_path: Path, capsys: pytest
     store = tmp_path / "n.simstore"
     source = _jsonl(tmp_path / "data.jsonl", json.dumps(GOOD), "{not json")
     assert main(["add", str(store), str(source), "--batch-size", "1"]) == 1
-    assert "1 documents of earlier batches were committed" in capsys.readouterr().err
+    assert "1 document of earlier batches was committed" in capsys.readouterr().err
     with simstore.open(store, "r") as opened:
         assert list(opened.keys()) == ["a"]
 
