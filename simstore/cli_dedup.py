@@ -108,8 +108,9 @@ def configure_dedup(parser: argparse.ArgumentParser) -> None:
     parser.add_argument(
         "--annotate",
         action="store_true",
-        help="write every document, each with cluster_id, duplicate_of (the kept document's key, "
-        "empty for the kept), distance and similarity, instead of dropping",
+        help="write every document, each with cluster_id, duplicate_of (the key of the cluster's "
+        "representative, the document kept in its place; empty for the representative itself, "
+        "which --keep none drops too), distance and similarity, instead of dropping",
     )
     parser.add_argument(
         "--dropped",

@@ -292,3 +292,36 @@ def test_dedup_outputs_carry_the_full_similarity(tmp_path: Path, capsys: pytest.
     assert [record["similarity"] for record in _json_lines(annotated_jsonl)] == provenance[
         "similarity"
     ].to_pylist()
+
+
+def test_keep_none_annotation_is_documented_for_the_representative(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """Under --keep none each cluster's representative is dropped, yet has an empty
+    duplicate_of, which docs/cli.md and --help said marks the kept one."""
+    annotated, dropped = tmp_path / "annotated.jsonl", tmp_path / "dropped.jsonl"
+    command = [
+        "dedup",
+        str(CORPUS),
+        "--keep",
+        "none",
+        "--annotate",
+        "-o",
+        str(annotated),
+        "--dropped",
+        str(dropped),
+    ]
+    assert main([*command, "-q"]) == 0
+    records = _json_lines(annotated)
+    representatives = {
+        row["id"] for row in records if row["cluster_id"] is not None and row["duplicate_of"] is None
+    }
+    assert representatives
+    assert representatives <= {row["id"] for row in _json_lines(dropped)}
+    # What marks a kept document there is an empty cluster_id, and both texts say so.
+    with pytest.raises(SystemExit):
+        main(["dedup", "--help"])
+    help_text = " ".join(capsys.readouterr().out.split())
+    assert "empty for the representative itself, which --keep none drops too" in help_text
+    docs = " ".join((Path(__file__).parent.parent / "docs" / "cli.md").read_text(encoding="utf-8").split())
+    assert "a document is kept exactly when its `cluster_id` is empty" in docs
