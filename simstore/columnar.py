@@ -352,4 +352,19 @@ class ColumnarWriter:
             yield
         except (self._pa.ArrowException, OverflowError, TypeError, ValueError) as exc:
             self._failed = True
-            raise ColumnarWriteError(f"{self._name}: cannot write the {self._format} output: {exc}") from exc
+            raise ColumnarWriteError(
+                f"{self._name}: cannot write the {self._format} output: {_shortened(str(exc))}"
+            ) from exc
+
+
+#: The longest pyarrow message kept whole: it quotes the value it could not
+#: convert, which may be a whole document.
+_MESSAGE_CHARS = 300
+
+
+def _shortened(message: str) -> str:
+    """``message`` on one line, its middle cut if it is long (the end says which type was wanted)."""
+    message = " ".join(message.split())
+    if len(message) <= _MESSAGE_CHARS:
+        return message
+    return f"{message[: _MESSAGE_CHARS - 100]} ... {message[-80:]}"

@@ -249,6 +249,8 @@ def test_a_row_pyarrow_cannot_write_is_one_error_line(
     assert err.startswith(f"simstore: error: {output}: cannot write the parquet output: ")
     assert err.count("\n") == 1
     assert "Traceback" not in err
+    assert len(err) < 500  # pyarrow quotes the whole text it could not convert: cut short
+    assert err.endswith("tried to convert to int64\n")
     assert not output.exists()
 
 
