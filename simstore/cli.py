@@ -9,7 +9,8 @@ line there. The verbs live in :mod:`simstore.cli_store`,
 
 Exit status: 0 success, 1 a simstore error or bad input (one line on stderr,
 ``simstore: error: ...``, no traceback), 2 a usage error (argparse's usage
-message), 130 interrupted by Ctrl-C (one line saying what was committed), 143 by SIGTERM.
+message), 130 interrupted by Ctrl-C (one line saying what was committed), 143 by SIGTERM,
+141 (quietly) when the reader of stdout went away (``simstore export STORE | head``).
 Progress bars go to stderr, only when it is a terminal and ``-q`` is not
 given. Read verbs take ``--json``.
 
@@ -26,6 +27,7 @@ from __future__ import annotations
 
 import argparse
 import contextlib
+import errno
 import os
 import signal
 import sys
@@ -62,6 +64,10 @@ from simstore.cli_store import (
 from simstore.errors import SimstoreError
 from simstore.simhash import ShortTextWarning
 from simstore.version import __version__
+
+#: The exit status when the reader of stdout went away: 128 + SIGPIPE, what a
+#: shell reports for a tool that SIGPIPE stopped.
+EXIT_BROKEN_PIPE = 128 + signal.SIGPIPE
 
 # ---------------------------------------------------------------- the parser
 
@@ -166,11 +172,13 @@ def main(argv: Sequence[str] | None = None) -> int:
             status: int = args.run(args)
             return status
         except (SimstoreError, OSError) as exc:
-            if isinstance(exc, BrokenPipeError):
-                # The reader went away (`simstore export STORE | head`): stop quietly.
+            if isinstance(exc, BrokenPipeError) or getattr(exc, "errno", None) == errno.EPIPE:
+                # The reader went away (`simstore export STORE | head`): that is
+                # how such a pipeline ends, not an error. Stop quietly with the
+                # status a tool killed by SIGPIPE gives (128 + 13), as `cat` does.
                 with contextlib.suppress(OSError):
                     os.dup2(os.open(os.devnull, os.O_WRONLY), sys.stdout.fileno())
-                return 1
+                return EXIT_BROKEN_PIPE
             print(f"{PROG}: error: {_message(exc)}", file=sys.stderr)
             return 1
         except KeyboardInterrupt as exc:

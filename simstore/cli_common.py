@@ -21,7 +21,7 @@ import numpy as np
 from simstore.batch import LENGTH_FIELD
 from simstore.errors import InvalidValueError, ParameterMismatchError, SimstoreError, StoreNotFoundError
 from simstore.opening import open as open_store
-from simstore.permute import MAX_FINGERPRINT
+from simstore.permute import MAX_FINGERPRINT, validate_k
 from simstore.readers import (
     FORMATS,
     ON_ERROR,
@@ -33,12 +33,13 @@ from simstore.readers import (
     InputError,
     ReadOptions,
     ReadProgress,
+    check_input,
     format_of,
     named_format,
     sniff_format,
 )
 from simstore.records import Key
-from simstore.simhash import ShortTextWarning
+from simstore.simhash import Fingerprinter, ShortTextWarning
 from simstore.store import Store
 
 PROG = "simstore"
@@ -93,6 +94,62 @@ def open_or_create(path: str, k: int | None, **options: Any) -> Store:
                 f"with `simstore relayout {path} -k {k} --docs N`"
             ) from None
         raise
+
+
+class StoreOnDemand:
+    """The store a command adds documents to: one that exists is opened at
+    once (so a wrong ``-k`` is refused before any input is read), a missing
+    one is created only when the first documents are committed, by
+    ``open_new()`` (:meth:`opened`). A command that fails before then (a
+    bad line, a text that cannot be fingerprinted, Ctrl-C) leaves no new
+    store behind, with a ``k`` nobody chose for it.
+
+    Until the store exists, documents are fingerprinted with the settings a
+    new store gets (``Fingerprinter()``); :meth:`opened` checks that the
+    store it creates has them.
+    """
+
+    def __init__(self, path: str, k: int | None, open_new: Callable[[], Store]) -> None:
+        self.path = path
+        self._open_new = open_new
+        self._store: Store | None = None
+        if os.path.lexists(path):
+            self._store = open_new()
+            self.fingerprinter = self._store.fingerprinter
+            self.sketch = self._store.sketch
+            return
+        # What creating it would refuse, refused now rather than after the whole input.
+        if k is not None:
+            validate_k(k)
+        folder = os.path.dirname(os.path.abspath(path))
+        if not os.path.isdir(folder):
+            raise CommandError(f"cannot create {path}: there is no directory {folder}")
+        if not os.access(folder, os.W_OK | os.X_OK):
+            raise CommandError(f"cannot create {path}: the directory {folder} is not writable")
+        self.fingerprinter = Fingerprinter()
+        self.sketch = self.fingerprinter.sketch
+
+    def opened(self) -> Store:
+        """The store, created now if it does not exist yet."""
+        if self._store is None:
+            store = self._open_new()
+            if store.fingerprinter != self.fingerprinter or store.sketch != self.sketch:
+                # Another process created it meanwhile, with other settings: the
+                # fingerprints made for a new store would not match its own.
+                store.close()
+                raise CommandError(
+                    f"{self.path} was created meanwhile by another process, with other fingerprinter "
+                    "settings; nothing was added (run the command again)"
+                )
+            self._store = store
+        return self._store
+
+    def __enter__(self) -> StoreOnDemand:
+        return self
+
+    def __exit__(self, *exc_info: object) -> None:
+        if self._store is not None:
+            self._store.close()
 
 
 def check_distance(k: int | None, store: Store) -> None:
@@ -190,6 +247,15 @@ def from_json(value: Any) -> Any:
     if isinstance(value, list):
         return [from_json(item) for item in value]
     return value
+
+
+def counted(count: int, noun: str) -> str:
+    """``count`` and ``noun``, plural unless one.
+
+    >>> counted(1, "document"), counted(2, "bad line"), counted(0, "document")
+    ('1 document', '2 bad lines', '0 documents')
+    """
+    return f"{count} {noun}" if count == 1 else f"{count} {noun}s"
 
 
 def show_key(key: Key) -> str:
@@ -309,16 +375,25 @@ def inputs_of(
                 else:
                     with open(path, "rb") as source:
                         shutil.copyfileobj(source, copy)
-            named = format_of(path) if path != STDIN else "text"
-            sniffed = named if named != "text" else sniff_format(spooled, name or path)
             if unnamed_format != "auto" and named_format(path) is None:
-                sniffed = unnamed_format
-            inputs.append(Input(spooled, name or path, format=sniffed))
+                # Not sniffed: a sniff refuses binary data, and Parquet on stdin is read from the copy.
+                read_as = unnamed_format
+            else:
+                named = format_of(path) if path != STDIN else "text"
+                read_as = named if named != "text" else sniff_format(spooled, name or path)
+            inputs.append(Input(spooled, name or path, format=read_as))
         elif unnamed_format != "auto" and named_format(path) is None:
             inputs.append(Input(path, name, format=unnamed_format))
         else:
             inputs.append(Input(path, name))
     return inputs
+
+
+def check_inputs(inputs: Iterable[Input], options: ReadOptions) -> None:
+    """Refuse, before a store is created or an output written, an input that
+    cannot be read at all (see :func:`simstore.readers.check_input`)."""
+    for item in inputs:
+        check_input(item, options)
 
 
 def _read_once(path: str) -> bool:
@@ -388,7 +463,7 @@ class Collected:
 
 
 def fingerprint_documents(
-    store: Store,
+    store: Store | StoreOnDemand,
     documents: Iterable[Document],
     options: ReadOptions,
     errors: ErrorCounter,

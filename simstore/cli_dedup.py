@@ -16,14 +16,17 @@ from dataclasses import dataclass
 from typing import Any
 
 from simstore.batch import KEEP_POLICIES, LINKAGES, Cluster
-from simstore.choose import DEFAULT_K
+from simstore.choose import DEFAULT_K, DEFAULT_MIN_SIMILARITY
 from simstore.cli_common import (
     QUERY_CHUNK,
     Collected,
     CommandError,
     ReadingBar,
+    StoreOnDemand,
     add_input_options,
     check_distance,
+    check_inputs,
+    counted,
     fingerprint_documents,
     inputs_of,
     key_to_json,
@@ -40,7 +43,7 @@ from simstore.cli_common import (
 )
 from simstore.cli_outputs import Output, output_stream, refuse_clobbers, resolve_output
 from simstore.cli_resume import ProgressLog
-from simstore.columnar import COLUMNAR_FORMATS, ColumnarWriter, schema_of
+from simstore.columnar import COLUMNAR_FORMATS, ColumnarWriter, key_column_type, unified_schema
 from simstore.frames import member_provenance
 from simstore.opening import open as open_store
 from simstore.readers import (
@@ -51,6 +54,7 @@ from simstore.readers import (
     Input,
     ReadOptions,
     columnar_files,
+    columnar_schema,
     delimited_header,
     input_format,
     named_format,
@@ -82,7 +86,11 @@ def configure_dedup(parser: argparse.ArgumentParser) -> None:
         "store's k (default: the store's k)",
     )
     what = parser.add_mutually_exclusive_group()
-    what.add_argument("--pairs", action="store_true", help="write the near-duplicate pairs as JSONL")
+    what.add_argument(
+        "--pairs",
+        action="store_true",
+        help="write the near-duplicate pairs (within k and the similarity threshold) as JSONL",
+    )
     what.add_argument("--clusters", action="store_true", help="write the clusters as JSONL")
     parser.add_argument(
         "--keep",
@@ -100,8 +108,9 @@ def configure_dedup(parser: argparse.ArgumentParser) -> None:
     parser.add_argument(
         "--annotate",
         action="store_true",
-        help="write every document, each with cluster_id, duplicate_of (the kept document's key, "
-        "empty for the kept), distance and similarity, instead of dropping",
+        help="write every document, each with cluster_id, duplicate_of (the key of the cluster's "
+        "representative, the document kept in its place; empty for the representative itself, "
+        "which --keep none drops too), distance and similarity, instead of dropping",
     )
     parser.add_argument(
         "--dropped",
@@ -120,7 +129,10 @@ def configure_dedup(parser: argparse.ArgumentParser) -> None:
         type=similarity,
         metavar="J",
         help="a duplicate also shares at least this estimated fraction of its word 3-shingles "
-        "(0 to 1; judged by the stored verification sketches)",
+        "(0 to 1; judged by the stored verification sketches). Default: the store's threshold, "
+        f"{DEFAULT_MIN_SIMILARITY} for the temporary store and a new --store; an existing --store or "
+        "--against STORE uses the one stored in it (`simstore stats` shows it). --min-similarity 0 "
+        "turns the check off: every pair within k bits",
     )
     parser.add_argument(
         "--format",
@@ -182,31 +194,24 @@ def run_dedup(args: argparse.Namespace) -> int:
     summary = DedupSummary(output=args.output)
     with tempfile.TemporaryDirectory(prefix="simstore-dedup-") as scratch:
         inputs = inputs_of(args.files, spool_dir=scratch, unnamed_format=_unnamed_format(args))
+        check_inputs(inputs, options)  # before a new --store is created
         output_format = None if args.pairs or args.clusters else choose_output_format(args, output, inputs)
+        # Every input's columns, from the files' metadata: a schema conflict
+        # is refused before the long first pass, not after it.
+        schema = output_schema(inputs, options) if output_format in COLUMNAR_FORMATS else None
         if args.against is not None:
             with open_existing(args.against) as store:
                 check_distance(args.k, store)
                 kept_keys, provenance = dedup_against(args, store, inputs, output, options, errors, summary)
         else:
-            if args.store is not None:
-                # As for `add`: -k is the store's k, so an existing store's must equal it.
-                # Merged below on success only, not by close() after Ctrl-C or an error.
-                store = open_or_create(args.store, args.k, merge_on_close=False)
-            else:
-                store = open_store(
-                    os.path.join(scratch, "dedup.simstore"),
-                    "n",
-                    k=DEFAULT_K if args.k is None else args.k,
-                    sync=False,
-                    merge_on_close=False,
-                )
-            with store:
+            target = _dedup_store(args, scratch)
+            with target:
                 kept_keys, provenance = dedup_within(
-                    args, store, inputs, output, options, errors, summary, log
+                    args, target, inputs, output, options, errors, summary, log
                 )
                 if args.store is not None:
                     try:
-                        store.merge()
+                        target.opened().merge()
                     except KeyboardInterrupt:
                         raise KeyboardInterrupt(
                             f"interrupted while merging; the documents were added to {args.store} "
@@ -225,6 +230,7 @@ def run_dedup(args: argparse.Namespace) -> int:
                 provenance,
                 annotate=args.annotate,
                 dropped=dropped_output,
+                schema=schema,
             )
     if log is not None:
         log.finish()  # every output is written: nothing is left to resume
@@ -246,9 +252,24 @@ def run_dedup(args: argparse.Namespace) -> int:
     return 0
 
 
+def _dedup_store(args: argparse.Namespace, scratch: str) -> StoreOnDemand:
+    """``--store STORE``, or a temporary store in ``scratch``; a new one is
+    created when the first documents are committed (see :class:`StoreOnDemand`)."""
+    if args.store is not None:
+        path = str(args.store)
+        # As for `add`: -k is the store's k, so an existing store's must equal it.
+        # Merged on success only, not by close() after Ctrl-C or an error.
+        return StoreOnDemand(path, args.k, lambda: open_or_create(path, args.k, merge_on_close=False))
+    temporary = os.path.join(scratch, "dedup.simstore")
+    k = DEFAULT_K if args.k is None else args.k
+    return StoreOnDemand(
+        temporary, k, lambda: open_store(temporary, "n", k=k, sync=False, merge_on_close=False)
+    )
+
+
 def _collect(
     args: argparse.Namespace,
-    store: Store,
+    store: Store | StoreOnDemand,
     inputs: list[Input],
     options: ReadOptions,
     errors: ErrorCounter,
@@ -269,7 +290,7 @@ def _collect(
 
 def _add_committing(
     args: argparse.Namespace,
-    store: Store,
+    store: StoreOnDemand,
     inputs: list[Input],
     options: ReadOptions,
     errors: ErrorCounter,
@@ -294,7 +315,7 @@ def _add_committing(
 
 def _add_inputs(
     args: argparse.Namespace,
-    store: Store,
+    store: StoreOnDemand,
     inputs: list[Input],
     options: ReadOptions,
     errors: ErrorCounter,
@@ -320,7 +341,7 @@ def _add_inputs(
             ):
                 batch = Collected()
                 batch.extend(chunk, values, sketches)
-                batch.add_to(store)
+                batch.add_to(store.opened())
                 committed += len(chunk)
                 log.record(item, committed)
                 collected.keys.extend(batch.keys)
@@ -329,7 +350,7 @@ def _add_inputs(
 
 def dedup_within(
     args: argparse.Namespace,
-    store: Store,
+    target: StoreOnDemand,
     inputs: list[Input],
     output: Output,
     options: ReadOptions,
@@ -343,10 +364,11 @@ def dedup_within(
     adds are committed chunk by chunk and logged in ``log``."""
     persistent = log is not None
     if log is not None:
-        collected = _add_committing(args, store, inputs, options, errors, log)
+        collected = _add_committing(args, target, inputs, options, errors, log)
     else:
-        collected = _collect(args, store, inputs, options, errors, with_length=args.keep == "longest")
+        collected = _collect(args, target, inputs, options, errors, with_length=args.keep == "longest")
     summary.documents = collected.read
+    store = target.opened()
     if collected.keys and not persistent:
         with progress(args, desc="writing", total=1, unit="txn") as bar:
             collected.add_to(store)
@@ -356,7 +378,9 @@ def dedup_within(
     except KeyboardInterrupt:
         if persistent and collected.keys:
             raise KeyboardInterrupt(
-                f"interrupted; the {len(collected.keys)} documents read were added to {args.store} "
+                f"interrupted; the {counted(len(collected.keys), 'document')} read "
+                f"{'was' if len(collected.keys) == 1 else 'were'} added to "
+                f"{args.store} "
                 "(re-running the same input is safe: an existing key is replaced)"
             ) from None
         raise
@@ -397,7 +421,7 @@ def _cluster(
                     "distance": pair.distance,
                 }
                 if pair.similarity is not None:
-                    record["similarity"] = round(pair.similarity, 4)
+                    record["similarity"] = pair.similarity
                 stream.write(json.dumps(record, ensure_ascii=False) + "\n")
     elif args.clusters:
         with output_stream(output) as stream:
@@ -410,7 +434,7 @@ def _cluster(
                     "worst_distance": cluster.worst_distance,
                 }
                 if cluster.worst_similarity is not None:
-                    record["worst_similarity"] = round(cluster.worst_similarity, 4)
+                    record["worst_similarity"] = cluster.worst_similarity
                 stream.write(json.dumps(record, ensure_ascii=False) + "\n")
     return dropped, provenance
 
@@ -440,6 +464,8 @@ def _summarize_clusters(
                 if member_similarity is not None:
                     judged.append(member_similarity)
     summary.worst_distance = worst_distance
+    # The summary is read by people: 4 decimals (the estimate's standard
+    # error is about 0.02); the data outputs carry the full estimate.
     summary.worst_similarity = round(min(judged), 4) if judged else None
 
 
@@ -453,7 +479,7 @@ def _cluster_provenance(store: Store, cluster: Cluster) -> Provenance:
             "cluster_id": cluster.cluster_id,
             "duplicate_of": None if key == representative else key_to_json(representative),
             "distance": distance,
-            "similarity": None if similarity is None else round(similarity, 4),
+            "similarity": similarity,
         }
         for key, distance, similarity in member_provenance(store, cluster)
     }
@@ -497,7 +523,7 @@ def dedup_against(
                         "cluster_id": None,
                         "duplicate_of": key_to_json(closest.key),
                         "distance": closest.distance,
-                        "similarity": None if closest.similarity is None else round(closest.similarity, 4),
+                        "similarity": closest.similarity,
                     }
                 if stream is not None:
                     for match in matches:
@@ -507,7 +533,7 @@ def dedup_against(
                             "distance": match.distance,
                         }
                         if match.similarity is not None:
-                            record["similarity"] = round(match.similarity, 4)
+                            record["similarity"] = match.similarity
                         stream.write(json.dumps(record, ensure_ascii=False) + "\n")
             bar.update(len(results))
     summary.duplicates = len(matched)
@@ -523,12 +549,12 @@ _UNCLUSTERED: dict[str, Any] = {
 
 
 def _unnamed_format(args: argparse.Namespace) -> str:
-    """How inputs whose name says no format are read: ``--format``, as
-    before it named the output's format too, unless ``--input-format``
-    names one for every input."""
-    if args.input_format != "auto" or args.output_format is None:
-        return "auto"
-    return str(args.output_format)
+    """How inputs whose name says no format (stdin, a pipe) are read:
+    ``--input-format``, which names one for every input, else ``--format``,
+    as before it named the output's format too, else ``"auto"`` (sniffed)."""
+    if args.input_format != "auto":
+        return str(args.input_format)
+    return "auto" if args.output_format is None else str(args.output_format)
 
 
 def choose_output_format(args: argparse.Namespace, output: Output, inputs: list[Input]) -> str:
@@ -576,13 +602,16 @@ def write_kept(
     *,
     annotate: bool = False,
     dropped: Output | None = None,
+    schema: Any = None,
 ) -> int:
     """Read the inputs again and write the documents of ``kept_keys`` in
     ``output_format`` (see :func:`choose_output_format`); with ``annotate``
     every document, with its provenance fields; the dropped ones, annotated,
     to ``dropped`` too. A document skipped as a bad line in the first pass
     is in neither, even where reading alone accepts it (a text with no
-    words). Returns how many documents were kept."""
+    words). Parquet and Arrow rows are written under ``schema`` (see
+    :func:`output_schema`; read here if not given). Returns how many
+    documents were kept."""
     quiet = ErrorCounter(None)  # bad lines were reported by the first pass
     again = ReadOptions(options.format, options.id_field, options.text_field, (), "skip")
     kept = 0
@@ -590,15 +619,25 @@ def write_kept(
         writer: DocumentWriter | _RowWriter
         dropped_writer: DocumentWriter | _RowWriter | None = None
         if output_format in COLUMNAR_FORMATS:
-            schema = schema_of(_first_file(inputs[0]), _written_format(inputs[0], options))
-            extra = _provenance_columns(schema, options)
-            writer = _RowWriter(stack, output, output_format, schema, extra if annotate else ())
+            if schema is None:
+                schema = output_schema(inputs, options)
+            extra, keys_as_text = _provenance_columns(schema, options, provenance)
+            writer = _RowWriter(stack, output, output_format, schema, extra if annotate else (), keys_as_text)
             if dropped is not None:
-                dropped_writer = _RowWriter(stack, dropped, output_format, schema, extra)
+                dropped_writer = _RowWriter(stack, dropped, output_format, schema, extra, keys_as_text)
         else:
-            writer = DocumentWriter(stack.enter_context(output_stream(output)), output_format)
+            # With no row written (a header-only CSV, every row dropped) the header still goes out.
+            header = _input_header(inputs, options, output_format)
+            names = list(_UNCLUSTERED)
+            writer = DocumentWriter(
+                stack.enter_context(output_stream(output)), output_format, header, names if annotate else ()
+            )
+            stack.callback(writer.close)
             if dropped is not None:
-                dropped_writer = DocumentWriter(stack.enter_context(output_stream(dropped)), output_format)
+                dropped_writer = DocumentWriter(
+                    stack.enter_context(output_stream(dropped)), output_format, header, names
+                )
+                stack.callback(dropped_writer.close)
         for document in unique_keys(read_documents(inputs, again, quiet), again, quiet):
             is_kept = document.key in kept_keys
             kept += is_kept
@@ -611,20 +650,23 @@ def write_kept(
             if dropped_writer is not None and not is_kept and document.key in provenance:
                 dropped_writer.write(document, fields)
         if isinstance(writer, DocumentWriter):
-            # With no row written (a header-only CSV, every row dropped) the header still goes out.
-            header = _input_header(inputs[0], options, output_format)
-            names = list(_UNCLUSTERED)
-            writer.finish(None if header is None else header + names if annotate else header)
-            if isinstance(dropped_writer, DocumentWriter):
-                dropped_writer.finish(None if header is None else header + names)
+            writer.finish()
+        if isinstance(dropped_writer, DocumentWriter):
+            dropped_writer.finish()
     return kept
 
 
-def _input_header(item: Input, options: ReadOptions, output_format: str) -> list[str] | None:
-    """The header row of ``item`` if it is a CSV or TSV input written back as such."""
-    if output_format not in ("csv", "tsv") or input_format(item, options.format) != output_format:
+def _input_header(inputs: list[Input], options: ReadOptions, output_format: str) -> list[str] | None:
+    """The columns of the CSV or TSV inputs written back as such, in
+    first-seen order; ``None`` if there are none."""
+    if output_format not in ("csv", "tsv"):
         return None
-    return delimited_header(item, output_format)
+    columns: dict[str, None] | None = None
+    for item in inputs:
+        if input_format(item, options.format) == output_format:
+            columns = columns if columns is not None else {}
+            columns.update(dict.fromkeys(delimited_header(item, output_format) or ()))
+    return None if columns is None else list(columns)
 
 
 def _written_format(item: Input, options: ReadOptions) -> str:
@@ -638,30 +680,52 @@ def _written_format(item: Input, options: ReadOptions) -> str:
     return fmt
 
 
-def _first_file(item: Input) -> str:
-    """``item``'s path, or its first part's for a directory of columnar files."""
-    parts = columnar_files(item.path) if os.path.isdir(item.path) else None
-    return item.path if parts is None else parts[0][0]
+def output_schema(inputs: list[Input], options: ReadOptions) -> Any:
+    """The schema of a Parquet or Arrow output: the columns of every
+    columnar input file (a directory's parts each), unified by
+    :func:`simstore.columnar.unified_schema` from the files' metadata.
+
+    Raises:
+        SchemaConflictError: a column no one type holds for two files.
+        InputError: a file pyarrow cannot read.
+    """
+    named_schemas = []
+    for item in inputs:
+        fmt = input_format(item, options.format)
+        if fmt == "dir":
+            for path, part_format in columnar_files(item.path) or []:
+                shown = os.path.join(item.display, os.path.relpath(path, item.path))
+                named_schemas.append((shown, columnar_schema(path, part_format, shown)))
+        elif fmt in COLUMNAR_FORMATS:
+            named_schemas.append((item.display, columnar_schema(item.path, fmt, item.display)))
+    return unified_schema(named_schemas)
 
 
-def _provenance_columns(schema: Any, options: ReadOptions) -> list[tuple[str, str]]:
-    """The provenance columns of a columnar output; ``duplicate_of`` holds
-    keys, so it takes the id column's type where it is an integer one."""
+def _provenance_columns(
+    schema: Any, options: ReadOptions, provenance: Provenance
+) -> tuple[list[tuple[str, Any]], bool]:
+    """The provenance columns of a columnar output, and whether its
+    ``duplicate_of`` keys are written as text. ``duplicate_of`` holds keys:
+    an integer type (the id column's where it holds them) when every key
+    written is an integer that fits one, else string (see
+    :func:`simstore.columnar.key_column_type`)."""
     id_field = options.id_field or "id"
-    key_type = "string"
-    if id_field in schema.names and str(schema.field(id_field).type).startswith(("int", "uint")):
-        key_type = "int64"
-    return [
+    id_type = schema.field(id_field).type if id_field in schema.names else None
+    duplicate_keys = (fields["duplicate_of"] for fields in provenance.values())
+    key_type, keys_as_text = key_column_type(id_type, (key for key in duplicate_keys if key is not None))
+    columns = [
         ("cluster_id", "int64"),
         ("duplicate_of", key_type),
         ("distance", "int64"),
         ("similarity", "float64"),
     ]
+    return columns, keys_as_text
 
 
 class _RowWriter:
     """Documents written back as rows of a Parquet or Arrow IPC file: the
-    rows as read (columns of the first input's schema), plus ``extra``."""
+    rows as read (under every input's columns, :func:`output_schema`), plus
+    ``extra``."""
 
     def __init__(
         self,
@@ -669,13 +733,28 @@ class _RowWriter:
         output: Output,
         fmt: str,
         schema: Any,
-        extra: Sequence[tuple[str, str]],
+        extra: Sequence[tuple[str, Any]],
+        keys_as_text: bool = False,
     ) -> None:
         stream = stack.enter_context(output_stream(output, binary=True))
-        self._writer = ColumnarWriter(stream, fmt, schema, extra)
+        self._writer = ColumnarWriter(stream, fmt, schema, extra, name=output.given)
+        self._keys_as_text = keys_as_text
         # Closed before the stream: the footer must be written into it.
         stack.callback(self._writer.close)
 
     def write(self, document: Document, extra: Mapping[str, Any] | None = None) -> None:
         record = document.record if isinstance(document.record, dict) else {}
+        if extra is not None and self._keys_as_text and extra["duplicate_of"] is not None:
+            extra = {**extra, "duplicate_of": _key_text(extra["duplicate_of"])}
         self._writer.write(record if extra is None else {**record, **extra})
+
+
+def _key_text(key: Any) -> str:
+    """A key (as :func:`key_to_json` gives it) in a string column: a str as
+    itself, an int in decimal, bytes as the ``{"$bytes": ...}`` JSON a CSV
+    cell holds."""
+    if isinstance(key, str):
+        return key
+    if isinstance(key, int):
+        return str(key)
+    return json.dumps(key)

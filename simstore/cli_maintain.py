@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import argparse
 
-from simstore.cli_common import CommandError, open_existing, print_json, progress
+from simstore.cli_common import CommandError, counted, open_existing, print_json, progress
 from simstore.errors import StoreLockedError, StoreNotFoundError
 from simstore.migrate import migrate
 from simstore.shrinking import shrink
@@ -90,5 +90,5 @@ def run_migrate(args: argparse.Namespace) -> int:
     if args.json:
         print_json({"documents": copied, "new": args.new})
     else:
-        print(f"migrated {copied} documents into {args.new}")
+        print(f"migrated {counted(copied, 'document')} into {args.new}")
     return 0

@@ -22,8 +22,11 @@ from simstore.cli_common import (
     Collected,
     CommandError,
     ReadingBar,
+    StoreOnDemand,
     add_input_options,
     check_distance,
+    check_inputs,
+    counted,
     document_count,
     fingerprint_documents,
     from_json,
@@ -88,22 +91,25 @@ def run_add(args: argparse.Namespace) -> int:
     errors = skip_reporter(args)
     committed = 0
     pending = Collected()
+    inputs = inputs_of(args.files)
+    check_inputs(inputs, options)  # before a new store is created
     # The delta is merged below on success only: a merge run by close() after
     # Ctrl-C or an error would hold the command up (16 s at 10M documents).
-    with open_or_create(args.store, args.k, merge_on_close=False) as store:
+    with StoreOnDemand(
+        args.store, args.k, lambda: open_or_create(args.store, args.k, merge_on_close=False)
+    ) as target:
 
         def commit(batch: Collected) -> None:
             nonlocal committed
             if batch.keys:
-                batch.add_to(store)
+                batch.add_to(target.opened())
                 committed += len(batch.keys)
 
         try:
-            inputs = inputs_of(args.files)
             with ReadingBar(args, inputs) as bar:
                 documents = read_documents(inputs, options, errors, bar.tracker)
                 for chunk, values, sketches in fingerprint_documents(
-                    store,
+                    target,
                     documents,
                     options,
                     errors,
@@ -121,22 +127,24 @@ def run_add(args: argparse.Namespace) -> int:
         except KeyboardInterrupt:
             if committed:
                 raise KeyboardInterrupt(
-                    f"interrupted; {committed} documents of earlier batches were committed "
+                    f"interrupted; {_committed_earlier(committed)} "
                     "(re-running the same input is safe: an existing key is replaced)"
                 ) from None
             raise
         except SimstoreError as exc:
             if committed:
                 raise CommandError(
-                    f"{exc}; {committed} documents of earlier batches were committed "
+                    f"{exc}; {_committed_earlier(committed)} "
                     "(re-running the same input is safe: an existing key is replaced)"
                 ) from exc
             raise
+        store = target.opened()  # a new store with no documents, if the input held none
         try:
             store.merge()
         except KeyboardInterrupt:
             raise KeyboardInterrupt(
-                f"interrupted while merging; all {committed} documents were committed "
+                f"interrupted while merging; all {counted(committed, 'document')} "
+                f"{'was' if committed == 1 else 'were'} committed "
                 "(the store merges its delta later)"
             ) from None
         total = len(store)
@@ -144,9 +152,14 @@ def run_add(args: argparse.Namespace) -> int:
     if args.json:
         print_json(summary)
     else:
-        skipped = f", skipped {errors.skipped} bad lines" if errors.skipped else ""
-        print(f"added {committed} documents{skipped}; the store holds {total}")
+        skipped = f", skipped {counted(errors.skipped, 'bad line')}" if errors.skipped else ""
+        print(f"added {counted(committed, 'document')}{skipped}; the store holds {total}")
     return 0
+
+
+def _committed_earlier(count: int) -> str:
+    """What a failed ``add --batch-size`` had committed: "1 document of earlier batches was committed"."""
+    return f"{counted(count, 'document')} of earlier batches {'was' if count == 1 else 'were'} committed"
 
 
 def configure_query(parser: argparse.ArgumentParser) -> None:
@@ -359,7 +372,7 @@ def run_check(args: argparse.Namespace) -> int:
 def run_merge(args: argparse.Namespace) -> int:
     with open_existing(args.store, "w") as store:
         merged = store.merge()
-    print(f"merged {merged} documents")
+    print(f"merged {counted(merged, 'document')}")
     return 0
 
 
@@ -385,7 +398,7 @@ def run_remove(args: argparse.Namespace) -> int:
         if missing and not args.missing_ok:
             raise CommandError(f"no document with key {', '.join(map(repr, missing))}; nothing was removed")
         store.remove_many(resolved)  # one transaction: all of them or none
-    print(f"removed {len(dict.fromkeys(resolved))} documents")
+    print(f"removed {counted(len(dict.fromkeys(resolved)), 'document')}")
     return 0
 
 
@@ -598,7 +611,7 @@ def run_import(args: argparse.Namespace) -> int:
                 sketches=_sketch_rows(store, sketches),
             )
         total = len(store)
-    print(f"imported {len(keys)} documents; the store holds {total}")
+    print(f"imported {counted(len(keys), 'document')}; the store holds {total}")
     return 0
 
 

@@ -43,12 +43,13 @@ import json
 import os
 import stat
 import sys
+import tempfile
 import zlib
 from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import IO, Any, TextIO, TypeVar, cast
 
-from simstore.columnar import COLUMNAR_FORMATS, PyarrowMissingError, read_rows
+from simstore.columnar import COLUMNAR_FORMATS, PyarrowMissingError, read_rows, schema_of
 from simstore.errors import SimstoreError
 from simstore.records import Key
 
@@ -273,6 +274,62 @@ def _read_one(item: Input, options: ReadOptions, tracker: ReadProgress) -> Itera
         tracker.done(os.fstat(raw.fileno()).st_size)
 
 
+def check_input(item: Input, options: ReadOptions) -> None:
+    """Refuse ``item`` now if reading it would fail as a whole: a missing or
+    unreadable file or directory, binary data where text is expected, a CSV
+    header or a Parquet or Arrow schema without the text (or id) column.
+    Only the first bytes, a header or a file's metadata are read, and only
+    from regular files (a pipe would lose them); bad lines are found when
+    the input is read.
+
+    Raises:
+        InputError: what :func:`read_documents` would raise for the file.
+    """
+    if item.path == STDIN:
+        return
+    if not os.path.exists(item.path):
+        raise InputError(item.display, 0, "no such file")
+    fmt = input_format(item, options.format)
+    if fmt == "dir":
+        if not os.access(item.path, os.R_OK | os.X_OK):
+            raise InputError(item.display, 0, "cannot read: permission denied")
+        for path, part_format in columnar_files(item.path) or []:
+            shown = os.path.join(item.display, os.path.relpath(path, item.path))
+            _check_columns(columnar_schema(path, part_format, shown).names, shown, options)
+        return
+    if not os.path.isfile(item.path):
+        return  # a pipe or a device: read once, when its turn comes
+    if fmt in COLUMNAR_FORMATS:
+        _check_columns(columnar_schema(item.path, fmt, item.display).names, item.display, options)
+        return
+    try:
+        with open(item.path, "rb") as raw:
+            stream = _checked_stream(raw, item.display)  # gzip opened, binary formats refused
+            if fmt in ("csv", "tsv"):
+                text_stream = io.TextIOWrapper(
+                    stream, encoding="utf-8-sig", errors="surrogateescape", newline=""
+                )
+                try:
+                    header = next(csv.reader(text_stream, delimiter="," if fmt == "csv" else "\t"), None)
+                finally:
+                    text_stream.detach()
+                if header is not None:
+                    _check_header(header, item.display, options)
+    except OSError as exc:
+        raise InputError(item.display, 0, f"cannot read: {exc.strerror or exc}") from exc
+    except _DAMAGED_GZIP as exc:
+        raise InputError(item.display, 1, f"damaged gzip data ({exc})") from exc
+    except csv.Error as exc:
+        raise InputError(item.display, 1, NUL_MESSAGE if "NUL" in str(exc) else f"bad CSV: {exc}") from exc
+
+
+def _check_columns(names: Sequence[str], shown: str, options: ReadOptions) -> None:
+    """The text column, and the id column if ``--id-field`` names one, are among ``names``."""
+    for wanted in (options.text_field, options.id_field):
+        if wanted is not None and wanted not in names:
+            raise InputError(shown, 1, f"no {wanted!r} column (columns: {', '.join(names)})")
+
+
 def columnar_files(folder: str) -> list[tuple[str, str]] | None:
     """``(path, format)`` of every file below ``folder``, in name order, if
     each is a Parquet or Arrow file by its extension (hidden files and
@@ -290,6 +347,20 @@ def columnar_files(folder: str) -> list[tuple[str, str]] | None:
     return found or None
 
 
+def columnar_schema(path: str, fmt: str, shown: str) -> Any:
+    """The schema of the Parquet or Arrow file at ``path``, from its
+    metadata alone; a file pyarrow cannot read raises an :class:`InputError`
+    naming it as ``shown``, as reading its rows would."""
+    if not os.path.exists(path):
+        raise InputError(shown, 0, "no such file")
+    try:
+        return schema_of(path, fmt)
+    except PyarrowMissingError:
+        raise
+    except Exception as exc:  # pyarrow's several error types for a file it cannot read
+        raise InputError(shown, 0, f"not a readable {fmt} file: {exc}") from exc
+
+
 def _read_columnar(item: Input, fmt: str, options: ReadOptions) -> Iterator[Document | InputError]:
     """A Parquet or Arrow IPC file's rows, a record batch at a time."""
     try:
@@ -298,9 +369,7 @@ def _read_columnar(item: Input, fmt: str, options: ReadOptions) -> Iterator[Docu
         raise
     except Exception as exc:  # pyarrow's several error types for a file it cannot read
         raise InputError(item.display, 0, f"not a readable {fmt} file: {exc}") from exc
-    for wanted in (options.text_field, options.id_field):
-        if wanted is not None and wanted not in names:
-            raise InputError(item.display, 1, f"no {wanted!r} column (columns: {', '.join(names)})")
+    _check_columns(names, item.display, options)
     for number, row in enumerate(rows, start=1):
         yield _document_from_fields(row, item.display, number, options)
 
@@ -594,12 +663,7 @@ def _read_delimited(
         header = reader.fieldnames
         if header is None:
             return
-        if (undecoded := _undecoded(dict(enumerate(header)))) is not None:
-            raise InputError(name, 1, f"the header is not UTF-8 ({undecoded})")
-        if options.text_field not in header:
-            raise InputError(name, 1, f"no {options.text_field!r} column (columns: {', '.join(header)})")
-        if options.id_field is not None and options.id_field not in header:
-            raise InputError(name, 1, f"no {options.id_field!r} column (columns: {', '.join(header)})")
+        _check_header(header, name, options)
         start = reader.line_num + 1
         for row in reader:
             number = start
@@ -617,6 +681,14 @@ def _read_delimited(
         raise InputError(name, reader.line_num, f"bad CSV: {exc}") from exc
     finally:
         text_stream.detach()
+
+
+def _check_header(header: Sequence[str], name: str, options: ReadOptions) -> None:
+    """A CSV or TSV header (decoded with ``surrogateescape``) is UTF-8 and
+    names the text column, and the id column if ``--id-field`` gives one."""
+    if (undecoded := _undecoded(dict(enumerate(header)))) is not None:
+        raise InputError(name, 1, f"the header is not UTF-8 ({undecoded})")
+    _check_columns(header, name, options)
 
 
 def _undecoded(row: Mapping[Any, str | None]) -> str | None:
@@ -649,14 +721,28 @@ def _document_from_fields(
     key: Any = record.get(id_field)
     if key is None:
         if options.id_field is not None:
+            if id_field in record:
+                return InputError(name, number, f"{id_field!r} is null, not a string or an integer")
             return InputError(name, number, f"no {id_field!r} field")
         key = f"{name}:{number}"
     elif isinstance(key, bool) or not isinstance(key, str | int):
-        return InputError(name, number, f"{id_field!r} must be a string or an integer, got {json.dumps(key)}")
+        return InputError(name, number, f"{id_field!r} must be a string or an integer, got {_shown(key)}")
     elif isinstance(key, int) and not -(2**63) <= key < 2**64:
         return InputError(name, number, f"{id_field!r} {key} is outside -2**63..2**64-1")
     meta = {field_name: record[field_name] for field_name in options.meta_fields if field_name in record}
     return Document(key, text, name, number, record, meta or None)
+
+
+def _shown(value: Any) -> str:
+    """A value in a message: as JSON where JSON has a type for it, else its
+    type and text (a Parquet timestamp, date or decimal, which json.dumps
+    refuses)."""
+    try:
+        return json.dumps(value)
+    except (TypeError, ValueError):
+        if isinstance(value, bytes):
+            return f"bytes ({len(value)} bytes)"
+        return f"{type(value).__name__} {_json_value(value)}"
 
 
 def _read_directory(item: Input, tracker: ReadProgress) -> Iterator[Document | InputError]:
@@ -698,22 +784,45 @@ def _read_directory(item: Input, tracker: ReadProgress) -> Iterator[Document | I
 class DocumentWriter:
     """Writes documents back in an input format: ``jsonl`` writes the record
     read (or ``{"id": key, "text": text}`` for text and directory inputs),
-    ``csv``/``tsv`` the row under the first file's header, ``text`` the line."""
+    ``text`` the line, ``csv``/``tsv`` the row under a header of every
+    field of the rows written.
 
-    def __init__(self, stream: TextIO, fmt: str) -> None:
+    A CSV header must come first, yet a later record may hold a field no
+    earlier one did (JSON lines vary): so CSV and TSV rows are kept in a
+    temporary file until :meth:`finish`, which writes the header (``header``
+    first, then every other field in first-seen order, then the fields of
+    ``last``) and then the rows, each with an empty cell for a field it
+    lacks. No field is ever left out.
+    """
+
+    def __init__(
+        self, stream: TextIO, fmt: str, header: Sequence[str] | None = None, last: Sequence[str] = ()
+    ) -> None:
         self.stream = stream
         self.format = fmt
-        self._csv: csv.DictWriter[str] | None = None
+        # Every field name seen, in order (a dict keeps it): the header to be.
+        self._fields: dict[str, None] = {} if header is None else dict.fromkeys([*header, *last])
+        self._last = list(last)
+        self._header_given = header is not None
+        self._spool: IO[str] | None = None
+        if fmt in ("csv", "tsv"):
+            # Closed by finish(), or by close() after an error.
+            self._spool = tempfile.TemporaryFile("w+", encoding="utf-8", newline="")  # noqa: SIM115
 
     def write(self, document: Document, extra: Mapping[str, Any] | None = None) -> None:
         """Write ``document``, with the fields of ``extra`` added (columns of
         a CSV row, keys of a JSON object; a text line cannot carry them)."""
-        if self.format in ("csv", "tsv"):
+        if self._spool is not None:
             record = _record_of(document)
             row = {name: _csv_value(value) for name, value in record.items()}
             if extra is not None:
                 row.update(extra)
-            self._start_csv(list(row)).writerow(row)
+            for name in row:
+                self._fields.setdefault(str(name), None)
+            # A row's cells in header order as it stands: fields only ever
+            # join the header at its end, so finish() pads the row's tail.
+            cells = [_csv_cell(row.get(name)) for name in self._fields]
+            self._spool.write(json.dumps(cells, ensure_ascii=False) + "\n")
         elif self.format == "text":
             self.stream.write(document.text.replace("\n", " ") + "\n")
         else:
@@ -722,24 +831,34 @@ class DocumentWriter:
                 record = {**record, **extra}
             self.stream.write(json.dumps(record, ensure_ascii=False, default=_json_value) + "\n")
 
-    def finish(self, header: Sequence[str] | None) -> None:
-        """End a CSV or TSV output: if no row was written, write ``header``
-        alone, so that an output with no rows still names its columns."""
-        if self.format in ("csv", "tsv") and header is not None:
-            self._start_csv(list(header))
-
-    def _start_csv(self, fieldnames: list[str]) -> csv.DictWriter[str]:
-        """The CSV writer, made (and the header written) on first use."""
-        if self._csv is None:
-            self._csv = csv.DictWriter(
-                self.stream,
-                fieldnames=fieldnames,
-                delimiter="," if self.format == "csv" else "\t",
-                extrasaction="ignore",
-                lineterminator="\n",
+    def finish(self) -> None:
+        """End the output: a CSV or TSV file's header, then its rows. With
+        no row written, the ``header`` given still goes out alone, so that
+        an output with no rows still names its columns."""
+        if self._spool is None:
+            return
+        with self._spool:
+            if not self._fields and not self._header_given:
+                return
+            # A spooled row's cells are in the order fields were seen; the
+            # header puts ``last`` at the end.
+            position = {name: index for index, name in enumerate(self._fields)}
+            last = [name for name in self._last if name in position]
+            names = [name for name in self._fields if name not in last] + last
+            writer = csv.writer(
+                self.stream, delimiter="," if self.format == "csv" else "\t", lineterminator="\n"
             )
-            self._csv.writeheader()
-        return self._csv
+            writer.writerow(names)
+            self._spool.seek(0)
+            for line in self._spool:
+                cells = json.loads(line)
+                cells += [""] * (len(position) - len(cells))
+                writer.writerow([cells[position[name]] for name in names])
+
+    def close(self) -> None:
+        """Drop what :meth:`finish` did not write (after an error)."""
+        if self._spool is not None:
+            self._spool.close()
 
 
 def _record_of(document: Document) -> dict[str, Any]:
@@ -771,6 +890,13 @@ def _csv_value(value: Any) -> Any:
     if isinstance(value, datetime.date | datetime.time):
         return value.isoformat()
     return value
+
+
+def _csv_cell(value: Any) -> str:
+    """A value as the text the csv module writes for it (``None`` as empty)."""
+    if value is None:
+        return ""
+    return value if isinstance(value, str) else str(value)
 
 
 def delimited_header(item: Input, fmt: str) -> list[str] | None:

@@ -134,3 +134,193 @@ def test_a_directory_of_parquet_parts_reads_as_one_dataset(
     kept = pq.read_table(output)
     assert kept.schema == table.schema
     assert set(kept.column("id").to_pylist()) == _kept_ids(tmp_path, capsys)
+
+
+def _write_parts(tmp_path: Path, *tables: object) -> list[str]:
+    paths = []
+    for number, table in enumerate(tables, start=1):
+        path = tmp_path / f"p{number}.parquet"
+        pq.write_table(table, path)
+        paths.append(str(path))
+    return paths
+
+
+GPL_LIKE = " ".join(f"clause {number} of a long licence text with many words" for number in range(60))
+
+
+def test_parts_with_other_columns_are_unified_not_cast_or_dropped(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """p1 had score int32, p2 score 2.5 and a url column: the output (under
+    p1's schema) said score 2 and had no url, silently."""
+    paths = _write_parts(
+        tmp_path,
+        pa.table({"id": ["a"], "text": [GPL_LIKE], "score": pa.array([1], pa.int32())}),
+        pa.table({"id": ["b"], "text": ["an unrelated second text"], "score": [2.5], "url": ["http://b"]}),
+    )
+    output = tmp_path / "out.parquet"
+    assert main(["dedup", *paths, "-o", str(output), "-q"]) == 0
+    table = pq.read_table(output)
+    assert str(table.schema.field("score").type) == "double"
+    assert table.to_pylist() == [
+        {"id": "a", "text": GPL_LIKE, "score": 1.0, "url": None},
+        {"id": "b", "text": "an unrelated second text", "score": 2.5, "url": "http://b"},
+    ]
+
+
+@pytest.mark.parametrize(
+    ("first", "second", "unified"),
+    [
+        (pa.int32(), pa.float64(), pa.float64()),
+        (pa.int32(), pa.int64(), pa.int64()),
+        (pa.uint32(), pa.int64(), pa.int64()),
+        (pa.string(), pa.large_string(), pa.large_string()),
+        (pa.null(), pa.string(), pa.string()),
+        (pa.dictionary(pa.int32(), pa.string()), pa.string(), pa.string()),
+        (pa.timestamp("ms"), pa.timestamp("us"), pa.timestamp("us")),
+        (pa.list_(pa.int32()), pa.list_(pa.int64()), pa.list_(pa.int64())),
+        # No type holds both without changing a value: refused.
+        (pa.int64(), pa.float64(), None),  # doubles hold integers up to 2**53 only
+        (pa.int64(), pa.uint64(), None),
+        (pa.float64(), pa.float32(), pa.float64()),
+        (pa.int32(), pa.string(), None),
+        (pa.timestamp("us"), pa.timestamp("ns"), None),  # ns holds years 1677 to 2262 only
+        (pa.timestamp("ms", tz="UTC"), pa.timestamp("ms"), None),
+    ],
+)
+def test_unified_schema_widens_only_where_no_value_changes(
+    first: object, second: object, unified: object
+) -> None:
+    from simstore.columnar import SchemaConflictError, unified_schema
+
+    schemas = [
+        ("one.parquet", pa.schema([("column", first)])),
+        ("two.parquet", pa.schema([("column", second)])),
+    ]
+    if unified is None:
+        with pytest.raises(
+            SchemaConflictError, match=r"'column' is .* in one\.parquet but .* in two\.parquet"
+        ):
+            unified_schema(schemas)
+    else:
+        assert unified_schema(schemas).field("column").type == unified
+
+
+def test_a_column_no_type_holds_is_refused_before_any_row_is_read(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str], monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """score int32 in p1 and 'high' in p2: an ArrowInvalid traceback after the whole run."""
+    paths = _write_parts(
+        tmp_path,
+        pa.table({"id": ["a"], "text": [GPL_LIKE], "score": pa.array([1], pa.int32())}),
+        pa.table({"id": ["c"], "text": ["a third text"], "score": ["high"]}),
+    )
+
+    def no_rows(path: str, fmt: str) -> object:
+        raise AssertionError(f"{path} was read before the schemas were checked")
+
+    monkeypatch.setattr("simstore.readers.read_rows", no_rows)
+    output = tmp_path / "out.parquet"
+    assert main(["dedup", *paths, "-o", str(output), "--store", str(tmp_path / "s.simstore")]) == 1
+    err = capsys.readouterr().err
+    assert err == (
+        f"simstore: error: column 'score' is int32 in {paths[0]} but string in {paths[1]}, and no type "
+        "holds both without changing values; cast one of them to the other's type (no row was read)\n"
+    )
+    assert not output.exists()
+
+
+def test_a_row_pyarrow_cannot_write_is_one_error_line(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str], monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Any pyarrow error at write time (here forced by a schema that cannot
+    hold the text) is a `simstore: error:` line, not a traceback, and leaves no output."""
+    import simstore.cli_dedup
+
+    [path] = _write_parts(tmp_path, pa.table({"id": ["a"], "text": [GPL_LIKE]}))
+    monkeypatch.setattr(
+        simstore.cli_dedup,
+        "output_schema",
+        lambda inputs, options: pa.schema([("id", pa.string()), ("text", pa.int64())]),
+    )
+    output = tmp_path / "out.parquet"
+    assert main(["dedup", path, "-o", str(output)]) == 1
+    err = capsys.readouterr().err
+    assert err.startswith(f"simstore: error: {output}: cannot write the parquet output: ")
+    assert err.count("\n") == 1
+    assert "Traceback" not in err
+    assert len(err) < 500  # pyarrow quotes the whole text it could not convert: cut short
+    assert err.endswith("tried to convert to int64\n")
+    assert not output.exists()
+
+
+def _annotated(tmp_path: Path, table: object, *options: str) -> object:
+    source = tmp_path / "ids.parquet"
+    pq.write_table(table, source)
+    annotated, dropped = tmp_path / "annotated.parquet", tmp_path / "dropped.parquet"
+    command = ["dedup", str(source), "--annotate", "-o", str(annotated), "--dropped", str(dropped), "-q"]
+    assert main([*command, *options]) == 0
+    assert pq.read_table(dropped).column("duplicate_of").to_pylist() == [
+        key for key in pq.read_table(annotated).column("duplicate_of").to_pylist() if key is not None
+    ]
+    return pq.read_table(annotated)
+
+
+def test_a_null_integer_id_makes_duplicate_of_a_string_column(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """An int64 id column with a null: that row's key is FILE:LINE, and
+    writing it into an int64 duplicate_of was an ArrowInvalid traceback."""
+    table = _annotated(
+        tmp_path, pa.table({"id": pa.array([None, 2], pa.int64()), "text": [GPL_LIKE, GPL_LIKE + " extra"]})
+    )
+    assert str(table.schema.field("duplicate_of").type) == "string"
+    assert table.column("duplicate_of").to_pylist() == [None, f"{tmp_path / 'ids.parquet'}:1"]
+
+
+def test_uint64_ids_past_int64_keep_their_type(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    """uint64 ids of 2**63 or more: an OverflowError traceback into int64."""
+    ids = pa.array([2**64 - 1, 2**64 - 2], pa.uint64())
+    table = _annotated(tmp_path, pa.table({"id": ids, "text": [GPL_LIKE, GPL_LIKE + " extra"]}))
+    assert str(table.schema.field("duplicate_of").type) == "uint64"
+    assert table.column("duplicate_of").to_pylist() == [None, 2**64 - 1]
+
+
+def test_integer_ids_against_a_store_of_string_keys(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """--against (or --store) a store holding string keys, integer ids: a traceback after the run."""
+    store = tmp_path / "s.simstore"
+    stored = tmp_path / "s.jsonl"
+    stored.write_text(json.dumps({"id": "gpl", "text": GPL_LIKE}) + "\n", encoding="utf-8")
+    assert main(["add", str(store), str(stored), "-q"]) == 0
+    table = _annotated(
+        tmp_path,
+        pa.table({"id": pa.array([7, 8], pa.int64()), "text": [GPL_LIKE + " extra", "unrelated words here"]}),
+        "--against",
+        str(store),
+    )
+    assert str(table.schema.field("duplicate_of").type) == "string"
+    assert table.column("duplicate_of").to_pylist() == ["gpl", None]
+
+
+@pytest.mark.parametrize(
+    ("id_type", "keys", "expected"),
+    [
+        (pa.int64(), [1, 2], pa.int64()),
+        (pa.int32(), [1, 2], pa.int32()),
+        (pa.int32(), [2**40], pa.int64()),
+        (pa.int64(), [2**63], pa.uint64()),
+        (pa.int64(), [-1, 2**63], pa.string()),
+        (pa.int64(), [1, "a:1"], pa.string()),
+        (pa.string(), [1, 2], pa.string()),
+        (None, [1], pa.string()),
+        (pa.uint8(), [], pa.uint8()),
+    ],
+)
+def test_key_column_type_holds_every_key(id_type: object, keys: list[object], expected: object) -> None:
+    from simstore.columnar import key_column_type
+
+    key_type, as_text = key_column_type(id_type, keys)
+    assert key_type == expected
+    assert as_text == (expected == pa.string())

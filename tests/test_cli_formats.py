@@ -141,3 +141,82 @@ def test_misnamed_parquet_names_input_format(tmp_path: Path, capsys: pytest.Capt
     source.write_bytes(b"PAR1\x00\x01" * 10)
     assert main(["dedup", str(source), "-o", str(tmp_path / "o.jsonl")]) == 1
     assert "pass --input-format parquet" in capsys.readouterr().err
+
+
+def test_csv_output_has_every_field_of_the_rows_written(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """JSONL whose first record had only `text` became a CSV of one column:
+    the second record's id and url were dropped (the header was the first row's)."""
+    source = tmp_path / "m.jsonl"
+    records = [
+        {"text": "the first record carries no id field at all"},
+        {"id": "b", "url": "http://b", "text": "something else entirely, different words here"},
+    ]
+    source.write_text("".join(json.dumps(record) + "\n" for record in records), encoding="utf-8")
+    output = tmp_path / "m.csv"
+    assert main(["dedup", str(source), "-o", str(output), "-q"]) == 0
+    assert output.read_text(encoding="utf-8").splitlines() == [
+        "text,id,url",
+        "the first record carries no id field at all,,",
+        '"something else entirely, different words here",b,http://b',
+    ]
+    # Annotated, the provenance columns stay last, after fields a later row brings.
+    annotated = tmp_path / "annotated.tsv"
+    assert main(["dedup", str(source), "-o", str(annotated), "--annotate", "-q"]) == 0
+    assert annotated.read_text(encoding="utf-8").splitlines()[0].split("\t") == [
+        "text",
+        "id",
+        "url",
+        "cluster_id",
+        "duplicate_of",
+        "distance",
+        "similarity",
+    ]
+
+
+def test_csv_inputs_with_other_headers_keep_every_column(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """The second CSV's extra column was dropped: the header was the first input's."""
+    first, second = tmp_path / "a.csv", tmp_path / "b.csv"
+    first.write_text("id,text\na,some words about apples\n", encoding="utf-8")
+    second.write_text("id,lang,text\nb,en,other words about pears and plums\n", encoding="utf-8")
+    output = tmp_path / "kept.csv"
+    assert main(["dedup", str(first), str(second), "-o", str(output), "-q"]) == 0
+    assert output.read_text(encoding="utf-8").splitlines() == [
+        "id,text,lang",
+        "a,some words about apples,",
+        "b,other words about pears and plums,en",
+    ]
+
+
+@pytest.mark.parametrize("option", ["--input-format", "--format"])
+def test_dedup_reads_parquet_on_stdin(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str], monkeypatch: pytest.MonkeyPatch, option: str
+) -> None:
+    """`dedup - --input-format parquet < f.parquet` said "is a Parquet file: name it
+    *.parquet or pass --input-format parquet", the option given: stdin was
+    sniffed as text although dedup copies it to a file it can read as Parquet."""
+    pa = pytest.importorskip("pyarrow")
+    pq = pytest.importorskip("pyarrow.parquet")
+    rows = _rows()
+    buffer = io.BytesIO()
+    pq.write_table(pa.Table.from_pylist(rows), buffer)
+    monkeypatch.setattr(sys, "stdin", io.TextIOWrapper(io.BytesIO(buffer.getvalue())))
+    output = tmp_path / "kept.parquet"
+    assert main(["dedup", "-", option, "parquet", "-o", str(output), "-q"]) == 0
+    assert pq.read_table(output).column("id").to_pylist() == _kept_ids(tmp_path, capsys)
+
+
+def test_add_refuses_parquet_on_stdin(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str], monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """`add` streams its input and does not copy stdin: Parquet must be a file."""
+    pa = pytest.importorskip("pyarrow")
+    pq = pytest.importorskip("pyarrow.parquet")
+    buffer = io.BytesIO()
+    pq.write_table(pa.Table.from_pylist(_rows()[:3]), buffer)
+    monkeypatch.setattr(sys, "stdin", io.TextIOWrapper(io.BytesIO(buffer.getvalue())))
+    assert main(["add", str(tmp_path / "s.simstore"), "-", "--input-format", "parquet"]) == 1
+    assert capsys.readouterr().err == "simstore: error: <stdin>: parquet input must be a file, not stdin\n"

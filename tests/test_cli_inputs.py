@@ -91,7 +91,7 @@ def test_csv_bad_byte_in_a_quoted_multiline_field(tmp_path: Path, capsys: pytest
     assert main(["add", str(store), str(source), "--on-error", "skip"]) == 0
     out, err = capsys.readouterr()
     assert f"skipped {source}:2: not UTF-8 (byte 0xff in column 'text')" in err
-    assert "added 1 documents" in out
+    assert "added 1 document," in out
 
 
 def test_csv_header_that_is_not_utf8_fails_the_file(
@@ -101,3 +101,64 @@ def test_csv_header_that_is_not_utf8_fails_the_file(
     source.write_bytes(b"id,t\xe9xt\n1,words\n")
     assert main(["dedup", str(source), "-o", str(tmp_path / "o.csv"), "--on-error", "skip"]) == 1
     assert "h.csv:1: the header is not UTF-8 (byte 0xe9 in column 2)" in capsys.readouterr().err
+
+
+@pytest.mark.parametrize("verb", ["dedup", "add"])
+@pytest.mark.parametrize(
+    ("column_type", "value", "shown"),
+    [
+        ("timestamp", "1970-01-01 00:00:00", "datetime 1970-01-01T00:00:00"),
+        ("date", "2020-01-02", "date 2020-01-02"),
+        ("decimal", "12.50", "Decimal 12.50"),
+    ],
+)
+def test_an_id_of_a_type_json_has_none_for_is_a_bad_row(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str], verb: str, column_type: str, value: str, shown: str
+) -> None:
+    """--id-field naming a timestamp column: `TypeError: Object of type datetime
+    is not JSON serializable` (the bad-row message was built with json.dumps)."""
+    import datetime
+    import decimal
+
+    pa = pytest.importorskip("pyarrow")
+    pq = pytest.importorskip("pyarrow.parquet")
+    if column_type == "timestamp":
+        column = pa.array([datetime.datetime.fromisoformat(value)], pa.timestamp("ms"))
+    elif column_type == "date":
+        column = pa.array([datetime.date.fromisoformat(value)], pa.date32())
+    else:
+        column = pa.array([decimal.Decimal(value)], pa.decimal128(5, 2))
+    source = tmp_path / "ts.parquet"
+    pq.write_table(pa.table({"when": column, "text": ["some words here"]}), source)
+    target = str(tmp_path / ("x.parquet" if verb == "dedup" else "t.simstore"))
+    command = ["dedup", str(source), "-o", target] if verb == "dedup" else ["add", target, str(source)]
+    assert main([*command, "--id-field", "when"]) == 1
+    assert capsys.readouterr().err == (
+        f"simstore: error: {source}:1: 'when' must be a string or an integer, got {shown}\n"
+    )
+
+
+def test_a_null_id_field_is_reported_as_null(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    """`--id-field maybe` on `{"maybe": null, ...}` said "no 'maybe' field"."""
+    source = tmp_path / "n.jsonl"
+    source.write_text(
+        '{"maybe": "a", "text": "a few words here"}\n{"maybe": null, "text": "other words"}\n'
+        '{"text": "and a third text"}\n',
+        encoding="utf-8",
+    )
+    output = tmp_path / "o.jsonl"
+    assert main(["dedup", str(source), "-o", str(output), "--id-field", "maybe", "--on-error", "skip"]) == 0
+    err = capsys.readouterr().err
+    assert f"simstore: skipped {source}:2: 'maybe' is null, not a string or an integer\n" in err
+    assert f"simstore: skipped {source}:3: no 'maybe' field\n" in err
+
+
+def test_one_document_is_singular(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    """`simstore remove` said "removed 1 documents" (and `add` "added 1 documents")."""
+    source = tmp_path / "one.jsonl"
+    source.write_text('{"id": "a", "text": "a few words here"}\n{"id": "b"}\n', encoding="utf-8")
+    store = tmp_path / "s.simstore"
+    assert main(["add", str(store), str(source), "--on-error", "skip", "-q"]) == 0
+    assert capsys.readouterr().out == "added 1 document, skipped 1 bad line; the store holds 1\n"
+    assert main(["remove", str(store), "a"]) == 0
+    assert capsys.readouterr().out == "removed 1 document\n"

@@ -44,3 +44,36 @@ def test_dedup_terminated_deletes_its_temporary_store(tmp_path: Path) -> None:
     assert err.startswith("simstore: interrupted"), err
     assert "Traceback" not in err
     assert list(scratch.iterdir()) == []
+
+
+def test_a_reader_that_stops_reading_ends_the_run_quietly(tmp_path: Path) -> None:
+    """`dedup ... -o - | head` exited 1 with nothing on stderr, where docs/cli.md says
+    status 1 always prints a line; it now exits 141 (128 + SIGPIPE), as `cat` does."""
+    source = tmp_path / "many.jsonl"
+    with source.open("w", encoding="utf-8") as handle:
+        for number in range(4000):  # far more than a pipe's buffer holds
+            handle.write(
+                f'{{"id": {number}, "text": "document {number} says {" ".join(str(number) * 40)}"}}\n'
+            )
+    process = subprocess.Popen(
+        [
+            sys.executable,
+            "-m",
+            "simstore.cli",
+            "dedup",
+            str(source),
+            "-o",
+            "-",
+            "-q",
+            "--min-similarity",
+            "0",
+        ],
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+    )
+    assert process.stdout is not None
+    assert process.stdout.readline().startswith(b'{"id": 0')
+    process.stdout.close()  # as `head -1` does
+    _, err = process.communicate(timeout=120)
+    assert process.returncode == 141, err
+    assert err == b""

@@ -217,3 +217,111 @@ def test_annotate_against_a_store_names_the_closest_match(
 def test_annotate_refuses_pairs_and_clusters(tmp_path: Path) -> None:
     with pytest.raises(SystemExit):
         main(["dedup", str(CORPUS), "--annotate", "--pairs", "-o", str(tmp_path / "x.jsonl")])
+
+
+def _reworded_pair(path: Path) -> None:
+    """Two texts 3 bits apart that share only about 62 % of their word
+    3-shingles (every sixth word doubled): within the default k, below the
+    default threshold."""
+    words = [f"w{(index * index * 7919 + index * 104729) % 3001}" for index in range(400)]
+    doubled = [word for index, word in enumerate(words) for word in [word] * (2 if index % 6 == 0 else 1)]
+    records = [{"id": "a", "text": " ".join(words)}, {"id": "b", "text": " ".join(doubled)}]
+    path.write_text("".join(json.dumps(record) + "\n" for record in records), encoding="utf-8")
+
+
+def test_dedup_applies_the_store_threshold_unless_told_otherwise(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """dedup applied the new store's 0.8 threshold while --help and docs/cli.md
+    presented --min-similarity as opt-in and --pairs as every pair within k."""
+    from simstore.choose import DEFAULT_MIN_SIMILARITY
+
+    source = tmp_path / "pair.jsonl"
+    _reworded_pair(source)
+    assert main(["dedup", str(source), "--pairs", "-o", "-", "-q"]) == 0
+    assert capsys.readouterr().out == ""  # 0.62 < the default 0.8
+    assert main(["dedup", str(source), "--pairs", "-o", "-", "-q", "--min-similarity", "0"]) == 0
+    [pair] = [json.loads(line) for line in capsys.readouterr().out.splitlines()]
+    assert pair["distance"] <= 5
+    assert pair["similarity"] < DEFAULT_MIN_SIMILARITY
+    # --against: the threshold stored in the store, not the default.
+    store = tmp_path / "lenient.simstore"
+    with simstore.open(store, "c", min_similarity=0.5):
+        pass
+    first = tmp_path / "a.jsonl"
+    first.write_text(source.read_text(encoding="utf-8").splitlines()[0] + "\n", encoding="utf-8")
+    assert main(["add", str(store), str(first), "-q"]) == 0
+    capsys.readouterr()
+    assert main(["dedup", str(source), "--against", str(store), "--pairs", "-o", "-", "-q"]) == 0
+    assert [json.loads(line)["match"] for line in capsys.readouterr().out.splitlines()] == ["a", "a"]
+    # And both --help and docs/cli.md say so.
+    with pytest.raises(SystemExit):
+        main(["dedup", "--help"])
+    help_text = " ".join(capsys.readouterr().out.split())
+    docs = " ".join((Path(__file__).parent.parent / "docs" / "cli.md").read_text(encoding="utf-8").split())
+    for text in (help_text, docs):
+        plain = text.replace("`", "").replace("*", "")
+        assert f"{DEFAULT_MIN_SIMILARITY} for the temporary store and a new --store" in plain
+        assert "an existing --store or --against STORE uses" in plain
+        assert "--min-similarity 0 turns the check off" in plain
+
+
+def test_dedup_outputs_carry_the_full_similarity(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    """The CLI rounded similarities to 4 decimals, also in Parquet's float64
+    column, where simstore.dedup_table and the Store give the full estimate."""
+    pa = pytest.importorskip("pyarrow")
+    pq = pytest.importorskip("pyarrow.parquet")
+    rows = _json_lines(CORPUS)
+    source = tmp_path / "corpus.parquet"
+    pq.write_table(pa.Table.from_pylist(rows), source)
+    annotated = tmp_path / "annotated.parquet"
+    assert main(["dedup", str(source), "--annotate", "-o", str(annotated), "-q"]) == 0
+    _, provenance = simstore.dedup_table(pq.read_table(source), "text", "id")
+    assert pq.read_table(annotated).column("similarity").to_pylist() == provenance["similarity"].to_pylist()
+    assert any(
+        value is not None and round(value, 4) != value for value in provenance["similarity"].to_pylist()
+    )
+    # JSON lines too: --pairs as the store lists them, --annotate as dedup_table.
+    store, pairs = tmp_path / "s.simstore", tmp_path / "pairs.jsonl"
+    assert main(["dedup", str(CORPUS), "--pairs", "--store", str(store), "-o", str(pairs), "-q"]) == 0
+    with simstore.open(store, "r") as opened:
+        expected = {(pair.key_a, pair.key_b): pair.similarity for pair in opened.near_duplicate_pairs()}
+    assert {(pair["a"], pair["b"]): pair["similarity"] for pair in _json_lines(pairs)} == expected
+    annotated_jsonl = tmp_path / "annotated.jsonl"
+    assert main(["dedup", str(CORPUS), "--annotate", "-o", str(annotated_jsonl), "-q"]) == 0
+    assert [record["similarity"] for record in _json_lines(annotated_jsonl)] == provenance[
+        "similarity"
+    ].to_pylist()
+
+
+def test_keep_none_annotation_is_documented_for_the_representative(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """Under --keep none each cluster's representative is dropped, yet has an empty
+    duplicate_of, which docs/cli.md and --help said marks the kept one."""
+    annotated, dropped = tmp_path / "annotated.jsonl", tmp_path / "dropped.jsonl"
+    command = [
+        "dedup",
+        str(CORPUS),
+        "--keep",
+        "none",
+        "--annotate",
+        "-o",
+        str(annotated),
+        "--dropped",
+        str(dropped),
+    ]
+    assert main([*command, "-q"]) == 0
+    records = _json_lines(annotated)
+    representatives = {
+        row["id"] for row in records if row["cluster_id"] is not None and row["duplicate_of"] is None
+    }
+    assert representatives
+    assert representatives <= {row["id"] for row in _json_lines(dropped)}
+    # What marks a kept document there is an empty cluster_id, and both texts say so.
+    with pytest.raises(SystemExit):
+        main(["dedup", "--help"])
+    help_text = " ".join(capsys.readouterr().out.split())
+    assert "empty for the representative itself, which --keep none drops too" in help_text
+    docs = " ".join((Path(__file__).parent.parent / "docs" / "cli.md").read_text(encoding="utf-8").split())
+    assert "a document is kept exactly when its `cluster_id` is empty" in docs
