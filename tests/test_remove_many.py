@@ -27,8 +27,9 @@ def assert_exact(store: simstore.Store, model: dict[object, int], seed: int) -> 
     rng = np.random.default_rng(seed)
     stored = list(model.values())
     probes = [int(q) for q in rng.integers(0, 2**64, 4, dtype=np.uint64)]
-    picks, bits = rng.integers(0, len(stored), 30), rng.integers(0, 64, 30)
-    probes += [stored[int(i)] ^ (1 << int(bit)) for i, bit in zip(picks, bits, strict=True)]
+    if stored:  # every document may have been removed
+        picks, bits = rng.integers(0, len(stored), 30), rng.integers(0, 64, 30)
+        probes += [stored[int(i)] ^ (1 << int(bit)) for i, bit in zip(picks, bits, strict=True)]
     for k in range(K + 1):
         for probe in probes:
             found = [(match.distance, match.key) for match in store.query(fingerprint=probe, k=k)]
