@@ -367,8 +367,10 @@ def clusters(
 ) -> dd.DataFrame:
     """The connected components of the near-duplicate pair graph.
 
-    The same clusters and representatives as :meth:`simstore.Store.clusters`
-    on a store holding the same rows, added in input order.
+    Without a similarity threshold, the same clusters and representatives as
+    :meth:`simstore.Store.clusters` on a store holding the same rows, added
+    in input order (with one, rows of one fingerprint are judged on the first
+    of them here, apart by their sketches there: see docs/dask.md).
 
     Args:
         ddf, key_column, fingerprint_column, k, layout, npartitions: as for
@@ -382,7 +384,7 @@ def clusters(
         length_column: the lengths ``keep="longest"`` compares.
         sketch_column, min_similarity, fingerprinter: as for
             :func:`near_duplicate_pairs`: pairs less similar do not link
-            (judged on the first row of each fingerprint, as a store does).
+            (judged on the first row of each fingerprint).
 
     Returns:
         A lazy Dask DataFrame with one row per member of every cluster of two

@@ -100,7 +100,8 @@ def open(  # noqa: A001 - mirrors dbm.open, deliberately
     Raises:
         StoreNotFoundError: modes "r"/"w" and no file.
         NotAStoreError: the file is not a simstore store (it is not modified).
-        FormatVersionError: the file was written by a newer format.
+        FormatVersionError: the file was written in a newer format, or in
+            format 1 (convert it with ``simstore migrate``).
         ParameterMismatchError: explicit parameters differ from stored ones.
     """
     if mode not in MODES:

@@ -44,8 +44,9 @@ class Options:
             acknowledged write across a power loss, at the cost of an fsync per
             transaction. ``False`` still keeps every acknowledged write across a
             process crash (LMDB's pages sit in the OS page cache), but a power
-            loss or kernel crash may lose the most recent transactions (never
-            corrupting the file).
+            loss or kernel crash may lose the most recent transactions, and
+            LMDB does not promise the file survives one intact (see
+            ``docs/durability.md``).
             ``"interval"`` commits without a flush and flushes (one fsync)
             once ``sync_interval`` seconds have passed since the first
             unflushed commit or ``sync_every`` commits are unflushed,

@@ -56,12 +56,17 @@ def shrink(path: str | os.PathLike[str]) -> Shrunk:
         raise StoreNotFoundError(errno.ENOENT, f"no simstore store at {path_str}")
     if open_in_this_process(path_str):
         raise StoreLockedError(f"{path_str} is open in this process; close that Store before shrinking it")
+    refusal = "its map would go on writing to the old file; close it there first"
+    # Looked at before the compaction too, which would otherwise rewrite a large
+    # store's tables (holding up that process's writes) only to be refused.
+    with exclusive_lock_file(path_str, refusal):
+        pass
     with open_store(path_str, "w") as store:
         store.compact()
     before = os.path.getsize(path_str)
     directory, name = os.path.split(path_str)
     copy = os.path.join(directory, f".{name}.{os.getpid()}.{secrets.token_hex(4)}.shrinking")
-    with exclusive_lock_file(path_str, "its map would go on writing to the old file; close it there first"):
+    with exclusive_lock_file(path_str, refusal):
         try:
             _lmdb.copy_compacted_unlocked(path_str, copy)
             _flush(copy)
