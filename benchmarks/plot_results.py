@@ -465,7 +465,7 @@ def write_results(peers: list[dict[str, Any]], online: list[dict[str, Any]], pat
             + ". simhash-py was not measured: it does not build on CPython 3.11 (see `bench_peers.py`).\n"
         )
     # Hand-written analyses: the peers', then bench_dask.py's (not generated from JSON).
-    for name in ("peers_notes.md", "scale_notes.md", "dask_notes.md"):
+    for name in ("peers_notes.md", "scale_notes.md", "removals_notes.md", "dask_notes.md"):
         notes = RESULTS / name
         if notes.exists():
             parts.append(notes.read_text())
