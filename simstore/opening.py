@@ -236,7 +236,7 @@ def _create_beside(path: str, requested: LayoutRequest, opts: Options) -> None:
                 raise
             return  # created in place by the caller's open, see _create
         if opts.sync:
-            _sync_directory(directory or ".")
+            fsync_path(directory or ".")
     finally:
         for leftover in (temporary, _lmdb.lock_path(temporary)):
             with contextlib.suppress(OSError):
@@ -247,9 +247,10 @@ def _create_beside(path: str, requested: LayoutRequest, opts: Options) -> None:
 _NO_HARD_LINKS = (errno.EPERM, errno.EOPNOTSUPP, errno.ENOTSUP, errno.EMLINK, errno.EXDEV, errno.ENOSYS)
 
 
-def _sync_directory(directory: str) -> None:
-    """Flush a folder's entries, so that a new name in it survives a power loss."""
-    descriptor = os.open(directory, os.O_RDONLY)
+def fsync_path(path: str) -> None:
+    """Flush a file, or a folder's entries (so that a new name in it survives a
+    power loss), by its path."""
+    descriptor = os.open(path, os.O_RDONLY)
     try:
         os.fsync(descriptor)
     finally:

@@ -27,7 +27,7 @@ import stat
 from simstore import _lmdb
 from simstore.engine import open_in_this_process
 from simstore.errors import StoreLockedError, StoreNotFoundError
-from simstore.opening import _path_text, _sync_directory, exclusive_lock_file
+from simstore.opening import _path_text, exclusive_lock_file, fsync_path
 from simstore.opening import open as open_store
 from simstore.results import Shrunk
 
@@ -69,13 +69,13 @@ def shrink(path: str | os.PathLike[str]) -> Shrunk:
     with exclusive_lock_file(path_str, refusal):
         try:
             _lmdb.copy_compacted_unlocked(path_str, copy)
-            _flush(copy)
+            fsync_path(copy)
             _take_owner_and_mode(copy, os.stat(path_str))
             os.replace(copy, path_str)
         finally:
             with contextlib.suppress(FileNotFoundError):
                 os.remove(copy)
-        _sync_directory(directory or ".")
+        fsync_path(directory or ".")
         _lmdb.rebuild_lock_file(path_str)
     return Shrunk(before, os.path.getsize(path_str))
 
@@ -87,11 +87,3 @@ def _take_owner_and_mode(path: str, original: os.stat_result) -> None:
     if (original.st_uid, original.st_gid) != (os.getuid(), os.getgid()):
         with contextlib.suppress(PermissionError):
             os.chown(path, original.st_uid, original.st_gid)
-
-
-def _flush(path: str) -> None:
-    descriptor = os.open(path, os.O_RDONLY)
-    try:
-        os.fsync(descriptor)
-    finally:
-        os.close(descriptor)

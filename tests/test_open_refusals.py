@@ -12,6 +12,7 @@ from pathlib import Path
 
 import numpy as np
 import pytest
+from _lmdb_files import last_transaction
 
 import simstore
 from simstore import opening
@@ -239,16 +240,6 @@ with simstore.open(sys.argv[1], "w") as store:
 """
 
 
-def _last_transaction(path: Path) -> int:
-    import lmdb
-
-    env = lmdb.open(str(path), subdir=False, readonly=True, lock=False, max_dbs=2)
-    try:
-        return int(env.info()["last_txnid"])
-    finally:
-        env.close()
-
-
 @pytest.mark.parametrize("parity", [0, 1], ids=["even", "odd"])
 def test_mode_n_keeps_a_waiting_opener_on_one_lock_file(tmp_path: Path, parity: int) -> None:
     """A process that opens the store while mode "n" replaces it waits, then writes into
@@ -259,11 +250,11 @@ def test_mode_n_keeps_a_waiting_opener_on_one_lock_file(tmp_path: Path, parity: 
     with simstore.open(path, "n", k=3) as store:
         store.add("old", fingerprint=1)
     for index in range(4):
-        if _last_transaction(path) % 2 == parity:
+        if last_transaction(path) % 2 == parity:
             break
         with simstore.open(path, "w", merge_on_close=False) as store:  # one commit
             store.add(f"old-{index}", fingerprint=index + 2)
-    assert _last_transaction(path) % 2 == parity
+    assert last_transaction(path) % 2 == parity
     marker, go = tmp_path / "paused", tmp_path / "go"
     replacer = subprocess.Popen([sys.executable, "-c", _PAUSED_REPLACE, str(path), str(marker), str(go)])
     waiter = None

@@ -13,9 +13,9 @@ import textwrap
 import time
 from pathlib import Path
 
-import lmdb
 import numpy as np
 import pytest
+from _lmdb_files import last_transaction
 
 import simstore
 from simstore.cli import main
@@ -126,15 +126,6 @@ def test_a_failed_copy_leaves_the_store_as_it_was(tmp_path: Path, monkeypatch: p
     assert_holds(path, model)
 
 
-def last_transaction(path: Path) -> int:
-    """The id of the store file's last commit, as LMDB's lock file records it."""
-    env = lmdb.open(str(path), subdir=False, readonly=True, lock=False, max_dbs=2)
-    try:
-        return int(env.info()["last_txnid"])
-    finally:
-        env.close()
-
-
 # A shrink that stops inside its exclusive hold until told to go on: after the copy
 # (the store not yet replaced) or after the rename (the lock file not yet rebuilt).
 _PAUSED_SHRINK = textwrap.dedent(
@@ -152,7 +143,7 @@ _PAUSED_SHRINK = textwrap.dedent(
     if pause_at == "copy":
         boundary.copy_compacted_unlocked = pausing(boundary.copy_compacted_unlocked)
     else:
-        shrinking._sync_directory = pausing(shrinking._sync_directory)
+        shrinking.fsync_path = pausing(shrinking.fsync_path)
     print(simstore.shrink(path).bytes_after, flush=True)
     """
 )
