@@ -138,7 +138,6 @@ def open(  # noqa: A001 - mirrors dbm.open, deliberately
         raise NotAStoreError(f"{path_str} is an empty file, not a simstore store; it is left as it is")
     if exists:
         _check_one_name(path_str)
-    release_inherited(path_str)
     if exists and not readonly:
         _check_writable(path_str, mode)
     if opts.map_size is not None and not readonly:
@@ -154,6 +153,7 @@ def open(  # noqa: A001 - mirrors dbm.open, deliberately
     if mode in ("r", "w") and _file_size(path_str) == 0:
         raise NotAStoreError(f"{path_str} is an empty file, not a simstore store")
 
+    release_inherited(path_str)  # a forked child's inherited store: only once the open is due
     env = _lmdb.Environment(
         path_str,
         readonly=readonly,
