@@ -57,6 +57,8 @@ FIXED_DB_NAMES = (DB_META, DB_KEYS, DB_DOCS, DB_DOCMETA, DB_DELTA)
 #: Each document's verification sketch (simstore.sketch), under its id: only
 #: in stores whose fingerprinter makes sketches (none before they existed).
 DB_SKETCHES = b"sketches"
+#: Named sub-databases a store may hold: the fixed ones, the sketches, the tables.
+MAX_DBS = len(FIXED_DB_NAMES) + 1 + MAX_TABLES
 
 # Table sub-databases hold packed buckets of entries under 8-byte keys (see
 # simstore.runs): plain sub-databases, one value per key.
@@ -199,7 +201,7 @@ class Environment:
                 sync=sync,
                 metasync=sync if metasync is None else metasync,
                 map_size=map_size,
-                max_dbs=len(FIXED_DB_NAMES) + 1 + MAX_TABLES,
+                max_dbs=MAX_DBS,
                 # No cached read transactions: a forked child that closes its
                 # inherited copy of the environment would otherwise reset the
                 # parent's reader slots (measured: no query cost at 1M docs).
@@ -687,17 +689,7 @@ def copy_compacted_unlocked(path: str, target: str) -> None:
     can have the store open: LMDB's lock would turn that hold into a shared
     one (fcntl locks belong to the process, not the descriptor).
     """
-    try:
-        env = lmdb.open(
-            path,
-            subdir=False,
-            readonly=True,
-            lock=False,
-            create=False,
-            max_dbs=len(FIXED_DB_NAMES) + 1 + MAX_TABLES,
-        )
-    except lmdb.Error as exc:
-        raise translate(exc, path) from exc
+    env = _open_read_only(path, lock=False)
     try:
         # Through a descriptor of our own: LMDB's copy to a path writes with
         # O_DIRECT, past the page cache, and the store that replaces the old
@@ -726,13 +718,16 @@ def rebuild_lock_file(path: str) -> None:
     makes LMDB rebuild it from the new file (and lets waiting openers in as
     LMDB shares its lock); closing lets go of every lock this process held.
     """
+    _open_read_only(path, lock=True).close()
+
+
+def _open_read_only(path: str, *, lock: bool) -> lmdb.Environment:
+    """A bare read-only environment on an existing store file (no map of our
+    own, no sub-database handles), for the two calls above."""
     try:
-        env = lmdb.open(
-            path, subdir=False, readonly=True, create=False, max_dbs=len(FIXED_DB_NAMES) + 1 + MAX_TABLES
-        )
+        return lmdb.open(path, subdir=False, readonly=True, lock=lock, create=False, max_dbs=MAX_DBS)
     except lmdb.Error as exc:
         raise translate(exc, path) from exc
-    env.close()
 
 
 def _preallocate_lock(path: str) -> None:

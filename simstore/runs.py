@@ -159,6 +159,13 @@ def choose_geometry(
     return Geometry(prefix_bits, bucket_bits, tag_bytes, known, id_bytes)
 
 
+def buckets_of(permuted: U64Array, geometry: Geometry) -> U64Array:
+    """:func:`bucket_of` of each permuted key of an array."""
+    if geometry.bucket_bits:
+        return permuted >> np.uint64(FINGERPRINT_BITS - geometry.bucket_bits)
+    return np.zeros(len(permuted), dtype=np.uint64)
+
+
 def bucket_key(run_id: int, bucket: int) -> bytes:
     return KEY.pack(run_id, bucket)
 
@@ -201,11 +208,7 @@ def encode_buckets(
     count = len(permuted)
     if count == 0:
         return
-    buckets = (
-        permuted >> np.uint64(FINGERPRINT_BITS - geometry.bucket_bits)
-        if geometry.bucket_bits
-        else np.zeros(count, dtype=np.uint64)
-    )
+    buckets = buckets_of(permuted, geometry)
     starts = np.flatnonzero(np.concatenate(([True], buckets[1:] != buckets[:-1])))
     bucket_numbers = buckets[starts]
     del buckets

@@ -446,11 +446,7 @@ class TableSet:
             if not len(chosen):
                 continue
             geometry = run.geometries[index]
-            buckets = (
-                permuted[chosen] >> np.uint64(FINGERPRINT_BITS - geometry.bucket_bits)
-                if geometry.bucket_bits
-                else np.zeros(len(chosen), dtype=np.uint64)
-            )
+            buckets = runs.buckets_of(permuted[chosen], geometry)
             # The buckets touched, a slice at a time, decoded, filtered and
             # encoded together: one numpy pass per slice, not one per bucket
             # (removing half of a 300K store took 32 s of per-bucket calls).
@@ -480,11 +476,7 @@ class TableSet:
                 rewritten = dict(runs.encode_buckets(run.run_id, geometry, keys[~going], ids[~going]))
                 changed = {
                     runs.bucket_key(run.run_id, bucket)
-                    for bucket in np.unique(
-                        keys[going] >> np.uint64(FINGERPRINT_BITS - geometry.bucket_bits)
-                        if geometry.bucket_bits
-                        else np.zeros(1, dtype=np.uint64)
-                    ).tolist()
+                    for bucket in np.unique(runs.buckets_of(keys[going], geometry)).tolist()
                 }
                 for key in changed:
                     value = rewritten.get(key)
