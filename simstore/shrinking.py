@@ -51,7 +51,9 @@ def shrink(path: str | os.PathLike[str]) -> Shrunk:
         StoreFullError: no room on the disk for the new file (the store is
             left as it was).
     """
-    path_str = _path_text(path)
+    # The file itself, as open() resolves it: by a symlink's name, the swap
+    # would replace the link with a file, and lock the link's lock file.
+    path_str = os.path.realpath(_path_text(path))
     if not os.path.exists(path_str):
         raise StoreNotFoundError(errno.ENOENT, f"no simstore store at {path_str}")
     if open_in_this_process(path_str):

@@ -66,6 +66,19 @@ def test_shrink_gives_back_what_removals_freed(tmp_path: Path) -> None:
     assert_holds(path, model)
 
 
+def test_shrink_by_a_symlink_shrinks_its_target_and_keeps_the_link(tmp_path: Path) -> None:
+    path = tmp_path / "s.simstore"
+    model = filled(path)
+    link = tmp_path / "link.simstore"
+    link.symlink_to(path)
+    shrunk = simstore.shrink(link)
+    assert link.is_symlink()
+    assert link.resolve() == path
+    assert shrunk.bytes_after == path.stat().st_size < shrunk.bytes_before
+    assert sorted(os.listdir(tmp_path)) == ["link.simstore", "s.simstore", "s.simstore-lock"]
+    assert_holds(path, model)
+
+
 def test_shrink_is_refused_while_the_store_is_open(tmp_path: Path) -> None:
     path = tmp_path / "s.simstore"
     model = filled(path)
