@@ -366,13 +366,7 @@ def remove(engine: Engine, key: KeyLike) -> None:
         id_bytes = txn.get(found_by, db=handles.keys)
         if id_bytes is None:
             raise KeyNotFoundError(f"no document with key {key!r}")
-        doc_id = decode_id(id_bytes)
-        fingerprint = record_fingerprint(engine, txn, doc_id)
-        txn.delete(found_by, db=handles.keys)
-        txn.delete(id_bytes, db=handles.docs)
-        txn.delete(id_bytes, db=handles.docmeta)
-        if handles.sketches is not None:
-            txn.delete(id_bytes, db=handles.sketches)
+        doc_id, fingerprint = take_out_records(engine, txn, found_by, id_bytes)
         if doc_id in engine.delta:
             txn.put(encode_seq(state.next_seq), encode_remove(doc_id), db=handles.delta, append=True)
             return None, state._replace(next_seq=state.next_seq + 1), Change([], [doc_id])
@@ -408,7 +402,7 @@ def remove_many(engine: Engine, keys: Iterable[KeyLike], missing_ok: bool) -> in
 
     def body(txn: _lmdb.Txn, state: State) -> tuple[int, State, Change]:
         handles = engine.handles  # read inside: a retry may follow a re-layout
-        get, delete = txn.get, txn.delete
+        get = txn.get
         found: list[tuple[bytes, bytes]] = []
         missing = []
         for found_by, key in by_lookup.items():
@@ -427,13 +421,7 @@ def remove_many(engine: Engine, keys: Iterable[KeyLike], missing_ok: bool) -> in
         delta_ids: list[int] = []
         next_seq = state.next_seq
         for found_by, id_bytes in found:
-            doc_id = decode_id(id_bytes)
-            fingerprint = record_fingerprint(engine, txn, doc_id)
-            delete(found_by, db=handles.keys)
-            delete(id_bytes, db=handles.docs)
-            delete(id_bytes, db=handles.docmeta)
-            if handles.sketches is not None:
-                delete(id_bytes, db=handles.sketches)
+            doc_id, fingerprint = take_out_records(engine, txn, found_by, id_bytes)
             if doc_id in engine.delta:
                 txn.put(encode_seq(next_seq), encode_remove(doc_id), db=handles.delta, append=True)
                 next_seq += 1
@@ -448,6 +436,20 @@ def remove_many(engine: Engine, keys: Iterable[KeyLike], missing_ok: bool) -> in
     removed = engine.write(body)
     maintain(engine, 0)
     return removed
+
+
+def take_out_records(engine: Engine, txn: _lmdb.Txn, found_by: bytes, id_bytes: bytes) -> tuple[int, int]:
+    """Delete a document's key-table entry, record, metadata and sketch (not
+    its table entries or delta row); its internal id and fingerprint."""
+    handles = engine.handles
+    doc_id = decode_id(id_bytes)
+    fingerprint = record_fingerprint(engine, txn, doc_id)
+    txn.delete(found_by, db=handles.keys)
+    txn.delete(id_bytes, db=handles.docs)
+    txn.delete(id_bytes, db=handles.docmeta)
+    if handles.sketches is not None:
+        txn.delete(id_bytes, db=handles.sketches)
+    return doc_id, fingerprint
 
 
 def record_fingerprint(engine: Engine, txn: _lmdb.Txn, doc_id: int) -> int:
