@@ -30,6 +30,7 @@ One :class:`GroupCommit` per open engine (:mod:`simstore.engine`) does all this.
 from __future__ import annotations
 
 import os
+import random
 import threading
 import time
 import warnings
@@ -37,10 +38,12 @@ from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 from typing import TYPE_CHECKING, Any, TypeVar, cast
 
-from simstore import _lmdb
+from simstore import _lmdb, handoff
 from simstore.delta import Change
 from simstore.errors import InvalidValueError, SimstoreError
-from simstore.format import State
+from simstore.format import WRITERS_KEY, State
+from simstore.mailbox import DONE, POSTED, TAKEN, Mailbox
+from simstore.writes import body_of
 
 if TYPE_CHECKING:
     from simstore.delta import Delta
@@ -50,6 +53,8 @@ T = TypeVar("T")
 
 #: A write body, as :meth:`simstore.engine.Engine.write` takes it.
 Body = Callable[["_lmdb.Txn", State], tuple[Any, State, Change]]
+#: A single write described in msgpack-able values (:func:`simstore.writes.body_of`).
+Spec = list[Any]
 
 #: Most single writes one transaction takes; the rest wait for the next.
 MAX_GROUP = 1024
@@ -62,10 +67,12 @@ AWAIT_FLUSH_SECONDS = 1.0
 class _Request:
     """One caller's write waiting in the queue: its body, and its outcome once run."""
 
-    __slots__ = ("body", "done", "error", "result", "wake")
+    __slots__ = ("body", "done", "error", "result", "spec", "wake")
 
-    def __init__(self, body: Body) -> None:
+    def __init__(self, body: Body, spec: Spec | None = None) -> None:
         self.body = body
+        # The write as another process can run it (simstore.writes.body_of), if it can.
+        self.spec = spec
         self.result: Any = None
         self.error: BaseException | None = None
         self.done = False
@@ -133,6 +140,105 @@ class _Applied:
             else:
                 delta.put(doc_id, fingerprint)
         self.before.clear()
+
+
+class _Others:
+    """Other processes' writes in the commit this process leads: their slots
+    in the mailbox, the requests made of them, and the group's number (put in
+    the store by the same transaction, so that the next leader can tell, if
+    this one dies, whether the group committed)."""
+
+    def __init__(self, engine: Engine, mailbox: Mailbox, group: int) -> None:
+        self.engine = engine
+        self.mailbox = mailbox
+        self.group = group
+        self.slots: list[tuple[int, list[_Request]]] = []
+        self.requests: list[_Request] = []  # the ones to run here, in slot order
+
+    def take_posted(self) -> None:
+        """Take every request posted in the mailbox into this group."""
+        for slot, raw in self.mailbox.posted():
+            try:
+                specs = handoff.unpack_request(raw)
+            except Exception as exc:  # another version's or a damaged request: refused, not run
+                self.mailbox.respond(slot, handoff.pack_outcomes([]), self.group, state=DONE)
+                message = f"{self.engine.path}: a writer's request was refused ({exc})"
+                warnings.warn(message, RuntimeWarning, stacklevel=1)
+                continue
+            requests = []
+            for spec in specs:
+                body = body_of(self.engine, spec)
+                request = _Request(_run_here if body is None else body, spec)
+                if body is None:
+                    request.error = handoff.LeftToPosterError()
+                    request.done = True
+                else:
+                    self.requests.append(request)
+                requests.append(request)
+            self.slots.append((slot, requests))
+
+    def finisher(self, pending: list[_Request], applied: _Applied) -> Callable[[_lmdb.Txn, list[Any]], None]:
+        """What runs in the transaction after ``pending``'s bodies: the
+        group's number, and each slot's outcomes marked ``TAKEN``."""
+
+        def finish(txn: _lmdb.Txn, results: list[Any]) -> None:
+            txn.put(WRITERS_KEY, self.group.to_bytes(8, "big"), db=self.engine.handles.meta)
+            outcomes = {id(request): result for request, result in zip(pending, results, strict=True)}
+            for slot, requests in self.slots:
+                packed = handoff.pack_outcomes([_outcome(request, outcomes) for request in requests])
+                if not self.mailbox.respond(slot, packed, self.group, state=TAKEN):
+                    # Too big for the slot: its first write still in the
+                    # group is left to its process, and the group runs again.
+                    first = next(request for request in requests if id(request) in outcomes)
+                    raise _BodyFailedError(pending.index(first), handoff.LeftToPosterError())
+
+        return finish
+
+    def answer(self) -> None:
+        """After the commit is durable: every slot's final outcomes, ``DONE``."""
+        for slot, requests in self.slots:
+            packed = handoff.pack_outcomes([_outcome(request, {}) for request in requests])
+            if not self.mailbox.respond(slot, packed, self.group, state=DONE):
+                # Only errors can be bigger than what fitted in the transaction.
+                short = [handoff.outcome_of(None, SimstoreError("the commit failed"))] * len(requests)
+                self.mailbox.respond(slot, handoff.pack_outcomes(short), self.group, state=DONE)
+
+    def fail(self, error: BaseException) -> None:
+        """The group's commit failed (or is not known to be on the disk)."""
+        for _, requests in self.slots:
+            for request in requests:
+                if not request.done or request.error is None:
+                    request.error = error
+                    request.done = True
+        self.answer()
+
+    @staticmethod
+    def resolve_orphans(engine: Engine, mailbox: Mailbox) -> None:
+        """With the lead held: settle the slots a leader took and died before
+        it said done. Its group's number in the store means it committed:
+        make that durable and say ``DONE``; otherwise post them again."""
+        orphans = mailbox.taken()
+        if not orphans:
+            return
+        with engine.read() as txn:
+            raw = txn.get(WRITERS_KEY, db=engine.handles.meta)
+        committed_group = int.from_bytes(raw, "big") if raw else 0
+        if any(group == committed_group for _, group in orphans):
+            engine.env.flush()
+        for slot, group in orphans:
+            mailbox.set_state(slot, DONE if group == committed_group else POSTED)
+
+
+def _outcome(request: _Request, results: dict[int, Any]) -> list[Any]:
+    """A request's outcome for the mailbox: from ``results`` (by the
+    request's id) while its transaction runs, else what it was given."""
+    if id(request) in results:
+        return handoff.outcome_of(results[id(request)], None)
+    return handoff.outcome_of(request.result, request.error if request.done else handoff.LeftToPosterError())
+
+
+def _run_here(txn: _lmdb.Txn, state: State) -> tuple[Any, State, Change]:
+    raise AssertionError("a write left to its own process was run")
 
 
 class Pending:
@@ -241,12 +347,22 @@ class GroupCommit:
         self._durable_txn = -1  # every commit up to this id is on the disk
         self._last_group_txn = -1  # the latest commit of a group of this process
         self._in_group = False  # a group's write is running: its leader makes it durable
+        # The writers' mailbox (sync=True), opened at the first group that may use it.
+        self._mailbox: Mailbox | None = None
+        self._mailbox_refused = False
+        self.others_committed = 0  # other processes' writes this process committed
 
     # ------------------------------------------------------------ group commit
 
-    def write(self, engine: Engine, body: Callable[[_lmdb.Txn, State], tuple[T, State, Change]]) -> T:
+    def write(
+        self,
+        engine: Engine,
+        body: Callable[[_lmdb.Txn, State], tuple[T, State, Change]],
+        spec: Spec | None = None,
+    ) -> T:
         """Run one single write's ``body`` in a transaction shared with the
-        other threads' single writes; its result once that commit is as
+        other threads' single writes (and, given its ``spec``, with other
+        processes' through the mailbox); its result once that commit is as
         durable as ``sync`` makes it."""
         bodies, pending = self.batching.bodies, self.batching.pending
         if bodies is not None and pending is not None:
@@ -263,7 +379,7 @@ class GroupCommit:
                 self._undo(engine, applied)
                 raise
         queue = self.queue
-        request = _Request(body)
+        request = _Request(body, spec)
         with queue.mutex:
             queue.waiting.append(request)
             leads = not queue.leading
@@ -316,61 +432,205 @@ class GroupCommit:
         together; every request of the group has its outcome on return.
 
         Returns the group; the commit to make durable before any of it is
-        acknowledged (``None``: it committed nothing); and whether it may
-        have written without changing the stored state, so that only a
-        flush from now on makes sure of it.
+        acknowledged (``None``: it committed nothing, or made its commit
+        durable already); and whether it may have written without changing
+        the stored state, so that only a flush from now on makes sure of it.
         """
-        with engine.lock:
-            with queue.mutex:
-                group = queue.waiting[:MAX_GROUP]
-                del queue.waiting[:MAX_GROUP]
-            pending = list(group)
-            committed = None
-            unsure = False
+        mailbox = self._mailbox_of(engine)
+        if mailbox is None:
+            with engine.lock:
+                group = self._take(queue)
+                return (group, *self._commit(engine, group))
+        with mailbox.using() as usable:
+            group = []
             try:
-                while pending:
-                    applied = _Applied(engine.delta)
-                    bodies = self._bodies_in_order(
-                        engine, [request.body for request in pending], applied, isolate=True
-                    )
-                    self._in_group = True
+                if usable and mailbox.try_lead():
                     try:
-                        results = engine.write(bodies)
-                    except _BodyFailedError as failed:
-                        # Aborted: that body fails alone, the others run again.
-                        failing = pending.pop(failed.index)
-                        failing.error = failed.error
-                        failing.done = True
-                        continue
-                    except BaseException:
-                        self._undo(engine, applied)
-                        raise
+                        _Others.resolve_orphans(engine, mailbox)
+                        return self._lead_others(engine, mailbox, queue=queue)
                     finally:
-                        self._in_group = False
-                    if applied.changed_state:
-                        committed = self._last_group_txn = applied.txn_id
-                        if engine.env.defer_meta_sync:
-                            # LMDB flushed the file before this commit's meta
-                            # page: every commit before it is on the disk.
-                            self._durable_up_to(committed - 1)
-                    else:
-                        # Written without a change of state (a replacement
-                        # with the same fingerprint), or nothing written: the
-                        # id is taken in the first case, or if another
-                        # process committed since; then flush to be sure.
-                        unsure = engine.env.last_txn_id() >= applied.txn_id
-                    for request, result in zip(pending, results, strict=True):
-                        request.result = result
-                        request.done = True
-                    pending = []
+                        mailbox.release_lead()
+                group = self._take(queue)
+                if not usable or any(request.spec is None for request in group):
+                    with engine.lock:
+                        return (group, *self._commit(engine, group))
+                return (group, *self._commit_posted(engine, group, mailbox))
             except BaseException as exc:
-                # The transaction itself failed (a full disk, a closed or
-                # read-only store): nothing of it was written, every caller
-                # of the group gets the error.
-                for request in pending:
+                for request in group:
+                    if not request.done:
+                        request.error = exc
+                        request.done = True
+            return group, None, False
+
+    @staticmethod
+    def _take(queue: CommitQueue) -> list[_Request]:
+        with queue.mutex:
+            group = queue.waiting[:MAX_GROUP]
+            del queue.waiting[:MAX_GROUP]
+        return group
+
+    def _commit(
+        self, engine: Engine, group: list[_Request], others: _Others | None = None
+    ) -> tuple[int | None, bool]:
+        """Commit ``group`` (with the store's lock held) in one transaction,
+        and ``others``' writes with it; every request has its outcome on
+        return. Returns what :meth:`_lead` returns after the group."""
+        pending = list(group) if others is None else [*group, *others.requests]
+        committed = None
+        unsure = False
+        try:
+            while pending:
+                applied = _Applied(engine.delta)
+                finish = None if others is None else others.finisher(pending, applied)
+                bodies = self._bodies_in_order(
+                    engine, [request.body for request in pending], applied, isolate=True, finish=finish
+                )
+                self._in_group = True
+                try:
+                    results = engine.write(bodies)
+                except _BodyFailedError as failed:
+                    # Aborted: that body fails alone, the others run again.
+                    failing = pending.pop(failed.index)
+                    failing.error = failed.error
+                    failing.done = True
+                    continue
+                except BaseException:
+                    self._undo(engine, applied)
+                    raise
+                finally:
+                    self._in_group = False
+                if applied.changed_state:
+                    committed = self._last_group_txn = applied.txn_id
+                    if engine.env.defer_meta_sync:
+                        # LMDB flushed the file before this commit's meta
+                        # page: every commit before it is on the disk.
+                        self._durable_up_to(committed - 1)
+                else:
+                    # Written without a change of state (a replacement
+                    # with the same fingerprint), or nothing written: the
+                    # id is taken in the first case, or if another
+                    # process committed since; then flush to be sure.
+                    unsure = engine.env.last_txn_id() >= applied.txn_id
+                for request, result in zip(pending, results, strict=True):
+                    request.result = result
+                    request.done = True
+                pending = []
+        except BaseException as exc:
+            # The transaction itself failed (a full disk, a closed or
+            # read-only store): nothing of it was written, every caller
+            # of the group gets the error.
+            for request in pending:
+                request.error = exc
+                request.done = True
+        return committed, unsure
+
+    # ----------------------------------------------------- across processes
+
+    def _mailbox_of(self, engine: Engine) -> Mailbox | None:
+        """The store's mailbox, opened at the first group that may use it:
+        only ``sync=True`` stores share commits across processes (the others
+        do not wait for a flush, so gain nothing)."""
+        if self._mailbox is None and not self._mailbox_refused:
+            if engine.closed:
+                return None  # its calls fail as the store's lock is taken
+            if not engine.env.defer_meta_sync:
+                self._mailbox_refused = True
+                return None
+            self._mailbox = Mailbox.open(engine.path)
+            self._mailbox_refused = self._mailbox is None
+        return self._mailbox
+
+    def _commit_posted(
+        self, engine: Engine, group: list[_Request], mailbox: Mailbox
+    ) -> tuple[int | None, bool]:
+        """Post ``group`` for the process leading the next commit and wait
+        for the lead: then its outcomes are there, or this process leads.
+
+        The lead is taken before the store's lock and never the other way
+        round, so a thread holding the store's lock never waits for the lead.
+        """
+        posted = mailbox.post(handoff.pack_request([request.spec for request in group]))
+        try:
+            mailbox.wait_lead()
+        except BaseException:
+            if posted:
+                mailbox.let_go()
+            raise
+        try:
+            _Others.resolve_orphans(engine, mailbox)
+            raw = mailbox.outcome()
+            if raw is None:
+                return self._lead_others(engine, mailbox, group=group)[1:]
+            # The commit that holds them was made durable, and with it every
+            # commit this process made before it.
+            self._durable_up_to(engine.env.committed_txn)
+            self._take_outcomes(engine, group, raw, mailbox)
+            return None, False
+        finally:
+            mailbox.release_lead()
+
+    def _take_outcomes(self, engine: Engine, group: list[_Request], raw: bytes, mailbox: Mailbox) -> None:
+        """Give each request of ``group`` its outcome from another process's
+        commit; those it left to this process (an outcome too big for the
+        slot, a layout this process has not seen) are committed here, with
+        the lead still held."""
+        outcomes = handoff.unpack_outcomes(raw, len(group))
+        left: list[_Request] = []
+        for request, outcome in zip(group, outcomes, strict=True):
+            if outcome is handoff.RUN_HERE:
+                left.append(request)
+            else:
+                request.result, request.error = outcome
+                request.done = True
+        if left:
+            _, committed, unsure = self._lead_others(engine, mailbox, group=left, take_others=False)
+            if committed is not None or unsure:
+                self._make_durable(engine, None)  # before the lead goes to anyone else
+
+    def _lead_others(
+        self,
+        engine: Engine,
+        mailbox: Mailbox,
+        *,
+        group: list[_Request] | None = None,
+        queue: CommitQueue | None = None,
+        take_others: bool = True,
+    ) -> tuple[list[_Request], int | None, bool]:
+        """With the lead held: commit ``group`` (or the requests waiting in
+        ``queue`` once the store's lock is held) with every write other
+        processes posted, and tell each its outcome once it is durable.
+        Returns what :meth:`_lead` does: a commit of this process's writes
+        alone is made durable as :meth:`write` makes any other."""
+        mailbox.withdraw()  # this process's own request runs as its bodies
+        with engine.lock:
+            if group is None:
+                assert queue is not None
+                group = self._take(queue)
+            try:
+                engine.check_usable()
+                others = _Others(engine, mailbox, random.getrandbits(63) | 1)
+                if take_others:
+                    others.take_posted()
+            except BaseException as exc:
+                for request in group:
                     request.error = exc
                     request.done = True
-        return group, committed, unsure
+                return group, None, False
+            if not others.slots:
+                return (group, *self._commit(engine, group))
+            try:
+                self._commit(engine, group, others)
+                self._make_durable(engine, None)  # before any other process hears of it
+            except BaseException as exc:
+                others.fail(exc)
+                for request in group:
+                    if request.error is None:
+                        request.error = exc  # committed, but not known to be on the disk
+                        request.done = True
+                return group, None, False
+            others.answer()
+            self.others_committed += len(others.requests)
+        return group, None, False
 
     def _make_durable(self, engine: Engine, txn_id: int | None) -> None:
         """Return once commit ``txn_id`` (and every one before) is on the disk:
@@ -405,7 +665,13 @@ class GroupCommit:
         self._make_durable(engine, txn_id)
 
     def _bodies_in_order(
-        self, engine: Engine, bodies: list[Body], applied: _Applied, *, isolate: bool
+        self,
+        engine: Engine,
+        bodies: list[Body],
+        applied: _Applied,
+        *,
+        isolate: bool,
+        finish: Callable[[_lmdb.Txn, list[Any]], None] | None = None,
     ) -> Callable[[_lmdb.Txn, State], tuple[list[Any], State, Change]]:
         """One :meth:`Engine.write` body running ``bodies`` in order in its transaction,
         each seeing the state and delta the ones before left.
@@ -413,7 +679,8 @@ class GroupCommit:
         ``applied`` records what they did to the delta, so that a transaction
         that does not commit can be undone. With ``isolate``, a body that
         raises is reported as :class:`_BodyFailedError` (the group runs again
-        without it); without, its error is raised as it is.
+        without it); without, its error is raised as it is. ``finish`` runs
+        in the transaction after the bodies, with their results.
         """
 
         def run(txn: _lmdb.Txn, state: State) -> tuple[list[Any], State, Change]:
@@ -444,6 +711,12 @@ class GroupCommit:
                         raise _BodyFailedError(index, exc) from exc
                     raise
                 results.append(result)
+            if finish is not None:
+                try:
+                    finish(txn, results)
+                except BaseException:
+                    applied.undo()
+                    raise
             applied.changed_state = state != first_state
             # The delta is already in step; Engine.write applies no change of its own.
             return results, state, Change([], [])
@@ -456,6 +729,17 @@ class GroupCommit:
             applied.undo()
         else:
             applied.before.clear()  # the store adopted a new layout and delta since
+
+    def close_mailbox(self) -> None:
+        """Close the writers' mailbox (at the store's close)."""
+        if self._mailbox is not None:
+            self._mailbox.close()
+        self._mailbox_refused = True
+
+    def forget_mailbox(self) -> None:
+        """In a forked child: drop the parent's mailbox handle, leaving its locks be."""
+        if self._mailbox is not None:
+            self._mailbox.forget()
 
     # ------------------------------------------------------------------ batch
 

@@ -121,6 +121,7 @@ def _after_fork_in_child() -> None:
     _held_over_fork.clear()
     for engine in list(_open_engines):
         engine.lock = threading.RLock()
+        engine.commit.forget_mailbox()  # the parent's: an unlock here would release its locks
         engine.commit = GroupCommit()  # no other thread's writes are waiting in the child
         engine.needs_reload = True  # reopen the file at the child's first call
 
@@ -275,6 +276,7 @@ class Engine:
             try:
                 self.commit.flush_pending(self)  # sync="interval": what the last interval committed
             finally:
+                self.commit.close_mailbox()
                 self.env.close()
                 for retired in self.retired:
                     retired.close_flush_descriptor()

@@ -40,6 +40,9 @@ LEGACY_FORMAT_VERSION = 1
 META_KEY = b"meta"
 STATE_KEY = b"state"
 CATALOG_KEY = b"runs"
+#: The number of the latest group of writes committed through the writers'
+#: mailbox (simstore.mailbox), 8 bytes big-endian; absent until one is.
+WRITERS_KEY = b"writers"
 
 # Limits keep a damaged or hostile meta record from costing unbounded memory.
 MAX_META_BYTES = 1 << 20

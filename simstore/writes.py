@@ -10,9 +10,9 @@ Arguments are checked before (:mod:`simstore.inputs`).
 
 from __future__ import annotations
 
-from collections.abc import Iterable
+from collections.abc import Callable, Iterable
 from dataclasses import dataclass
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Any, TypeVar
 
 import numpy as np
 
@@ -36,6 +36,7 @@ from simstore.records import (
     record_pairs,
     rows_sliced,
     sliced,
+    unpack_key,
 )
 from simstore.results import Match
 from simstore.sketch import U8Array
@@ -43,18 +44,28 @@ from simstore.sketch import U8Array
 if TYPE_CHECKING:
     from simstore.engine import Engine
 
+T = TypeVar("T")
+#: A single write's body, as the group commit runs it.
+Body = Callable[[_lmdb.Txn, State], tuple[T, State, Change]]
+
 
 def add(
     engine: Engine, packed_key: bytes, fingerprint: int, packed_meta: bytes | None, sketch: bytes | None
 ) -> None:
     """``Store.add`` of a checked document: one single write of the group commit."""
+    spec = ["add", packed_key, fingerprint, packed_meta, sketch]
+    engine.commit.write(engine, _add_body(engine, packed_key, fingerprint, packed_meta, sketch), spec)
+    maintain(engine, 1)
 
+
+def _add_body(
+    engine: Engine, packed_key: bytes, fingerprint: int, packed_meta: bytes | None, sketch: bytes | None
+) -> Body[None]:
     def body(txn: _lmdb.Txn, state: State) -> tuple[None, State, Change]:
         new_state, change = put_one(engine, txn, state, packed_key, fingerprint, packed_meta, sketch)
         return None, new_state, change
 
-    engine.commit.write(engine, body)
-    maintain(engine, 1)
+    return body
 
 
 def add_if_new(
@@ -80,7 +91,28 @@ def add_if_new(
             "commits at the end of the block. Call batch.add_if_new, whose result() "
             "gives the near-duplicates after the block, or call add_if_new outside the batch"
         )
+    # The layout's generation: k was checked against it.
+    spec = [
+        "add_if_new", packed_key, fingerprint, packed_meta, sketch, k, with_meta, threshold,
+        engine.params.generation,
+    ]  # fmt: skip
+    body = _add_if_new_body(engine, packed_key, fingerprint, packed_meta, sketch, k, with_meta, threshold)
+    result: list[Match] = engine.commit.write(engine, body, spec)
+    if not result:
+        maintain(engine, 1)
+    return result
 
+
+def _add_if_new_body(
+    engine: Engine,
+    packed_key: bytes,
+    fingerprint: int,
+    packed_meta: bytes | None,
+    sketch: bytes | None,
+    k: int,
+    with_meta: bool,
+    threshold: float | None,
+) -> Body[list[Match]]:
     def body(txn: _lmdb.Txn, state: State) -> tuple[list[Match], State, Change]:
         permuted = engine.permute_all(fingerprint)
         records: dict[int, bytes] = {}
@@ -94,10 +126,36 @@ def add_if_new(
         new_state, change = put_one(engine, txn, state, packed_key, fingerprint, packed_meta, sketch)
         return [], new_state, change
 
-    result: list[Match] = engine.commit.write(engine, body)
-    if not result:
-        maintain(engine, 1)
-    return result
+    return body
+
+
+def body_of(engine: Engine, spec: list[Any]) -> Body[Any] | None:
+    """The body of a single write another process posted in the writers'
+    mailbox (the spec :func:`add`, :func:`add_if_new` or :func:`remove`
+    made, already checked there); ``None`` if it must run in its own process
+    (an ``add_if_new`` checked against another layout than this one's).
+
+    Raises:
+        CorruptStoreError: not a spec of this version.
+    """
+    try:
+        verb = spec[0]
+        if verb == "add":
+            _, packed_key, fingerprint, packed_meta, sketch = spec
+            return _add_body(engine, packed_key, fingerprint, packed_meta, sketch)
+        if verb == "add_if_new":
+            _, packed_key, fingerprint, packed_meta, sketch, k, with_meta, threshold, generation = spec
+            if generation != engine.params.generation:
+                return None
+            return _add_if_new_body(
+                engine, packed_key, fingerprint, packed_meta, sketch, k, with_meta, threshold
+            )
+        if verb == "remove":
+            _, packed_key = spec
+            return _remove_body(engine, packed_key)
+    except ValueError:
+        pass
+    raise CorruptStoreError(f"a writer's request is not a write of this simstore version: {spec!r:.200}")
 
 
 @dataclass
@@ -359,13 +417,19 @@ def remove(engine: Engine, key: KeyLike) -> None:
     Raises:
         KeyNotFoundError: no document has this key (also a ``KeyError``).
     """
-    found_by = lookup_key(pack_key(key))
+    packed_key = pack_key(key)
+    engine.commit.write(engine, _remove_body(engine, packed_key), ["remove", packed_key])
+    maintain(engine, 0)
+
+
+def _remove_body(engine: Engine, packed_key: bytes) -> Body[None]:
+    found_by = lookup_key(packed_key)
 
     def body(txn: _lmdb.Txn, state: State) -> tuple[None, State, Change]:
         handles = engine.handles  # read inside: a retry may follow a re-layout
         id_bytes = txn.get(found_by, db=handles.keys)
         if id_bytes is None:
-            raise KeyNotFoundError(f"no document with key {key!r}")
+            raise KeyNotFoundError(f"no document with key {unpack_key(packed_key)!r}")
         doc_id, fingerprint = take_out_records(engine, txn, found_by, id_bytes)
         if doc_id in engine.delta:
             txn.put(encode_seq(state.next_seq), encode_remove(doc_id), db=handles.delta, append=True)
@@ -373,8 +437,7 @@ def remove(engine: Engine, key: KeyLike) -> None:
         engine.tableset.delete(txn, engine.tableset.catalog, [doc_id], [fingerprint])
         return None, state, Change([], [])
 
-    engine.commit.write(engine, body)
-    maintain(engine, 0)
+    return body
 
 
 def remove_many(engine: Engine, keys: Iterable[KeyLike], missing_ok: bool) -> int:
