@@ -93,7 +93,7 @@ from bench_peers import SIMHASH_WORKER, _codes, _faiss_index
 from bench_store import base_fingerprints, online_fingerprints, raw_floor
 
 import simstore
-from simstore import maintenance
+from simstore import mailbox, maintenance
 from simstore.params import DEFAULT_MERGE_THRESHOLD, Options
 
 ROOT = Path(__file__).resolve().parent.parent
@@ -259,6 +259,11 @@ def _writer(
     shares = np.array_split(np.arange(count), threads)
     latencies = [np.empty(len(share), dtype=np.int64) for share in shares]
     store = None
+    if system == "simstore-alone":
+        # The A/B: writer processes without the mailbox, each committing alone
+        # (as before simstore.mailbox; a benchmark-only switch).
+        mailbox.Mailbox.open = classmethod(lambda cls, path: None)  # type: ignore[method-assign,assignment]
+        system = "simstore"
     if system == "simstore":
         store = simstore.open(path, "w", sync=sync, merge_on_close=False)
     barrier = threading.Barrier(threads)
@@ -319,11 +324,14 @@ def concurrent_adds(
                 for share in shares
             ]
             found = [result.get() for result in pending]
-        if system == "simstore":
+        if system.startswith("simstore"):
             with simstore.open(work_path, "r") as store:
                 assert len(store) == n + total, "an acknowledged add is missing"
     finally:
-        for leftover in (work_path, work_path + "-lock", work_path + "-wal", work_path + "-shm"):
+        for leftover in (
+            work_path,
+            *(work_path + suffix for suffix in ("-lock", "-writers", "-wal", "-shm")),
+        ):
             if os.path.exists(leftover):
                 os.remove(leftover)
     seconds = max(run["ended"] for run in found) - start_at
@@ -339,6 +347,7 @@ def writers_rows(
     shapes = {"1 thread": (1, 1), "threads": (args.threads, 1), "processes": (1, args.processes)}
     for system, sync, label in (
         ("simstore", True, "simstore, sync=True (group commit)"),
+        ("simstore-alone", True, "simstore, sync=True, no mailbox (processes commit alone)"),
         ("sqlite", True, "sqlite3 WAL, synchronous=FULL"),
         ("simstore", False, "simstore, sync=False"),
         ("sqlite", False, "sqlite3 WAL, synchronous=OFF"),
@@ -353,9 +362,10 @@ def writers_rows(
             runs = []
             for _ in range(args.writer_repeats):
                 work_path = os.path.join(work, f"writers.{system}")
+                base_path = base_paths[system.removesuffix("-alone")]
                 runs.append(
                     concurrent_adds(
-                        system, base_paths[system], work_path, n, args.writer_adds, sync, threads, processes
+                        system, base_path, work_path, n, args.writer_adds, sync, threads, processes
                     )
                 )
             rates = [args.writer_adds / run["seconds"] for run in runs]

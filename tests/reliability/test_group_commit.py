@@ -72,3 +72,53 @@ def test_kills_during_group_commits_from_threads(tmp_path: Path, zygote: Zygote)
 
 def test_kills_during_group_commits_from_processes(tmp_path: Path, zygote: Zygote) -> None:
     kill_rounds(tmp_path, zygote, processes=3, threads=3, rounds=4)
+
+
+def _record(expected: dict[str, int], worker: Worker) -> None:
+    tag = worker.cfg["tag"]
+    for key in acknowledged(worker):
+        _, thread, number = key.rsplit("-", 2)
+        expected[key] = _workload.group_fp(tag, int(thread), int(number))
+
+
+def test_killing_one_writer_process_at_a_time(tmp_path: Path, zygote: Zygote) -> None:
+    """Writer processes share commits through the writers' mailbox. SIGKILL one at a
+    time, leader or waiter, at any point of a commit: the others keep acknowledging
+    pages (a dead leader's lead, slots and token are let go with it, and its group is
+    settled by the next leader), and every page anyone acknowledged is stored."""
+    path = str(tmp_path / "fleet.simstore")
+    simstore.open(path, "c", k=3).close()
+    rng = random.Random("one writer process at a time")
+    expected: dict[str, int] = {}
+    started = 0
+
+    def start() -> Worker:
+        nonlocal started
+        tag = f"w{started}"
+        started += 1
+        cfg = {"worker": "group", "path": path, "log": str(tmp_path / f"{tag}.log"), "tag": tag}
+        return Worker({**cfg, "threads": 1, "batches": False, "merge_threshold": 200}, zygote)
+
+    def progressed(worker: Worker, more: int) -> None:
+        done = len(acknowledged(worker))
+        worker.wait_for(lambda lines: sum(line[:2] == "A " for line in lines) >= done + more)
+
+    workers = [start() for _ in range(3)]
+    for _ in range(8):
+        for worker in workers:
+            progressed(worker, rng.randrange(1, 40))
+        victim = workers.pop(rng.randrange(len(workers)))
+        victim.kill()
+        _record(expected, victim)
+        for worker in workers:
+            progressed(worker, 20)  # not stuck behind the dead process
+        workers.append(start())
+    for worker in workers:
+        worker.kill()
+        _record(expected, worker)
+    with simstore.open(path, "w") as store:
+        assert store.check() == []
+        stored = dict(store.items())
+    missing = [key for key in expected if stored.get(key) != expected[key]]
+    assert missing == [], f"{len(missing)} acknowledged pages lost"
+    COUNTS["writer process kills"] += 8
