@@ -42,7 +42,7 @@ from simstore import _lmdb, handoff
 from simstore.delta import Change
 from simstore.errors import InvalidValueError, SimstoreError
 from simstore.format import WRITERS_KEY, State
-from simstore.mailbox import COMMITTED, DONE, TAKEN, Mailbox
+from simstore.mailbox import DONE, POSTED, TAKEN, Mailbox
 from simstore.writes import body_of
 
 if TYPE_CHECKING:
@@ -144,17 +144,14 @@ class _Applied:
 
 class _Others:
     """Other processes' writes in the commit this process leads: their slots
-    in the mailbox, the requests made of them, the group's number (put in
+    in the mailbox, the requests made of them, and the group's number (put in
     the store by the same transaction, so that the next leader can tell, if
-    this one dies holding the lead, whether the group committed) and the
-    group's token (held until every slot of the group is answered)."""
+    this one dies, whether the group committed)."""
 
     def __init__(self, engine: Engine, mailbox: Mailbox, group: int) -> None:
         self.engine = engine
         self.mailbox = mailbox
         self.group = group
-        self.token = 0
-        self.txn_id = -1  # the transaction that holds the group
         self.slots: list[tuple[int, list[_Request]]] = []
         self.requests: list[_Request] = []  # the ones to run here, in slot order
 
@@ -164,7 +161,7 @@ class _Others:
             try:
                 specs = handoff.unpack_request(raw)
             except Exception as exc:  # another version's or a damaged request: refused, not run
-                self.mailbox.respond(slot, handoff.pack_outcomes([]), self.group, 0, state=DONE)
+                self.mailbox.respond(slot, handoff.pack_outcomes([]), self.group, state=DONE)
                 message = f"{self.engine.path}: a writer's request was refused ({exc})"
                 warnings.warn(message, RuntimeWarning, stacklevel=1)
                 continue
@@ -185,12 +182,11 @@ class _Others:
         group's number, and each slot's outcomes marked ``TAKEN``."""
 
         def finish(txn: _lmdb.Txn, results: list[Any]) -> None:
-            self.txn_id = int(txn.id())
             txn.put(WRITERS_KEY, self.group.to_bytes(8, "big"), db=self.engine.handles.meta)
             outcomes = {id(request): result for request, result in zip(pending, results, strict=True)}
             for slot, requests in self.slots:
                 packed = handoff.pack_outcomes([_outcome(request, outcomes) for request in requests])
-                if not self.mailbox.respond(slot, packed, self.group, self.token, state=TAKEN):
+                if not self.mailbox.respond(slot, packed, self.group, state=TAKEN):
                     # Too big for the slot: its first write still in the
                     # group is left to its process, and the group runs again.
                     first = next(request for request in requests if id(request) in outcomes)
@@ -198,47 +194,39 @@ class _Others:
 
         return finish
 
-    def committed(self) -> bool:
-        """After the commit (the lead still held): whether it committed, and
-        if so every slot marked ``COMMITTED``, to wait for the token."""
-        if self.txn_id < 0 or self.engine.env.committed_txn < self.txn_id:
-            return False
-        for slot, _ in self.slots:
-            self.mailbox.set_state(slot, COMMITTED)
-        return True
+    def answer(self) -> None:
+        """After the commit is durable: every slot's final outcomes, ``DONE``."""
+        for slot, requests in self.slots:
+            packed = handoff.pack_outcomes([_outcome(request, {}) for request in requests])
+            if not self.mailbox.respond(slot, packed, self.group, state=DONE):
+                # Only errors can be bigger than what fitted in the transaction.
+                short = [handoff.outcome_of(None, SimstoreError("the commit failed"))] * len(requests)
+                self.mailbox.respond(slot, handoff.pack_outcomes(short), self.group, state=DONE)
 
-    def answer(self, error: BaseException | None) -> None:
-        """Once the commit is durable (or failed, with ``error``): every
-        slot's final outcomes, ``DONE``; then the token is let go."""
-        try:
-            for slot, requests in self.slots:
-                if error is not None:
-                    for request in requests:
-                        if request.error is None:
-                            request.error = error
-                            request.done = True
-                packed = handoff.pack_outcomes([_outcome(request, {}) for request in requests])
-                if not self.mailbox.respond(slot, packed, self.group, self.token, state=DONE):
-                    # Only errors can be bigger than what fitted in the transaction.
-                    short = [handoff.outcome_of(None, SimstoreError("the commit failed"))] * len(requests)
-                    self.mailbox.respond(
-                        slot, handoff.pack_outcomes(short), self.group, self.token, state=DONE
-                    )
-        finally:
-            self.mailbox.release_token(self.token)
+    def fail(self, error: BaseException) -> None:
+        """The group's commit failed (or is not known to be on the disk)."""
+        for _, requests in self.slots:
+            for request in requests:
+                if not request.done or request.error is None:
+                    request.error = error
+                    request.done = True
+        self.answer()
 
-
-def _settle_orphans(engine: Engine, mailbox: Mailbox) -> None:
-    """With the lead held: settle the slots whose leader died
-    (:meth:`Mailbox.settle_orphans`), asking this store which group of
-    writes committed last."""
-
-    def latest_group() -> int:
+    @staticmethod
+    def resolve_orphans(engine: Engine, mailbox: Mailbox) -> None:
+        """With the lead held: settle the slots a leader took and died before
+        it said done. Its group's number in the store means it committed:
+        make that durable and say ``DONE``; otherwise post them again."""
+        orphans = mailbox.taken()
+        if not orphans:
+            return
         with engine.read() as txn:
             raw = txn.get(WRITERS_KEY, db=engine.handles.meta)
-        return int.from_bytes(raw, "big") if raw else 0
-
-    mailbox.settle_orphans(latest_group, engine.env.flush)
+        committed_group = int.from_bytes(raw, "big") if raw else 0
+        if any(group == committed_group for _, group in orphans):
+            engine.env.flush()
+        for slot, group in orphans:
+            mailbox.set_state(slot, DONE if group == committed_group else POSTED)
 
 
 def _outcome(request: _Request, results: dict[int, Any]) -> list[Any]:
@@ -338,10 +326,6 @@ class Batch:
         return len(self._bodies)
 
 
-#: What a group's leader returns (see GroupCommit._lead).
-_Led = tuple[list[_Request], int | None, bool, Callable[[BaseException | None], None] | None]
-
-
 class GroupCommit:
     """Group commit, write batches and interval flushing for one engine."""
 
@@ -408,9 +392,8 @@ class GroupCommit:
         group: list[_Request] = []
         committed: int | None = None
         unsure = False
-        answer: Callable[[BaseException | None], None] | None = None
         try:
-            group, committed, unsure, answer = self._lead(engine, queue)
+            group, committed, unsure = self._lead(engine, queue)
         finally:
             with queue.mutex:
                 if request in queue.waiting:  # interrupted before taking a group
@@ -420,12 +403,10 @@ class GroupCommit:
                     queue.waiting[0].wake.release()  # the next leader
                 else:
                     queue.leading = False
-            failure: BaseException | None = None
             try:
                 if not engine.env.defer_meta_sync:
                     pass  # the commit was as durable as sync makes it when it returned
-                elif unsure or answer is not None:
-                    # (Other processes' writes: flushed now, to answer them.)
+                elif unsure:
                     self._make_durable(engine, None)
                 elif committed is None:
                     # Nothing committed: release the groups waiting for this
@@ -437,55 +418,49 @@ class GroupCommit:
                     self._make_durable(engine, committed)
             except BaseException as exc:
                 # Committed but not known to be on the disk: not acknowledged.
-                failure = exc
                 for member in group:
                     if member.error is None:
                         member.error = exc
             finally:
-                if answer is not None:
-                    answer(failure)
                 for member in group:
                     if member is not request:
                         member.wake.release()
         return cast(T, request.outcome())
 
-    def _lead(self, engine: Engine, queue: CommitQueue) -> _Led:
+    def _lead(self, engine: Engine, queue: CommitQueue) -> tuple[list[_Request], int | None, bool]:
         """Take the waiting requests (the leader's first) and commit them
         together; every request of the group has its outcome on return.
 
         Returns the group; the commit to make durable before any of it is
-        acknowledged (``None``: it committed nothing, or another process
-        made it durable); whether it may have written without changing the
-        stored state, so that only a flush from now on makes sure of it; and
-        what answers the other processes' writes it committed, once durable.
+        acknowledged (``None``: it committed nothing, or made its commit
+        durable already); and whether it may have written without changing
+        the stored state, so that only a flush from now on makes sure of it.
         """
         mailbox = self._mailbox_of(engine)
-        if mailbox is None or not mailbox.begin_round():
+        if mailbox is None:
             with engine.lock:
                 group = self._take(queue)
-                return (group, *self._commit(engine, group), None)
-        group = []
-        try:
-            if mailbox.try_lead():
-                try:
-                    _settle_orphans(engine, mailbox)
-                    return self._lead_others(engine, mailbox, queue=queue)
-                finally:
-                    mailbox.release_lead()
-            group = self._take(queue)
-            if any(request.spec is None for request in group):
-                with engine.lock:
-                    return (group, *self._commit(engine, group), None)
-            return (group, *self._commit_posted(engine, group, mailbox))
-        except BaseException as exc:
-            group = group or self._take(queue)
-            for request in group:
-                if not request.done:
-                    request.error = exc
-                    request.done = True
-            return group, None, False, None
-        finally:
-            mailbox.end_round()
+                return (group, *self._commit(engine, group))
+        with mailbox.using() as usable:
+            group = []
+            try:
+                if usable and mailbox.try_lead():
+                    try:
+                        _Others.resolve_orphans(engine, mailbox)
+                        return self._lead_others(engine, mailbox, queue=queue)
+                    finally:
+                        mailbox.release_lead()
+                group = self._take(queue)
+                if not usable or any(request.spec is None for request in group):
+                    with engine.lock:
+                        return (group, *self._commit(engine, group))
+                return (group, *self._commit_posted(engine, group, mailbox))
+            except BaseException as exc:
+                for request in group:
+                    if not request.done:
+                        request.error = exc
+                        request.done = True
+            return group, None, False
 
     @staticmethod
     def _take(queue: CommitQueue) -> list[_Request]:
@@ -567,45 +542,38 @@ class GroupCommit:
 
     def _commit_posted(
         self, engine: Engine, group: list[_Request], mailbox: Mailbox
-    ) -> tuple[int | None, bool, Callable[[BaseException | None], None] | None]:
-        """Post ``group`` for the process leading the next commit, and wait:
-        for the lead (then this process leads, unless a leader took the
-        group meanwhile) and for the token of the group that took it (then
-        its outcomes are there). Returns what :meth:`_lead` does, after the group.
+    ) -> tuple[int | None, bool]:
+        """Post ``group`` for the process leading the next commit and wait
+        for the lead: then its outcomes are there, or this process leads.
 
         The lead is taken before the store's lock and never the other way
         round, so a thread holding the store's lock never waits for the lead.
         """
-        mailbox.post(handoff.pack_request([request.spec for request in group]))
+        posted = mailbox.post(handoff.pack_request([request.spec for request in group]))
         try:
-            while True:
-                mailbox.wait_lead()
-                try:
-                    _settle_orphans(engine, mailbox)
-                    state, token = mailbox.own_state()
-                    if state == DONE:
-                        return self._received(engine, group, mailbox)
-                    if state != COMMITTED:
-                        return self._lead_others(engine, mailbox, group=group)[1:]
-                finally:
-                    mailbox.release_lead()
-                mailbox.wait_token(token)  # the group holding it is being flushed
-                if mailbox.own_state()[0] == DONE:
-                    return self._received(engine, group, mailbox)
+            mailbox.wait_lead()
+        except BaseException:
+            if posted:
+                mailbox.let_go()
+            raise
+        try:
+            _Others.resolve_orphans(engine, mailbox)
+            raw = mailbox.outcome()
+            if raw is None:
+                return self._lead_others(engine, mailbox, group=group)[1:]
+            # The commit that holds them was made durable, and with it every
+            # commit this process made before it.
+            self._durable_up_to(engine.env.committed_txn)
+            self._take_outcomes(engine, group, raw, mailbox)
+            return None, False
         finally:
-            mailbox.let_go()  # (interrupted: a leader frees the slot)
+            mailbox.release_lead()
 
-    def _received(
-        self, engine: Engine, group: list[_Request], mailbox: Mailbox
-    ) -> tuple[int | None, bool, Callable[[BaseException | None], None] | None]:
+    def _take_outcomes(self, engine: Engine, group: list[_Request], raw: bytes, mailbox: Mailbox) -> None:
         """Give each request of ``group`` its outcome from another process's
         commit; those it left to this process (an outcome too big for the
-        slot, a layout this process has not seen) are committed here."""
-        raw = mailbox.outcome()
-        assert raw is not None
-        # The commit that holds them was made durable, and with it every
-        # commit this process made before it.
-        self._durable_up_to(engine.env.committed_txn)
+        slot, a layout this process has not seen) are committed here, with
+        the lead still held."""
         outcomes = handoff.unpack_outcomes(raw, len(group))
         left: list[_Request] = []
         for request, outcome in zip(group, outcomes, strict=True):
@@ -614,11 +582,10 @@ class GroupCommit:
             else:
                 request.result, request.error = outcome
                 request.done = True
-        if not left:
-            return None, False, None
-        with engine.lock:
-            committed, unsure = self._commit(engine, left)
-        return committed, unsure, None
+        if left:
+            _, committed, unsure = self._lead_others(engine, mailbox, group=left, take_others=False)
+            if committed is not None or unsure:
+                self._make_durable(engine, None)  # before the lead goes to anyone else
 
     def _lead_others(
         self,
@@ -627,10 +594,13 @@ class GroupCommit:
         *,
         group: list[_Request] | None = None,
         queue: CommitQueue | None = None,
-    ) -> _Led:
+        take_others: bool = True,
+    ) -> tuple[list[_Request], int | None, bool]:
         """With the lead held: commit ``group`` (or the requests waiting in
         ``queue`` once the store's lock is held) with every write other
-        processes posted. Returns what :meth:`_lead` does."""
+        processes posted, and tell each its outcome once it is durable.
+        Returns what :meth:`_lead` does: a commit of this process's writes
+        alone is made durable as :meth:`write` makes any other."""
         mailbox.withdraw()  # this process's own request runs as its bodies
         with engine.lock:
             if group is None:
@@ -639,26 +609,28 @@ class GroupCommit:
             try:
                 engine.check_usable()
                 others = _Others(engine, mailbox, random.getrandbits(63) | 1)
-                others.take_posted()
+                if take_others:
+                    others.take_posted()
             except BaseException as exc:
                 for request in group:
                     request.error = exc
                     request.done = True
-                return group, None, False, None
+                return group, None, False
             if not others.slots:
-                return (group, *self._commit(engine, group), None)
-            others.token = mailbox.take_token()
+                return (group, *self._commit(engine, group))
             try:
-                committed, unsure = self._commit(engine, group, others)
-                done = others.committed()
+                self._commit(engine, group, others)
+                self._make_durable(engine, None)  # before any other process hears of it
             except BaseException as exc:
-                others.answer(exc)
-                raise
-            if not done:
-                others.answer(None)  # their errors (nothing was written)
-                return group, committed, unsure, None
+                others.fail(exc)
+                for request in group:
+                    if request.error is None:
+                        request.error = exc  # committed, but not known to be on the disk
+                        request.done = True
+                return group, None, False
+            others.answer()
             self.others_committed += len(others.requests)
-            return group, committed, unsure, others.answer
+        return group, None, False
 
     def _make_durable(self, engine: Engine, txn_id: int | None) -> None:
         """Return once commit ``txn_id`` (and every one before) is on the disk:

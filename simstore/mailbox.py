@@ -26,19 +26,12 @@ Slot states:
 
 - ``FREE``: nobody's.
 - ``POSTED``: a request waiting for a leader.
-- ``TAKEN``: a leader put the request in its group and wrote its outcome
-  beside it, before committing. If that leader dies holding the lead, the
-  next leader asks the store whether that group committed (the group's number
-  is written in the same transaction; no other group can commit in between)
-  and says ``COMMITTED`` or posts the request again.
-- ``COMMITTED``: the group committed; the leader let the lead go and flushes,
-  holding the group's *token* (a lock byte of its own), so that the next group
-  commits meanwhile. The request's process waits for that token, not for the
-  lead. A committed slot whose token nobody holds lost its leader: the next
-  leader flushes and says ``DONE``.
-- ``DONE``: the outcome is final (and, for a write, on the disk). Written by
-  the token's holder, then the token is let go.
-
+- ``TAKEN``: a leader put the request in group ``group`` and wrote its outcome
+  beside it, before committing. If that leader dies before it says ``DONE``,
+  the next leader asks the store whether group ``group`` committed (the group
+  number is written in the same transaction) and says ``DONE`` or posts the
+  request again.
+- ``DONE``: the outcome is final (and, for a write, on the disk).
 """
 
 from __future__ import annotations
@@ -50,10 +43,12 @@ import os
 import struct
 import threading
 import zlib
-from collections.abc import Callable, Iterator
+from collections.abc import Iterator
+
+from simstore.errors import CorruptStoreError
 
 MAGIC = b"simstore-writers"
-VERSION = 1
+VERSION = 2
 HEADER_BYTES = 4096
 SLOTS = 32
 SLOT_BYTES = 32 * 1024
@@ -64,18 +59,20 @@ MAX_REQUEST_BYTES = 16 * 1024 - SLOT_HEADER_BYTES
 MAX_RESPONSE_BYTES = SLOT_BYTES - SLOT_HEADER_BYTES - MAX_REQUEST_BYTES
 FILE_BYTES = HEADER_BYTES + SLOTS * SLOT_BYTES
 
-FREE, POSTED, TAKEN, COMMITTED, DONE = 0, 1, 2, 3, 4
+FREE, POSTED, TAKEN, DONE = 0, 1, 2, 3
 
 # The bytes the locks stand on (lock bytes; the data beside them is unaffected).
 _LEAD_BYTE = 0
 _INIT_BYTE = 1
 _FIRST_SLOT_BYTE = 64
-_FIRST_TOKEN_BYTE = 256
-TOKENS = 64
 
 _HEADER = struct.Struct("<16sIII")
-# state, request length, request CRC, response length, group, token.
+# state, request length, request CRC, response length, group, response CRC.
 _SLOT = struct.Struct("<IIIIQI")
+# A header is written state last (the rest first): whoever sees a new state
+# sees what goes with it; the CRCs catch what a weaker memory order shows.
+_STATE = struct.Struct("<I")
+_REST = struct.Struct("<IIIQI")
 
 _OFD = hasattr(fcntl, "F_OFD_SETLKW")
 
@@ -102,9 +99,7 @@ class Mailbox:
         self._descriptor = descriptor
         self._view = view
         self._owned: int | None = None  # the slot this process holds, if any
-        self._tokens: set[int] = set()  # the tokens this process's groups hold
-        self._guard = threading.Lock()  # for _tokens, _rounds and _closing
-        self._rounds = 0  # rounds (and tokens) in progress: the file stays open
+        self._busy = threading.Lock()
         self._closing = False
 
     @classmethod
@@ -147,10 +142,10 @@ class Mailbox:
 
     # ------------------------------------------------------------------ locks
 
-    def _lock(self, byte: int, *, wait: bool, kind: int = fcntl.F_WRLCK) -> bool:
+    def _lock(self, byte: int, *, wait: bool) -> bool:
         command = fcntl.F_OFD_SETLKW if wait else fcntl.F_OFD_SETLK
         try:
-            fcntl.fcntl(self._descriptor, command, _flock(kind, byte))
+            fcntl.fcntl(self._descriptor, command, _flock(fcntl.F_WRLCK, byte))
         except (BlockingIOError, PermissionError):
             return False
         return True
@@ -174,35 +169,6 @@ class Mailbox:
     def release_lead(self) -> None:
         self._unlock(_LEAD_BYTE)
 
-    def take_token(self) -> int:
-        """A token for a group this process leads, held until :meth:`release_token`."""
-        start = os.getpid() % TOKENS
-        while True:
-            for step in range(TOKENS):
-                token = (start + step) % TOKENS
-                with self._guard:
-                    if token in self._tokens:
-                        continue
-                if self._lock(_FIRST_TOKEN_BYTE + token, wait=False):
-                    with self._guard:
-                        self._tokens.add(token)
-                        self._rounds += 1
-                    return token
-            # Every token is held by groups still flushing: wait for one.
-            self._lock(_FIRST_TOKEN_BYTE + start, wait=True, kind=fcntl.F_RDLCK)
-            self._unlock(_FIRST_TOKEN_BYTE + start)
-
-    def release_token(self, token: int) -> None:
-        self._unlock(_FIRST_TOKEN_BYTE + token)
-        with self._guard:
-            self._tokens.discard(token)
-        self._end_round()
-
-    def wait_token(self, token: int) -> None:
-        """Wait until the group holding ``token`` lets it go (without the lead)."""
-        self._lock(_FIRST_TOKEN_BYTE + token, wait=True, kind=fcntl.F_RDLCK)
-        self._unlock(_FIRST_TOKEN_BYTE + token)
-
     # ------------------------------------------------------------------ slots
 
     def _offset(self, slot: int) -> int:
@@ -210,6 +176,11 @@ class Mailbox:
 
     def _header(self, slot: int) -> tuple[int, int, int, int, int, int]:
         return _SLOT.unpack_from(self._view, self._offset(slot))
+
+    def _write_header(self, slot: int, state: int, *rest: int) -> None:
+        offset = self._offset(slot)
+        _REST.pack_into(self._view, offset + _STATE.size, *rest)
+        _STATE.pack_into(self._view, offset, state)
 
     def post(self, request: bytes) -> bool:
         """Post ``request`` in a free slot, which this process then holds;
@@ -227,31 +198,28 @@ class Mailbox:
                 continue
             offset = self._offset(slot)
             self._view[offset + SLOT_HEADER_BYTES : offset + SLOT_HEADER_BYTES + len(request)] = request
-            _SLOT.pack_into(self._view, offset, POSTED, len(request), zlib.crc32(request), 0, 0, 0)
+            self._write_header(slot, POSTED, len(request), zlib.crc32(request), 0, 0, 0)
             self._owned = slot
             return True
         return False
 
-    def own_state(self) -> tuple[int, int]:
-        """The state of this process's slot, and the token of the group
-        holding it (``FREE`` if it holds none)."""
-        if self._owned is None:
-            return FREE, 0
-        state, _, _, _, _, token = self._header(self._owned)
-        return state, token
-
     def outcome(self) -> bytes | None:
-        """This process's outcome if its request is done (the slot is then
-        freed and let go), else ``None``. Needs no lead: only the token's
-        holder writes a slot it took, and it is done with it."""
+        """With the lead held: this process's outcome if its request is done
+        (the slot is then freed and let go), else ``None``.
+
+        Raises:
+            CorruptStoreError: the outcome does not match its CRC.
+        """
         slot = self._owned
         if slot is None:
             return None
-        state, _, _, length, _, _ = self._header(slot)
+        state, _, _, length, _, crc = self._header(slot)
         if state != DONE:
             return None
         start = self._offset(slot) + SLOT_HEADER_BYTES + MAX_REQUEST_BYTES
         response = bytes(self._view[start : start + length])
+        if zlib.crc32(response) != crc:
+            raise CorruptStoreError("an outcome in the writers' mailbox does not match its CRC")
         self._free_own()
         return response
 
@@ -271,7 +239,7 @@ class Mailbox:
     def _free_own(self) -> None:
         slot = self._owned
         assert slot is not None
-        _SLOT.pack_into(self._view, self._offset(slot), FREE, 0, 0, 0, 0, 0)
+        self._write_header(slot, FREE, 0, 0, 0, 0, 0)
         self._owned = None
         self._unlock(_FIRST_SLOT_BYTE + slot)
 
@@ -286,8 +254,8 @@ class Mailbox:
             if slot == self._owned:
                 continue
             state, length, crc, _, _, _ = self._header(slot)
-            if state in (FREE, TAKEN, COMMITTED):
-                continue  # see orphans()
+            if state in (FREE, TAKEN):
+                continue  # TAKEN: see taken()
             if not self._held_elsewhere(_FIRST_SLOT_BYTE + slot):
                 # Its owner is gone (or, for POSTED, just letting go): nobody
                 # waits for this outcome, and nobody may find it later.
@@ -295,7 +263,7 @@ class Mailbox:
                     continue  # a poster took it just now
                 try:
                     if self._header(slot)[0] != FREE:
-                        _SLOT.pack_into(self._view, self._offset(slot), FREE, 0, 0, 0, 0, 0)
+                        self._write_header(slot, FREE, 0, 0, 0, 0, 0)
                 finally:
                     self._unlock(_FIRST_SLOT_BYTE + slot)
                 continue
@@ -303,95 +271,57 @@ class Mailbox:
                 continue  # DONE, for an owner that has not come for it yet
             start = self._offset(slot) + SLOT_HEADER_BYTES
             request = bytes(self._view[start : start + length])
-            if zlib.crc32(request) != crc:
+            if not length or zlib.crc32(request) != crc:
                 continue  # still being written: the next group takes it
             yield slot, request
 
-    def settle_orphans(self, latest_group: Callable[[], int], flush: Callable[[], None]) -> None:
-        """With the lead held: settle the slots whose group lost its leader.
+    def taken(self) -> list[tuple[int, int]]:
+        """With the lead held: the slots a leader took but never said done
+        (it died), as ``(slot, group)``; one's own included."""
+        found = []
+        for slot in range(SLOTS):
+            state, _, _, _, group, _ = self._header(slot)
+            if state == TAKEN:
+                found.append((slot, group))
+        return found
 
-        One whose leader died holding the lead (``TAKEN``) committed if its
-        group is ``latest_group()``, the latest the store holds (no group can
-        commit after it before this); one whose leader died flushing
-        (``COMMITTED``, its token free) did commit. Those are flushed and said
-        ``DONE``; the others are posted again. A ``COMMITTED`` slot is judged
-        holding its token, so that its leader cannot answer it meanwhile (and
-        its owner then reuse it).
-        """
-        held: list[int] = []
-        orphans: list[tuple[int, bool]] = []  # (slot, committed for sure)
-        try:
-            taken = []
-            for slot in range(SLOTS):
-                state, _, _, _, group, token = self._header(slot)
-                if state == TAKEN:
-                    taken.append((slot, group))
-                elif state == COMMITTED:
-                    with self._guard:
-                        if token in self._tokens:
-                            continue  # this process's own group, flushing
-                    if token not in held:
-                        if not self._lock(_FIRST_TOKEN_BYTE + token, wait=False):
-                            continue  # its leader is at work
-                        held.append(token)
-                    if self._header(slot)[0] == COMMITTED and self._header(slot)[5] == token:
-                        orphans.append((slot, True))
-            if taken:
-                latest = latest_group()
-                orphans.extend((slot, group == latest) for slot, group in taken)
-            if any(done for _, done in orphans):
-                flush()
-            for slot, done in orphans:
-                self.set_state(slot, DONE if done else POSTED)
-        finally:
-            for token in held:
-                self._unlock(_FIRST_TOKEN_BYTE + token)
-
-    def respond(self, slot: int, response: bytes, group: int, token: int, *, state: int) -> bool:
-        """Write a slot's outcome and state (``TAKEN`` with the lead held,
-        ``DONE`` with the token held); ``False`` if it is too big."""
+    def respond(self, slot: int, response: bytes, group: int, *, state: int) -> bool:
+        """With the lead held: write a slot's outcome and state (``TAKEN``
+        with the group it is in, or ``DONE``); ``False`` if it is too big."""
         if len(response) > MAX_RESPONSE_BYTES:
             return False
         _, length, crc, _, _, _ = self._header(slot)
         start = self._offset(slot) + SLOT_HEADER_BYTES + MAX_REQUEST_BYTES
         self._view[start : start + len(response)] = response
-        _SLOT.pack_into(self._view, self._offset(slot), state, length, crc, len(response), group, token)
+        self._write_header(slot, state, length, crc, len(response), group, zlib.crc32(response))
         return True
 
     def set_state(self, slot: int, state: int) -> None:
-        """Change a slot's state, keeping its contents."""
-        _, length, crc, response_length, group, token = self._header(slot)
-        _SLOT.pack_into(self._view, self._offset(slot), state, length, crc, response_length, group, token)
+        """With the lead held: change a slot's state, keeping its contents."""
+        _, *rest = self._header(slot)
+        self._write_header(slot, state, *rest)
 
     # -------------------------------------------------------------- lifecycle
 
-    def begin_round(self) -> bool:
-        """Keep the file open for one round of the group commit; ``False``
-        (and no round begun) once it is closing."""
-        with self._guard:
-            if self._closing:
-                return False
-            self._rounds += 1
-            return True
-
-    def _end_round(self) -> None:
-        with self._guard:
-            self._rounds -= 1
-            close = self._closing and not self._rounds
-        if close:
-            self._close_now()
-
-    def end_round(self) -> None:
-        self._end_round()
+    @contextlib.contextmanager
+    def using(self) -> Iterator[bool]:
+        """Hold the mailbox open for one round; yields ``False`` once it is closing."""
+        with self._busy:
+            try:
+                yield not self._closing
+            finally:
+                if self._closing:
+                    self._close_now()
 
     def close(self) -> None:
-        """Close the file now, or once the rounds in progress end (one may be
+        """Close the file now, or after the round in progress (which may be
         waiting for the store's lock that the closing caller holds)."""
-        with self._guard:
-            self._closing = True
-            close = not self._rounds
-        if close:
-            self._close_now()
+        self._closing = True
+        if self._busy.acquire(blocking=False):
+            try:
+                self._close_now()
+            finally:
+                self._busy.release()
 
     def _close_now(self) -> None:
         if self._descriptor < 0:
