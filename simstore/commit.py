@@ -456,6 +456,7 @@ class GroupCommit:
                         return (group, *self._commit(engine, group))
                 return (group, *self._commit_posted(engine, group, mailbox))
             except BaseException as exc:
+                group = group or self._take(queue)  # (failed before it took them)
                 for request in group:
                     if not request.done:
                         request.error = exc

@@ -48,7 +48,7 @@ from collections.abc import Iterator
 from simstore.errors import CorruptStoreError
 
 MAGIC = b"simstore-writers"
-VERSION = 2
+VERSION = 3
 HEADER_BYTES = 4096
 SLOTS = 32
 SLOT_BYTES = 32 * 1024
@@ -67,6 +67,9 @@ _INIT_BYTE = 1
 _FIRST_SLOT_BYTE = 64
 
 _HEADER = struct.Struct("<16sIII")
+# Every slot's state again, one byte a slot, written after the slot's own
+# header: a leader finds the slots in use with one read instead of 32.
+_STATES_OFFSET = 64
 # state, request length, request CRC, response length, group, response CRC.
 _SLOT = struct.Struct("<IIIIQI")
 # A header is written state last (the rest first): whoever sees a new state
@@ -181,6 +184,12 @@ class Mailbox:
         offset = self._offset(slot)
         _REST.pack_into(self._view, offset + _STATE.size, *rest)
         _STATE.pack_into(self._view, offset, state)
+        self._view[_STATES_OFFSET + slot] = state
+
+    def _in_use(self) -> list[int]:
+        """The slots not ``FREE``, by the table of states."""
+        table = self._view[_STATES_OFFSET : _STATES_OFFSET + SLOTS]
+        return [slot for slot, state in enumerate(table) if state]
 
     def post(self, request: bytes) -> bool:
         """Post ``request`` in a free slot, which this process then holds;
@@ -250,7 +259,7 @@ class Mailbox:
     def posted(self) -> Iterator[tuple[int, bytes]]:
         """With the lead held: every other process's posted request, as
         ``(slot, request)``. Slots whose owner is gone are freed on the way."""
-        for slot in range(SLOTS):
+        for slot in self._in_use():
             if slot == self._owned:
                 continue
             state, length, crc, _, _, _ = self._header(slot)
@@ -279,7 +288,7 @@ class Mailbox:
         """With the lead held: the slots a leader took but never said done
         (it died), as ``(slot, group)``; one's own included."""
         found = []
-        for slot in range(SLOTS):
+        for slot in self._in_use():
             state, _, _, _, group, _ = self._header(slot)
             if state == TAKEN:
                 found.append((slot, group))
