@@ -444,14 +444,18 @@ class GroupCommit:
         with mailbox.using() as usable:
             group = []
             try:
-                if usable and mailbox.try_lead():
+                if not usable or mailbox.alone():
+                    with engine.lock:
+                        group = self._take(queue)
+                        return (group, *self._commit(engine, group))
+                if mailbox.try_lead():
                     try:
                         _Others.resolve_orphans(engine, mailbox)
                         return self._lead_others(engine, mailbox, queue=queue)
                     finally:
                         mailbox.release_lead()
                 group = self._take(queue)
-                if not usable or any(request.spec is None for request in group):
+                if any(request.spec is None for request in group):
                     with engine.lock:
                         return (group, *self._commit(engine, group))
                 return (group, *self._commit_posted(engine, group, mailbox))

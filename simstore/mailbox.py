@@ -42,6 +42,7 @@ import mmap
 import os
 import struct
 import threading
+import time
 import zlib
 from collections.abc import Iterator
 
@@ -64,6 +65,12 @@ FREE, POSTED, TAKEN, DONE = 0, 1, 2, 3
 # The bytes the locks stand on (lock bytes; the data beside them is unaffected).
 _LEAD_BYTE = 0
 _INIT_BYTE = 1
+# Every process with the mailbox open holds a shared lock here: one that finds
+# no other holder commits alone, without the lead.
+_PRESENT_BYTE = 2
+#: How long a process that found itself alone trusts it (seconds). A process
+#: that opens the mailbox meanwhile finds the lead free and leads itself.
+ALONE_FOR = 0.1
 _FIRST_SLOT_BYTE = 64
 
 _HEADER = struct.Struct("<16sIII")
@@ -102,6 +109,7 @@ class Mailbox:
         self._descriptor = descriptor
         self._view = view
         self._owned: int | None = None  # the slot this process holds, if any
+        self._alone_until = 0.0  # (time.monotonic()) when to look again
         self._busy = threading.Lock()
         self._closing = False
 
@@ -141,6 +149,12 @@ class Mailbox:
             view.close()
             os.close(descriptor)
             return None
+        try:
+            fcntl.fcntl(descriptor, fcntl.F_OFD_SETLKW, _flock(fcntl.F_RDLCK, _PRESENT_BYTE))
+        except OSError:
+            view.close()
+            os.close(descriptor)
+            return None
         return cls(descriptor, view)
 
     # ------------------------------------------------------------------ locks
@@ -160,6 +174,17 @@ class Mailbox:
         """Whether another open file (another process) holds the lock on ``byte``."""
         answer = fcntl.fcntl(self._descriptor, fcntl.F_OFD_GETLK, _flock(fcntl.F_WRLCK, byte))
         return bool(struct.unpack("hhqqi4x", answer)[0] != fcntl.F_UNLCK)
+
+    def alone(self) -> bool:
+        """Whether no other process has the mailbox open (looked at once
+        every :data:`ALONE_FOR` seconds while it is so)."""
+        now = time.monotonic()
+        if now < self._alone_until:
+            return True
+        if self._held_elsewhere(_PRESENT_BYTE):
+            return False
+        self._alone_until = now + ALONE_FOR
+        return True
 
     def try_lead(self) -> bool:
         """Take the lead if nobody holds it."""
