@@ -328,10 +328,8 @@ def concurrent_adds(
             with simstore.open(work_path, "r") as store:
                 assert len(store) == n + total, "an acknowledged add is missing"
     finally:
-        for leftover in (
-            work_path,
-            *(work_path + suffix for suffix in ("-lock", "-writers", "-wal", "-shm")),
-        ):
+        for suffix in ("", "-lock", "-writers", "-wal", "-shm"):
+            leftover = work_path + suffix
             if os.path.exists(leftover):
                 os.remove(leftover)
     seconds = max(run["ended"] for run in found) - start_at

@@ -438,16 +438,12 @@ class GroupCommit:
         """
         mailbox = self._mailbox_of(engine)
         if mailbox is None:
-            with engine.lock:
-                group = self._take(queue)
-                return (group, *self._commit(engine, group))
+            return self._commit_alone(engine, queue)
         with mailbox.using() as usable:
             group = []
             try:
                 if not usable or mailbox.alone():
-                    with engine.lock:
-                        group = self._take(queue)
-                        return (group, *self._commit(engine, group))
+                    return self._commit_alone(engine, queue)
                 if mailbox.try_lead():
                     try:
                         _Others.resolve_orphans(engine, mailbox)
@@ -466,6 +462,13 @@ class GroupCommit:
                         request.error = exc
                         request.done = True
             return group, None, False
+
+    def _commit_alone(self, engine: Engine, queue: CommitQueue) -> tuple[list[_Request], int | None, bool]:
+        """Take the waiting requests once the store's lock is held (those
+        arriving meanwhile join) and commit them, without other processes'."""
+        with engine.lock:
+            group = self._take(queue)
+            return (group, *self._commit(engine, group))
 
     @staticmethod
     def _take(queue: CommitQueue) -> list[_Request]:

@@ -54,13 +54,13 @@ def add(
 ) -> None:
     """``Store.add`` of a checked document: one single write of the group commit."""
     spec = ["add", packed_key, fingerprint, packed_meta, sketch]
-    engine.commit.write(engine, _add_body(engine, packed_key, fingerprint, packed_meta, sketch), spec)
+    engine.commit.write(engine, _add_body(engine, spec), spec)
     maintain(engine, 1)
 
 
-def _add_body(
-    engine: Engine, packed_key: bytes, fingerprint: int, packed_meta: bytes | None, sketch: bytes | None
-) -> Body[None]:
+def _add_body(engine: Engine, spec: list[Any]) -> Body[None]:
+    _, packed_key, fingerprint, packed_meta, sketch = spec
+
     def body(txn: _lmdb.Txn, state: State) -> tuple[None, State, Change]:
         new_state, change = put_one(engine, txn, state, packed_key, fingerprint, packed_meta, sketch)
         return None, new_state, change
@@ -96,23 +96,15 @@ def add_if_new(
         "add_if_new", packed_key, fingerprint, packed_meta, sketch, k, with_meta, threshold,
         engine.params.generation,
     ]  # fmt: skip
-    body = _add_if_new_body(engine, packed_key, fingerprint, packed_meta, sketch, k, with_meta, threshold)
-    result: list[Match] = engine.commit.write(engine, body, spec)
+    result: list[Match] = engine.commit.write(engine, _add_if_new_body(engine, spec), spec)
     if not result:
         maintain(engine, 1)
     return result
 
 
-def _add_if_new_body(
-    engine: Engine,
-    packed_key: bytes,
-    fingerprint: int,
-    packed_meta: bytes | None,
-    sketch: bytes | None,
-    k: int,
-    with_meta: bool,
-    threshold: float | None,
-) -> Body[list[Match]]:
+def _add_if_new_body(engine: Engine, spec: list[Any]) -> Body[list[Match]]:
+    _, packed_key, fingerprint, packed_meta, sketch, k, with_meta, threshold, _ = spec
+
     def body(txn: _lmdb.Txn, state: State) -> tuple[list[Match], State, Change]:
         permuted = engine.permute_all(fingerprint)
         records: dict[int, bytes] = {}
@@ -138,23 +130,14 @@ def body_of(engine: Engine, spec: list[Any]) -> Body[Any] | None:
     Raises:
         CorruptStoreError: not a spec of this version.
     """
-    try:
-        verb = spec[0]
-        if verb == "add":
-            _, packed_key, fingerprint, packed_meta, sketch = spec
-            return _add_body(engine, packed_key, fingerprint, packed_meta, sketch)
-        if verb == "add_if_new":
-            _, packed_key, fingerprint, packed_meta, sketch, k, with_meta, threshold, generation = spec
-            if generation != engine.params.generation:
-                return None
-            return _add_if_new_body(
-                engine, packed_key, fingerprint, packed_meta, sketch, k, with_meta, threshold
-            )
-        if verb == "remove":
-            _, packed_key = spec
-            return _remove_body(engine, packed_key)
-    except ValueError:
-        pass
+    make = _BODIES.get(spec[0]) if isinstance(spec[0], str) else None
+    if make is not None:
+        try:
+            body = make(engine, spec)
+        except ValueError:  # a spec of another length
+            pass
+        else:
+            return None if spec[0] == "add_if_new" and spec[-1] != engine.params.generation else body
     raise CorruptStoreError(f"a writer's request is not a write of this simstore version: {spec!r:.200}")
 
 
@@ -417,12 +400,13 @@ def remove(engine: Engine, key: KeyLike) -> None:
     Raises:
         KeyNotFoundError: no document has this key (also a ``KeyError``).
     """
-    packed_key = pack_key(key)
-    engine.commit.write(engine, _remove_body(engine, packed_key), ["remove", packed_key])
+    spec = ["remove", pack_key(key)]
+    engine.commit.write(engine, _remove_body(engine, spec), spec)
     maintain(engine, 0)
 
 
-def _remove_body(engine: Engine, packed_key: bytes) -> Body[None]:
+def _remove_body(engine: Engine, spec: list[Any]) -> Body[None]:
+    _, packed_key = spec
     found_by = lookup_key(packed_key)
 
     def body(txn: _lmdb.Txn, state: State) -> tuple[None, State, Change]:
@@ -438,6 +422,14 @@ def _remove_body(engine: Engine, packed_key: bytes) -> Body[None]:
         return None, state, Change([], [])
 
     return body
+
+
+#: The body maker of each kind of single write, by the verb its spec starts with.
+_BODIES: dict[str, Callable[[Engine, list[Any]], Body[Any]]] = {
+    "add": _add_body,
+    "add_if_new": _add_if_new_body,
+    "remove": _remove_body,
+}
 
 
 def remove_many(engine: Engine, keys: Iterable[KeyLike], missing_ok: bool) -> int:
