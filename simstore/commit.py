@@ -62,6 +62,10 @@ MAX_GROUP = 1024
 #: own durable before it flushes itself (a safety net: that group's leader
 #: always commits or flushes).
 AWAIT_FLUSH_SECONDS = 1.0
+#: How long a leader gathering its group waits for the next writer to arrive
+#: (see :meth:`GroupCommit._gather`): about what a Python thread takes from
+#: its last write's return to its next call, well under a commit's flush.
+GATHER_GAP_SECONDS = 0.0001
 
 
 class _Request:
@@ -95,6 +99,9 @@ class CommitQueue:
         self.mutex = threading.Lock()
         self.waiting: list[_Request] = []
         self.leading = False
+        # Notified as a request arrives while a leader gathers its group.
+        self.arrived = threading.Condition(self.mutex)
+        self.gathering = False
 
 
 class _BodyFailedError(Exception):
@@ -347,6 +354,11 @@ class GroupCommit:
         self._durable_txn = -1  # every commit up to this id is on the disk
         self._last_group_txn = -1  # the latest commit of a group of this process
         self._in_group = False  # a group's write is running: its leader makes it durable
+        # How many writers the next group may expect (see _gather): the
+        # last group's size, and the members of groups waiting for a later
+        # commit to make theirs durable.
+        self._last_group_size = 0
+        self._awaiting = 0
         # The writers' mailbox (sync=True), opened at the first group that may use it.
         self._mailbox: Mailbox | None = None
         self._mailbox_refused = False
@@ -384,6 +396,8 @@ class GroupCommit:
             queue.waiting.append(request)
             leads = not queue.leading
             queue.leading = True
+            if queue.gathering:
+                queue.arrived.notify()
         if not leads:
             request.wake.acquire()
             if request.done:
@@ -393,7 +407,10 @@ class GroupCommit:
         committed: int | None = None
         unsure = False
         try:
+            if engine.env.defer_meta_sync:
+                self._gather(engine, queue)
             group, committed, unsure = self._lead(engine, queue)
+            self._last_group_size = len(group)
         finally:
             with queue.mutex:
                 if request in queue.waiting:  # interrupted before taking a group
@@ -413,7 +430,7 @@ class GroupCommit:
                     # one's commit to make theirs durable.
                     self._make_durable(engine, self._last_group_txn)
                 elif followed:
-                    self._await_durable(engine, committed)
+                    self._await_durable(engine, committed, len(group))
                 else:
                     self._make_durable(engine, committed)
             except BaseException as exc:
@@ -660,17 +677,57 @@ class GroupCommit:
                 self._durable_txn = txn_id
                 self._durability.notify_all()
 
-    def _await_durable(self, engine: Engine, txn_id: int) -> None:
-        """Wait for the next group's commit to make commit ``txn_id`` durable.
+    def _await_durable(self, engine: Engine, txn_id: int, members: int) -> None:
+        """Wait for the next group's commit to make commit ``txn_id`` (of a
+        group of ``members`` writes) durable.
 
         That group's leader either commits (which flushes the file first) or
         flushes; the timeout is a safety net only, after which this thread
         flushes itself.
         """
         with self._durability:
-            if self._durability.wait_for(lambda: self._durable_txn >= txn_id, timeout=AWAIT_FLUSH_SECONDS):
-                return
+            self._awaiting += members
+            try:
+                flushed = self._durability.wait_for(
+                    lambda: self._durable_txn >= txn_id, timeout=AWAIT_FLUSH_SECONDS
+                )
+                if flushed:
+                    return
+            finally:
+                self._awaiting -= members
         self._make_durable(engine, txn_id)
+
+    def _gather(self, engine: Engine, queue: CommitQueue) -> None:
+        """Before a group's commit, let the writers it may expect join it.
+
+        Writers that keep a store busy come back soon after their last write
+        returns; a leader that commits at once takes only those that came
+        first, and the rest form the next group, so groups alternate between
+        few and many writers and each costs a flush. Instead, a leader with
+        fewer writers queued than the last group held expects as many (or,
+        if more, those queued plus those waiting for this commit to make
+        theirs durable, whom a flush lets go at once), and waits for each
+        next one up to ``GATHER_GAP_SECONDS``. A lone writer never waits.
+        """
+        with queue.mutex:
+            queued = len(queue.waiting)
+        if queued >= self._last_group_size:
+            return  # as many as last time: commit now (and make the last group durable)
+        with self._durability:
+            awaiting = self._awaiting
+        expected = min(MAX_GROUP, max(self._last_group_size, queued + awaiting))
+        if awaiting:
+            self._make_durable(engine, self._last_group_txn)  # they come back once it is on the disk
+        with queue.mutex:
+            queue.gathering = True
+            try:
+                while len(queue.waiting) < expected:
+                    arrived = len(queue.waiting)
+                    queue.arrived.wait(GATHER_GAP_SECONDS)
+                    if len(queue.waiting) == arrived:
+                        break  # no one came: the rest are busy elsewhere
+            finally:
+                queue.gathering = False
 
     def _bodies_in_order(
         self,

@@ -578,6 +578,53 @@ def test_a_following_group_that_writes_nothing_still_releases_the_one_before(
     assert flushes.durable_up_to() >= txn_of[pack_key("a0")]
 
 
+def _gathering(store: Store) -> bool:
+    with store._engine.commit.queue.mutex:
+        return store._engine.commit.queue.gathering
+
+
+def test_a_leader_waits_for_as_many_writers_as_the_last_group_held(
+    sync_store: Store, monkeypatch: pytest.MonkeyPatch, txn_of: dict[bytes, int]
+) -> None:
+    monkeypatch.setattr(simstore.commit, "GATHER_GAP_SECONDS", 30.0)
+    run_as_group(sync_store, [lambda n=n: sync_store.add(f"a{n}", fingerprint=fp_of(n)) for n in range(3)])
+    assert len({txn_of[pack_key(f"a{n}")] for n in range(3)}) == 1
+    threads = []
+    for n in range(3):
+        add = lambda n=n: sync_store.add(f"b{n}", fingerprint=fp_of(10 + n))  # noqa: E731
+        thread = threading.Thread(target=add)
+        thread.start()
+        threads.append(thread)
+        if n == 2:
+            break  # the group is whole: the leader commits it at once
+        deadline = time.monotonic() + 60
+        while not (_queued(sync_store) == n + 1 and _gathering(sync_store)):
+            assert time.monotonic() < deadline
+            time.sleep(0.0005)
+        # The leader still waits for the third writer: nothing committed.
+        assert pack_key("b0") not in txn_of
+    for thread in threads:
+        thread.join(timeout=60)
+        assert not thread.is_alive()
+    assert len({txn_of[pack_key(f"b{n}")] for n in range(3)}) == 1
+    assert len(sync_store) == 6
+
+
+def test_a_leader_stops_waiting_when_no_writer_comes(
+    sync_store: Store, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    run_as_group(sync_store, [lambda n=n: sync_store.add(f"a{n}", fingerprint=fp_of(n)) for n in range(4)])
+    monkeypatch.setattr(simstore.commit, "GATHER_GAP_SECONDS", 0.2)
+    started = time.monotonic()
+    sync_store.add("alone-1", fingerprint=fp_of(20))  # waits once for the other three
+    # A lone writer's groups hold one write: it waits no more.
+    monkeypatch.setattr(simstore.commit, "GATHER_GAP_SECONDS", 30.0)
+    for n in range(2, 5):
+        sync_store.add(f"alone-{n}", fingerprint=fp_of(20 + n))
+    assert time.monotonic() - started < 15
+    assert len(sync_store) == 8
+
+
 def test_a_transaction_that_fails_fails_its_whole_group_and_writes_nothing(store_path: str) -> None:
     with simstore.open(store_path, k=3, max_map_size=1 << 20) as store:
         big = {"text": "x" * 60_000}
