@@ -66,6 +66,9 @@ AWAIT_FLUSH_SECONDS = 1.0
 #: (see :meth:`GroupCommit._gather`): about what a Python thread takes from
 #: its last write's return to its next call, well under a commit's flush.
 GATHER_GAP_SECONDS = 0.0001
+#: How long a process whose writes are posted waits, at most, for the others
+#: the last group held before it commits with those that came.
+GATHER_PROCESSES_SECONDS = 0.0005
 
 
 class _Request:
@@ -462,11 +465,15 @@ class GroupCommit:
                 if not usable or mailbox.alone():
                     return self._commit_alone(engine, queue)
                 if mailbox.try_lead():
-                    try:
-                        _Others.resolve_orphans(engine, mailbox)
-                        return self._lead_others(engine, mailbox, queue=queue)
-                    finally:
-                        mailbox.release_lead()
+                    if not self._expects_more(mailbox):
+                        try:
+                            _Others.resolve_orphans(engine, mailbox)
+                            return self._lead_others(engine, mailbox, queue=queue)
+                        finally:
+                            mailbox.release_lead()
+                    # Fewer processes posted than the last group held: post
+                    # too, and let the others come (see _commit_posted).
+                    mailbox.release_lead()
                 group = self._take(queue)
                 if any(request.spec is None for request in group):
                     with engine.lock:
@@ -575,24 +582,38 @@ class GroupCommit:
         round, so a thread holding the store's lock never waits for the lead.
         """
         posted = mailbox.post(handoff.pack_request([request.spec for request in group]))
-        try:
-            mailbox.wait_lead()
-        except BaseException:
-            if posted:
-                mailbox.let_go()
-            raise
-        try:
-            _Others.resolve_orphans(engine, mailbox)
-            raw = mailbox.outcome()
-            if raw is None:
-                return self._lead_others(engine, mailbox, group=group)[1:]
-            # The commit that holds them was made durable, and with it every
-            # commit this process made before it.
-            self._durable_up_to(engine.env.committed_txn)
-            self._take_outcomes(engine, group, raw, mailbox)
-            return None, False
-        finally:
-            mailbox.release_lead()
+        gather_until = time.monotonic() + GATHER_PROCESSES_SECONDS
+        while True:
+            try:
+                mailbox.wait_lead()
+            except BaseException:
+                if posted:
+                    mailbox.let_go()
+                raise
+            try:
+                _Others.resolve_orphans(engine, mailbox)
+                raw = mailbox.outcome()
+                if raw is not None:
+                    # The commit that holds them was made durable, and with
+                    # it every commit this process made before it.
+                    self._durable_up_to(engine.env.committed_txn)
+                    self._take_outcomes(engine, group, raw, mailbox)
+                    return None, False
+                if not (posted and time.monotonic() < gather_until and self._expects_more(mailbox)):
+                    return self._lead_others(engine, mailbox, group=group)[1:]
+            finally:
+                mailbox.release_lead()
+            # Processes answered by the last group read their outcomes (under
+            # the lead) before they post again: give them the lead a while.
+            time.sleep(GATHER_GAP_SECONDS)
+
+    @staticmethod
+    def _expects_more(mailbox: Mailbox) -> bool:
+        """With the lead held: whether fewer processes have posted (this one
+        counted) than the last group held. Processes answered by one commit
+        post their next writes a little later; a leader that commits at once
+        takes only those that came first, and the rest make the next group."""
+        return mailbox.posted_count() + 1 < mailbox.last_group()
 
     def _take_outcomes(self, engine: Engine, group: list[_Request], raw: bytes, mailbox: Mailbox) -> None:
         """Give each request of ``group`` its outcome from another process's
@@ -641,6 +662,7 @@ class GroupCommit:
                     request.error = exc
                     request.done = True
                 return group, None, False
+            mailbox.set_last_group(len(others.slots) + 1)
             if not others.slots:
                 return (group, *self._commit(engine, group))
             try:

@@ -74,6 +74,10 @@ ALONE_FOR = 0.1
 _FIRST_SLOT_BYTE = 64
 
 _HEADER = struct.Struct("<16sIII")
+# How many processes the last group held (written by its leader): the next
+# leader waits for as many (simstore.commit). Zero in a new file: no waiting.
+_LAST_GROUP = struct.Struct("<I")
+_LAST_GROUP_OFFSET = 32
 # Every slot's state again, one byte a slot, written after the slot's own
 # header: a leader finds the slots in use with one read instead of 32.
 _STATES_OFFSET = 64
@@ -215,6 +219,21 @@ class Mailbox:
         """The slots not ``FREE``, by the table of states."""
         table = self._view[_STATES_OFFSET : _STATES_OFFSET + SLOTS]
         return [slot for slot, state in enumerate(table) if state]
+
+    def posted_count(self) -> int:
+        """How many other processes' requests are posted (by the table of
+        states; a request still being written may count)."""
+        table = self._view[_STATES_OFFSET : _STATES_OFFSET + SLOTS]
+        own = -1 if self._owned is None else self._owned
+        return sum(1 for slot, state in enumerate(table) if state == POSTED and slot != own)
+
+    def last_group(self) -> int:
+        """How many processes the last group held."""
+        return int(_LAST_GROUP.unpack_from(self._view, _LAST_GROUP_OFFSET)[0])
+
+    def set_last_group(self, processes: int) -> None:
+        """With the lead held: record how many processes this group holds."""
+        _LAST_GROUP.pack_into(self._view, _LAST_GROUP_OFFSET, processes)
 
     def post(self, request: bytes) -> bool:
         """Post ``request`` in a free slot, which this process then holds;

@@ -28,9 +28,12 @@ pytestmark = pytest.mark.skipif(not mailbox._OFD, reason="no open-file-descripti
 _CHILD = r"""
 import json, sys
 import simstore
+import simstore.commit
 from simstore import _lmdb, mailbox
 
 path, call, args = sys.argv[1], sys.argv[2], json.loads(sys.argv[3])
+if len(sys.argv) > 4:  # how long a poster waits for the processes the last group held
+    simstore.commit.GATHER_PROCESSES_SECONDS = float(sys.argv[4])
 events = []
 real_write, real_flush = _lmdb.Environment.write, _lmdb.Environment.flush
 real_respond = mailbox.Mailbox.respond
@@ -63,9 +66,12 @@ print(json.dumps(report), flush=True)
 """
 
 
-def _start(path: Path, call: str, *args: Any, **kwargs: Any) -> subprocess.Popen[str]:
+def _start(
+    path: Path, call: str, *args: Any, gather: float | None = None, **kwargs: Any
+) -> subprocess.Popen[str]:
+    extra = [] if gather is None else [str(gather)]
     child = subprocess.Popen(
-        [sys.executable, "-c", _CHILD, str(path), call, json.dumps([list(args), kwargs])],
+        [sys.executable, "-c", _CHILD, str(path), call, json.dumps([list(args), kwargs]), *extra],
         stdout=subprocess.PIPE,
         text=True,
     )
@@ -196,6 +202,52 @@ with simstore.open(path, "w", sync=True) as store:
         assert dict(store.items()) == expected
         assert store.check() == []
     assert all(output.strip().isdigit() for output in outputs)
+
+
+def _set_last_group(path: Path, processes: int) -> None:
+    box = _holding_the_lead(path)
+    try:
+        box.set_last_group(processes)
+    finally:
+        box.release_lead()
+        box.close()
+
+
+def test_posters_wait_for_as_many_processes_as_the_last_group_held(store_path: Path) -> None:
+    _set_last_group(store_path, 3)
+    box = mailbox.Mailbox.open(str(store_path))
+    assert box is not None
+    try:
+        children = []
+        for number in range(3):
+            fingerprint = (number + 1) << 44
+            children.append(_start(store_path, "add", f"p{number}", fingerprint=fingerprint, gather=60))
+            if number < 2:
+                _wait_posted(box, number + 1)
+                time.sleep(0.3)
+                # Still waiting for the third: nothing committed.
+                assert all(child.poll() is None for child in children)
+                with simstore.open(store_path, "r") as store:
+                    assert len(store) == 2
+        reports = [_report(child) for child in children]
+        assert box.last_group() == 3
+    finally:
+        box.close()
+    # One commit took all three: its leader committed the other two.
+    assert sorted(report["others"] for report in reports) == [0, 0, 2]
+    assert [report["result"] for report in reports] == [(number + 1) << 44 for number in range(3)]
+
+
+def test_a_poster_stops_waiting_when_no_process_comes(store_path: Path) -> None:
+    _set_last_group(store_path, 4)
+    started = time.monotonic()
+    assert _report(_start(store_path, "add", "one", fingerprint=1 << 45, gather=0.2))["result"] == 1 << 45
+    # The group held one process: the next writer does not wait at all.
+    assert _report(_start(store_path, "add", "two", fingerprint=1 << 46, gather=60))["result"] == 1 << 46
+    assert time.monotonic() - started < 30
+    with simstore.open(store_path, "r") as store:
+        assert store.get("one").fingerprint == 1 << 45
+        assert store.get("two").fingerprint == 1 << 46
 
 
 def test_a_foreign_file_in_the_mailboxs_place_is_left_alone(tmp_path: Path) -> None:
