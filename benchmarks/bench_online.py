@@ -50,7 +50,10 @@ same flush policy (``synchronous=FULL``: the WAL is fsynced at every commit;
 index on the fingerprint), loaded with the same N rows, one autocommit
 ``INSERT OR REPLACE`` per document and a connection per thread. The writers
 start together; docs/s is all adds over the wall time from the start to the
-last writer's end; latencies are every call's. For example::
+last writer's end; latencies are every call's. Two A/B rows run the same
+code with one part switched off in the writer processes: the mailbox (each
+process commits alone) and the leaders' gathering (a leader commits whoever
+is there, without waiting for the writers the last group held). For example::
 
     python benchmarks/bench_online.py --systems writers --output benchmarks/results/writers_1M.md
 """
@@ -93,7 +96,7 @@ from bench_peers import SIMHASH_WORKER, _codes, _faiss_index
 from bench_store import base_fingerprints, online_fingerprints, raw_floor
 
 import simstore
-from simstore import mailbox, maintenance
+from simstore import commit, mailbox, maintenance
 from simstore.params import DEFAULT_MERGE_THRESHOLD, Options
 
 ROOT = Path(__file__).resolve().parent.parent
@@ -264,6 +267,12 @@ def _writer(
         # (as before simstore.mailbox; a benchmark-only switch).
         mailbox.Mailbox.open = classmethod(lambda cls, path: None)  # type: ignore[method-assign,assignment]
         system = "simstore"
+    if system == "simstore-nogather":
+        # The other A/B: leaders commit whoever is there, without waiting for
+        # the writers the last group held (as before; a benchmark-only switch).
+        commit.GroupCommit._gather = lambda self, engine, queue: None  # type: ignore[method-assign]
+        commit.GroupCommit._expects_more = staticmethod(lambda box: False)  # type: ignore[method-assign]
+        system = "simstore"
     if system == "simstore":
         store = simstore.open(path, "w", sync=sync, merge_on_close=False)
     barrier = threading.Barrier(threads)
@@ -345,6 +354,7 @@ def writers_rows(
     shapes = {"1 thread": (1, 1), "threads": (args.threads, 1), "processes": (1, args.processes)}
     for system, sync, label in (
         ("simstore", True, "simstore, sync=True (group commit)"),
+        ("simstore-nogather", True, "simstore, sync=True, leaders do not wait for the last group's writers"),
         ("simstore-alone", True, "simstore, sync=True, no mailbox (processes commit alone)"),
         ("sqlite", True, "sqlite3 WAL, synchronous=FULL"),
         ("simstore", False, "simstore, sync=False"),
@@ -360,7 +370,7 @@ def writers_rows(
             runs = []
             for _ in range(args.writer_repeats):
                 work_path = os.path.join(work, f"writers.{system}")
-                base_path = base_paths[system.removesuffix("-alone")]
+                base_path = base_paths[system.split("-")[0]]
                 runs.append(
                     concurrent_adds(
                         system, base_path, work_path, n, args.writer_adds, sync, threads, processes
