@@ -41,20 +41,16 @@ from typing import TYPE_CHECKING, Any, TypeVar, cast
 from simstore import _lmdb, handoff
 from simstore.delta import Change
 from simstore.errors import InvalidValueError, SimstoreError
-from simstore.format import WRITERS_KEY, State
-from simstore.mailbox import DONE, POSTED, TAKEN, Mailbox
-from simstore.writes import body_of
+from simstore.format import State
+from simstore.grouping import Applied, Body, BodyFailedError, CommitQueue, Request, Spec
+from simstore.mailbox import Mailbox
+from simstore.others import Others
+from simstore.write_batch import Batching, Pending
 
 if TYPE_CHECKING:
-    from simstore.delta import Delta
     from simstore.engine import Engine
 
 T = TypeVar("T")
-
-#: A write body, as :meth:`simstore.engine.Engine.write` takes it.
-Body = Callable[["_lmdb.Txn", State], tuple[Any, State, Change]]
-#: A single write described in msgpack-able values (:func:`simstore.writes.body_of`).
-Spec = list[Any]
 
 #: Most single writes one transaction takes; the rest wait for the next.
 MAX_GROUP = 1024
@@ -71,278 +67,13 @@ GATHER_GAP_SECONDS = 0.0001
 GATHER_PROCESSES_SECONDS = 0.0005
 
 
-class _Request:
-    """One caller's write waiting in the queue: its body, and its outcome once run."""
-
-    __slots__ = ("body", "done", "error", "result", "spec", "wake")
-
-    def __init__(self, body: Body, spec: Spec | None = None) -> None:
-        self.body = body
-        # The write as another process can run it (simstore.writes.body_of), if it can.
-        self.spec = spec
-        self.result: Any = None
-        self.error: BaseException | None = None
-        self.done = False
-        # Released by the leader when this request is done, or when it is to
-        # lead the next group: a plain lock is the cheapest thread wake-up.
-        self.wake = threading.Lock()
-        self.wake.acquire()
-
-    def outcome(self) -> Any:
-        if self.error is not None:
-            raise self.error
-        return self.result
-
-
-class CommitQueue:
-    """The single writes of one process waiting for a transaction, and
-    whether a leader is at work (``waiting`` is empty whenever none is)."""
-
-    def __init__(self) -> None:
-        self.mutex = threading.Lock()
-        self.waiting: list[_Request] = []
-        self.leading = False
-        # Notified as a request arrives while a leader gathers its group.
-        self.arrived = threading.Condition(self.mutex)
-        self.gathering = False
-
-
-class _BodyFailedError(Exception):
-    """Internal: body ``index`` of a group raised ``error``."""
-
-    def __init__(self, index: int, error: BaseException) -> None:
-        super().__init__(index)
-        self.index = index
-        self.error = error
-
-
-class _Applied:
-    """What a group's bodies did to the in-memory delta so far, to undo it
-    if the transaction does not commit: each document touched, with the
-    fingerprint the delta held for it before (``None``: none)."""
-
-    def __init__(self, delta: Delta) -> None:
-        self.delta = delta
-        self.before: dict[int, int | None] = {}
-        # The id of the transaction, and whether the bodies changed the
-        # stored state (then its commit surely writes pages, flushes the file
-        # and writes a meta page; a replacement with the same fingerprint
-        # writes without changing it).
-        self.txn_id = -1
-        self.changed_state = False
-
-    def apply(self, change: Change) -> None:
-        delta, before = self.delta, self.before
-        for doc_id in change.removed:
-            if doc_id not in before:
-                before[doc_id] = delta.get(doc_id)
-            delta.discard(doc_id)
-        for doc_id, fingerprint in change.puts:
-            if doc_id not in before:
-                before[doc_id] = delta.get(doc_id)
-            delta.put(doc_id, fingerprint)
-
-    def undo(self) -> None:
-        delta = self.delta
-        for doc_id, fingerprint in self.before.items():
-            if fingerprint is None:
-                delta.discard(doc_id)
-            else:
-                delta.put(doc_id, fingerprint)
-        self.before.clear()
-
-
-class _Others:
-    """Other processes' writes in the commit this process leads: their slots
-    in the mailbox, the requests made of them, and the group's number (put in
-    the store by the same transaction, so that the next leader can tell, if
-    this one dies, whether the group committed)."""
-
-    def __init__(self, engine: Engine, mailbox: Mailbox, group: int) -> None:
-        self.engine = engine
-        self.mailbox = mailbox
-        self.group = group
-        self.slots: list[tuple[int, list[_Request]]] = []
-        self.requests: list[_Request] = []  # the ones to run here, in slot order
-
-    def take_posted(self) -> None:
-        """Take every request posted in the mailbox into this group."""
-        for slot, raw in self.mailbox.posted():
-            try:
-                specs = handoff.unpack_request(raw)
-            except Exception as exc:  # another version's or a damaged request: refused, not run
-                self.mailbox.respond(slot, handoff.pack_outcomes([]), self.group, state=DONE)
-                message = f"{self.engine.path}: a writer's request was refused ({exc})"
-                warnings.warn(message, RuntimeWarning, stacklevel=1)
-                continue
-            requests = []
-            for spec in specs:
-                body = body_of(self.engine, spec)
-                request = _Request(_run_here if body is None else body, spec)
-                if body is None:
-                    request.error = handoff.LeftToPosterError()
-                    request.done = True
-                else:
-                    self.requests.append(request)
-                requests.append(request)
-            self.slots.append((slot, requests))
-
-    def finisher(self, pending: list[_Request], applied: _Applied) -> Callable[[_lmdb.Txn, list[Any]], None]:
-        """What runs in the transaction after ``pending``'s bodies: the
-        group's number, and each slot's outcomes marked ``TAKEN``."""
-
-        def finish(txn: _lmdb.Txn, results: list[Any]) -> None:
-            txn.put(WRITERS_KEY, self.group.to_bytes(8, "big"), db=self.engine.handles.meta)
-            outcomes = {id(request): result for request, result in zip(pending, results, strict=True)}
-            for slot, requests in self.slots:
-                packed = handoff.pack_outcomes([_outcome(request, outcomes) for request in requests])
-                if not self.mailbox.respond(slot, packed, self.group, state=TAKEN):
-                    # Too big for the slot: its first write still in the
-                    # group is left to its process, and the group runs again.
-                    first = next(request for request in requests if id(request) in outcomes)
-                    raise _BodyFailedError(pending.index(first), handoff.LeftToPosterError())
-
-        return finish
-
-    def answer(self) -> None:
-        """After the commit is durable: every slot's final outcomes, ``DONE``."""
-        for slot, requests in self.slots:
-            packed = handoff.pack_outcomes([_outcome(request, {}) for request in requests])
-            if not self.mailbox.respond(slot, packed, self.group, state=DONE):
-                # Only errors can be bigger than what fitted in the transaction.
-                short = [handoff.outcome_of(None, SimstoreError("the commit failed"))] * len(requests)
-                self.mailbox.respond(slot, handoff.pack_outcomes(short), self.group, state=DONE)
-
-    def fail(self, error: BaseException) -> None:
-        """The group's commit failed (or is not known to be on the disk)."""
-        for _, requests in self.slots:
-            for request in requests:
-                if not request.done or request.error is None:
-                    request.error = error
-                    request.done = True
-        self.answer()
-
-    @staticmethod
-    def resolve_orphans(engine: Engine, mailbox: Mailbox) -> None:
-        """With the lead held: settle the slots a leader took and died before
-        it said done. Its group's number in the store means it committed:
-        make that durable and say ``DONE``; otherwise post them again."""
-        orphans = mailbox.taken()
-        if not orphans:
-            return
-        with engine.read() as txn:
-            raw = txn.get(WRITERS_KEY, db=engine.handles.meta)
-        committed_group = int.from_bytes(raw, "big") if raw else 0
-        if any(group == committed_group for _, group in orphans):
-            engine.env.flush()
-        for slot, group in orphans:
-            mailbox.set_state(slot, DONE if group == committed_group else POSTED)
-
-
-def _outcome(request: _Request, results: dict[int, Any]) -> list[Any]:
-    """A request's outcome for the mailbox: from ``results`` (by the
-    request's id) while its transaction runs, else what it was given."""
-    if id(request) in results:
-        return handoff.outcome_of(results[id(request)], None)
-    return handoff.outcome_of(request.result, request.error if request.done else handoff.LeftToPosterError())
-
-
-def _run_here(txn: _lmdb.Txn, state: State) -> tuple[Any, State, Change]:
-    raise AssertionError("a write left to its own process was run")
-
-
-class Pending:
-    """What a write made in a batch returns: its outcome, known once the
-    batch has committed (``batch.add_if_new``'s matches)."""
-
-    __slots__ = ("_done", "_result")
-
-    def __init__(self) -> None:
-        self._done = False
-        self._result: Any = None
-
-    def result(self) -> Any:
-        """The write's outcome (for ``add_if_new``, the near-duplicates that
-        kept it out; empty when it was inserted).
-
-        Raises:
-            InvalidValueError: the batch has not committed (yet, or at all).
-        """
-        if not self._done:
-            raise InvalidValueError("the batch holding this write has not committed")
-        return self._result
-
-    def _set(self, result: Any) -> None:
-        self._result = result
-        self._done = True
-
-
-class _Batching(threading.local):
-    """Per thread: the bodies of the batch open in this thread (``None``:
-    no batch), a :class:`Pending` for each, and whether the write being
-    gathered comes through the batch (whose ``add_if_new`` can return a
-    pending outcome) or through the store (whose ``add_if_new`` cannot)."""
-
-    bodies: list[Body] | None = None
-    pending: list[Pending] | None = None
-    through_batch = False
-
-
-class Batch:
-    """The writes of one ``with store.batch() as batch:`` block.
-
-    ``add``, ``add_if_new`` and ``remove`` take the arguments of the
-    store's methods and check them at once (bad input raises there), but
-    write nothing until the block ends. ``add`` and ``remove`` return
-    ``None``; ``add_if_new`` returns a :class:`Pending` whose ``result()``
-    gives the near-duplicates once the block has ended. Only the thread that
-    opened the batch may use it.
-    """
-
-    def __init__(self, store: Any, bodies: list[Body], batching: _Batching) -> None:
-        # The facade whose single writes the block gathers (not imported here).
-        self._store = store
-        self._bodies = bodies
-        self._batching = batching
-
-    def _check_open(self) -> None:
-        # Open while its bodies are the ones this thread gathers: after the
-        # block (or from another thread) a call would write on its own.
-        if self._batching.bodies is not self._bodies:
-            raise InvalidValueError(
-                "this batch's block has ended (or it belongs to another thread); "
-                "write through the store, or open another batch"
-            )
-
-    def add(self, *args: Any, **kwargs: Any) -> None:
-        self._check_open()
-        self._store.add(*args, **kwargs)
-
-    def add_if_new(self, *args: Any, **kwargs: Any) -> Pending:
-        """``store.add_if_new`` in the batch: its outcome is known once the
-        block ends, from the returned :class:`Pending`."""
-        self._check_open()
-        self._batching.through_batch = True
-        try:
-            return cast(Pending, self._store.add_if_new(*args, **kwargs))
-        finally:
-            self._batching.through_batch = False
-
-    def remove(self, *args: Any, **kwargs: Any) -> None:
-        self._check_open()
-        self._store.remove(*args, **kwargs)
-
-    def __len__(self) -> int:
-        return len(self._bodies)
-
-
 class GroupCommit:
     """Group commit, write batches and interval flushing for one engine."""
 
     def __init__(self) -> None:
         """Set up the queue and the flush bookkeeping (anew after ``fork()``)."""
         self.queue = CommitQueue()
-        self.batching = _Batching()
+        self.batching = Batching()
         self._unflushed = 0  # commits since the last flush (sync="interval")
         self._unflushed_since = 0.0
         self._flush_timer: threading.Timer | None = None
@@ -387,14 +118,14 @@ class GroupCommit:
         if getattr(engine.lock, "_is_owned", lambda: False)():
             # Called with the store's lock held (from a callback inside a
             # store call): a group's leader would wait for that lock for ever.
-            applied = _Applied(engine.delta)
+            applied = Applied(engine.delta)
             try:
                 return cast(T, engine.write(self._bodies_in_order(engine, [body], applied, isolate=False))[0])
             except BaseException:
                 self._undo(engine, applied)
                 raise
         queue = self.queue
-        request = _Request(body, spec)
+        request = Request(body, spec)
         with queue.mutex:
             queue.waiting.append(request)
             leads = not queue.leading
@@ -406,7 +137,7 @@ class GroupCommit:
             if request.done:
                 return cast(T, request.outcome())
             # Asked to lead the next group, which holds this request.
-        group: list[_Request] = []
+        group: list[Request] = []
         committed: int | None = None
         unsure = False
         try:
@@ -447,7 +178,7 @@ class GroupCommit:
                         member.wake.release()
         return cast(T, request.outcome())
 
-    def _lead(self, engine: Engine, queue: CommitQueue) -> tuple[list[_Request], int | None, bool]:
+    def _lead(self, engine: Engine, queue: CommitQueue) -> tuple[list[Request], int | None, bool]:
         """Take the waiting requests (the leader's first) and commit them
         together; every request of the group has its outcome on return.
 
@@ -467,7 +198,7 @@ class GroupCommit:
                 if mailbox.try_lead():
                     if not self._expects_more(mailbox):
                         try:
-                            _Others.resolve_orphans(engine, mailbox)
+                            Others.resolve_orphans(engine, mailbox)
                             return self._lead_others(engine, mailbox, queue=queue)
                         finally:
                             mailbox.release_lead()
@@ -487,7 +218,7 @@ class GroupCommit:
                         request.done = True
             return group, None, False
 
-    def _commit_alone(self, engine: Engine, queue: CommitQueue) -> tuple[list[_Request], int | None, bool]:
+    def _commit_alone(self, engine: Engine, queue: CommitQueue) -> tuple[list[Request], int | None, bool]:
         """Take the waiting requests once the store's lock is held (those
         arriving meanwhile join) and commit them, without other processes'."""
         with engine.lock:
@@ -495,14 +226,14 @@ class GroupCommit:
             return (group, *self._commit(engine, group))
 
     @staticmethod
-    def _take(queue: CommitQueue) -> list[_Request]:
+    def _take(queue: CommitQueue) -> list[Request]:
         with queue.mutex:
             group = queue.waiting[:MAX_GROUP]
             del queue.waiting[:MAX_GROUP]
         return group
 
     def _commit(
-        self, engine: Engine, group: list[_Request], others: _Others | None = None
+        self, engine: Engine, group: list[Request], others: Others | None = None
     ) -> tuple[int | None, bool]:
         """Commit ``group`` (with the store's lock held) in one transaction,
         and ``others``' writes with it; every request has its outcome on
@@ -512,7 +243,7 @@ class GroupCommit:
         unsure = False
         try:
             while pending:
-                applied = _Applied(engine.delta)
+                applied = Applied(engine.delta)
                 finish = None if others is None else others.finisher(pending, applied)
                 bodies = self._bodies_in_order(
                     engine, [request.body for request in pending], applied, isolate=True, finish=finish
@@ -520,7 +251,7 @@ class GroupCommit:
                 self._in_group = True
                 try:
                     results = engine.write(bodies)
-                except _BodyFailedError as failed:
+                except BodyFailedError as failed:
                     # Aborted: that body fails alone, the others run again.
                     failing = pending.pop(failed.index)
                     failing.error = failed.error
@@ -573,7 +304,7 @@ class GroupCommit:
         return self._mailbox
 
     def _commit_posted(
-        self, engine: Engine, group: list[_Request], mailbox: Mailbox
+        self, engine: Engine, group: list[Request], mailbox: Mailbox
     ) -> tuple[int | None, bool]:
         """Post ``group`` for the process leading the next commit and wait
         for the lead: then its outcomes are there, or this process leads.
@@ -591,7 +322,7 @@ class GroupCommit:
                     mailbox.let_go()
                 raise
             try:
-                _Others.resolve_orphans(engine, mailbox)
+                Others.resolve_orphans(engine, mailbox)
                 raw = mailbox.outcome()
                 if raw is not None:
                     # The commit that holds them was made durable, and with
@@ -615,13 +346,13 @@ class GroupCommit:
         takes only those that came first, and the rest make the next group."""
         return mailbox.posted_count() + 1 < mailbox.last_group()
 
-    def _take_outcomes(self, engine: Engine, group: list[_Request], raw: bytes, mailbox: Mailbox) -> None:
+    def _take_outcomes(self, engine: Engine, group: list[Request], raw: bytes, mailbox: Mailbox) -> None:
         """Give each request of ``group`` its outcome from another process's
         commit; those it left to this process (an outcome too big for the
         slot, a layout this process has not seen) are committed here, with
         the lead still held."""
         outcomes = handoff.unpack_outcomes(raw, len(group))
-        left: list[_Request] = []
+        left: list[Request] = []
         for request, outcome in zip(group, outcomes, strict=True):
             if outcome is handoff.RUN_HERE:
                 left.append(request)
@@ -638,10 +369,10 @@ class GroupCommit:
         engine: Engine,
         mailbox: Mailbox,
         *,
-        group: list[_Request] | None = None,
+        group: list[Request] | None = None,
         queue: CommitQueue | None = None,
         take_others: bool = True,
-    ) -> tuple[list[_Request], int | None, bool]:
+    ) -> tuple[list[Request], int | None, bool]:
         """With the lead held: commit ``group`` (or the requests waiting in
         ``queue`` once the store's lock is held) with every write other
         processes posted, and tell each its outcome once it is durable.
@@ -654,7 +385,7 @@ class GroupCommit:
                 group = self._take(queue)
             try:
                 engine.check_usable()
-                others = _Others(engine, mailbox, random.getrandbits(63) | 1)
+                others = Others(engine, mailbox, random.getrandbits(63) | 1)
                 if take_others:
                     others.take_posted()
             except BaseException as exc:
@@ -755,7 +486,7 @@ class GroupCommit:
         self,
         engine: Engine,
         bodies: list[Body],
-        applied: _Applied,
+        applied: Applied,
         *,
         isolate: bool,
         finish: Callable[[_lmdb.Txn, list[Any]], None] | None = None,
@@ -765,7 +496,7 @@ class GroupCommit:
 
         ``applied`` records what they did to the delta, so that a transaction
         that does not commit can be undone. With ``isolate``, a body that
-        raises is reported as :class:`_BodyFailedError` (the group runs again
+        raises is reported as :class:`BodyFailedError` (the group runs again
         without it); without, its error is raised as it is. ``finish`` runs
         in the transaction after the bodies, with their results.
         """
@@ -795,7 +526,7 @@ class GroupCommit:
                     # transaction's, not the body's.
                     own = isinstance(exc, Exception) and not _lmdb.is_lmdb_error(exc)
                     if isolate and own and len(bodies) > 1:
-                        raise _BodyFailedError(index, exc) from exc
+                        raise BodyFailedError(index, exc) from exc
                     raise
                 results.append(result)
             if finish is not None:
@@ -810,7 +541,7 @@ class GroupCommit:
 
         return run
 
-    def _undo(self, engine: Engine, applied: _Applied) -> None:
+    def _undo(self, engine: Engine, applied: Applied) -> None:
         """Undo a group's delta changes after its transaction failed."""
         if applied.delta is engine.delta:
             applied.undo()
@@ -852,7 +583,7 @@ class GroupCommit:
         if not bodies:
             return
         with engine.lock:
-            applied = _Applied(engine.delta)
+            applied = Applied(engine.delta)
             try:
                 results = engine.write(self._bodies_in_order(engine, bodies, applied, isolate=False))
             except BaseException:

@@ -32,7 +32,6 @@ from typing import Any
 from simstore import batch, inputs, maintenance, reads, writes
 from simstore.batch import Cluster, KeepPolicy, Pair, Progress
 from simstore.checking import check_store, file_bytes, store_stats
-from simstore.commit import Batch
 from simstore.engine import Engine
 from simstore.errors import InvalidTypeError, KeyNotFoundError
 from simstore.frames import as_column
@@ -41,6 +40,7 @@ from simstore.records import Key, KeyLike, pack_key, pack_meta
 from simstore.results import Match, Record, Stats
 from simstore.simhash import Fingerprinter
 from simstore.sketch import Sketch, U8Array
+from simstore.write_batch import Batch
 
 __all__ = ["Store", "file_bytes"]
 
