@@ -198,8 +198,9 @@ class GroupCommit:
                 if mailbox.try_lead():
                     if not self._expects_more(mailbox):
                         try:
-                            Others.resolve_orphans(engine, mailbox)
-                            return self._lead_others(engine, mailbox, queue=queue)
+                            with mailbox.answering():
+                                Others.resolve_orphans(engine, mailbox)
+                                return self._lead_others(engine, mailbox, queue=queue)
                         finally:
                             mailbox.release_lead()
                     # Fewer processes posted than the last group held: post
@@ -316,26 +317,42 @@ class GroupCommit:
         gather_until = time.monotonic() + GATHER_PROCESSES_SECONDS
         while True:
             try:
-                mailbox.wait_lead()
+                # A leader answering now answers every process of its group
+                # at once; with no leader at work this returns at once.
+                raw = mailbox.answered() if posted else None
+                if raw is None:
+                    mailbox.wait_lead()
             except BaseException:
                 if posted:
                     mailbox.let_go()
                 raise
+            if raw is not None:
+                self._durable_up_to(engine.env.committed_txn)  # see below
+                left = self._take_outcomes(group, raw)
+                if not left:
+                    return None, False
+                mailbox.wait_lead()
+                try:
+                    return self._commit_left(engine, mailbox, left)
+                finally:
+                    mailbox.release_lead()
             try:
-                Others.resolve_orphans(engine, mailbox)
+                with mailbox.answering():
+                    Others.resolve_orphans(engine, mailbox)
                 raw = mailbox.outcome()
                 if raw is not None:
                     # The commit that holds them was made durable, and with
                     # it every commit this process made before it.
                     self._durable_up_to(engine.env.committed_txn)
-                    self._take_outcomes(engine, group, raw, mailbox)
-                    return None, False
+                    left = self._take_outcomes(group, raw)
+                    return self._commit_left(engine, mailbox, left) if left else (None, False)
                 if not (posted and time.monotonic() < gather_until and self._expects_more(mailbox)):
-                    return self._lead_others(engine, mailbox, group=group)[1:]
+                    with mailbox.answering():
+                        return self._lead_others(engine, mailbox, group=group)[1:]
             finally:
                 mailbox.release_lead()
-            # Processes answered by the last group read their outcomes (under
-            # the lead) before they post again: give them the lead a while.
+            # Processes answered by the last group are coming back: give them
+            # the lead a while.
             time.sleep(GATHER_GAP_SECONDS)
 
     @staticmethod
@@ -346,11 +363,11 @@ class GroupCommit:
         takes only those that came first, and the rest make the next group."""
         return mailbox.posted_count() + 1 < mailbox.last_group()
 
-    def _take_outcomes(self, engine: Engine, group: list[Request], raw: bytes, mailbox: Mailbox) -> None:
+    @staticmethod
+    def _take_outcomes(group: list[Request], raw: bytes) -> list[Request]:
         """Give each request of ``group`` its outcome from another process's
-        commit; those it left to this process (an outcome too big for the
-        slot, a layout this process has not seen) are committed here, with
-        the lead still held."""
+        commit; returns those it left to this process (an outcome too big
+        for the slot, a layout this process has not seen)."""
         outcomes = handoff.unpack_outcomes(raw, len(group))
         left: list[Request] = []
         for request, outcome in zip(group, outcomes, strict=True):
@@ -359,10 +376,15 @@ class GroupCommit:
             else:
                 request.result, request.error = outcome
                 request.done = True
-        if left:
-            _, committed, unsure = self._lead_others(engine, mailbox, group=left, take_others=False)
-            if committed is not None or unsure:
-                self._make_durable(engine, None)  # before the lead goes to anyone else
+        return left
+
+    def _commit_left(self, engine: Engine, mailbox: Mailbox, left: list[Request]) -> tuple[None, bool]:
+        """With the lead held: commit the requests another process's commit
+        left to this one, and make them durable before the lead goes."""
+        _, committed, unsure = self._lead_others(engine, mailbox, group=left, take_others=False)
+        if committed is not None or unsure:
+            self._make_durable(engine, None)
+        return None, False
 
     def _lead_others(
         self,

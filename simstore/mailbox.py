@@ -7,9 +7,11 @@ at a time pay a flush apiece. The mailbox ``<store>-writers`` lets them share
 one: a process with writes to commit posts them in a *slot* and waits for the
 *lead*; whoever holds the lead takes every posted write, runs them in one
 transaction with its own, commits, flushes, writes each slot's outcome and lets
-the lead go. A waiter that then gets the lead finds its outcome there, or leads
-the next commit itself. (:mod:`simstore.commit` does the committing; this module
-only keeps the file.)
+the lead go. The waiters of one group read their outcomes together, without
+the lead (a leader writing slots holds the *answers* lock alone; a waiter
+waits for it shared); a waiter nobody took gets the lead and leads the next
+commit itself. (:mod:`simstore.commit` does the committing; this module only
+keeps the file.)
 
 Every lock is a Linux open-file-description lock (``fcntl`` ``F_OFD_*``) on one
 byte of the file: held by this process's open file, released by the kernel
@@ -18,7 +20,8 @@ Where those locks are missing (not Linux) there is no mailbox, and each process
 commits its own writes.
 
 A slot's words change only under one of two holds: its owner's (the slot
-lock), to post a request into a free slot; or the lead, for everything else.
+lock), to post a request into a free slot and to free it once done; or the
+lead with the answers lock, for everything else.
 A request carries its length and CRC, so a leader never takes one half
 written, whatever order another core sees the stores in.
 
@@ -68,6 +71,11 @@ _INIT_BYTE = 1
 # Every process with the mailbox open holds a shared lock here: one that finds
 # no other holder commits alone, without the lead.
 _PRESENT_BYTE = 2
+# A leader holds this one alone while it writes slots (from taking the posted
+# requests to answering them); a poster waits for it shared, then reads its
+# answer without the lead. So the processes of one group all wake at once when
+# their leader answers, instead of one after another through the lead.
+_ANSWERS_BYTE = 3
 #: How long a process that found itself alone trusts it (seconds). A process
 #: that opens the mailbox meanwhile finds the lead free and leads itself.
 ALONE_FOR = 0.1
@@ -201,6 +209,25 @@ class Mailbox:
     def release_lead(self) -> None:
         self._unlock(_LEAD_BYTE)
 
+    @contextlib.contextmanager
+    def answering(self) -> Iterator[None]:
+        """With the lead held: hold the answers lock alone, for writing slots
+        (posters reading their answers hold it shared, briefly)."""
+        self._lock(_ANSWERS_BYTE, wait=True)
+        try:
+            yield
+        finally:
+            self._unlock(_ANSWERS_BYTE)
+
+    def answered(self) -> bytes | None:
+        """Without the lead: wait while a leader writes answers, then this
+        process's outcome if its request is done (as :meth:`outcome`)."""
+        fcntl.fcntl(self._descriptor, fcntl.F_OFD_SETLKW, _flock(fcntl.F_RDLCK, _ANSWERS_BYTE))
+        try:
+            return self.outcome()
+        finally:
+            self._unlock(_ANSWERS_BYTE)
+
     # ------------------------------------------------------------------ slots
 
     def _offset(self, slot: int) -> int:
@@ -257,8 +284,8 @@ class Mailbox:
         return False
 
     def outcome(self) -> bytes | None:
-        """With the lead held: this process's outcome if its request is done
-        (the slot is then freed and let go), else ``None``.
+        """With the lead or the answers lock held: this process's outcome if
+        its request is done (the slot is then freed and let go), else ``None``.
 
         Raises:
             CorruptStoreError: the outcome does not match its CRC.

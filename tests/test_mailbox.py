@@ -204,6 +204,33 @@ with simstore.open(path, "w", sync=True) as store:
     assert all(output.strip().isdigit() for output in outputs)
 
 
+def test_a_group_reads_its_answers_at_once_without_the_lead(store_path: Path) -> None:
+    """Posters wait for the leader answering them, then read their answers
+    together while the lead is still held (here by this process, answering
+    in a leader's place)."""
+    box = _holding_the_lead(store_path)
+    try:
+        with box.answering():
+            children = [_start(store_path, "add", f"a{n}", fingerprint=(n + 1) << 50) for n in range(3)]
+            _wait_posted(box, 3)
+            time.sleep(0.3)  # each poster now waits for the answers
+            slots = [slot for slot, state in enumerate(box.states()) if state == mailbox.POSTED]
+            for slot in slots:
+                # An error tells the answers apart (an add's outcome is None).
+                error = simstore.InvalidValueError(f"answer {slot}")
+                answer = handoff.pack_outcomes([handoff.outcome_of(None, error)])
+                box.respond(slot, answer, 7, state=mailbox.DONE)
+        reports = [_report(child) for child in children]  # while the lead is held here
+        assert sorted(report["error"] for report in reports) == [
+            ["InvalidValueError", f"answer {slot}"] for slot in slots
+        ]
+        assert all("commit" not in report["events"] for report in reports)
+        assert box.states() == [mailbox.FREE] * mailbox.SLOTS  # each freed its own slot
+    finally:
+        box.release_lead()
+        box.close()
+
+
 def _set_last_group(path: Path, processes: int) -> None:
     box = _holding_the_lead(path)
     try:
