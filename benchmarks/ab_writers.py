@@ -1,0 +1,149 @@
+"""A/B of durable writer processes: ``--processes`` processes add
+``--adds`` documents in all, one ``sync=True`` call each, into copies of one
+store, in fresh runs alternating between two source trees.
+
+    git worktree add ../wt-old c1b5d0a
+    python benchmarks/ab_writers.py --store /tmp/k3-10M.simstore --trees ../wt-old,. --processes 8
+
+``--store`` is made (``--n`` random fingerprints) if it does not exist. Each
+run copies it, starts the writers together (``fork``) and reports docs/s over
+the wall time, every call's p50 and p99, and how many processes a commit took
+on average (from the count each leader records in the mailbox, where the tree
+has one). Each tree's ``simstore`` is put first on the path of its run with
+``python -S`` (site's path hooks off, then the interpreter's own packages), so
+an editable install of either tree does not win.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import shutil
+import subprocess
+import sys
+import sysconfig
+import tempfile
+from pathlib import Path
+
+import numpy as np
+
+import simstore  # the parent's: it only makes and counts the store
+
+CHILD = r"""
+import json, multiprocessing, os, sys, time
+sys.path[:0] = [sys.argv[1], sys.argv[2]]
+import numpy as np
+import simstore
+from simstore import mailbox
+
+path, processes, adds, first = sys.argv[3], int(sys.argv[4]), int(sys.argv[5]), int(sys.argv[6])
+
+def writer(index, start_at, queue):
+    groups = []
+    record = getattr(mailbox.Mailbox, "set_last_group", None)
+    if record is not None:
+        def counted(self, size):
+            groups.append(size)
+            return record(self, size)
+        mailbox.Mailbox.set_last_group = counted
+    share = adds // processes
+    keys = range(first + index * share, first + (index + 1) * share)
+    fingerprints = np.random.default_rng(first + index).integers(0, 2**64, share, dtype=np.uint64).tolist()
+    latencies = np.empty(share)
+    with simstore.open(path, "w") as store:
+        time.sleep(max(0.0, start_at - time.time()))
+        for position, (key, fingerprint) in enumerate(zip(keys, fingerprints)):
+            before = time.perf_counter()
+            store.add(key, fingerprint=fingerprint)
+            latencies[position] = time.perf_counter() - before
+    queue.put((time.time(), latencies.tolist(), groups))
+
+context = multiprocessing.get_context("fork")
+queue = context.Queue()
+start_at = time.time() + 0.5
+workers = [context.Process(target=writer, args=(index, start_at, queue)) for index in range(processes)]
+for worker in workers:
+    worker.start()
+found = [queue.get() for _ in workers]
+for worker in workers:
+    worker.join()
+latencies = np.concatenate([np.array(run[1]) for run in found])
+groups = [size for run in found for size in run[2]]
+with simstore.open(path, "r") as store:
+    stored = len(store)
+print(json.dumps({
+    "docs/s": len(latencies) / (max(run[0] for run in found) - start_at),
+    "p50 ms": float(np.percentile(latencies, 50) * 1e3),
+    "p99 ms": float(np.percentile(latencies, 99) * 1e3),
+    "processes a commit": float(np.mean(groups)) if groups else None,
+    "stored": stored,
+}))
+"""
+
+
+def main() -> int:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    parser.add_argument("--store", required=True, help="the store to add into (copied for each run)")
+    parser.add_argument("--n", type=lambda value: int(value.replace("_", "")), default=1_000_000)
+    parser.add_argument("--trees", required=True, help="two source trees, comma-separated")
+    parser.add_argument("--processes", type=int, default=4)
+    parser.add_argument("--adds", type=int, default=10_000, help="adds in all, per run")
+    parser.add_argument("--rounds", type=int, default=3)
+    parser.add_argument("--dir", default=None, help="where the copies go (default: beside --store)")
+    args = parser.parse_args()
+    trees = [str(Path(tree).resolve()) for tree in args.trees.split(",")]
+    if not os.path.exists(args.store):
+        with simstore.open(args.store, "c", k=3, sync=False) as store:
+            rng = np.random.default_rng(0)
+            for start in range(0, args.n, 1_000_000):
+                count = min(1_000_000, args.n - start)
+                store.add_many(range(start, start + count), rng.integers(0, 2**64, count, dtype=np.uint64))
+    with simstore.open(args.store, "r") as store:
+        before = len(store)
+    packages = sysconfig.get_paths()["purelib"]
+    work = tempfile.mkdtemp(dir=args.dir or os.path.dirname(os.path.abspath(args.store)))
+    runs: dict[str, list[dict[str, float]]] = {tree: [] for tree in trees}
+    try:
+        for round_index in range(args.rounds):
+            for tree in trees:
+                copy = os.path.join(work, "copy.simstore")
+                shutil.copyfile(args.store, copy)
+                os.sync()  # the copy's write-back stays out of the timed adds
+                first = 10**12 + round_index * args.adds
+                child = [sys.executable, "-S", "-c", CHILD, tree, packages, copy]
+                found = subprocess.run(
+                    [*child, str(args.processes), str(args.adds), str(first)],
+                    capture_output=True,
+                    text=True,
+                    cwd="/",
+                    check=False,
+                )
+                for leftover in Path(work).iterdir():
+                    leftover.unlink()
+                if found.returncode != 0:
+                    print(found.stderr[-2000:], file=sys.stderr)
+                    return 1
+                run = json.loads(found.stdout.splitlines()[-1])
+                if run["stored"] != before + args.adds // args.processes * args.processes:
+                    print(f"{tree}: {run['stored']} documents stored, expected more", file=sys.stderr)
+                    return 1
+                runs[tree].append(run)
+                group = run["processes a commit"]
+                groups = "" if group is None else f", {group:.2f} processes a commit"
+                print(
+                    f"round {round_index} {tree}: {run['docs/s']:,.0f} docs/s, p50 {run['p50 ms']:.3f} ms, "
+                    f"p99 {run['p99 ms']:.2f} ms{groups}",
+                    flush=True,
+                )
+    finally:
+        shutil.rmtree(work, ignore_errors=True)
+    for tree, found_runs in runs.items():
+        rates = sorted(run["docs/s"] for run in found_runs)
+        p99s = sorted(run["p99 ms"] for run in found_runs)
+        print(f"{tree}: docs/s {rates[0]:,.0f}-{rates[-1]:,.0f}, p99 {p99s[0]:.2f}-{p99s[-1]:.2f} ms")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
