@@ -64,7 +64,7 @@ AWAIT_FLUSH_SECONDS = 1.0
 GATHER_GAP_SECONDS = 0.0001
 #: How long a process whose writes are posted waits, at most, for the others
 #: the last group held before it commits with those that came.
-GATHER_PROCESSES_SECONDS = 0.0005
+GATHER_PROCESSES_SECONDS = 0.001
 
 
 class GroupCommit:
