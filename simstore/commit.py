@@ -307,8 +307,10 @@ class GroupCommit:
     def _commit_posted(
         self, engine: Engine, group: list[Request], mailbox: Mailbox
     ) -> tuple[int | None, bool]:
-        """Post ``group`` for the process leading the next commit and wait
-        for the lead: then its outcomes are there, or this process leads.
+        """Post ``group`` for the process leading the next commit and wait:
+        for that leader's answers (read without the lead), or for the lead,
+        to lead the commit itself once as many processes have posted as the
+        last group held, or ``GATHER_PROCESSES_SECONDS`` have passed.
 
         The lead is taken before the store's lock and never the other way
         round, so a thread holding the store's lock never waits for the lead.
@@ -327,25 +329,13 @@ class GroupCommit:
                     mailbox.let_go()
                 raise
             if raw is not None:
-                self._durable_up_to(engine.env.committed_txn)  # see below
-                left = self._take_outcomes(group, raw)
-                if not left:
-                    return None, False
-                mailbox.wait_lead()
-                try:
-                    return self._commit_left(engine, mailbox, left)
-                finally:
-                    mailbox.release_lead()
+                return self._answered(engine, mailbox, group, raw, lead_held=False)
             try:
                 with mailbox.answering():
                     Others.resolve_orphans(engine, mailbox)
                 raw = mailbox.outcome()
                 if raw is not None:
-                    # The commit that holds them was made durable, and with
-                    # it every commit this process made before it.
-                    self._durable_up_to(engine.env.committed_txn)
-                    left = self._take_outcomes(group, raw)
-                    return self._commit_left(engine, mailbox, left) if left else (None, False)
+                    return self._answered(engine, mailbox, group, raw, lead_held=True)
                 if not (posted and time.monotonic() < gather_until and self._expects_more(mailbox)):
                     with mailbox.answering():
                         return self._lead_others(engine, mailbox, group=group)[1:]
@@ -354,6 +344,25 @@ class GroupCommit:
             # Processes answered by the last group are coming back: give them
             # the lead a while.
             time.sleep(GATHER_GAP_SECONDS)
+
+    def _answered(
+        self, engine: Engine, mailbox: Mailbox, group: list[Request], raw: bytes, *, lead_held: bool
+    ) -> tuple[None, bool]:
+        """Give ``group`` the outcomes another process's commit gave it, and
+        commit those it left to this process (with the lead)."""
+        # The commit that holds them was made durable, and with it every
+        # commit this process made before it.
+        self._durable_up_to(engine.env.committed_txn)
+        left = self._take_outcomes(group, raw)
+        if not left:
+            return None, False
+        if lead_held:
+            return self._commit_left(engine, mailbox, left)
+        mailbox.wait_lead()
+        try:
+            return self._commit_left(engine, mailbox, left)
+        finally:
+            mailbox.release_lead()
 
     @staticmethod
     def _expects_more(mailbox: Mailbox) -> bool:

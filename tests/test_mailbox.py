@@ -231,6 +231,30 @@ def test_a_group_reads_its_answers_at_once_without_the_lead(store_path: Path) ->
         box.close()
 
 
+def test_a_write_left_to_its_poster_is_committed_there(store_path: Path) -> None:
+    """A leader that cannot answer a write (its outcome does not fit the slot,
+    or the poster knows a newer layout) leaves it to its process, which then
+    takes the lead and commits it itself."""
+    box = _holding_the_lead(store_path)
+    try:
+        with box.answering():
+            child = _start(store_path, "add", "left", fingerprint=1 << 55)
+            _wait_posted(box, 1)
+            slot = box.states().index(mailbox.POSTED)
+            left = handoff.pack_outcomes([handoff.outcome_of(None, handoff.LeftToPosterError())])
+            box.respond(slot, left, 9, state=mailbox.DONE)
+        time.sleep(0.3)
+        assert child.poll() is None  # it waits for the lead to commit the write itself
+    finally:
+        box.release_lead()
+        box.close()
+    report = _report(child)
+    assert report["result"] == 1 << 55
+    assert report["events"][:2] == ["commit", "flush"]
+    with simstore.open(store_path, "r") as store:
+        assert store.get("left").fingerprint == 1 << 55
+
+
 def _set_last_group(path: Path, processes: int) -> None:
     box = _holding_the_lead(path)
     try:
