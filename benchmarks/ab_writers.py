@@ -9,9 +9,8 @@ store, in fresh runs alternating between two source trees.
 run copies it, starts the writers together (``fork``) and reports docs/s over
 the wall time, every call's p50 and p99, and how many processes a commit took
 on average (from the count each leader records in the mailbox, where the tree
-has one). Each tree's ``simstore`` is put first on the path of its run with
-``python -S`` (site's path hooks off, then the interpreter's own packages), so
-an editable install of either tree does not win.
+has one). Each run puts its tree first on ``sys.path`` and runs from ``/``, so
+neither the current directory nor an editable install shadows it.
 """
 
 from __future__ import annotations
@@ -22,7 +21,6 @@ import os
 import shutil
 import subprocess
 import sys
-import sysconfig
 import tempfile
 from pathlib import Path
 
@@ -32,12 +30,12 @@ import simstore  # the parent's: it only makes and counts the store
 
 CHILD = r"""
 import json, multiprocessing, os, sys, time
-sys.path[:0] = [sys.argv[1], sys.argv[2]]
+sys.path.insert(0, sys.argv[1])
 import numpy as np
 import simstore
 from simstore import mailbox
 
-path, processes, adds, first = sys.argv[3], int(sys.argv[4]), int(sys.argv[5]), int(sys.argv[6])
+path, processes, adds, first = sys.argv[2], int(sys.argv[3]), int(sys.argv[4]), int(sys.argv[5])
 
 def writer(index, start_at, queue):
     groups = []
@@ -78,6 +76,7 @@ print(json.dumps({
     "p99 ms": float(np.percentile(latencies, 99) * 1e3),
     "processes a commit": float(np.mean(groups)) if groups else None,
     "stored": stored,
+    "module": simstore.__file__,
 }))
 """
 
@@ -101,7 +100,6 @@ def main() -> int:
                 store.add_many(range(start, start + count), rng.integers(0, 2**64, count, dtype=np.uint64))
     with simstore.open(args.store, "r") as store:
         before = len(store)
-    packages = sysconfig.get_paths()["purelib"]
     work = tempfile.mkdtemp(dir=args.dir or os.path.dirname(os.path.abspath(args.store)))
     runs: dict[str, list[dict[str, float]]] = {tree: [] for tree in trees}
     try:
@@ -111,7 +109,7 @@ def main() -> int:
                 shutil.copyfile(args.store, copy)
                 os.sync()  # the copy's write-back stays out of the timed adds
                 first = 10**12 + round_index * args.adds
-                child = [sys.executable, "-S", "-c", CHILD, tree, packages, copy]
+                child = [sys.executable, "-c", CHILD, tree, copy]
                 found = subprocess.run(
                     [*child, str(args.processes), str(args.adds), str(first)],
                     capture_output=True,
@@ -125,6 +123,9 @@ def main() -> int:
                     print(found.stderr[-2000:], file=sys.stderr)
                     return 1
                 run = json.loads(found.stdout.splitlines()[-1])
+                if not run["module"].startswith(tree + os.sep):
+                    print(f"{tree}: the run imported {run['module']}", file=sys.stderr)
+                    return 1
                 if run["stored"] != before + args.adds // args.processes * args.processes:
                     print(f"{tree}: {run['stored']} documents stored, expected more", file=sys.stderr)
                     return 1
