@@ -12,8 +12,9 @@ lock file exclusively (no other process can have the store open, and openers
 wait), writes the compacted copy beside the store, flushes it, renames it over
 the store and has LMDB rebuild the lock file from the new file before anyone
 else opens it. A crash before the rename leaves the store as it was (and
-possibly the ``.NAME.PID.HEX.shrinking`` copy, which nothing else makes); after
-it, the new file, whole.
+possibly the ``.NAME.PID.HEX.shrinking`` copy, which nothing else makes; the
+next shrink of that store deletes it, holding the lock file, when no other
+shrink can be writing one); after it, the new file, whole.
 """
 
 from __future__ import annotations
@@ -21,6 +22,7 @@ from __future__ import annotations
 import contextlib
 import errno
 import os
+import re
 import secrets
 import stat
 
@@ -69,6 +71,7 @@ def shrink(path: str | os.PathLike[str]) -> Shrunk:
     directory, name = os.path.split(path_str)
     copy = os.path.join(directory, f".{name}.{os.getpid()}.{secrets.token_hex(4)}.shrinking")
     with exclusive_lock_file(path_str, refusal):
+        _remove_orphaned_copies(directory, name)
         try:
             _lmdb.copy_compacted_unlocked(path_str, copy)
             fsync_path(copy)
@@ -80,6 +83,20 @@ def shrink(path: str | os.PathLike[str]) -> Shrunk:
         fsync_path(directory or ".")
         _lmdb.rebuild_lock_file(path_str)
     return Shrunk(before, os.path.getsize(path_str))
+
+
+def _remove_orphaned_copies(directory: str, name: str) -> None:
+    """Delete the copies earlier shrinks of store ``name`` left when they
+    were killed. Called holding the lock file alone: any shrink of this store
+    writes its copy only while it holds it, so every copy found is an orphan.
+    Only names that this module makes (``.NAME.PID.HEX.shrinking``) are
+    touched, and only regular files."""
+    pattern = re.compile(re.escape(f".{name}.") + r"[0-9]+\.[0-9a-f]{8}\.shrinking")
+    with os.scandir(directory or ".") as entries:
+        for entry in entries:
+            if pattern.fullmatch(entry.name) and entry.is_file(follow_symlinks=False):
+                with contextlib.suppress(FileNotFoundError):
+                    os.remove(entry.path)
 
 
 def _take_owner_and_mode(path: str, original: os.stat_result) -> None:

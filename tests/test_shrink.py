@@ -66,6 +66,29 @@ def test_shrink_gives_back_what_removals_freed(tmp_path: Path) -> None:
     assert_holds(path, model)
 
 
+def test_shrink_deletes_the_copies_of_killed_shrinks_and_nothing_else(tmp_path: Path) -> None:
+    path = tmp_path / "s.simstore"
+    model = filled(path)
+    orphans = [
+        tmp_path / ".s.simstore.4242.0badcafe.shrinking",
+        tmp_path / ".s.simstore.7.00000000.shrinking",
+    ]
+    others = [
+        tmp_path / ".s.simstore.4242.0badcafe.shrinking.bak",  # not a name shrink makes
+        tmp_path / ".t.simstore.4242.0badcafe.shrinking",  # another store's
+        tmp_path / "s.simstore.4242.0badcafe.shrinking",  # not hidden
+    ]
+    for leftover in orphans + others:
+        leftover.write_bytes(b"partial copy")
+    directory = tmp_path / ".s.simstore.9.0badcafe.shrinking"
+    directory.mkdir()  # the name, but a directory: left alone too
+    simstore.shrink(path)
+    assert not any(orphan.exists() for orphan in orphans)
+    assert all(other.read_bytes() == b"partial copy" for other in others)
+    assert directory.is_dir()
+    assert_holds(path, model)
+
+
 def test_shrink_by_a_symlink_shrinks_its_target_and_keeps_the_link(tmp_path: Path) -> None:
     path = tmp_path / "s.simstore"
     model = filled(path)
