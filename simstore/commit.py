@@ -103,7 +103,7 @@ class GroupCommit:
     def write(
         self,
         engine: Engine,
-        body: Callable[[_lmdb.Txn, State], tuple[T, State, Change]],
+        body: Body[T],
         spec: Spec | None = None,
     ) -> T:
         """Run one single write's ``body`` in a transaction shared with the
@@ -516,7 +516,7 @@ class GroupCommit:
     def _bodies_in_order(
         self,
         engine: Engine,
-        bodies: list[Body],
+        bodies: list[Body[Any]],
         applied: Applied,
         *,
         isolate: bool,
@@ -593,7 +593,7 @@ class GroupCommit:
     # ------------------------------------------------------------------ batch
 
     @contextmanager
-    def gathering(self, engine: Engine) -> Iterator[list[Body]]:
+    def gathering(self, engine: Engine) -> Iterator[list[Body[Any]]]:
         """Gather this thread's single writes (their bodies, in the list
         yielded) and, if the block ends without an error, commit them in
         order, in one transaction: all of them or none (see ``Store.batch``).
@@ -604,7 +604,7 @@ class GroupCommit:
         engine.check_usable()
         if self.batching.bodies is not None:
             raise InvalidValueError("a batch is already open in this thread; batches do not nest")
-        bodies: list[Body] = []
+        bodies: list[Body[Any]] = []
         pending: list[Pending] = []
         self.batching.bodies, self.batching.pending = bodies, pending
         try:

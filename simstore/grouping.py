@@ -6,7 +6,7 @@ from __future__ import annotations
 
 import threading
 from collections.abc import Callable
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, TypeVar
 
 from simstore import _lmdb
 from simstore.delta import Change
@@ -15,8 +15,10 @@ from simstore.format import State
 if TYPE_CHECKING:
     from simstore.delta import Delta
 
-#: A write body, as :meth:`simstore.engine.Engine.write` takes it.
-Body = Callable[["_lmdb.Txn", State], tuple[Any, State, Change]]
+T = TypeVar("T")
+#: A single write's body, as :meth:`simstore.engine.Engine.write` takes it: its
+#: result, the new state and what it did to the delta.
+Body = Callable[["_lmdb.Txn", State], tuple[T, State, Change]]
 #: A single write described in msgpack-able values (:func:`simstore.writes.body_of`).
 Spec = list[Any]
 
@@ -26,7 +28,7 @@ class Request:
 
     __slots__ = ("body", "done", "error", "result", "spec", "wake")
 
-    def __init__(self, body: Body, spec: Spec | None = None) -> None:
+    def __init__(self, body: Body[Any], spec: Spec | None = None) -> None:
         self.body = body
         # The write as another process can run it (simstore.writes.body_of), if it can.
         self.spec = spec

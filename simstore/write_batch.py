@@ -43,7 +43,7 @@ class Batching(threading.local):
     gathered comes through the batch (whose ``add_if_new`` can return a
     pending outcome) or through the store (whose ``add_if_new`` cannot)."""
 
-    bodies: list[Body] | None = None
+    bodies: list[Body[Any]] | None = None
     pending: list[Pending] | None = None
     through_batch = False
 
@@ -59,7 +59,7 @@ class Batch:
     opened the batch may use it.
     """
 
-    def __init__(self, store: Any, bodies: list[Body], batching: Batching) -> None:
+    def __init__(self, store: Any, bodies: list[Body[Any]], batching: Batching) -> None:
         # The facade whose single writes the block gathers (not imported here).
         self._store = store
         self._bodies = bodies

@@ -12,7 +12,7 @@ from __future__ import annotations
 
 from collections.abc import Callable, Iterable
 from dataclasses import dataclass
-from typing import TYPE_CHECKING, Any, TypeVar
+from typing import TYPE_CHECKING, Any
 
 import numpy as np
 
@@ -20,6 +20,7 @@ from simstore import _lmdb
 from simstore.delta import Change, encode_add, encode_remove, encode_seq
 from simstore.errors import CorruptStoreError, InvalidTypeError, InvalidValueError, KeyNotFoundError
 from simstore.format import State
+from simstore.grouping import Body, Spec
 from simstore.maintenance import maintain, merge_threshold, reserve_for
 from simstore.packed import IntArray, PackedKeys, Positions
 from simstore.permute import U64Array
@@ -44,10 +45,6 @@ from simstore.sketch import U8Array
 if TYPE_CHECKING:
     from simstore.engine import Engine
 
-T = TypeVar("T")
-#: A single write's body, as the group commit runs it.
-Body = Callable[[_lmdb.Txn, State], tuple[T, State, Change]]
-
 
 def add(
     engine: Engine, packed_key: bytes, fingerprint: int, packed_meta: bytes | None, sketch: bytes | None
@@ -58,7 +55,7 @@ def add(
     maintain(engine, 1)
 
 
-def _add_body(engine: Engine, spec: list[Any]) -> Body[None]:
+def _add_body(engine: Engine, spec: Spec) -> Body[None]:
     _, packed_key, fingerprint, packed_meta, sketch = spec
 
     def body(txn: _lmdb.Txn, state: State) -> tuple[None, State, Change]:
@@ -102,7 +99,7 @@ def add_if_new(
     return result
 
 
-def _add_if_new_body(engine: Engine, spec: list[Any]) -> Body[list[Match]]:
+def _add_if_new_body(engine: Engine, spec: Spec) -> Body[list[Match]]:
     _, packed_key, fingerprint, packed_meta, sketch, k, with_meta, threshold, _ = spec
 
     def body(txn: _lmdb.Txn, state: State) -> tuple[list[Match], State, Change]:
@@ -121,7 +118,7 @@ def _add_if_new_body(engine: Engine, spec: list[Any]) -> Body[list[Match]]:
     return body
 
 
-def body_of(engine: Engine, spec: list[Any]) -> Body[Any] | None:
+def body_of(engine: Engine, spec: Spec) -> Body[Any] | None:
     """The body of a single write another process posted in the writers'
     mailbox (the spec :func:`add`, :func:`add_if_new` or :func:`remove`
     made, already checked there); ``None`` if it must run in its own process
@@ -405,7 +402,7 @@ def remove(engine: Engine, key: KeyLike) -> None:
     maintain(engine, 0)
 
 
-def _remove_body(engine: Engine, spec: list[Any]) -> Body[None]:
+def _remove_body(engine: Engine, spec: Spec) -> Body[None]:
     _, packed_key = spec
     found_by = lookup_key(packed_key)
 
@@ -425,7 +422,7 @@ def _remove_body(engine: Engine, spec: list[Any]) -> Body[None]:
 
 
 #: The body maker of each kind of single write, by the verb its spec starts with.
-_BODIES: dict[str, Callable[[Engine, list[Any]], Body[Any]]] = {
+_BODIES: dict[str, Callable[[Engine, Spec], Body[Any]]] = {
     "add": _add_body,
     "add_if_new": _add_if_new_body,
     "remove": _remove_body,
