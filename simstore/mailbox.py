@@ -171,10 +171,10 @@ class Mailbox:
 
     # ------------------------------------------------------------------ locks
 
-    def _lock(self, byte: int, *, wait: bool) -> bool:
+    def _lock(self, byte: int, *, wait: bool, shared: bool = False) -> bool:
         command = fcntl.F_OFD_SETLKW if wait else fcntl.F_OFD_SETLK
         try:
-            fcntl.fcntl(self._descriptor, command, _flock(fcntl.F_WRLCK, byte))
+            fcntl.fcntl(self._descriptor, command, _flock(fcntl.F_RDLCK if shared else fcntl.F_WRLCK, byte))
         except (BlockingIOError, PermissionError):
             return False
         return True
@@ -222,7 +222,7 @@ class Mailbox:
     def answered(self) -> bytes | None:
         """Without the lead: wait while a leader writes answers, then this
         process's outcome if its request is done (as :meth:`outcome`)."""
-        fcntl.fcntl(self._descriptor, fcntl.F_OFD_SETLKW, _flock(fcntl.F_RDLCK, _ANSWERS_BYTE))
+        self._lock(_ANSWERS_BYTE, wait=True, shared=True)
         try:
             return self.outcome()
         finally:
