@@ -1,5 +1,6 @@
-"""A/B of durable writer processes: ``--processes`` processes add
-``--adds`` documents in all, one ``sync=True`` call each, into copies of one
+"""A/B of durable writer processes: ``--processes`` processes (of
+``--threads`` writer threads each) add ``--adds`` documents in all, one
+``sync=True`` call each, into copies of one
 store, in fresh runs alternating between two source trees.
 
     git worktree add ../wt-old c1b5d0a
@@ -29,13 +30,14 @@ import numpy as np
 import simstore  # the parent's: it only makes and counts the store
 
 CHILD = r"""
-import json, multiprocessing, os, sys, time
+import json, multiprocessing, os, sys, threading, time
 sys.path.insert(0, sys.argv[1])
 import numpy as np
 import simstore
 from simstore import mailbox
 
-path, processes, adds, first = sys.argv[2], int(sys.argv[3]), int(sys.argv[4]), int(sys.argv[5])
+path, processes, threads = sys.argv[2], int(sys.argv[3]), int(sys.argv[4])
+adds, first = int(sys.argv[5]), int(sys.argv[6])
 
 def writer(index, start_at, queue):
     groups = []
@@ -49,12 +51,28 @@ def writer(index, start_at, queue):
     keys = range(first + index * share, first + (index + 1) * share)
     fingerprints = np.random.default_rng(first + index).integers(0, 2**64, share, dtype=np.uint64).tolist()
     latencies = np.empty(share)
+
+    failures = []
+
+    def adds_of(store, thread):
+        try:
+            for position in range(thread, share, threads):
+                before = time.perf_counter()
+                store.add(keys[position], fingerprint=fingerprints[position])
+                latencies[position] = time.perf_counter() - before
+        except BaseException as exc:
+            failures.append(exc)
+
     with simstore.open(path, "w") as store:
+        workers = [threading.Thread(target=adds_of, args=(store, thread)) for thread in range(threads)]
         time.sleep(max(0.0, start_at - time.time()))
-        for position, (key, fingerprint) in enumerate(zip(keys, fingerprints)):
-            before = time.perf_counter()
-            store.add(key, fingerprint=fingerprint)
-            latencies[position] = time.perf_counter() - before
+        for worker in workers:
+            worker.start()
+        for worker in workers:
+            worker.join()
+    if failures:
+        queue.put((None, repr(failures[0]), groups))
+        return
     queue.put((time.time(), latencies.tolist(), groups))
 
 context = multiprocessing.get_context("fork")
@@ -66,6 +84,9 @@ for worker in workers:
 found = [queue.get() for _ in workers]
 for worker in workers:
     worker.join()
+for run in found:
+    if run[0] is None:
+        sys.exit(f"a writer failed: {run[1]}")
 latencies = np.concatenate([np.array(run[1]) for run in found])
 groups = [size for run in found for size in run[2]]
 with simstore.open(path, "r") as store:
@@ -87,6 +108,7 @@ def main() -> int:
     parser.add_argument("--n", type=lambda value: int(value.replace("_", "")), default=1_000_000)
     parser.add_argument("--trees", required=True, help="two source trees, comma-separated")
     parser.add_argument("--processes", type=int, default=4)
+    parser.add_argument("--threads", type=int, default=1, help="writer threads in each process")
     parser.add_argument("--adds", type=int, default=10_000, help="adds in all, per run")
     parser.add_argument("--rounds", type=int, default=3)
     parser.add_argument("--dir", default=None, help="where the copies go (default: beside --store)")
@@ -111,7 +133,7 @@ def main() -> int:
                 first = 10**12 + round_index * args.adds
                 child = [sys.executable, "-c", CHILD, tree, copy]
                 found = subprocess.run(
-                    [*child, str(args.processes), str(args.adds), str(first)],
+                    [*child, str(args.processes), str(args.threads), str(args.adds), str(first)],
                     capture_output=True,
                     text=True,
                     cwd="/",
