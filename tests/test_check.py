@@ -191,3 +191,11 @@ def test_a_record_under_another_key(tmp_path: Any, new_key: bytes) -> None:
         assert len(problems) >= 2
         assert problems[0].startswith(f"document {doc_id}: a stored key")
         assert problems[1] == f"{DOCS} keys but {DOCS - 1} document records"
+
+
+def test_tabled_documents_out_of_id_order_are_still_found() -> None:
+    """A damaged record can put ids out of order: check() found the largest id by
+    the last one and failed with an IndexError (a random-damage run hit it)."""
+    ids = np.array([7, 900, 3], dtype=np.uint64)
+    tabled = checking._Tabled((ids, np.array([70, 9000, 30], dtype=np.uint64)))
+    assert tabled.positions(np.array([3, 7, 900, 5], dtype=np.uint64)).tolist() == [2, 0, 1, -1]
