@@ -159,7 +159,8 @@ class _Tabled:
         self.ids, self.fingerprints = documents
         # Where each id is, by id: a gather instead of a binary search per
         # entry, unless ids are sparse (then 4 bytes an id would not pay).
-        top = int(self.ids[-1]) + 1 if len(self.ids) else 0
+        # (The largest id, not the last: a damaged record's id may be out of order.)
+        top = int(self.ids.max()) + 1 if len(self.ids) else 0
         self.dense: npt.NDArray[np.int32] | None = None
         if top <= 4 * len(self.ids) + (1 << 20) and len(self.ids) < 2**31:
             self.dense = np.full(top, -1, dtype=np.int32)

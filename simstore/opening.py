@@ -12,6 +12,7 @@ from collections.abc import Iterator
 from typing import Any
 
 from simstore import _lmdb
+from simstore.checkpoints import LogWriter
 from simstore.choose import DEFAULT_MIN_SIMILARITY, LayoutRequest, choose_layout, layout_tables
 from simstore.engine import Engine, open_in_this_process, release_inherited
 from simstore.errors import (
@@ -186,7 +187,35 @@ def open(  # noqa: A001 - mirrors dbm.open, deliberately
         # file stays, or two of them could end up locking different files.
         env.close()
         raise
-    return Store(Engine(path_str, env, handles, params, opts, raw_meta))
+    engine = Engine(path_str, env, handles, params, opts, raw_meta)
+    if env.rollback is not None:
+        _replay(engine)
+    return Store(engine)
+
+
+def _replay(engine: Engine) -> None:
+    """After a restart rolled the file back to its log's checkpoint (see
+    :mod:`simstore.checkpoints`): commit the logged writes again, checkpoint,
+    and let the log's lock go. A failure leaves the file rolled back, and the
+    next open replays again."""
+    env = engine.env
+    rollback, env.rollback = env.rollback, None
+    assert rollback is not None
+    try:
+        with engine.lock:
+            replayer = LogWriter.for_replay(env, rollback, engine.handles.meta)
+            ordinary, env.log_writer = env.log_writer, replayer
+            try:
+                engine.commit.replay(engine, rollback.records)
+                replayer.finish_replay()
+            except BaseException:
+                env.log_writer = ordinary
+                replayer.let_pin_go()
+                engine.close()
+                raise
+            env.log_writer = ordinary
+    finally:
+        rollback.release()
 
 
 def _create_beside(path: str, requested: LayoutRequest, opts: Options) -> None:

@@ -38,7 +38,7 @@ MAGIC = b"simstore-log\0\0\0\1"
 VERSION = 1
 SLOT_BYTES = 16 * 1024
 RING_OFFSET = 2 * SLOT_BYTES
-DEFAULT_RING_BYTES = 32 * 1024 * 1024
+DEFAULT_RING_BYTES = 4 * 1024 * 1024
 ALIGN = 8
 
 # magic, version, CRC (of everything after it), sequence, transaction id,
@@ -137,7 +137,7 @@ class WriteLog:
     """An open log file (the descriptor is this process's own)."""
 
     def __init__(self, descriptor: int, ring: int) -> None:
-        self._descriptor = descriptor
+        self.descriptor = descriptor
         self.ring = ring
 
     @classmethod
@@ -169,28 +169,30 @@ class WriteLog:
             os.unlink(temporary)
 
     @classmethod
-    def open(cls, path: str) -> WriteLog:
+    def open(cls, path: str, *, writable: bool = True) -> WriteLog:
         """Open an existing log (its ring's length is the file's, less the slots).
 
         Raises:
-            OSError: the file cannot be opened for writing.
+            OSError: the file cannot be opened (for writing, if ``writable``).
             ValueError: the file is too short to be a log.
         """
-        descriptor = os.open(path, os.O_RDWR | os.O_CLOEXEC)
+        descriptor = os.open(path, (os.O_RDWR if writable else os.O_RDONLY) | os.O_CLOEXEC)
         ring = os.fstat(descriptor).st_size - RING_OFFSET
-        if ring < 64 * 1024:
+        starts = [os.pread(descriptor, len(MAGIC), slot * SLOT_BYTES) for slot in (0, 1)]
+        # A log holds a checkpoint in a slot, or none yet (its maker checkpoints next).
+        if ring < 4096 or not (MAGIC in starts or starts == [bytes(len(MAGIC))] * 2):
             os.close(descriptor)
-            raise ValueError(f"{path} is too short to be a simstore log")
+            raise ValueError(f"{path} is not a simstore log")
         return cls(descriptor, ring)
 
     def close(self) -> None:
-        os.close(self._descriptor)
+        os.close(self.descriptor)
 
     # ------------------------------------------------------------ checkpoints
 
     def checkpoint(self) -> Checkpoint | None:
         """The newer valid checkpoint; ``None`` if neither slot holds one."""
-        slots = (os.pread(self._descriptor, SLOT_BYTES, slot * SLOT_BYTES) for slot in (0, 1))
+        slots = (os.pread(self.descriptor, SLOT_BYTES, slot * SLOT_BYTES) for slot in (0, 1))
         valid = [checkpoint for checkpoint in map(decode_checkpoint, slots) if checkpoint is not None]
         return max(valid, key=lambda checkpoint: checkpoint.sequence, default=None)
 
@@ -198,8 +200,8 @@ class WriteLog:
         """Write ``checkpoint`` into its slot (by sequence number, so the
         other slot keeps the one before) and flush the log."""
         raw = encode_checkpoint(checkpoint)
-        _write_all(self._descriptor, raw, (checkpoint.sequence % 2) * SLOT_BYTES)
-        os.fdatasync(self._descriptor)
+        _write_all(self.descriptor, raw, (checkpoint.sequence % 2) * SLOT_BYTES)
+        os.fdatasync(self.descriptor)
 
     # ---------------------------------------------------------------- records
 
@@ -214,17 +216,17 @@ class WriteLog:
         room left (:meth:`room`) for ``place(...) + record_bytes(...)``."""
         size = record_bytes(len(payload))
         at = place(position, size, self.ring)
-        _write_all(self._descriptor, encode_record(at, txn_id, payload, salt), RING_OFFSET + at % self.ring)
+        _write_all(self.descriptor, encode_record(at, txn_id, payload, salt), RING_OFFSET + at % self.ring)
         return at + size
 
     def withdraw(self, position: int) -> None:
         """Unmake the record written at ``position`` (its commit failed), so
         that no scan takes it; flushed."""
-        _write_all(self._descriptor, bytes(RECORD_HEADER_BYTES), RING_OFFSET + position % self.ring)
-        os.fdatasync(self._descriptor)
+        _write_all(self.descriptor, bytes(RECORD_HEADER_BYTES), RING_OFFSET + position % self.ring)
+        os.fdatasync(self.descriptor)
 
     def flush(self) -> None:
-        os.fdatasync(self._descriptor)
+        os.fdatasync(self.descriptor)
 
     def records(self, checkpoint: Checkpoint) -> Iterator[tuple[int, bytes, int]]:
         """The records after ``checkpoint``, in order, while each is whole and
@@ -249,13 +251,13 @@ class WriteLog:
         offset = position % self.ring
         if offset + RECORD_HEADER_BYTES > self.ring:
             return None
-        header = os.pread(self._descriptor, RECORD_HEADER_BYTES, RING_OFFSET + offset)
+        header = os.pread(self.descriptor, RECORD_HEADER_BYTES, RING_OFFSET + offset)
         if len(header) < RECORD_HEADER_BYTES:
             return None
         crc, length, stored_position, txn_id = _RECORD.unpack(header)
         if stored_position != position or offset + RECORD_HEADER_BYTES + length > self.ring:
             return None
-        payload = os.pread(self._descriptor, length, RING_OFFSET + offset + RECORD_HEADER_BYTES)
+        payload = os.pread(self.descriptor, length, RING_OFFSET + offset + RECORD_HEADER_BYTES)
         if len(payload) < length or zlib.crc32(header[4:] + payload, salt) != crc:
             return None
         return txn_id, payload

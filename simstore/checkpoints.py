@@ -1,0 +1,451 @@
+"""Durable commits through the write-ahead log: records, checkpoints, pins and
+the roll-back after a restart.
+
+A ``sync=True`` store with a log (:mod:`simstore.writelog`) runs LMDB without
+flushes (``MDB_NOSYNC``). Each commit first writes a record of its writes into
+the log and flushes that (one sequential page), then commits; the store file is
+flushed only at *checkpoints*. A power loss can leave the store file in any
+mix of old and new pages, so a restart rolls it back to the last checkpoint
+and replays the log's records after it. That is sound because:
+
+- *a checkpoint is whole on the disk*: it notes, under LMDB's writer lock, the
+  last commit C and the two meta pages the file holds for it, flushes the
+  store file, and only then writes itself into the log;
+- *its pages stay*: every process that commits without a flush holds a read
+  transaction (a *pin*) on a checkpoint no later than the log's, taken at its
+  own checkpoint, so LMDB reuses none of C's pages; a process without one
+  checkpoints before it commits;
+- *no commit the log does not hold is lost or doubled*: a transaction with no
+  record (bulk writes, merges, batches) writes an empty one (a *marker*) and
+  is made durable by a checkpoint before its call returns; one by a process
+  that writes no records at all (``sync=False``, an older simstore) is caught
+  by the next logged commit, which finds that the last logged transaction it
+  stores beside the log's position is not its predecessor, and checkpoints
+  first;
+- *a file written since by something else is left alone*: a record is flushed
+  before its commit, so after a power loss the newest meta page on the disk is
+  never past the log's last record, unless commits the log does not hold came
+  after it (an older simstore writes with LMDB's own flushes). Only a file whose
+  newest meta page is no later than the last record is rolled back.
+
+A roll-back happens at the first open after a restart (the log's boot id
+differs from this boot's), before LMDB opens the file, under the log's lock
+held alone; the replay (in :mod:`simstore.opening`) commits the records'
+writes again and checkpoints before the lock goes.
+"""
+
+from __future__ import annotations
+
+import fcntl
+import os
+import secrets
+import struct
+import threading
+import time
+from dataclasses import dataclass
+from typing import TYPE_CHECKING
+
+from simstore.errors import StoreLockedError
+from simstore.format import LOG_KEY
+from simstore.writelog import MAX_PAYLOAD_BYTES, Checkpoint, WriteLog, boot_id, place, record_bytes
+
+if TYPE_CHECKING:
+    from simstore._lmdb import Database, Environment, Txn
+
+#: Checkpoint at least this often while writing (seconds): a pin keeps LMDB
+#: from reusing the pages every commit frees, about 20 a commit, so the file
+#: grows by what a pin's lifetime of commits freed.
+CHECKPOINT_INTERVAL = 0.25
+#: Or once this share of the ring holds records after the checkpoint.
+CHECKPOINT_RING_SHARE = 0.25
+#: A process that has not committed for this long lets its pin go.
+IDLE_SECONDS = 1.0
+
+# The log's position and the last transaction with a record, in the store's
+# meta sub-database, written by every logged commit.
+_LOG_STATE = struct.Struct(">QQ")
+
+# LMDB's meta page (lmdb 0.9, 64-bit): a 16-byte page header, then the magic
+# and version, then the transaction id at offset 128 of the meta record.
+_LMDB_MAGIC = 0xBEEFC0DE
+_META_MAGIC = struct.Struct("<I")
+_META_MAGIC_OFFSET = 16
+_META_TXN = struct.Struct("<Q")
+_META_TXN_OFFSET = 16 + 128
+
+# The byte of the log the checkpoints' lock stands on (an OFD lock, released
+# by the kernel when its process dies).
+_LOCK_BYTE = 0
+
+
+def log_path(store_path: str) -> str:
+    """The write-ahead log beside a store file."""
+    return store_path + "-log"
+
+
+def newest_meta_txn(metas: bytes, page_size: int) -> int | None:
+    """The transaction id of the newer of a store file's two meta pages (its
+    first two pages, raw); ``None`` if neither is an LMDB meta page."""
+    found = []
+    for page in (0, 1):
+        base = page * page_size
+        if len(metas) < base + _META_TXN_OFFSET + _META_TXN.size:
+            continue
+        if _META_MAGIC.unpack_from(metas, base + _META_MAGIC_OFFSET)[0] == _LMDB_MAGIC:
+            found.append(_META_TXN.unpack_from(metas, base + _META_TXN_OFFSET)[0])
+    return max(found, default=None)
+
+
+def _ofd_lock(descriptor: int, *, exclusive: bool, wait: bool = True) -> bool:
+    kind = fcntl.F_WRLCK if exclusive else fcntl.F_RDLCK
+    command = fcntl.F_OFD_SETLKW if wait else fcntl.F_OFD_SETLK
+    try:
+        fcntl.fcntl(descriptor, command, struct.pack("hhqqi4x", kind, os.SEEK_SET, _LOCK_BYTE, 1, 0))
+    except BlockingIOError:
+        return False
+    return True
+
+
+def _ofd_unlock(descriptor: int) -> None:
+    unlock = struct.pack("hhqqi4x", fcntl.F_UNLCK, os.SEEK_SET, _LOCK_BYTE, 1, 0)
+    fcntl.fcntl(descriptor, fcntl.F_OFD_SETLK, unlock)
+
+
+def _identity(descriptor: int) -> tuple[int, int]:
+    status = os.fstat(descriptor)
+    return status.st_dev, status.st_ino
+
+
+# --------------------------------------------------------------- the restart
+
+
+@dataclass
+class Rollback:
+    """A store file rolled back to its last checkpoint, whose log's records
+    are still to be replayed (with the log's lock held alone until then)."""
+
+    log: WriteLog
+    records: list[tuple[int, bytes]]
+
+    def release(self) -> None:
+        _ofd_unlock(self.log.descriptor)
+        self.log.close()
+
+
+def recover_before_open(store_path: str, *, readonly: bool) -> Rollback | None:
+    """Before LMDB opens ``store_path``: roll the file back to its log's last
+    checkpoint if the machine restarted since records were logged after it.
+
+    Returns the records to replay, with the log's lock held (``None``: the
+    file stands as it is). Raises ``StoreLockedError`` if a roll-back is due
+    and this open is read-only: it cannot write the file.
+    """
+    path = log_path(store_path)
+    this_boot = boot_id()
+    if this_boot is None or not os.path.exists(path):
+        return None
+    try:
+        log = WriteLog.open(path, writable=not readonly)
+    except (OSError, ValueError):
+        return None  # not simstore's, or not ours to write: no log
+    keep = False
+    try:
+        checkpoint = log.checkpoint()
+        if checkpoint is None or checkpoint.boot_id == this_boot:
+            return None  # this boot's checkpoints: the page cache holds every commit
+        if readonly:
+            raise StoreLockedError(
+                f"{store_path} was being written when its machine stopped; open it for writing "
+                "once (simstore.open(path, 'w')) to replay its log before reading it"
+            )
+        _ofd_lock(log.descriptor, exclusive=True)
+        checkpoint = log.checkpoint()  # another opener may have recovered meanwhile
+        if checkpoint is None or checkpoint.boot_id == this_boot:
+            return None
+        rollback = _roll_back(store_path, log, checkpoint, this_boot)
+        keep = rollback is not None
+        return rollback
+    finally:
+        if not keep:
+            log.close()  # (closing lets go of the lock)
+
+
+def _roll_back(store_path: str, log: WriteLog, checkpoint: Checkpoint, this_boot: bytes) -> Rollback | None:
+    descriptor = os.open(store_path, os.O_RDWR | os.O_CLOEXEC)
+    try:
+        records = [(txn_id, payload) for txn_id, payload, _ in log.records(checkpoint)]
+        page_size = len(checkpoint.metas) // 2
+        on_disk = newest_meta_txn(os.pread(descriptor, 2 * page_size, 0), page_size)
+        if (
+            _identity(descriptor) != checkpoint.store_identity
+            or not records
+            or on_disk is None
+            or on_disk > records[-1][0]
+        ):
+            # Nothing logged since the checkpoint, another file, or commits the
+            # log does not hold came after its records: the file stands.
+            log.write_checkpoint(_with_boot(checkpoint, this_boot))
+            return None
+        os.pwrite(descriptor, checkpoint.metas, 0)
+        os.fdatasync(descriptor)
+    finally:
+        os.close(descriptor)
+    # Replay up to the first marker: a commit with no record is the last the
+    # log can say anything about (a checkpoint always follows one).
+    replay: list[tuple[int, bytes]] = []
+    for txn_id, payload in records:
+        if not payload:
+            break
+        replay.append((txn_id, payload))
+    return Rollback(log, replay)
+
+
+def _with_boot(checkpoint: Checkpoint, this_boot: bytes) -> Checkpoint:
+    return Checkpoint(
+        checkpoint.sequence + 1,
+        checkpoint.txn_id,
+        checkpoint.start,
+        checkpoint.store_identity,
+        this_boot,
+        checkpoint.metas,
+        checkpoint.salt,
+    )
+
+
+# ------------------------------------------------------------ while writing
+
+
+class LogWriter:
+    """One environment's use of its store's log: records before commits,
+    checkpoints, and this process's pin."""
+
+    def __init__(self, env: Environment, log: WriteLog, meta_db: Database, this_boot: bytes) -> None:
+        self.env = env
+        self.log = log
+        self.meta_db = meta_db
+        self.boot = this_boot
+        self.pin: Txn | None = None
+        self.pid = os.getpid()
+        self.checkpoints = 0
+        self.replaying = False  # the restart's replay: no records, one checkpoint at its end
+        self._header = log.checkpoint()
+        self._checkpointing = threading.RLock()
+        #: Held by a commit from its pin's check to its end, and by the
+        #: checkpoints' thread to let an idle pin go.
+        self.committing = threading.RLock()
+        self._written_at: int | None = None  # the record of the commit in flight
+        self._marker = False  # whether that record is a marker
+        self._last_commit = time.monotonic()
+        self._last_checkpoint = 0.0
+        self._due = threading.Condition()
+        self._closing = False
+        self._worker: threading.Thread | None = None
+        self._runs_checkpoints = True  # (not a restart's replay: it ends with one)
+
+    @staticmethod
+    def open_file(store_path: str) -> tuple[WriteLog, bytes] | None:
+        """The log beside a store file (made if missing) and this boot's id;
+        ``None`` where there can be none (no boot id, a file by that name that
+        is not a log, a folder this process cannot write)."""
+        this_boot = boot_id()
+        if this_boot is None:
+            return None
+        path = log_path(store_path)
+        log = None
+        try:
+            if not os.path.exists(path):
+                log = WriteLog.make(path, mode=os.stat(store_path).st_mode & 0o666)
+            if log is None:
+                log = WriteLog.open(path, writable=True)
+        except (OSError, ValueError):
+            return None
+        return log, this_boot
+
+    # ----------------------------------------------------------- commits
+
+    def before_commit(self, txn: Txn, txn_id: int, payload: bytes | None) -> bool:
+        """Inside a write transaction about to commit: write and flush its
+        record (or, for ``None``, its marker). ``False``: a checkpoint must
+        come first (a commit the log does not hold came before, or the ring
+        is full); the caller aborts, checkpoints and runs the transaction again."""
+        if self.replaying:
+            return True
+        header = self._header
+        assert header is not None, "a checkpoint comes before the first commit"
+        raw = txn.get(LOG_KEY, db=self.meta_db)
+        position, last_logged = _LOG_STATE.unpack(raw) if raw is not None else (header.start, 0)
+        if txn_id - 1 > header.txn_id and last_logged != txn_id - 1:
+            return False
+        data = payload if payload is not None and len(payload) <= MAX_PAYLOAD_BYTES else b""
+        size = record_bytes(len(data))
+        at = place(position, size, self.log.ring)
+        if self.log.room(header.start, at + size) < 0:
+            self._header = header = self.log.checkpoint() or header
+            if self.log.room(header.start, at + size) < 0:
+                return False
+        end = self.log.append(position, txn_id, data, header.salt)
+        self._written_at = at
+        self._marker = not data
+        self.log.flush()
+        txn.put(LOG_KEY, _LOG_STATE.pack(end, txn_id if data else last_logged), db=self.meta_db)
+        return True
+
+    def commit_failed(self) -> None:
+        """The commit whose record was written did not happen: unmake it."""
+        if self._written_at is not None:
+            self.log.withdraw(self._written_at)
+            self._written_at = None
+
+    def after_commit(self) -> None:
+        """After a commit: one without a record (a marker) is made durable
+        now, by a checkpoint; otherwise the checkpoints' thread runs."""
+        self._written_at = None
+        if self.replaying:
+            return
+        self._last_commit = time.monotonic()
+        if self._marker:
+            self.checkpoint()
+
+    def ensure_pinned(self) -> None:
+        """Before a commit: checkpoint if this process holds no pin."""
+        if self.pin is None:
+            self.checkpoint()
+
+    # ------------------------------------------------------------ replay
+
+    @classmethod
+    def for_replay(cls, env: Environment, rollback: Rollback, meta_db: Database) -> LogWriter:
+        """A writer for a restart's replay, through the log the roll-back
+        holds locked: its commits write no records, and its pin is the
+        checkpoint the file was rolled back to (its pages must stay until the
+        replay's own checkpoint, in case the power fails again meanwhile)."""
+        this_boot = boot_id()
+        assert this_boot is not None, "a roll-back needs a boot id"
+        writer = cls(env, rollback.log, meta_db, this_boot)
+        writer.replaying = True
+        writer._runs_checkpoints = False
+        writer.pin = env.begin_read()
+        return writer
+
+    def finish_replay(self) -> None:
+        """Checkpoint the replayed commits (in this boot) and let the pin go."""
+        self.replaying = False
+        try:
+            self._checkpoint()  # (the roll-back holds the log's lock)
+        finally:
+            self.let_pin_go()
+
+    def let_pin_go(self) -> None:
+        if self.pin is not None:
+            self.pin.abort()
+            self.pin = None
+
+    # -------------------------------------------------------- checkpoints
+
+    def checkpoint(self) -> None:
+        """Make every commit so far durable and the log's checkpoint, and pin it."""
+        with self._checkpointing:
+            _ofd_lock(self.log.descriptor, exclusive=True)
+            try:
+                self._checkpoint()
+            finally:
+                _ofd_unlock(self.log.descriptor)
+
+    def _checkpoint(self) -> None:
+        env = self.env
+        txn = env.begin_write()  # LMDB's writer lock: no commit until the pin is taken
+        try:
+            last = int(txn.id()) - 1
+            raw = txn.get(LOG_KEY, db=self.meta_db)
+            metas = env.read_meta_pages()
+            pin = env.begin_read()
+        finally:
+            txn.abort()
+        try:
+            env.flush_file()
+            header = self.log.checkpoint()
+            identity = env.identity()
+            ours = header is not None and header.store_identity == identity
+            if header is None or not ours or last >= header.txn_id:
+                if raw is not None:
+                    start = _LOG_STATE.unpack(raw)[0]
+                else:
+                    start = header.start if ours and header is not None else 0
+                header = Checkpoint(
+                    (header.sequence + 1) if header is not None else 1,
+                    last,
+                    start,
+                    identity,
+                    self.boot,
+                    metas,
+                    header.salt if ours and header is not None else secrets.randbits(32),
+                )
+                self.log.write_checkpoint(header)
+        except BaseException:
+            pin.abort()
+            raise
+        self._header = header
+        old, self.pin = self.pin, pin
+        if old is not None:
+            old.abort()
+        self._last_checkpoint = time.monotonic()
+        self.checkpoints += 1
+        if self._worker is None and self._runs_checkpoints:
+            # Whoever holds a pin checkpoints on, and lets it go when idle.
+            worker = threading.Thread(target=self._checkpoints, name="simstore-checkpoints", daemon=True)
+            self._worker = worker
+            worker.start()
+
+    def _checkpoints(self) -> None:
+        """The checkpoints' thread: checkpoint every ``CHECKPOINT_INTERVAL``
+        while commits come, and let the pin go once none came for
+        ``IDLE_SECONDS`` (a pin held for ever would keep LMDB from reusing any
+        page other processes free)."""
+        while True:
+            with self._due:
+                self._due.wait(CHECKPOINT_INTERVAL)
+                if self._closing:
+                    return
+            try:
+                if self._last_commit > self._last_checkpoint:
+                    self.checkpoint()
+                elif time.monotonic() - self._last_commit > IDLE_SECONDS and self.pin is not None:
+                    with self.committing:
+                        if time.monotonic() - self._last_commit > IDLE_SECONDS and self.pin is not None:
+                            self.pin.abort()
+                            self.pin = None
+            except Exception:  # retried at the next interval; commits go on meanwhile
+                continue
+
+    # --------------------------------------------------------------- the end
+
+    def close(self) -> None:
+        """Stop the checkpoints' thread, checkpoint what was committed since
+        the last one (a clean close leaves the next restart nothing to
+        replay), and let the pin go."""
+        if os.getpid() != self.pid:
+            self.log.close()  # a forked child's (its pin was let go before the fork)
+            return
+        with self._due:
+            self._closing = True
+            self._due.notify_all()
+        if self._worker is not None:
+            self._worker.join()
+        try:
+            if self._last_commit > self._last_checkpoint and self.pin is not None:
+                self.checkpoint()
+        finally:
+            if self.pin is not None:
+                self.pin.abort()
+                self.pin = None
+            self.log.close()
+
+    def locks_over_fork(self) -> list[threading.RLock]:
+        """The locks a fork() waits for (in this order): no commit and no
+        checkpoint is then in flight."""
+        return [self.committing, self._checkpointing]
+
+    def map_replaced(self) -> None:
+        """The map changed size: py-lmdb ended this process's transactions,
+        the pin among them. The next commit checkpoints first."""
+        self.pin = None
