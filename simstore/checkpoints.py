@@ -154,50 +154,63 @@ def recover_before_open(store_path: str, *, readonly: bool) -> Rollback | None:
         if checkpoint is None or checkpoint.boot_id == this_boot:
             return None  # this boot's checkpoints: the page cache holds every commit
         if readonly:
-            raise StoreLockedError(
-                f"{store_path} was being written when its machine stopped; open it for writing "
-                "once (simstore.open(path, 'w')) to replay its log before reading it"
-            )
+            if _records_to_replay(store_path, log, checkpoint) is not None:
+                raise StoreLockedError(
+                    f"{store_path} was being written when its machine stopped; open it for writing "
+                    "once (simstore.open(path, 'w')) to replay its log before reading it"
+                )
+            return None
         _ofd_lock(log.descriptor, exclusive=True)
         checkpoint = log.checkpoint()  # another opener may have recovered meanwhile
         if checkpoint is None or checkpoint.boot_id == this_boot:
             return None
-        rollback = _roll_back(store_path, log, checkpoint, this_boot)
-        keep = rollback is not None
-        return rollback
+        records = _records_to_replay(store_path, log, checkpoint)
+        if records is None:
+            log.write_checkpoint(_with_boot(checkpoint, this_boot))  # the file stands as it is
+            return None
+        _write_back_metas(store_path, checkpoint)
+        keep = True
+        return Rollback(log, records)
     finally:
         if not keep:
             log.close()  # (closing lets go of the lock)
 
 
-def _roll_back(store_path: str, log: WriteLog, checkpoint: Checkpoint, this_boot: bytes) -> Rollback | None:
-    descriptor = os.open(store_path, os.O_RDWR | os.O_CLOEXEC)
+def _records_to_replay(
+    store_path: str, log: WriteLog, checkpoint: Checkpoint
+) -> list[tuple[int, bytes]] | None:
+    """The records to replay after rolling the file back to ``checkpoint``;
+    ``None`` if the file stands as it is: the checkpoint is another file's,
+    nothing was logged since, or commits the log does not hold came after
+    its records (the file's newest meta page is later than its last record)."""
+    descriptor = os.open(store_path, os.O_RDONLY | os.O_CLOEXEC)
     try:
+        if _identity(descriptor) != checkpoint.store_identity:
+            return None
         records = [(txn_id, payload) for txn_id, payload, _ in log.records(checkpoint)]
         page_size = len(checkpoint.metas) // 2
         on_disk = newest_meta_txn(os.pread(descriptor, 2 * page_size, 0), page_size)
-        if (
-            _identity(descriptor) != checkpoint.store_identity
-            or not records
-            or on_disk is None
-            or on_disk > records[-1][0]
-        ):
-            # Nothing logged since the checkpoint, another file, or commits the
-            # log does not hold came after its records: the file stands.
-            log.write_checkpoint(_with_boot(checkpoint, this_boot))
-            return None
-        os.pwrite(descriptor, checkpoint.metas, 0)
-        os.fdatasync(descriptor)
     finally:
         os.close(descriptor)
-    # Replay up to the first marker: a commit with no record is the last the
-    # log can say anything about (a checkpoint always follows one).
+    if not records or on_disk is None or on_disk > records[-1][0]:
+        return None
+    # Up to the first marker: a commit with no record is the last the log can
+    # say anything about (a checkpoint always follows one before the next).
     replay: list[tuple[int, bytes]] = []
     for txn_id, payload in records:
         if not payload:
             break
         replay.append((txn_id, payload))
-    return Rollback(log, replay)
+    return replay
+
+
+def _write_back_metas(store_path: str, checkpoint: Checkpoint) -> None:
+    descriptor = os.open(store_path, os.O_RDWR | os.O_CLOEXEC)
+    try:
+        os.pwrite(descriptor, checkpoint.metas, 0)
+        os.fdatasync(descriptor)
+    finally:
+        os.close(descriptor)
 
 
 def _with_boot(checkpoint: Checkpoint, this_boot: bytes) -> Checkpoint:

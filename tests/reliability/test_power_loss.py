@@ -143,3 +143,45 @@ def _reopen(path: str, found_path: str) -> None:
         after = {key: str(fp) for key, fp in store.items()}
     with open(found_path, "w") as file:
         json.dump({"problems": problems, "items": items, "items after": after}, file)
+
+
+def test_a_store_closed_cleanly_opens_read_only_after_a_restart(tmp_path: Path) -> None:
+    """Closing checkpoints: nothing is left to replay, so a restart asks nothing of a
+    read-only open; a store killed with records after its checkpoint must be opened
+    for writing once first."""
+    path = str(tmp_path / "s.simstore")
+    with simstore.open(path, "c", k=3) as store:
+        store.add("kept", fingerprint=5)
+    context = multiprocessing.get_context("fork")
+    opened = context.Process(target=_read_after_restart, args=(path, 0))
+    opened.start()
+    opened.join()
+    assert opened.exitcode == 0
+    killed = context.Process(target=_add_and_stop, args=(path,))
+    killed.start()
+    killed.join()
+    refused = context.Process(target=_read_after_restart, args=(path, 1))
+    refused.start()
+    refused.join()
+    assert refused.exitcode == 0
+
+
+def _add_and_stop(path: str) -> None:
+    store = simstore.open(path, "w")
+    store.add("logged", fingerprint=6)
+    os._exit(0)
+
+
+def _read_after_restart(path: str, refusals: int) -> None:
+    checkpoints.boot_id = lambda: b"another boot...."
+    try:
+        with simstore.open(path, "r") as store:
+            assert refusals == 0
+            assert store.get("kept") is not None
+    except simstore.StoreLockedError:
+        assert refusals == 1
+        with simstore.open(path, "w") as store:  # replays
+            assert store.get("logged") is not None
+        with simstore.open(path, "r") as store:
+            assert store.get("logged") is not None
+    os._exit(0)
