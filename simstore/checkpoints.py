@@ -45,17 +45,20 @@ import time
 from dataclasses import dataclass
 from typing import TYPE_CHECKING
 
-from simstore.errors import StoreLockedError
+from simstore.errors import FlushError, StoreLockedError
 from simstore.format import LOG_KEY
 from simstore.writelog import MAX_PAYLOAD_BYTES, Checkpoint, WriteLog, boot_id, place, record_bytes
 
 if TYPE_CHECKING:
     from simstore._lmdb import Database, Environment, Txn
 
-#: Checkpoint at least this often while writing (seconds): a pin keeps LMDB
+#: Checkpoint at least this often while writing (seconds). A pin keeps LMDB
 #: from reusing the pages every commit frees, about 20 a commit, so the file
-#: grows by what a pin's lifetime of commits freed.
-CHECKPOINT_INTERVAL = 0.25
+#: grows by what a pin's lifetime of commits freed; a checkpoint's flush of the
+#: store file delays the records' flushes meanwhile. At 0.25 s, eight writer
+#: processes saw p99 4.4-6.0 ms; at 1 s, 2.9-3.1 ms, for the same docs/s into
+#: 10M (benchmarks/results/writers_notes.md).
+CHECKPOINT_INTERVAL = 1.0
 #: Or once this share of the ring holds records after the checkpoint.
 CHECKPOINT_RING_SHARE = 0.25
 #: A process that has not committed for this long lets its pin go.
@@ -109,6 +112,10 @@ def _ofd_lock(descriptor: int, *, exclusive: bool, wait: bool = True) -> bool:
 def _ofd_unlock(descriptor: int) -> None:
     unlock = struct.pack("hhqqi4x", fcntl.F_UNLCK, os.SEEK_SET, _LOCK_BYTE, 1, 0)
     fcntl.fcntl(descriptor, fcntl.F_OFD_SETLK, unlock)
+
+
+def _log_failed(store_path: str, exc: OSError) -> FlushError:
+    return FlushError(exc.errno, f"{store_path}: the write-ahead log could not be written ({exc})")
 
 
 def _identity(descriptor: int) -> tuple[int, int]:
@@ -248,6 +255,7 @@ class LogWriter:
         self.committing = threading.RLock()
         self._written_at: int | None = None  # the record of the commit in flight
         self._marker = False  # whether that record is a marker
+        self._ring_used = 0  # bytes of the ring from the checkpoint to the last record
         self._last_commit = time.monotonic()
         self._last_checkpoint = 0.0
         self._due = threading.Condition()
@@ -284,7 +292,8 @@ class LogWriter:
         if self.replaying:
             return True
         header = self._header
-        assert header is not None, "a checkpoint comes before the first commit"
+        if header is None or self.pin is None:
+            return False  # (the pin went with a map growth since the transaction began)
         raw = txn.get(LOG_KEY, db=self.meta_db)
         position, last_logged = _LOG_STATE.unpack(raw) if raw is not None else (header.start, 0)
         if txn_id - 1 > header.txn_id and last_logged != txn_id - 1:
@@ -296,10 +305,14 @@ class LogWriter:
             self._header = header = self.log.checkpoint() or header
             if self.log.room(header.start, at + size) < 0:
                 return False
-        end = self.log.append(position, txn_id, data, header.salt)
-        self._written_at = at
-        self._marker = not data
-        self.log.flush()
+        try:
+            end = self.log.append(position, txn_id, data, header.salt)
+            self._ring_used = end - header.start
+            self._written_at = at
+            self._marker = not data
+            self.log.flush()
+        except OSError as exc:
+            raise _log_failed(self.env.path, exc) from exc
         txn.put(LOG_KEY, _LOG_STATE.pack(end, txn_id if data else last_logged), db=self.meta_db)
         return True
 
@@ -318,6 +331,9 @@ class LogWriter:
         self._last_commit = time.monotonic()
         if self._marker:
             self.checkpoint()
+        elif self._ring_used > CHECKPOINT_RING_SHARE * self.log.ring:
+            with self._due:
+                self._due.notify()  # the checkpoints' thread: before the ring fills
 
     def ensure_pinned(self) -> None:
         """Before a commit: checkpoint if this process holds no pin."""
@@ -376,24 +392,7 @@ class LogWriter:
             txn.abort()
         try:
             env.flush_file()
-            header = self.log.checkpoint()
-            identity = env.identity()
-            ours = header is not None and header.store_identity == identity
-            if header is None or not ours or last >= header.txn_id:
-                if raw is not None:
-                    start = _LOG_STATE.unpack(raw)[0]
-                else:
-                    start = header.start if ours and header is not None else 0
-                header = Checkpoint(
-                    (header.sequence + 1) if header is not None else 1,
-                    last,
-                    start,
-                    identity,
-                    self.boot,
-                    metas,
-                    header.salt if ours and header is not None else secrets.randbits(32),
-                )
-                self.log.write_checkpoint(header)
+            header = self._write_header(last, raw, metas)
         except BaseException:
             pin.abort()
             raise
@@ -409,6 +408,34 @@ class LogWriter:
             self._worker = worker
             worker.start()
 
+    def _write_header(self, last: int, raw: bytes | None, metas: bytes) -> Checkpoint:
+        """Write the checkpoint at commit ``last`` into the log's header, unless
+        another process wrote a later one meanwhile; the header now."""
+        env = self.env
+        try:
+            header = self.log.checkpoint()
+            identity = env.identity()
+            ours = header is not None and header.store_identity == identity
+            if header is not None and ours and last < header.txn_id:
+                return header
+            if raw is not None:
+                start = _LOG_STATE.unpack(raw)[0]
+            else:
+                start = header.start if ours and header is not None else 0
+            header = Checkpoint(
+                (header.sequence + 1) if header is not None else 1,
+                last,
+                start,
+                identity,
+                self.boot,
+                metas,
+                header.salt if ours and header is not None else secrets.randbits(32),
+            )
+            self.log.write_checkpoint(header)
+            return header
+        except OSError as exc:
+            raise _log_failed(env.path, exc) from exc
+
     def _checkpoints(self) -> None:
         """The checkpoints' thread: checkpoint every ``CHECKPOINT_INTERVAL``
         while commits come, and let the pin go once none came for
@@ -416,7 +443,8 @@ class LogWriter:
         page other processes free)."""
         while True:
             with self._due:
-                self._due.wait(CHECKPOINT_INTERVAL)
+                if self._ring_used <= CHECKPOINT_RING_SHARE * self.log.ring:
+                    self._due.wait(CHECKPOINT_INTERVAL)
                 if self._closing:
                     return
             try:
