@@ -580,7 +580,6 @@ class Environment:
             return self._write(body)
         with logger.committing:
             while True:
-                logger.ensure_pinned()
                 payload: bytes | None = None
 
                 def logged_body(txn: Txn) -> T:
@@ -592,15 +591,25 @@ class Environment:
                     return result
 
                 try:
-                    result = self._write(logged_body, on_failure=logger.commit_failed)
+                    # (Pinned before each attempt: a map growth between two lets the pin go.)
+                    result = self._write(
+                        logged_body, on_failure=logger.commit_failed, before=logger.ensure_pinned
+                    )
                 except _CheckpointFirstError:
                     logger.checkpoint()
                     continue
                 logger.after_commit()
                 return result
 
-    def _write(self, body: Callable[[Txn], T], on_failure: Callable[[], None] | None = None) -> T:
+    def _write(
+        self,
+        body: Callable[[Txn], T],
+        on_failure: Callable[[], None] | None = None,
+        before: Callable[[], None] | None = None,
+    ) -> T:
         while True:
+            if before is not None:
+                before()
             txn = self._begin(write=True)
             try:
                 result = body(txn)
