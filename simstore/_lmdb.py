@@ -19,7 +19,7 @@ from typing import TYPE_CHECKING, TypeGuard, TypeVar
 
 import lmdb
 
-from simstore.checkpoints import LogWriter, Rollback, recover_before_open
+from simstore.checkpoints import LogWriter, MapMovedError, Rollback, recover_before_open
 from simstore.errors import (
     AccessDeniedError,
     CorruptStoreError,
@@ -544,6 +544,21 @@ class Environment:
         """A read-only transaction on the latest committed snapshot; the caller aborts it."""
         return self._begin(write=False)
 
+    def begin_pin(self) -> Txn:
+        """As :meth:`begin_read`, but never adopting a map another process
+        grew (``MapMovedError``): for the checkpoints' thread, which must not
+        change the map under the store's other threads."""
+        try:
+            return self.env.begin(write=False)
+        except lmdb.MapResizedError as exc:
+            raise MapMovedError from exc
+        except lmdb.Error as exc:
+            raise translate(exc, self.path) from exc
+
+    def adopt_grown_map(self) -> None:
+        """Map the file at the length another process grew it to."""
+        self._adopt_grown_map()
+
     @contextlib.contextmanager
     def read(self) -> Iterator[Txn]:
         """A read-only transaction on the latest committed snapshot."""
@@ -679,10 +694,6 @@ class Environment:
         status = os.fstat(self._file_descriptor())
         return status.st_dev, status.st_ino
 
-    def begin_write(self) -> Txn:
-        """A write transaction (LMDB's writer lock); the caller aborts it."""
-        return self._begin(write=True)
-
     def last_txn_id(self) -> int:
         """The id of the latest commit (by any process)."""
         return int(self.env.info()["last_txnid"])
@@ -691,9 +702,11 @@ class Environment:
         # Every transaction of this process dies with the old map: counted,
         # so that a long-lived read (a pairs iterator) knows to begin anew.
         self.map_changes += 1
-        if self.log_writer is not None:
-            self.log_writer.map_replaced()
-        self.env.set_mapsize(size)
+        if self.log_writer is None:
+            self.env.set_mapsize(size)
+            return
+        with self.log_writer.map_changing():
+            self.env.set_mapsize(size)
 
     def _adopt_grown_map(self) -> None:
         """After ``MapResizedError``: map the file at the length another

@@ -36,12 +36,15 @@ writes again and checkpoints before the lock goes.
 
 from __future__ import annotations
 
+import contextlib
+import errno
 import fcntl
 import os
 import secrets
 import struct
 import threading
 import time
+from collections.abc import Iterator
 from dataclasses import dataclass
 from typing import TYPE_CHECKING
 
@@ -52,6 +55,11 @@ from simstore.writelog import MAX_PAYLOAD_BYTES, Checkpoint, WriteLog, boot_id, 
 if TYPE_CHECKING:
     from simstore._lmdb import Database, Environment, Txn
 
+
+class MapMovedError(Exception):
+    """Another process changed the map's size; this process has not adopted it."""
+
+
 #: Checkpoint at least this often while writing (seconds). A pin keeps LMDB
 #: from reusing the pages every commit frees, about 20 a commit, so the file
 #: grows by what a pin's lifetime of commits freed; a checkpoint's flush of the
@@ -61,12 +69,30 @@ if TYPE_CHECKING:
 CHECKPOINT_INTERVAL = 1.0
 #: Or once this share of the ring holds records after the checkpoint.
 CHECKPOINT_RING_SHARE = 0.25
+#: Tries at taking a pin with no commit in between before giving up.
+PIN_ATTEMPTS = 1000
 #: A process that has not committed for this long lets its pin go.
 IDLE_SECONDS = 1.0
 
-# The log's position and the last transaction with a record, in the store's
-# meta sub-database, written by every logged commit.
-_LOG_STATE = struct.Struct(">QQ")
+# In the store's meta sub-database, written by every logged commit: the log's
+# next position, the last transaction with a record, and the store's salt of
+# its records' CRCs (set when the store is made; stores made before the log
+# take the log's).
+_LOG_STATE = struct.Struct(">QQI")
+
+
+def new_log_state() -> bytes:
+    """A new store's log state: nothing logged yet, a salt of its own."""
+    return _LOG_STATE.pack(0, 0, secrets.randbits(32))
+
+
+def _log_state(raw: bytes | None) -> tuple[int, int, int] | None:
+    """(position, last logged transaction, salt) from the stored state."""
+    if raw is None or len(raw) != _LOG_STATE.size:
+        return None
+    position, last_logged, salt = _LOG_STATE.unpack(raw)
+    return position, last_logged, salt
+
 
 # LMDB's meta page (lmdb 0.9, 64-bit): a 16-byte page header, then the magic
 # and version, then the transaction id at offset 128 of the meta record.
@@ -97,6 +123,20 @@ def newest_meta_txn(metas: bytes, page_size: int) -> int | None:
         if _META_MAGIC.unpack_from(metas, base + _META_MAGIC_OFFSET)[0] == _LMDB_MAGIC:
             found.append(_META_TXN.unpack_from(metas, base + _META_TXN_OFFSET)[0])
     return max(found, default=None)
+
+
+def _meta_pages_of(metas: bytes, txn_id: int, page_size: int) -> bool:
+    """Whether a store file's first two pages are the meta pages of commit
+    ``txn_id``: its own in its slot, and an older one in the other."""
+    found: dict[int, int] = {}
+    for page in (0, 1):
+        base = page * page_size
+        if len(metas) < base + _META_TXN_OFFSET + _META_TXN.size:
+            return False
+        if _META_MAGIC.unpack_from(metas, base + _META_MAGIC_OFFSET)[0] != _LMDB_MAGIC:
+            return False
+        found[page] = int(_META_TXN.unpack_from(metas, base + _META_TXN_OFFSET)[0])
+    return found[txn_id % 2] == txn_id and found[1 - txn_id % 2] < txn_id
 
 
 def _ofd_lock(descriptor: int, *, exclusive: bool, wait: bool = True) -> bool:
@@ -241,6 +281,7 @@ class LogWriter:
 
     def __init__(self, env: Environment, log: WriteLog, meta_db: Database, this_boot: bytes) -> None:
         self.env = env
+        env.identity()  # (opens the store file's descriptor now, before two threads could)
         self.log = log
         self.meta_db = meta_db
         self.boot = this_boot
@@ -250,6 +291,10 @@ class LogWriter:
         self.replaying = False  # the restart's replay: no records, one checkpoint at its end
         self._header = log.checkpoint()
         self._checkpointing = threading.RLock()
+        #: Held around the checkpoints' thread's calls into LMDB and around
+        #: changes of the map's size, which end every transaction of the process.
+        self._pins = threading.RLock()
+        self._map_generation = 0
         #: Held by a commit from its pin's check to its end, and by the
         #: checkpoints' thread to let an idle pin go.
         self.committing = threading.RLock()
@@ -294,10 +339,10 @@ class LogWriter:
         header = self._header
         if header is None or self.pin is None:
             return False  # (the pin went with a map growth since the transaction began)
-        raw = txn.get(LOG_KEY, db=self.meta_db)
-        position, last_logged = _LOG_STATE.unpack(raw) if raw is not None else (header.start, 0)
-        if txn_id - 1 > header.txn_id and last_logged != txn_id - 1:
-            return False
+        stored = _log_state(txn.get(LOG_KEY, db=self.meta_db))
+        position, last_logged, salt = stored if stored is not None else (header.start, 0, header.salt)
+        if salt != header.salt or (txn_id - 1 > header.txn_id and last_logged != txn_id - 1):
+            return False  # the checkpoint is not this store's, or a commit came that the log does not hold
         data = payload if payload is not None and len(payload) <= MAX_PAYLOAD_BYTES else b""
         size = record_bytes(len(data))
         at = place(position, size, self.log.ring)
@@ -306,14 +351,14 @@ class LogWriter:
             if self.log.room(header.start, at + size) < 0:
                 return False
         try:
-            end = self.log.append(position, txn_id, data, header.salt)
+            end = self.log.append(position, txn_id, data, salt)
             self._ring_used = end - header.start
             self._written_at = at
             self._marker = not data
             self.log.flush()
         except OSError as exc:
             raise _log_failed(self.env.path, exc) from exc
-        txn.put(LOG_KEY, _LOG_STATE.pack(end, txn_id if data else last_logged), db=self.meta_db)
+        txn.put(LOG_KEY, _LOG_STATE.pack(end, txn_id if data else last_logged, salt), db=self.meta_db)
         return True
 
     def commit_failed(self) -> None:
@@ -365,9 +410,10 @@ class LogWriter:
             self.let_pin_go()
 
     def let_pin_go(self) -> None:
-        if self.pin is not None:
-            self.pin.abort()
-            self.pin = None
+        with self._pins:
+            if self.pin is not None:
+                self.pin.abort()
+                self.pin = None
 
     # -------------------------------------------------------- checkpoints
 
@@ -381,25 +427,29 @@ class LogWriter:
                 _ofd_unlock(self.log.descriptor)
 
     def _checkpoint(self) -> None:
-        env = self.env
-        txn = env.begin_write()  # LMDB's writer lock: no commit until the pin is taken
+        while True:
+            try:
+                pin, last, metas, raw, generation = self._take_pin()
+                break
+            except MapMovedError:
+                if threading.current_thread() is self._worker:
+                    raise  # (the checkpoints' thread never changes the map: it tries again later)
+                self.env.adopt_grown_map()  # a writer's, holding the store's lock
         try:
-            last = int(txn.id()) - 1
-            raw = txn.get(LOG_KEY, db=self.meta_db)
-            metas = env.read_meta_pages()
-            pin = env.begin_read()
-        finally:
-            txn.abort()
-        try:
-            env.flush_file()
+            self.env.flush_file()
             header = self._write_header(last, raw, metas)
         except BaseException:
-            pin.abort()
+            with self._pins:
+                pin.abort()
             raise
         self._header = header
-        old, self.pin = self.pin, pin
-        if old is not None:
-            old.abort()
+        with self._pins:
+            if generation == self._map_generation:
+                old, self.pin = self.pin, pin
+                if old is not None:
+                    old.abort()
+            # else: the map changed size meanwhile, which ended that pin; the
+            # next commit checkpoints again.
         self._last_checkpoint = time.monotonic()
         self.checkpoints += 1
         if self._worker is None and self._runs_checkpoints:
@@ -407,6 +457,24 @@ class LogWriter:
             worker = threading.Thread(target=self._checkpoints, name="simstore-checkpoints", daemon=True)
             self._worker = worker
             worker.start()
+
+    def _take_pin(self) -> tuple[Txn, int, bytes, bytes | None, int]:
+        """A read transaction on the latest commit C, with the two meta pages
+        the file holds for C and the log's state at C, taken with no commit in
+        between (without LMDB's writer lock: checked on the meta pages, and
+        tried again if a commit came). Raises ``MapMovedError`` if the map
+        changed size (without adopting it)."""
+        page_size = self.env.page_size()
+        with self._pins:
+            generation = self._map_generation
+            for _attempt in range(PIN_ATTEMPTS):
+                pin = self.env.begin_pin()
+                last = int(pin.id())
+                metas = self.env.read_meta_pages()
+                if _meta_pages_of(metas, last, page_size) and self.env.read_meta_pages() == metas:
+                    return pin, last, metas, pin.get(LOG_KEY, db=self.meta_db), generation
+                pin.abort()
+        raise FlushError(errno.EBUSY, f"{self.env.path}: commits kept coming while a checkpoint was taken")
 
     def _write_header(self, last: int, raw: bytes | None, metas: bytes) -> Checkpoint:
         """Write the checkpoint at commit ``last`` into the log's header, unless
@@ -416,12 +484,20 @@ class LogWriter:
             header = self.log.checkpoint()
             identity = env.identity()
             ours = header is not None and header.store_identity == identity
-            if header is not None and ours and last < header.txn_id:
+            stored = _log_state(raw)
+            if (
+                header is not None
+                and ours
+                and last < header.txn_id
+                and (stored is None or stored[2] == header.salt)
+            ):
                 return header
-            if raw is not None:
-                start = _LOG_STATE.unpack(raw)[0]
+            if stored is not None:
+                start, _, salt = stored
+            elif header is not None and ours:
+                start, salt = header.start, header.salt  # (a store made before the log)
             else:
-                start = header.start if ours and header is not None else 0
+                start, salt = 0, secrets.randbits(32)
             header = Checkpoint(
                 (header.sequence + 1) if header is not None else 1,
                 last,
@@ -429,7 +505,7 @@ class LogWriter:
                 identity,
                 self.boot,
                 metas,
-                header.salt if ours and header is not None else secrets.randbits(32),
+                salt,
             )
             self.log.write_checkpoint(header)
             return header
@@ -451,7 +527,7 @@ class LogWriter:
                 if self._last_commit > self._last_checkpoint:
                     self.checkpoint()
                 elif time.monotonic() - self._last_commit > IDLE_SECONDS and self.pin is not None:
-                    with self.committing:
+                    with self.committing, self._pins:
                         if time.monotonic() - self._last_commit > IDLE_SECONDS and self.pin is not None:
                             self.pin.abort()
                             self.pin = None
@@ -482,11 +558,20 @@ class LogWriter:
             self.log.close()
 
     def locks_over_fork(self) -> list[threading.RLock]:
-        """The locks a fork() waits for (in this order): no commit and no
-        checkpoint is then in flight."""
-        return [self.committing, self._checkpointing]
+        """The locks a fork() waits for (in this order): no commit, no
+        checkpoint and no call of the checkpoints' thread into LMDB is then
+        in flight."""
+        return [self.committing, self._checkpointing, self._pins]
 
-    def map_replaced(self) -> None:
-        """The map changed size: py-lmdb ended this process's transactions,
-        the pin among them. The next commit checkpoints first."""
-        self.pin = None
+    @contextlib.contextmanager
+    def map_changing(self) -> Iterator[None]:
+        """Held while the map changes size: py-lmdb then ends every transaction
+        of this process, the pin among them (the next commit checkpoints
+        first), and no other thread may begin one meanwhile."""
+        with self._pins:
+            self._map_generation += 1
+            self.pin = None
+            try:
+                yield
+            finally:
+                self._map_generation += 1

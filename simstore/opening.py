@@ -12,7 +12,7 @@ from collections.abc import Iterator
 from typing import Any
 
 from simstore import _lmdb
-from simstore.checkpoints import LogWriter
+from simstore.checkpoints import LogWriter, new_log_state
 from simstore.choose import DEFAULT_MIN_SIMILARITY, LayoutRequest, choose_layout, layout_tables
 from simstore.engine import Engine, open_in_this_process, release_inherited
 from simstore.errors import (
@@ -27,6 +27,7 @@ from simstore.errors import (
     StoreNotFoundError,
 )
 from simstore.format import (
+    LOG_KEY,
     META_KEY,
     STATE_KEY,
     State,
@@ -376,6 +377,9 @@ def _create(env: _lmdb.Environment, requested: LayoutRequest) -> tuple[StoredPar
         handles = env.create_handles(txn, len(tables), sketches=fingerprinter.sketch is not None)
         txn.put(META_KEY, raw_meta, db=handles.meta)
         txn.put(STATE_KEY, State().encode(), db=handles.meta)
+        # The store's own salt for its write-ahead log's records: a log another
+        # store left under this name (its file deleted) never passes for this one's.
+        txn.put(LOG_KEY, new_log_state(), db=handles.meta)
         return True
 
     if not env.write(body):

@@ -185,3 +185,26 @@ def _read_after_restart(path: str, refusals: int) -> None:
         with simstore.open(path, "r") as store:
             assert store.get("logged") is not None
     os._exit(0)
+
+
+def test_a_log_a_deleted_store_left_is_never_replayed_into_a_new_one(tmp_path: Path) -> None:
+    """A store deleted by hand leaves its log; a store made anew under the name (the
+    file system may even give it the same inode) has a salt of its own, so the old
+    records, at the same positions, never pass for its own."""
+    path = tmp_path / "s.simstore"
+    with simstore.open(str(path), "c", k=3) as store:
+        for number in range(20):
+            store.add(f"old-{number}", fingerprint=number)
+        old = checkpoints.WriteLog.open(checkpoints.log_path(str(path)))
+        old_salt = old.checkpoint().salt  # type: ignore[union-attr]
+        old.close()
+    for leftover in (path, Path(str(path) + "-lock")):
+        leftover.unlink()
+    with simstore.open(str(path), "c", k=3) as store:
+        store.add("new", fingerprint=1)
+        log = checkpoints.WriteLog.open(checkpoints.log_path(str(path)))
+        header = log.checkpoint()
+        assert header is not None
+        assert header.salt != old_salt
+        assert [txn for txn, _, _ in log.records(header)] == [header.txn_id + 1]  # "new" alone
+        log.close()
