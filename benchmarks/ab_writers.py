@@ -8,10 +8,11 @@ store, in fresh runs alternating between two source trees.
 
 ``--store`` is made (``--n`` random fingerprints) if it does not exist. Each
 run copies it, starts the writers together (``fork``) and reports docs/s over
-the wall time, every call's p50 and p99, and how many processes a commit took
-on average (from the count each leader records in the mailbox, where the tree
-has one). Each run puts its tree first on ``sys.path`` and runs from ``/``, so
-neither the current directory nor an editable install shadows it.
+the wall time, every call's p50 and p99, how many processes a commit took on
+average (from the count each leader records in the mailbox, where the tree has
+one), and the store's pages in use after the run (``Stats.bytes_used``). Each
+run puts its tree first on ``sys.path`` and runs from ``/``, so neither the
+current directory nor an editable install shadows it.
 """
 
 from __future__ import annotations
@@ -91,12 +92,14 @@ latencies = np.concatenate([np.array(run[1]) for run in found])
 groups = [size for run in found for size in run[2]]
 with simstore.open(path, "r") as store:
     stored = len(store)
+    used_mb = store.stats().bytes_used / 2**20
 print(json.dumps({
     "docs/s": len(latencies) / (max(run[0] for run in found) - start_at),
     "p50 ms": float(np.percentile(latencies, 50) * 1e3),
     "p99 ms": float(np.percentile(latencies, 99) * 1e3),
     "processes a commit": float(np.mean(groups)) if groups else None,
     "stored": stored,
+    "MB in use": used_mb,
     "module": simstore.__file__,
 }))
 """
@@ -156,7 +159,7 @@ def main() -> int:
                 groups = "" if group is None else f", {group:.2f} processes a commit"
                 print(
                     f"round {round_index} {tree}: {run['docs/s']:,.0f} docs/s, p50 {run['p50 ms']:.3f} ms, "
-                    f"p99 {run['p99 ms']:.2f} ms{groups}",
+                    f"p99 {run['p99 ms']:.2f} ms{groups}, {run['MB in use']:,.0f} MB in use after",
                     flush=True,
                 )
     finally:

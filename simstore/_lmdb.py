@@ -19,6 +19,7 @@ from typing import TYPE_CHECKING, TypeGuard, TypeVar
 
 import lmdb
 
+from simstore.checkpoints import LogWriter, MapMovedError, Rollback, recover_before_open
 from simstore.errors import (
     AccessDeniedError,
     CorruptStoreError,
@@ -149,6 +150,12 @@ class Environment:
     ) -> None:
         self.path = path
         self.defer_meta_sync = defer_meta_sync and sync and not readonly
+        self._wants_log = self.defer_meta_sync
+        #: With a write-ahead log (simstore.checkpoints): records before
+        #: commits, checkpoints; set once the map is writable.
+        self.log_writer: LogWriter | None = None
+        #: A restart's roll-back, whose records the opener replays.
+        self.rollback: Rollback | None = None
         self._flush_descriptor: int | None = None
         # The id of the latest commit this process made. Kept in Python so
         # that a group commit's flush, outside the store's lock, need not ask
@@ -158,6 +165,8 @@ class Environment:
         self.map_changes = 0  # map size changes, each the end of every open transaction
         self.readonly = readonly
         self.max_map_size = max_map_size
+        if os.path.exists(path):
+            self.rollback = recover_before_open(path, readonly=readonly)
         file_size = os.path.getsize(path) if os.path.exists(path) else 0
         lock_existed = os.path.exists(lock_path(path))
         if not lock_existed and not readonly:
@@ -268,13 +277,22 @@ class Environment:
             # A map_size asked for is allocated whole or refused: halved to
             # what the disk holds, it took most of the disk without a word.
             allocated = self._allocate_map(wanted, least=used if self._requested_map is None else wanted)
+            log = LogWriter.open_file(self.path) if self._wants_log else None
             self.env = self._open_lmdb(
                 readonly=False,
-                sync=self._sync,
+                sync=self._sync and log is None,
                 map_size=allocated,
                 writemap=True,
                 metasync=self._sync and not self.defer_meta_sync,
             )
+        if log is not None:
+            meta_db = self.open_meta_only()
+            if meta_db is None:  # (a store has one: use_writable_map comes after that is known)
+                log[0].close()
+                raise CorruptStoreError(f"{self.path} lost its meta sub-database")
+            self.log_writer = LogWriter(self, log[0], meta_db, log[1])
+            # Every commit is durable when it returns: its record was flushed first.
+            self.defer_meta_sync = False
 
     @contextlib.contextmanager
     def _resizing(self) -> Iterator[None]:
@@ -364,6 +382,13 @@ class Environment:
     def close(self, *, keep_flush_descriptor: bool = False) -> None:
         """Close the environment; its flush descriptor too, unless kept for a
         thread that may be flushing through it (see ``close_flush_descriptor``)."""
+        if self.rollback is not None:  # (an open that failed before its replay)
+            self.rollback.release()
+            self.rollback = None
+        logger, self.log_writer = self.log_writer, None
+        if logger is not None:
+            with contextlib.suppress(SimstoreError):
+                logger.close()  # (failing, the log's records still hold every commit)
         self.env.close()
         if not keep_flush_descriptor:
             self.close_flush_descriptor()
@@ -519,6 +544,21 @@ class Environment:
         """A read-only transaction on the latest committed snapshot; the caller aborts it."""
         return self._begin(write=False)
 
+    def begin_pin(self) -> Txn:
+        """As :meth:`begin_read`, but never adopting a map another process
+        grew (``MapMovedError``): for the checkpoints' thread, which must not
+        change the map under the store's other threads."""
+        try:
+            return self.env.begin(write=False)
+        except lmdb.MapResizedError as exc:
+            raise MapMovedError from exc
+        except lmdb.Error as exc:
+            raise translate(exc, self.path) from exc
+
+    def adopt_grown_map(self) -> None:
+        """Map the file at the length another process grew it to."""
+        self._adopt_grown_map()
+
     @contextlib.contextmanager
     def read(self) -> Iterator[Txn]:
         """A read-only transaction on the latest committed snapshot."""
@@ -531,15 +571,60 @@ class Environment:
         finally:
             txn.abort()
 
-    def write(self, body: Callable[[Txn], T]) -> T:
+    @property
+    def shares_commits(self) -> bool:
+        """Whether concurrent single writes gain by sharing a commit: each
+        commit pays a flush (``sync=True``, with a log or without)."""
+        return self.defer_meta_sync or self.log_writer is not None
+
+    def write(self, body: Callable[[Txn], T], record: Callable[[], bytes | None] | None = None) -> T:
         """Run ``body`` in a write transaction and commit it.
 
         If the map fills, the transaction is aborted, the map grows and
         ``body`` runs again from the start, so ``body`` must not change any
         state outside the transaction. Any exception aborts: nothing of a
         failed ``body`` reaches the file.
+
+        With a write-ahead log, ``record()`` (called after ``body``) describes
+        the transaction's writes for a replay after a power loss; without one
+        (or if it returns ``None``), the commit is made durable by a
+        checkpoint before this returns.
         """
+        logger = self.log_writer
+        if logger is None:
+            return self._write(body)
+        with logger.committing:
+            while True:
+                payload: bytes | None = None
+
+                def logged_body(txn: Txn) -> T:
+                    nonlocal payload
+                    result = body(txn)
+                    payload = record() if record is not None else None
+                    if not logger.before_commit(txn, int(txn.id()), payload):
+                        raise _CheckpointFirstError
+                    return result
+
+                try:
+                    # (Pinned before each attempt: a map growth between two lets the pin go.)
+                    result = self._write(
+                        logged_body, on_failure=logger.commit_failed, before=logger.ensure_pinned
+                    )
+                except _CheckpointFirstError:
+                    logger.checkpoint()
+                    continue
+                logger.after_commit()
+                return result
+
+    def _write(
+        self,
+        body: Callable[[Txn], T],
+        on_failure: Callable[[], None] | None = None,
+        before: Callable[[], None] | None = None,
+    ) -> T:
         while True:
+            if before is not None:
+                before()
             txn = self._begin(write=True)
             try:
                 result = body(txn)
@@ -549,16 +634,35 @@ class Environment:
                 return result
             except lmdb.MapFullError:
                 txn.abort()
+                self._failed(on_failure)
                 self._grow()
             except lmdb.Error as exc:
                 txn.abort()
+                self._failed(on_failure)
                 raise translate(exc, self.path) from exc
             except BaseException:
                 txn.abort()
+                self._failed(on_failure)
                 raise
 
+    @staticmethod
+    def _failed(on_failure: Callable[[], None] | None) -> None:
+        if on_failure is not None:
+            on_failure()
+
     def flush(self) -> None:
-        """Flush every page committed so far (by any process) to the disk.
+        """Flush every page committed so far (by any process) to the disk;
+        with a write-ahead log, nothing to do: every commit is durable when
+        it returns.
+
+        Raises:
+            FlushError: the disk reported an error.
+        """
+        if self.log_writer is None:
+            self.flush_file()
+
+    def flush_file(self) -> None:
+        """Flush the store file's pages (every commit so far, by any process).
 
         ``fdatasync`` of the file, not LMDB's ``mdb_env_sync``: with a
         writable map that is an ``msync`` of the map, which a map growth in
@@ -570,13 +674,25 @@ class Environment:
         Raises:
             FlushError: the disk reported an error.
         """
-        if self._flush_descriptor is None:
-            self._flush_descriptor = os.open(self.path, os.O_RDONLY)
         try:
-            os.fdatasync(self._flush_descriptor)
+            os.fdatasync(self._file_descriptor())
         except OSError as exc:
             message = f"{self.path}: committed writes could not be flushed ({exc})"
             raise FlushError(exc.errno, message) from exc
+
+    def _file_descriptor(self) -> int:
+        if self._flush_descriptor is None:
+            self._flush_descriptor = os.open(self.path, os.O_RDONLY | os.O_CLOEXEC)
+        return self._flush_descriptor
+
+    def read_meta_pages(self) -> bytes:
+        """The store file's two meta pages as the page cache holds them."""
+        return os.pread(self._file_descriptor(), 2 * self.page_size(), 0)
+
+    def identity(self) -> tuple[int, int]:
+        """The store file's device and inode."""
+        status = os.fstat(self._file_descriptor())
+        return status.st_dev, status.st_ino
 
     def last_txn_id(self) -> int:
         """The id of the latest commit (by any process)."""
@@ -586,7 +702,11 @@ class Environment:
         # Every transaction of this process dies with the old map: counted,
         # so that a long-lived read (a pairs iterator) knows to begin anew.
         self.map_changes += 1
-        self.env.set_mapsize(size)
+        if self.log_writer is None:
+            self.env.set_mapsize(size)
+            return
+        with self.log_writer.map_changing():
+            self.env.set_mapsize(size)
 
     def _adopt_grown_map(self) -> None:
         """After ``MapResizedError``: map the file at the length another
@@ -679,6 +799,10 @@ class Environment:
         """Bytes of the file in use by the latest snapshot: what the last
         committed meta page says the file spans."""
         return (int(self.env.info()["last_pgno"]) + 1) * self.page_size()
+
+
+class _CheckpointFirstError(Exception):
+    """A logged commit found it must checkpoint first (see LogWriter.before_commit)."""
 
 
 def copy_compacted_unlocked(path: str, target: str) -> None:

@@ -40,12 +40,13 @@ from typing import TYPE_CHECKING, Any, TypeVar, cast
 
 from simstore import _lmdb, handoff
 from simstore.delta import Change
-from simstore.errors import InvalidValueError, SimstoreError
-from simstore.format import State
+from simstore.errors import CorruptStoreError, InvalidValueError, SimstoreError
+from simstore.format import WRITERS_KEY, State
 from simstore.grouping import Applied, Body, BodyFailedError, CommitQueue, Request, Spec
 from simstore.mailbox import Mailbox
 from simstore.others import Others
 from simstore.write_batch import Batching, Pending
+from simstore.writes import body_of
 
 if TYPE_CHECKING:
     from simstore.engine import Engine
@@ -65,6 +66,14 @@ GATHER_GAP_SECONDS = 0.0001
 #: How long a process whose writes are posted waits, at most, for the others
 #: the last group held before it commits with those that came.
 GATHER_PROCESSES_SECONDS = 0.001
+
+
+def _record_of(pending: list[Request], others: Others | None) -> Callable[[], bytes | None]:
+    """What the write-ahead log keeps of a group's commit: its writes' specs
+    (``None`` if one has none: then a checkpoint makes the commit durable)."""
+    specs = [request.spec for request in pending]
+    group = others.group if others is not None else 0
+    return lambda: None if any(spec is None for spec in specs) else handoff.pack_record(group, specs)
 
 
 class GroupCommit:
@@ -141,7 +150,7 @@ class GroupCommit:
         committed: int | None = None
         unsure = False
         try:
-            if engine.env.defer_meta_sync:
+            if engine.env.shares_commits:
                 self._gather(engine, queue)
             group, committed, unsure = self._lead(engine, queue)
             self._last_group_size = len(group)
@@ -251,7 +260,7 @@ class GroupCommit:
                 )
                 self._in_group = True
                 try:
-                    results = engine.write(bodies)
+                    results = engine.write(bodies, _record_of(pending, others))
                 except BodyFailedError as failed:
                     # Aborted: that body fails alone, the others run again.
                     failing = pending.pop(failed.index)
@@ -297,7 +306,7 @@ class GroupCommit:
         if self._mailbox is None and not self._mailbox_refused:
             if engine.closed:
                 return None  # its calls fail as the store's lock is taken
-            if not engine.env.defer_meta_sync:
+            if not engine.env.shares_commits:
                 self._mailbox_refused = True
                 return None
             self._mailbox = Mailbox.open(engine.path)
@@ -571,6 +580,30 @@ class GroupCommit:
             return results, state, Change([], [])
 
         return run
+
+    def replay(self, engine: Engine, records: list[tuple[int, bytes]]) -> None:
+        """After a restart's roll-back (:mod:`simstore.checkpoints`): commit
+        the logged groups again, in order, each in one transaction as before."""
+        meta_db = engine.handles.meta
+        for _txn_id, payload in records:
+            group, specs = handoff.unpack_record(payload)
+            bodies: list[Body[Any]] = []
+            for spec in specs:
+                body = body_of(engine, spec)
+                if body is None:
+                    raise CorruptStoreError(f"{engine.path}: a logged write cannot run here: {spec!r:.200}")
+                bodies.append(body)
+
+            def finish(txn: _lmdb.Txn, _results: list[Any], group: int = group) -> None:
+                if group:
+                    txn.put(WRITERS_KEY, group.to_bytes(8, "big"), db=meta_db)
+
+            applied = Applied(engine.delta)
+            try:
+                engine.write(self._bodies_in_order(engine, bodies, applied, isolate=False, finish=finish))
+            except BaseException:
+                self._undo(engine, applied)
+                raise
 
     def _undo(self, engine: Engine, applied: Applied) -> None:
         """Undo a group's delta changes after its transaction failed."""

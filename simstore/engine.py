@@ -110,6 +110,16 @@ def _before_fork() -> None:
     for engine in sorted(_open_engines, key=id):
         engine.lock.acquire()
         _held_over_fork.append(engine.lock)
+        logger = engine.env.log_writer
+        if logger is not None:
+            # No commit or checkpoint in flight either, and no pin: a child
+            # closing its inherited environment would end the pin, whose
+            # reader slot it shares with this process. The next commit here
+            # checkpoints (and pins) again.
+            for lock in logger.locks_over_fork():
+                lock.acquire()
+                _held_over_fork.append(lock)
+            logger.let_pin_go()
 
 
 def _after_fork_in_parent() -> None:
@@ -321,13 +331,18 @@ class Engine:
         """A read transaction with the delta in step with its snapshot."""
         return Reading(self)
 
-    def write(self, body: Callable[[_lmdb.Txn, State], tuple[T, State, Change]]) -> T:
+    def write(
+        self,
+        body: Callable[[_lmdb.Txn, State], tuple[T, State, Change]],
+        record: Callable[[], bytes | None] | None = None,
+    ) -> T:
         """Run ``body`` in one write transaction, then apply its delta change.
 
         ``body`` gets the transaction and the stored state, and returns its
         result, the state to store, and the change to the delta (and catalog).
         It may run more than once (the map may have to grow), so it must not
-        touch the in-memory delta or catalog.
+        touch the in-memory delta or catalog. ``record`` describes the writes
+        for the write-ahead log (see :meth:`_lmdb.Environment.write`).
         """
         with self.lock:
             self.check_usable()
@@ -349,7 +364,7 @@ class Engine:
             attempt = 0
             while True:
                 try:
-                    result, new_state, raw_state, change = self.env.write(in_txn)
+                    result, new_state, raw_state, change = self.env.write(in_txn, record)
                     break
                 except LayoutChangedError:
                     attempt += 1

@@ -43,6 +43,9 @@ CATALOG_KEY = b"runs"
 #: The number of the latest group of writes committed through the writers'
 #: mailbox (simstore.mailbox), 8 bytes big-endian; absent until one is.
 WRITERS_KEY = b"writers"
+# The write-ahead log's next position, the last transaction it holds a record
+# of, and the store's salt of its records (simstore.checkpoints).
+LOG_KEY = b"log"
 
 # Limits keep a damaged or hostile meta record from costing unbounded memory.
 MAX_META_BYTES = 1 << 20

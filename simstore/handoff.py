@@ -46,6 +46,22 @@ def unpack_request(raw: bytes) -> list[list[Any]]:
     return specs
 
 
+def pack_record(group: int, specs: list[Any]) -> bytes:
+    """A logged commit's record (simstore.checkpoints): its mailbox group's
+    number (0: none) and its writes' specs, in the order they ran."""
+    return bytes(msgpack.packb([group, specs], use_bin_type=True))
+
+
+def unpack_record(raw: bytes) -> tuple[int, list[list[Any]]]:
+    record = msgpack.unpackb(raw, raw=False, strict_map_key=False)
+    if not (isinstance(record, list) and len(record) == 2 and isinstance(record[0], int)):
+        raise CorruptStoreError("a record of the write-ahead log is not a group of writes")
+    specs = record[1]
+    if not isinstance(specs, list) or not all(isinstance(spec, list) and spec for spec in specs):
+        raise CorruptStoreError("a record of the write-ahead log is not a list of writes")
+    return record[0], specs
+
+
 def outcome_of(result: Any, error: BaseException | None) -> list[Any]:
     """One write's outcome, as the mailbox carries it."""
     if error is not None:

@@ -12,6 +12,7 @@ from collections.abc import Iterator
 from typing import Any
 
 from simstore import _lmdb
+from simstore.checkpoints import LogWriter, new_log_state
 from simstore.choose import DEFAULT_MIN_SIMILARITY, LayoutRequest, choose_layout, layout_tables
 from simstore.engine import Engine, open_in_this_process, release_inherited
 from simstore.errors import (
@@ -26,6 +27,7 @@ from simstore.errors import (
     StoreNotFoundError,
 )
 from simstore.format import (
+    LOG_KEY,
     META_KEY,
     STATE_KEY,
     State,
@@ -186,7 +188,35 @@ def open(  # noqa: A001 - mirrors dbm.open, deliberately
         # file stays, or two of them could end up locking different files.
         env.close()
         raise
-    return Store(Engine(path_str, env, handles, params, opts, raw_meta))
+    engine = Engine(path_str, env, handles, params, opts, raw_meta)
+    if env.rollback is not None:
+        _replay(engine)
+    return Store(engine)
+
+
+def _replay(engine: Engine) -> None:
+    """After a restart rolled the file back to its log's checkpoint (see
+    :mod:`simstore.checkpoints`): commit the logged writes again, checkpoint,
+    and let the log's lock go. A failure leaves the file rolled back, and the
+    next open replays again."""
+    env = engine.env
+    rollback, env.rollback = env.rollback, None
+    assert rollback is not None
+    try:
+        with engine.lock:
+            replayer = LogWriter.for_replay(env, rollback, engine.handles.meta)
+            ordinary, env.log_writer = env.log_writer, replayer
+            try:
+                engine.commit.replay(engine, rollback.records)
+                replayer.finish_replay()
+            except BaseException:
+                env.log_writer = ordinary
+                replayer.let_pin_go()
+                engine.close()
+                raise
+            env.log_writer = ordinary
+    finally:
+        rollback.release()
 
 
 def _create_beside(path: str, requested: LayoutRequest, opts: Options) -> None:
@@ -347,6 +377,9 @@ def _create(env: _lmdb.Environment, requested: LayoutRequest) -> tuple[StoredPar
         handles = env.create_handles(txn, len(tables), sketches=fingerprinter.sketch is not None)
         txn.put(META_KEY, raw_meta, db=handles.meta)
         txn.put(STATE_KEY, State().encode(), db=handles.meta)
+        # The store's own salt for its write-ahead log's records: a log another
+        # store left under this name (its file deleted) never passes for this one's.
+        txn.put(LOG_KEY, new_log_state(), db=handles.meta)
         return True
 
     if not env.write(body):

@@ -23,7 +23,7 @@ from hypothesis import strategies as st
 
 import simstore
 import simstore.writes
-from simstore import _lmdb
+from simstore import _lmdb, checkpoints, writelog
 from simstore.records import pack_key
 from simstore.store import Store
 
@@ -65,32 +65,63 @@ def run_as_group(store: Store, calls: list[Call]) -> list[tuple[str, Any]]:
 
 
 class Flushes:
-    """Counts ``fdatasync`` calls of the store's file and records what is on
-    the disk: each flush that returned covers every commit up to the latest
-    at its start; each commit that returned (LMDB flushes the file before it
-    writes the commit's meta page, with ``sync=True``) covers every commit
-    before it. One process writes, so the latest commit is this one's."""
+    """Counts the flushes and records what is on the disk.
+
+    Without a write-ahead log (LMDB's own flushes): ``count`` is every
+    ``fdatasync``; each flush that returned covers every commit up to the
+    latest at its start, and each commit that returned covers every commit
+    before it (LMDB flushes the file before it writes the commit's meta page).
+    With the log: ``records`` counts the flushes of records, each covering its
+    transaction and every one before (records are written in commit order);
+    ``checkpoints`` counts checkpoints, each covering every commit up to the
+    latest at its start. The checkpoints' thread is held off. One process
+    writes, so the latest commit is this one's."""
 
     def __init__(self, monkeypatch: pytest.MonkeyPatch) -> None:
         self.count = 0
+        self.records = 0
+        self.checkpoints = 0
         self.covered: list[int] = []
         self.lock = threading.Lock()
-        real_flush = _lmdb.Environment.flush
+        self.appended = -1
+        monkeypatch.setattr(checkpoints, "CHECKPOINT_INTERVAL", 3600.0)
         real_write = _lmdb.Environment.write
+        real_flush_file = _lmdb.Environment.flush_file
+        real_append = writelog.WriteLog.append
+        real_log_flush = writelog.WriteLog.flush
+        real_checkpoint = checkpoints.LogWriter._checkpoint
         flushes = self
 
-        def write(env: _lmdb.Environment, body: Any) -> Any:
-            result = real_write(env, body)
-            if env._sync:
+        def write(env: _lmdb.Environment, body: Any, record: Any = None) -> Any:
+            result = real_write(env, body, record)
+            if env._sync and env.log_writer is None:
                 with flushes.lock:
                     flushes.covered.append(env.last_txn_id() - 1)
             return result
 
-        def flush(env: _lmdb.Environment) -> None:
+        def flush_file(env: _lmdb.Environment) -> None:
             target = env.last_txn_id()
-            real_flush(env)
+            real_flush_file(env)
             with flushes.lock:
                 flushes.covered.append(target)
+
+        def append(log: writelog.WriteLog, position: int, txn_id: int, payload: bytes, salt: int) -> int:
+            with flushes.lock:
+                flushes.appended = txn_id
+            return real_append(log, position, txn_id, payload, salt)
+
+        def log_flush(log: writelog.WriteLog) -> None:
+            with flushes.lock:
+                target = flushes.appended
+            real_log_flush(log)
+            with flushes.lock:
+                flushes.records += 1
+                flushes.covered.append(target)
+
+        def checkpoint(writer: checkpoints.LogWriter) -> None:
+            real_checkpoint(writer)
+            with flushes.lock:
+                flushes.checkpoints += 1
 
         real_fdatasync = os.fdatasync
 
@@ -99,13 +130,21 @@ class Flushes:
                 flushes.count += 1
             real_fdatasync(descriptor)
 
-        monkeypatch.setattr(_lmdb.Environment, "flush", flush)
         monkeypatch.setattr(_lmdb.Environment, "write", write)
+        monkeypatch.setattr(_lmdb.Environment, "flush_file", flush_file)
+        monkeypatch.setattr(writelog.WriteLog, "append", append)
+        monkeypatch.setattr(writelog.WriteLog, "flush", log_flush)
+        monkeypatch.setattr(checkpoints.LogWriter, "_checkpoint", checkpoint)
         monkeypatch.setattr(os, "fdatasync", fdatasync)
 
     def durable_up_to(self) -> int:
         with self.lock:
             return max(self.covered, default=-1)
+
+
+def logged(store: Store) -> bool:
+    """Whether the store writes through the write-ahead log."""
+    return store._engine.env.log_writer is not None
 
 
 @pytest.fixture
@@ -123,7 +162,25 @@ def txn_of(monkeypatch: pytest.MonkeyPatch) -> dict[bytes, int]:
 
 
 @pytest.fixture
-def sync_store(store_path: str) -> Iterator[Store]:
+def no_log(monkeypatch: pytest.MonkeyPatch) -> None:
+    """Stores opened from now on have no write-ahead log (as where none can be
+    made): ``sync=True`` commits pay LMDB's own flushes."""
+    monkeypatch.setattr(checkpoints.LogWriter, "open_file", staticmethod(lambda _path: None))
+
+
+@pytest.fixture(params=["log", "no log"])
+def sync_store(request: pytest.FixtureRequest, store_path: str) -> Iterator[Store]:
+    """A ``sync=True`` store, with the write-ahead log and without."""
+    if request.param == "no log":
+        request.getfixturevalue("no_log")
+    with simstore.open(store_path, k=3, sync=True) as opened:
+        assert logged(opened) == (request.param == "log")
+        yield opened
+
+
+@pytest.fixture
+def lmdb_sync_store(no_log: None, store_path: str) -> Iterator[Store]:
+    """A ``sync=True`` store without the write-ahead log."""
     with simstore.open(store_path, k=3, sync=True) as opened:
         yield opened
 
@@ -162,19 +219,27 @@ def test_a_group_is_one_transaction_and_one_flush(
     outcomes = run_as_group(sync_store, calls)
     assert outcomes == [("ok", fp_of(n)) for n in range(6)]
     assert len({txn_of[pack_key(f"k{n}")] for n in range(6)}) == 1
-    assert flushes.count == 1
+    if logged(sync_store):
+        assert flushes.records == 1  # (the store's first checkpoint came before it)
+    else:
+        assert flushes.count == 1
     assert flushes.durable_up_to() >= txn_of[pack_key("k0")]
 
 
 def test_a_returned_sync_add_has_been_flushed(
     sync_store: Store, monkeypatch: pytest.MonkeyPatch, txn_of: dict[bytes, int]
 ) -> None:
-    # LMDB flushes the file at every commit (MDB_NOSYNC is off) before it
-    # writes the commit's meta page, which is left unflushed: a flush or a
-    # later commit must have covered the commit by the time the call returns.
     flags = sync_store._engine.env.env.flags()
-    assert flags["sync"] is True
-    assert flags["metasync"] is False
+    if logged(sync_store):
+        # LMDB never flushes the file: each commit's record in the log is
+        # flushed before it commits.
+        assert flags["sync"] is False
+    else:
+        # LMDB flushes the file at every commit (MDB_NOSYNC is off) before it
+        # writes the commit's meta page, which is left unflushed: a flush or a
+        # later commit must have covered the commit by the time the call returns.
+        assert flags["sync"] is True
+        assert flags["metasync"] is False
     flushes = Flushes(monkeypatch)
     late: list[str] = []
 
@@ -191,7 +256,8 @@ def test_a_returned_sync_add_has_been_flushed(
     for worker in workers:
         worker.join()
     assert late == []
-    assert 1 <= flushes.count <= 160
+    assert 1 <= (flushes.records if logged(sync_store) else flushes.count) <= 160
+    # A bulk add (a checkpoint makes it durable, with the log).
     sync_store.add_many(["bulk-1", "bulk-2"], np.array([1, 2], dtype=np.uint64))
     assert flushes.durable_up_to() >= sync_store._engine.env.last_txn_id()
 
@@ -325,6 +391,7 @@ def test_a_group_equals_its_members_one_after_another(tmp_path: Path, before: li
 def test_a_batch_is_one_transaction_and_one_flush(
     sync_store: Store, monkeypatch: pytest.MonkeyPatch, txn_of: dict[bytes, int]
 ) -> None:
+    sync_store.add("before", fingerprint=1)  # (the store's first checkpoint, with the log)
     flushes = Flushes(monkeypatch)
     with sync_store.batch() as batch:
         for number in range(50):
@@ -332,10 +399,15 @@ def test_a_batch_is_one_transaction_and_one_flush(
         sync_store.add("through-the-store", fingerprint=fp_of(77))  # same thread: in the batch
         assert len(batch) == 51
         assert "page-0" not in sync_store  # nothing written before the block ends
-    assert flushes.count == 1
+    if logged(sync_store):
+        # A batch's record is a marker (the log holds single writes), and a
+        # checkpoint makes the commit durable before the block ends.
+        assert (flushes.records, flushes.checkpoints) == (1, 1)
+    else:
+        assert flushes.count == 1
     assert len({txn_of[pack_key(f"page-{number}")] for number in range(50)}) == 1
     assert flushes.durable_up_to() >= txn_of[pack_key("page-0")]
-    assert len(sync_store) == 51
+    assert len(sync_store) == 52
     assert sync_store["page-3"].meta == {"n": 3}
     assert sync_store.check() == []
 
@@ -488,7 +560,7 @@ def test_sync_is_not_stored(store_path: str) -> None:
         store.add("k", fingerprint=1)
     with simstore.open(store_path, sync=True) as store:
         assert store._engine.options.sync is True
-        assert store._engine.env.defer_meta_sync
+        assert store._engine.env.shares_commits
 
 
 def test_flush_on_a_read_only_store_does_nothing(store_path: str) -> None:
@@ -507,11 +579,11 @@ def two_groups(
     opened = threading.Event()
     go_on = threading.Event()
 
-    def write(env: _lmdb.Environment, body: Any) -> Any:
+    def write(env: _lmdb.Environment, body: Any, record: Any = None) -> Any:
         if not opened.is_set():
             opened.set()
             assert go_on.wait(60)
-        return real_write(env, body)
+        return real_write(env, body, record)
 
     monkeypatch.setattr(_lmdb.Environment, "write", write)
     outcomes: list[tuple[str, Any]] = [("missing", None)] * (len(first) + len(second))
@@ -547,12 +619,12 @@ def two_groups(
 
 
 def test_the_next_groups_commit_makes_the_one_before_durable(
-    sync_store: Store, monkeypatch: pytest.MonkeyPatch, txn_of: dict[bytes, int]
+    lmdb_sync_store: Store, monkeypatch: pytest.MonkeyPatch, txn_of: dict[bytes, int]
 ) -> None:
     flushes = Flushes(monkeypatch)
-    first = [lambda n=n: sync_store.add(f"a{n}", fingerprint=fp_of(n)) for n in range(3)]
-    second = [lambda n=n: sync_store.add(f"b{n}", fingerprint=fp_of(100 + n)) for n in range(3)]
-    outcomes = two_groups(sync_store, monkeypatch, first, second)
+    first = [lambda n=n: lmdb_sync_store.add(f"a{n}", fingerprint=fp_of(n)) for n in range(3)]
+    second = [lambda n=n: lmdb_sync_store.add(f"b{n}", fingerprint=fp_of(100 + n)) for n in range(3)]
+    outcomes = two_groups(lmdb_sync_store, monkeypatch, first, second)
     assert all(kind == "ok" for kind, _ in outcomes)
     assert txn_of[pack_key("b0")] == txn_of[pack_key("a0")] + 1
     # The first group's leader waited for the second group's commit (LMDB
@@ -562,16 +634,16 @@ def test_the_next_groups_commit_makes_the_one_before_durable(
 
 
 def test_a_following_group_that_writes_nothing_still_releases_the_one_before(
-    sync_store: Store, monkeypatch: pytest.MonkeyPatch, txn_of: dict[bytes, int]
+    lmdb_sync_store: Store, monkeypatch: pytest.MonkeyPatch, txn_of: dict[bytes, int]
 ) -> None:
-    sync_store.add("seen", fingerprint=fp_of(1))
+    lmdb_sync_store.add("seen", fingerprint=fp_of(1))
     flushes = Flushes(monkeypatch)
-    first = [lambda n=n: sync_store.add(f"a{n}", fingerprint=fp_of(10 + n)) for n in range(3)]
+    first = [lambda n=n: lmdb_sync_store.add(f"a{n}", fingerprint=fp_of(10 + n)) for n in range(3)]
     second: list[Call] = [
-        lambda: [match.key for match in sync_store.add_if_new("again", fingerprint=fp_of(1))],
-        lambda: sync_store.remove("never-stored"),
+        lambda: [match.key for match in lmdb_sync_store.add_if_new("again", fingerprint=fp_of(1))],
+        lambda: lmdb_sync_store.remove("never-stored"),
     ]
-    outcomes = two_groups(sync_store, monkeypatch, first, second)
+    outcomes = two_groups(lmdb_sync_store, monkeypatch, first, second)
     assert [kind for kind, _ in outcomes] == ["ok", "ok", "ok", "ok", "error"]
     assert outcomes[3][1] == ["seen"]
     assert flushes.count == 1  # the second group's leader flushed for the first
@@ -638,19 +710,19 @@ def test_a_transaction_that_fails_fails_its_whole_group_and_writes_nothing(store
 
 
 def test_a_group_that_writes_without_changing_the_state_is_flushed(
-    sync_store: Store, monkeypatch: pytest.MonkeyPatch, txn_of: dict[bytes, int]
+    lmdb_sync_store: Store, monkeypatch: pytest.MonkeyPatch, txn_of: dict[bytes, int]
 ) -> None:
-    sync_store.add("page", fingerprint=fp_of(1), meta={"version": 1})
+    lmdb_sync_store.add("page", fingerprint=fp_of(1), meta={"version": 1})
     flushes = Flushes(monkeypatch)
     outcomes = run_as_group(
-        sync_store, [lambda: sync_store.add("page", fingerprint=fp_of(1), meta={"version": 2})]
+        lmdb_sync_store, [lambda: lmdb_sync_store.add("page", fingerprint=fp_of(1), meta={"version": 2})]
     )
     assert outcomes == [("ok", fp_of(1))]
     assert flushes.durable_up_to() >= txn_of[pack_key("page")]
-    assert sync_store["page"].meta == {"version": 2}
+    assert lmdb_sync_store["page"].meta == {"version": 2}
     before = flushes.count
     # A group that writes nothing at all needs no flush of its own.
-    found = run_as_group(sync_store, [lambda: sync_store.add_if_new("again", fingerprint=fp_of(1))])
+    found = run_as_group(lmdb_sync_store, [lambda: lmdb_sync_store.add_if_new("again", fingerprint=fp_of(1))])
     assert [match.key for match in found[0][1]] == ["page"]
     assert flushes.count == before
 

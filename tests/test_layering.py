@@ -21,6 +21,8 @@ ROOMS = (
     "write_batch",
     "mailbox",
     "handoff",
+    "checkpoints",
+    "writelog",
     "reads",
     "batch",
     "maintenance",

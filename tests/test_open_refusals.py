@@ -304,11 +304,12 @@ def test_a_store_opened_by_a_symlink_is_locked_by_its_own_name(tmp_path: Path) -
         for name, tag in ((path, "real"), (link, "link"))
     ]
     assert [writer.wait(timeout=120) for writer in writers] == [0, 0]
-    # One lock file and one writers' mailbox, for both names.
+    # One lock file, one writers' mailbox and one write-ahead log, for both names.
     assert sorted(os.listdir(tmp_path)) == [
         "link.simstore",
         "s.simstore",
         "s.simstore-lock",
+        "s.simstore-log",
         "s.simstore-writers",
     ]
     with simstore.open(link, "r") as store:

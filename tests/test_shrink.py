@@ -58,7 +58,11 @@ def test_shrink_gives_back_what_removals_freed(tmp_path: Path) -> None:
     assert shrunk == simstore.Shrunk(size, path.stat().st_size)
     assert shrunk.bytes_after < 0.7 * shrunk.bytes_before
     assert stat.S_IMODE(path.stat().st_mode) == 0o640
-    assert sorted(name for name in os.listdir(tmp_path)) == ["s.simstore", "s.simstore-lock"]
+    assert sorted(name for name in os.listdir(tmp_path)) == [
+        "s.simstore",
+        "s.simstore-lock",
+        "s.simstore-log",
+    ]
     assert_holds(path, model)
     with simstore.open(path, "w", sync=False) as store:  # and it takes writes again
         store.add("after", fingerprint=99)
@@ -98,7 +102,12 @@ def test_shrink_by_a_symlink_shrinks_its_target_and_keeps_the_link(tmp_path: Pat
     assert link.is_symlink()
     assert link.resolve() == path
     assert shrunk.bytes_after == path.stat().st_size < shrunk.bytes_before
-    assert sorted(os.listdir(tmp_path)) == ["link.simstore", "s.simstore", "s.simstore-lock"]
+    assert sorted(os.listdir(tmp_path)) == [
+        "link.simstore",
+        "s.simstore",
+        "s.simstore-lock",
+        "s.simstore-log",
+    ]
     assert_holds(path, model)
 
 
@@ -158,7 +167,7 @@ def test_a_failed_copy_leaves_the_store_as_it_was(tmp_path: Path, monkeypatch: p
     monkeypatch.setattr(simstore._lmdb, "copy_compacted_unlocked", full_disk)
     with pytest.raises(simstore.StoreFullError):
         simstore.shrink(path)
-    assert sorted(os.listdir(tmp_path)) == ["s.simstore", "s.simstore-lock"]
+    assert sorted(os.listdir(tmp_path)) == ["s.simstore", "s.simstore-lock", "s.simstore-log"]
     assert_holds(path, model)
 
 

@@ -480,8 +480,8 @@ class _LockCheckingEnvironment:
     is not held by the calling thread (fork() waits for that lock, so only such a call
     can be in flight in a forked child)."""
 
-    def __init__(self, env: Any, lock: Any, outside: list[str]) -> None:
-        self._env, self._lock, self._outside = env, lock, outside
+    def __init__(self, env: Any, locks: list[Any], outside: list[str]) -> None:
+        self._env, self._locks, self._outside = env, locks, outside
 
     def __getattr__(self, name: str) -> Any:
         attribute = getattr(self._env, name)
@@ -489,7 +489,7 @@ class _LockCheckingEnvironment:
             return attribute
 
         def call(*args: Any, **kwargs: Any) -> Any:
-            if not self._lock._is_owned():
+            if not any(lock._is_owned() for lock in self._locks):
                 self._outside.append(name)
             return attribute(*args, **kwargs)
 
@@ -500,11 +500,14 @@ class _LockCheckingEnvironment:
 def test_no_lmdb_call_outside_the_stores_lock(tmp_path: Path, sync: Any) -> None:
     """Group commits from four threads (the leader's flush runs outside the store's lock),
     batches, bulk adds, merges and queries call LMDB's environment only with the store's
-    lock held: what makes fork() safe at any moment."""
+    lock held, or (the write-ahead log's checkpoints, from their own thread) the log
+    writer's, which fork() waits for too: what makes fork() safe at any moment."""
     outside: list[str] = []
     with simstore.open(str(tmp_path / "locked.simstore"), "c", k=3, sync=sync, merge_threshold=300) as store:
         engine = store._engine
-        engine.env.env = _LockCheckingEnvironment(engine.env.env, engine.lock, outside)
+        logger = engine.env.log_writer
+        locks = [engine.lock, *(logger.locks_over_fork() if logger is not None else [])]
+        engine.env.env = _LockCheckingEnvironment(engine.env.env, locks, outside)
 
         def writer(offset: int) -> None:
             for step in range(200):

@@ -1,0 +1,577 @@
+"""Durable commits through the write-ahead log: records, checkpoints, pins and
+the roll-back after a restart.
+
+A ``sync=True`` store with a log (:mod:`simstore.writelog`) runs LMDB without
+flushes (``MDB_NOSYNC``). Each commit first writes a record of its writes into
+the log and flushes that (one sequential page), then commits; the store file is
+flushed only at *checkpoints*. A power loss can leave the store file in any
+mix of old and new pages, so a restart rolls it back to the last checkpoint
+and replays the log's records after it. That is sound because:
+
+- *a checkpoint is whole on the disk*: it notes, under LMDB's writer lock, the
+  last commit C and the two meta pages the file holds for it, flushes the
+  store file, and only then writes itself into the log;
+- *its pages stay*: every process that commits without a flush holds a read
+  transaction (a *pin*) on a checkpoint no later than the log's, taken at its
+  own checkpoint, so LMDB reuses none of C's pages; a process without one
+  checkpoints before it commits;
+- *no commit the log does not hold is lost or doubled*: a transaction with no
+  record (bulk writes, merges, batches) writes an empty one (a *marker*) and
+  is made durable by a checkpoint before its call returns; one by a process
+  that writes no records at all (``sync=False``, an older simstore) is caught
+  by the next logged commit, which finds that the last logged transaction it
+  stores beside the log's position is not its predecessor, and checkpoints
+  first;
+- *a file written since by something else is left alone*: a record is flushed
+  before its commit, so after a power loss the newest meta page on the disk is
+  never past the log's last record, unless commits the log does not hold came
+  after it (an older simstore writes with LMDB's own flushes). Only a file whose
+  newest meta page is no later than the last record is rolled back.
+
+A roll-back happens at the first open after a restart (the log's boot id
+differs from this boot's), before LMDB opens the file, under the log's lock
+held alone; the replay (in :mod:`simstore.opening`) commits the records'
+writes again and checkpoints before the lock goes.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import errno
+import fcntl
+import os
+import secrets
+import struct
+import threading
+import time
+from collections.abc import Iterator
+from dataclasses import dataclass
+from typing import TYPE_CHECKING
+
+from simstore.errors import FlushError, StoreLockedError
+from simstore.format import LOG_KEY
+from simstore.writelog import MAX_PAYLOAD_BYTES, Checkpoint, WriteLog, boot_id, place, record_bytes
+
+if TYPE_CHECKING:
+    from simstore._lmdb import Database, Environment, Txn
+
+
+class MapMovedError(Exception):
+    """Another process changed the map's size; this process has not adopted it."""
+
+
+#: Checkpoint at least this often while writing (seconds). A pin keeps LMDB
+#: from reusing the pages every commit frees, about 20 a commit, so the file
+#: grows by what a pin's lifetime of commits freed; a checkpoint's flush of the
+#: store file delays the records' flushes meanwhile. At 0.25 s, eight writer
+#: processes saw p99 4.4-6.0 ms; at 1 s, 2.9-3.1 ms, for the same docs/s into
+#: 10M (benchmarks/results/writers_notes.md).
+CHECKPOINT_INTERVAL = 1.0
+#: Or once this share of the ring holds records after the checkpoint.
+CHECKPOINT_RING_SHARE = 0.25
+#: Tries at taking a pin with no commit in between before giving up.
+PIN_ATTEMPTS = 1000
+#: A process that has not committed for this long lets its pin go.
+IDLE_SECONDS = 1.0
+
+# In the store's meta sub-database, written by every logged commit: the log's
+# next position, the last transaction with a record, and the store's salt of
+# its records' CRCs (set when the store is made; stores made before the log
+# take the log's).
+_LOG_STATE = struct.Struct(">QQI")
+
+
+def new_log_state() -> bytes:
+    """A new store's log state: nothing logged yet, a salt of its own."""
+    return _LOG_STATE.pack(0, 0, secrets.randbits(32))
+
+
+def _log_state(raw: bytes | None) -> tuple[int, int, int] | None:
+    """(position, last logged transaction, salt) from the stored state."""
+    if raw is None or len(raw) != _LOG_STATE.size:
+        return None
+    position, last_logged, salt = _LOG_STATE.unpack(raw)
+    return position, last_logged, salt
+
+
+# LMDB's meta page (lmdb 0.9, 64-bit): a 16-byte page header, then the magic
+# and version, then the transaction id at offset 128 of the meta record.
+_LMDB_MAGIC = 0xBEEFC0DE
+_META_MAGIC = struct.Struct("<I")
+_META_MAGIC_OFFSET = 16
+_META_TXN = struct.Struct("<Q")
+_META_TXN_OFFSET = 16 + 128
+
+# The byte of the log the checkpoints' lock stands on (an OFD lock, released
+# by the kernel when its process dies).
+_LOCK_BYTE = 0
+
+
+def log_path(store_path: str) -> str:
+    """The write-ahead log beside a store file."""
+    return store_path + "-log"
+
+
+def newest_meta_txn(metas: bytes, page_size: int) -> int | None:
+    """The transaction id of the newer of a store file's two meta pages (its
+    first two pages, raw); ``None`` if neither is an LMDB meta page."""
+    found = []
+    for page in (0, 1):
+        base = page * page_size
+        if len(metas) < base + _META_TXN_OFFSET + _META_TXN.size:
+            continue
+        if _META_MAGIC.unpack_from(metas, base + _META_MAGIC_OFFSET)[0] == _LMDB_MAGIC:
+            found.append(_META_TXN.unpack_from(metas, base + _META_TXN_OFFSET)[0])
+    return max(found, default=None)
+
+
+def _meta_pages_of(metas: bytes, txn_id: int, page_size: int) -> bool:
+    """Whether a store file's first two pages are the meta pages of commit
+    ``txn_id``: its own in its slot, and an older one in the other."""
+    found: dict[int, int] = {}
+    for page in (0, 1):
+        base = page * page_size
+        if len(metas) < base + _META_TXN_OFFSET + _META_TXN.size:
+            return False
+        if _META_MAGIC.unpack_from(metas, base + _META_MAGIC_OFFSET)[0] != _LMDB_MAGIC:
+            return False
+        found[page] = int(_META_TXN.unpack_from(metas, base + _META_TXN_OFFSET)[0])
+    return found[txn_id % 2] == txn_id and found[1 - txn_id % 2] < txn_id
+
+
+def _ofd_lock(descriptor: int, *, exclusive: bool, wait: bool = True) -> bool:
+    kind = fcntl.F_WRLCK if exclusive else fcntl.F_RDLCK
+    command = fcntl.F_OFD_SETLKW if wait else fcntl.F_OFD_SETLK
+    try:
+        fcntl.fcntl(descriptor, command, struct.pack("hhqqi4x", kind, os.SEEK_SET, _LOCK_BYTE, 1, 0))
+    except BlockingIOError:
+        return False
+    return True
+
+
+def _ofd_unlock(descriptor: int) -> None:
+    unlock = struct.pack("hhqqi4x", fcntl.F_UNLCK, os.SEEK_SET, _LOCK_BYTE, 1, 0)
+    fcntl.fcntl(descriptor, fcntl.F_OFD_SETLK, unlock)
+
+
+def _log_failed(store_path: str, exc: OSError) -> FlushError:
+    return FlushError(exc.errno, f"{store_path}: the write-ahead log could not be written ({exc})")
+
+
+def _identity(descriptor: int) -> tuple[int, int]:
+    status = os.fstat(descriptor)
+    return status.st_dev, status.st_ino
+
+
+# --------------------------------------------------------------- the restart
+
+
+@dataclass
+class Rollback:
+    """A store file rolled back to its last checkpoint, whose log's records
+    are still to be replayed (with the log's lock held alone until then)."""
+
+    log: WriteLog
+    records: list[tuple[int, bytes]]
+
+    def release(self) -> None:
+        _ofd_unlock(self.log.descriptor)
+        self.log.close()
+
+
+def recover_before_open(store_path: str, *, readonly: bool) -> Rollback | None:
+    """Before LMDB opens ``store_path``: roll the file back to its log's last
+    checkpoint if the machine restarted since records were logged after it.
+
+    Returns the records to replay, with the log's lock held (``None``: the
+    file stands as it is). Raises ``StoreLockedError`` if a roll-back is due
+    and this open is read-only: it cannot write the file.
+    """
+    path = log_path(store_path)
+    this_boot = boot_id()
+    if this_boot is None or not os.path.exists(path):
+        return None
+    try:
+        log = WriteLog.open(path, writable=not readonly)
+    except (OSError, ValueError):
+        return None  # not simstore's, or not ours to write: no log
+    keep = False
+    try:
+        checkpoint = log.checkpoint()
+        if checkpoint is None or checkpoint.boot_id == this_boot:
+            return None  # this boot's checkpoints: the page cache holds every commit
+        if readonly:
+            if _records_to_replay(store_path, log, checkpoint) is not None:
+                raise StoreLockedError(
+                    f"{store_path} was being written when its machine stopped; open it for writing "
+                    "once (simstore.open(path, 'w')) to replay its log before reading it"
+                )
+            return None
+        _ofd_lock(log.descriptor, exclusive=True)
+        checkpoint = log.checkpoint()  # another opener may have recovered meanwhile
+        if checkpoint is None or checkpoint.boot_id == this_boot:
+            return None
+        records = _records_to_replay(store_path, log, checkpoint)
+        if records is None:
+            log.write_checkpoint(_with_boot(checkpoint, this_boot))  # the file stands as it is
+            return None
+        _write_back_metas(store_path, checkpoint)
+        keep = True
+        return Rollback(log, records)
+    finally:
+        if not keep:
+            log.close()  # (closing lets go of the lock)
+
+
+def _records_to_replay(
+    store_path: str, log: WriteLog, checkpoint: Checkpoint
+) -> list[tuple[int, bytes]] | None:
+    """The records to replay after rolling the file back to ``checkpoint``;
+    ``None`` if the file stands as it is: the checkpoint is another file's,
+    nothing was logged since, or commits the log does not hold came after
+    its records (the file's newest meta page is later than its last record)."""
+    descriptor = os.open(store_path, os.O_RDONLY | os.O_CLOEXEC)
+    try:
+        if _identity(descriptor) != checkpoint.store_identity:
+            return None
+        records = [(txn_id, payload) for txn_id, payload, _ in log.records(checkpoint)]
+        page_size = len(checkpoint.metas) // 2
+        on_disk = newest_meta_txn(os.pread(descriptor, 2 * page_size, 0), page_size)
+    finally:
+        os.close(descriptor)
+    if not records or on_disk is None or on_disk > records[-1][0]:
+        return None
+    # Up to the first marker: a commit with no record is the last the log can
+    # say anything about (a checkpoint always follows one before the next).
+    replay: list[tuple[int, bytes]] = []
+    for txn_id, payload in records:
+        if not payload:
+            break
+        replay.append((txn_id, payload))
+    return replay
+
+
+def _write_back_metas(store_path: str, checkpoint: Checkpoint) -> None:
+    descriptor = os.open(store_path, os.O_RDWR | os.O_CLOEXEC)
+    try:
+        os.pwrite(descriptor, checkpoint.metas, 0)
+        os.fdatasync(descriptor)
+    finally:
+        os.close(descriptor)
+
+
+def _with_boot(checkpoint: Checkpoint, this_boot: bytes) -> Checkpoint:
+    return Checkpoint(
+        checkpoint.sequence + 1,
+        checkpoint.txn_id,
+        checkpoint.start,
+        checkpoint.store_identity,
+        this_boot,
+        checkpoint.metas,
+        checkpoint.salt,
+    )
+
+
+# ------------------------------------------------------------ while writing
+
+
+class LogWriter:
+    """One environment's use of its store's log: records before commits,
+    checkpoints, and this process's pin."""
+
+    def __init__(self, env: Environment, log: WriteLog, meta_db: Database, this_boot: bytes) -> None:
+        self.env = env
+        env.identity()  # (opens the store file's descriptor now, before two threads could)
+        self.log = log
+        self.meta_db = meta_db
+        self.boot = this_boot
+        self.pin: Txn | None = None
+        self.pid = os.getpid()
+        self.checkpoints = 0
+        self.replaying = False  # the restart's replay: no records, one checkpoint at its end
+        self._header = log.checkpoint()
+        self._checkpointing = threading.RLock()
+        #: Held around the checkpoints' thread's calls into LMDB and around
+        #: changes of the map's size, which end every transaction of the process.
+        self._pins = threading.RLock()
+        self._map_generation = 0
+        #: Held by a commit from its pin's check to its end, and by the
+        #: checkpoints' thread to let an idle pin go.
+        self.committing = threading.RLock()
+        self._written_at: int | None = None  # the record of the commit in flight
+        self._marker = False  # whether that record is a marker
+        self._ring_used = 0  # bytes of the ring from the checkpoint to the last record
+        self._last_commit = time.monotonic()
+        self._last_checkpoint = 0.0
+        self._due = threading.Condition()
+        self._closing = False
+        self._worker: threading.Thread | None = None
+        self._runs_checkpoints = True  # (not a restart's replay: it ends with one)
+
+    @staticmethod
+    def open_file(store_path: str) -> tuple[WriteLog, bytes] | None:
+        """The log beside a store file (made if missing) and this boot's id;
+        ``None`` where there can be none (no boot id, a file by that name that
+        is not a log, a folder this process cannot write)."""
+        this_boot = boot_id()
+        if this_boot is None:
+            return None
+        path = log_path(store_path)
+        log = None
+        try:
+            if not os.path.exists(path):
+                log = WriteLog.make(path, mode=os.stat(store_path).st_mode & 0o666)
+            if log is None:
+                log = WriteLog.open(path, writable=True)
+        except (OSError, ValueError):
+            return None
+        return log, this_boot
+
+    # ----------------------------------------------------------- commits
+
+    def before_commit(self, txn: Txn, txn_id: int, payload: bytes | None) -> bool:
+        """Inside a write transaction about to commit: write and flush its
+        record (or, for ``None``, its marker). ``False``: a checkpoint must
+        come first (a commit the log does not hold came before, or the ring
+        is full); the caller aborts, checkpoints and runs the transaction again."""
+        if self.replaying:
+            return True
+        header = self._header
+        if header is None or self.pin is None:
+            return False  # (the pin went with a map growth since the transaction began)
+        stored = _log_state(txn.get(LOG_KEY, db=self.meta_db))
+        position, last_logged, salt = stored if stored is not None else (header.start, 0, header.salt)
+        if salt != header.salt or (txn_id - 1 > header.txn_id and last_logged != txn_id - 1):
+            return False  # the checkpoint is not this store's, or a commit came that the log does not hold
+        data = payload if payload is not None and len(payload) <= MAX_PAYLOAD_BYTES else b""
+        size = record_bytes(len(data))
+        at = place(position, size, self.log.ring)
+        if self.log.room(header.start, at + size) < 0:
+            self._header = header = self.log.checkpoint() or header
+            if self.log.room(header.start, at + size) < 0:
+                return False
+        try:
+            end = self.log.append(position, txn_id, data, salt)
+            self._ring_used = end - header.start
+            self._written_at = at
+            self._marker = not data
+            self.log.flush()
+        except OSError as exc:
+            raise _log_failed(self.env.path, exc) from exc
+        txn.put(LOG_KEY, _LOG_STATE.pack(end, txn_id if data else last_logged, salt), db=self.meta_db)
+        return True
+
+    def commit_failed(self) -> None:
+        """The commit whose record was written did not happen: unmake it."""
+        if self._written_at is not None:
+            self.log.withdraw(self._written_at)
+            self._written_at = None
+
+    def after_commit(self) -> None:
+        """After a commit: one without a record (a marker) is made durable
+        now, by a checkpoint; otherwise the checkpoints' thread runs."""
+        self._written_at = None
+        if self.replaying:
+            return
+        self._last_commit = time.monotonic()
+        if self._marker:
+            self.checkpoint()
+        elif self._ring_used > CHECKPOINT_RING_SHARE * self.log.ring:
+            with self._due:
+                self._due.notify()  # the checkpoints' thread: before the ring fills
+
+    def ensure_pinned(self) -> None:
+        """Before a commit: checkpoint if this process holds no pin."""
+        if self.pin is None:
+            self.checkpoint()
+
+    # ------------------------------------------------------------ replay
+
+    @classmethod
+    def for_replay(cls, env: Environment, rollback: Rollback, meta_db: Database) -> LogWriter:
+        """A writer for a restart's replay, through the log the roll-back
+        holds locked: its commits write no records, and its pin is the
+        checkpoint the file was rolled back to (its pages must stay until the
+        replay's own checkpoint, in case the power fails again meanwhile)."""
+        this_boot = boot_id()
+        assert this_boot is not None, "a roll-back needs a boot id"
+        writer = cls(env, rollback.log, meta_db, this_boot)
+        writer.replaying = True
+        writer._runs_checkpoints = False
+        writer.pin = env.begin_read()
+        return writer
+
+    def finish_replay(self) -> None:
+        """Checkpoint the replayed commits (in this boot) and let the pin go."""
+        self.replaying = False
+        try:
+            self._checkpoint()  # (the roll-back holds the log's lock)
+        finally:
+            self.let_pin_go()
+
+    def let_pin_go(self) -> None:
+        with self._pins:
+            if self.pin is not None:
+                self.pin.abort()
+                self.pin = None
+
+    # -------------------------------------------------------- checkpoints
+
+    def checkpoint(self) -> None:
+        """Make every commit so far durable and the log's checkpoint, and pin it."""
+        with self._checkpointing:
+            _ofd_lock(self.log.descriptor, exclusive=True)
+            try:
+                self._checkpoint()
+            finally:
+                _ofd_unlock(self.log.descriptor)
+
+    def _checkpoint(self) -> None:
+        while True:
+            try:
+                pin, last, metas, raw, generation = self._take_pin()
+                break
+            except MapMovedError:
+                if threading.current_thread() is self._worker:
+                    raise  # (the checkpoints' thread never changes the map: it tries again later)
+                self.env.adopt_grown_map()  # a writer's, holding the store's lock
+        try:
+            self.env.flush_file()
+            header = self._write_header(last, raw, metas)
+        except BaseException:
+            with self._pins:
+                pin.abort()
+            raise
+        self._header = header
+        with self._pins:
+            if generation == self._map_generation:
+                old, self.pin = self.pin, pin
+                if old is not None:
+                    old.abort()
+            # else: the map changed size meanwhile, which ended that pin; the
+            # next commit checkpoints again.
+        self._last_checkpoint = time.monotonic()
+        self.checkpoints += 1
+        if self._worker is None and self._runs_checkpoints:
+            # Whoever holds a pin checkpoints on, and lets it go when idle.
+            worker = threading.Thread(target=self._checkpoints, name="simstore-checkpoints", daemon=True)
+            self._worker = worker
+            worker.start()
+
+    def _take_pin(self) -> tuple[Txn, int, bytes, bytes | None, int]:
+        """A read transaction on the latest commit C, with the two meta pages
+        the file holds for C and the log's state at C, taken with no commit in
+        between (without LMDB's writer lock: checked on the meta pages, and
+        tried again if a commit came). Raises ``MapMovedError`` if the map
+        changed size (without adopting it)."""
+        page_size = self.env.page_size()
+        with self._pins:
+            generation = self._map_generation
+            for _attempt in range(PIN_ATTEMPTS):
+                pin = self.env.begin_pin()
+                last = int(pin.id())
+                metas = self.env.read_meta_pages()
+                if _meta_pages_of(metas, last, page_size) and self.env.read_meta_pages() == metas:
+                    return pin, last, metas, pin.get(LOG_KEY, db=self.meta_db), generation
+                pin.abort()
+        raise FlushError(errno.EBUSY, f"{self.env.path}: commits kept coming while a checkpoint was taken")
+
+    def _write_header(self, last: int, raw: bytes | None, metas: bytes) -> Checkpoint:
+        """Write the checkpoint at commit ``last`` into the log's header, unless
+        another process wrote a later one meanwhile; the header now."""
+        env = self.env
+        try:
+            header = self.log.checkpoint()
+            identity = env.identity()
+            ours = header is not None and header.store_identity == identity
+            stored = _log_state(raw)
+            if (
+                header is not None
+                and ours
+                and last < header.txn_id
+                and (stored is None or stored[2] == header.salt)
+            ):
+                return header
+            if stored is not None:
+                start, _, salt = stored
+            elif header is not None and ours:
+                start, salt = header.start, header.salt  # (a store made before the log)
+            else:
+                start, salt = 0, secrets.randbits(32)
+            header = Checkpoint(
+                (header.sequence + 1) if header is not None else 1,
+                last,
+                start,
+                identity,
+                self.boot,
+                metas,
+                salt,
+            )
+            self.log.write_checkpoint(header)
+            return header
+        except OSError as exc:
+            raise _log_failed(env.path, exc) from exc
+
+    def _checkpoints(self) -> None:
+        """The checkpoints' thread: checkpoint every ``CHECKPOINT_INTERVAL``
+        while commits come, and let the pin go once none came for
+        ``IDLE_SECONDS`` (a pin held for ever would keep LMDB from reusing any
+        page other processes free)."""
+        while True:
+            with self._due:
+                if self._ring_used <= CHECKPOINT_RING_SHARE * self.log.ring:
+                    self._due.wait(CHECKPOINT_INTERVAL)
+                if self._closing:
+                    return
+            try:
+                if self._last_commit > self._last_checkpoint:
+                    self.checkpoint()
+                elif time.monotonic() - self._last_commit > IDLE_SECONDS and self.pin is not None:
+                    with self.committing, self._pins:
+                        if time.monotonic() - self._last_commit > IDLE_SECONDS and self.pin is not None:
+                            self.pin.abort()
+                            self.pin = None
+            except Exception:  # retried at the next interval; commits go on meanwhile
+                continue
+
+    # --------------------------------------------------------------- the end
+
+    def close(self) -> None:
+        """Stop the checkpoints' thread, checkpoint what was committed since
+        the last one (a clean close leaves the next restart nothing to
+        replay), and let the pin go."""
+        if os.getpid() != self.pid:
+            self.log.close()  # a forked child's (its pin was let go before the fork)
+            return
+        with self._due:
+            self._closing = True
+            self._due.notify_all()
+        if self._worker is not None:
+            self._worker.join()
+        try:
+            if self._last_commit > self._last_checkpoint and self.pin is not None:
+                self.checkpoint()
+        finally:
+            if self.pin is not None:
+                self.pin.abort()
+                self.pin = None
+            self.log.close()
+
+    def locks_over_fork(self) -> list[threading.RLock]:
+        """The locks a fork() waits for (in this order): no commit, no
+        checkpoint and no call of the checkpoints' thread into LMDB is then
+        in flight."""
+        return [self.committing, self._checkpointing, self._pins]
+
+    @contextlib.contextmanager
+    def map_changing(self) -> Iterator[None]:
+        """Held while the map changes size: py-lmdb then ends every transaction
+        of this process, the pin among them (the next commit checkpoints
+        first), and no other thread may begin one meanwhile."""
+        with self._pins:
+            self._map_generation += 1
+            self.pin = None
+            try:
+                yield
+            finally:
+                self._map_generation += 1
