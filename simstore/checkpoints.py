@@ -239,7 +239,9 @@ def _records_to_replay(
         on_disk = newest_meta_txn(os.pread(descriptor, 2 * page_size, 0), page_size)
     finally:
         os.close(descriptor)
-    if not records or on_disk is None or on_disk > records[-1][0]:
+    if not records or on_disk is None or on_disk > records[-1][0] or on_disk < checkpoint.txn_id:
+        # (Earlier than the checkpoint: the file was written over since, and the
+        # log is not its.)
         return None
     # Up to the first marker: a commit with no record is the last the log can
     # say anything about (a checkpoint always follows one before the next).
@@ -483,7 +485,16 @@ class LogWriter:
         try:
             header = self.log.checkpoint()
             identity = env.identity()
-            ours = header is not None and header.store_identity == identity
+            # The header is this file's if it names this file and no commit
+            # this file has not made: a file written over in place (a backup
+            # copied back) keeps its inode, and its commits start again lower.
+            with self._pins:  # (a call into LMDB, never beside a change of the map)
+                latest = env.last_txn_id()
+            ours = header is not None and header.store_identity == identity and header.txn_id <= latest
+            if header is not None and not ours:
+                # Another file's log, or this one's before it was written over:
+                # none of its records may pass for this file's.
+                self.log.clear()
             stored = _log_state(raw)
             if (
                 header is not None

@@ -228,6 +228,13 @@ class WriteLog:
     def flush(self) -> None:
         os.fdatasync(self.descriptor)
 
+    def clear(self) -> None:
+        """Write zeros over the whole ring (flushed): no record is left."""
+        chunk = bytes(1 << 20)
+        for offset in range(0, self.ring, len(chunk)):
+            _write_all(self.descriptor, chunk[: min(len(chunk), self.ring - offset)], RING_OFFSET + offset)
+        os.fdatasync(self.descriptor)
+
     def records(self, checkpoint: Checkpoint) -> Iterator[tuple[int, bytes, int]]:
         """The records after ``checkpoint``, in order, while each is whole and
         carries the next transaction id: ``(txn_id, payload, end position)``."""

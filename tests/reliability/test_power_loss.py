@@ -17,7 +17,9 @@ import json
 import multiprocessing
 import os
 import random
+import shutil
 from pathlib import Path
+from typing import Any
 
 import numpy as np
 import pytest
@@ -110,9 +112,40 @@ def test_every_acknowledged_write_survives_a_power_loss(
     tmp_path: Path, seed: int, interval: float, keep: float
 ) -> None:
     store_path = tmp_path / "crawl.simstore"
-    copy_path = tmp_path / "durable-copy"
-    acknowledged_path = tmp_path / "acknowledged"
     simstore.open(str(store_path), "c", k=3).close()
+    expected, found = _write_lose_power_and_reopen(store_path, seed, interval, keep)
+    assert found["problems"] == []
+    assert {key: int(fp) for key, fp in found["items"].items()} == expected
+    assert {key: int(fp) for key, fp in found["items after"].items()} == expected
+
+
+def test_a_store_written_over_in_place_does_not_take_its_old_log_for_its_own(tmp_path: Path) -> None:
+    """A backup copied back over a store keeps the file's inode, and its commits start
+    again from lower ids than its log's checkpoint: that log must neither hold back the
+    file's checkpoints nor be replayed into it."""
+    store_path = tmp_path / "crawl.simstore"
+    with simstore.open(str(store_path), "c", k=3) as store:
+        store.add("backed-up", fingerprint=3)
+    backup = tmp_path / "backup.simstore"
+    shutil.copyfile(store_path, backup)
+    with simstore.open(str(store_path), "w") as store:
+        for number in range(1000):  # more commits than the child below will make
+            store.add(f"after-the-backup-{number}", fingerprint=number)
+    inode = store_path.stat().st_ino
+    shutil.copyfile(backup, store_path)
+    assert store_path.stat().st_ino == inode
+    expected, found = _write_lose_power_and_reopen(store_path, 4, 3600.0, 0.5)
+    assert found["problems"] == []
+    assert {key: int(fp) for key, fp in found["items"].items()} == {"backed-up": 3, **expected}
+
+
+def _write_lose_power_and_reopen(
+    store_path: Path, seed: int, interval: float, keep: float
+) -> tuple[dict[str, int], dict[str, Any]]:
+    """Write in a child, make the disk a power loss leaves, reopen in a "new boot":
+    what the child acknowledged, and what the reopened store holds."""
+    folder = store_path.parent
+    copy_path, acknowledged_path = folder / "durable-copy", folder / "acknowledged"
     context = multiprocessing.get_context("fork")
     child = context.Process(
         target=_write, args=(str(store_path), str(copy_path), str(acknowledged_path), seed, interval)
@@ -123,15 +156,12 @@ def test_every_acknowledged_write_survives_a_power_loss(
     expected = _acknowledged(acknowledged_path)
     _power_loss(store_path, copy_path, keep, random.Random(seed))
     # Reopened in a child: a store damaged past LMDB's checks aborts the process.
-    found_path = tmp_path / "found.json"
+    found_path = folder / "found.json"
     reopen = context.Process(target=_reopen, args=(str(store_path), str(found_path)))
     reopen.start()
     reopen.join()
     assert reopen.exitcode == 0, f"reopening after the power loss failed (exit code {reopen.exitcode})"
-    found = json.loads(found_path.read_text())
-    assert found["problems"] == []
-    assert {key: int(fp) for key, fp in found["items"].items()} == expected
-    assert {key: int(fp) for key, fp in found["items after"].items()} == expected
+    return expected, json.loads(found_path.read_text())
 
 
 def _reopen(path: str, found_path: str) -> None:
