@@ -50,6 +50,7 @@ from typing import TYPE_CHECKING
 
 from simstore.errors import FlushError, StoreLockedError
 from simstore.format import LOG_KEY
+from simstore.mailbox import ofd_flock
 from simstore.writelog import MAX_PAYLOAD_BYTES, Checkpoint, WriteLog, boot_id, place, record_bytes
 
 if TYPE_CHECKING:
@@ -112,46 +113,40 @@ def log_path(store_path: str) -> str:
     return store_path + "-log"
 
 
-def newest_meta_txn(metas: bytes, page_size: int) -> int | None:
-    """The transaction id of the newer of a store file's two meta pages (its
-    first two pages, raw); ``None`` if neither is an LMDB meta page."""
-    found = []
+def _meta_txns(metas: bytes, page_size: int) -> list[int | None]:
+    """The transaction id in each of a store file's two meta pages (its first
+    two pages, raw); ``None`` for a page that is not an LMDB meta page."""
+    found: list[int | None] = []
     for page in (0, 1):
         base = page * page_size
-        if len(metas) < base + _META_TXN_OFFSET + _META_TXN.size:
-            continue
-        if _META_MAGIC.unpack_from(metas, base + _META_MAGIC_OFFSET)[0] == _LMDB_MAGIC:
-            found.append(_META_TXN.unpack_from(metas, base + _META_TXN_OFFSET)[0])
-    return max(found, default=None)
+        whole = len(metas) >= base + _META_TXN_OFFSET + _META_TXN.size
+        if whole and _META_MAGIC.unpack_from(metas, base + _META_MAGIC_OFFSET)[0] == _LMDB_MAGIC:
+            found.append(int(_META_TXN.unpack_from(metas, base + _META_TXN_OFFSET)[0]))
+        else:
+            found.append(None)
+    return found
+
+
+def newest_meta_txn(metas: bytes, page_size: int) -> int | None:
+    """The transaction id of the newer of a store file's two meta pages;
+    ``None`` if neither is an LMDB meta page."""
+    return max((txn for txn in _meta_txns(metas, page_size) if txn is not None), default=None)
 
 
 def _meta_pages_of(metas: bytes, txn_id: int, page_size: int) -> bool:
     """Whether a store file's first two pages are the meta pages of commit
     ``txn_id``: its own in its slot, and an older one in the other."""
-    found: dict[int, int] = {}
-    for page in (0, 1):
-        base = page * page_size
-        if len(metas) < base + _META_TXN_OFFSET + _META_TXN.size:
-            return False
-        if _META_MAGIC.unpack_from(metas, base + _META_MAGIC_OFFSET)[0] != _LMDB_MAGIC:
-            return False
-        found[page] = int(_META_TXN.unpack_from(metas, base + _META_TXN_OFFSET)[0])
-    return found[txn_id % 2] == txn_id and found[1 - txn_id % 2] < txn_id
+    own, other = (_meta_txns(metas, page_size)[slot] for slot in (txn_id % 2, 1 - txn_id % 2))
+    return own == txn_id and other is not None and other < txn_id
 
 
-def _ofd_lock(descriptor: int, *, exclusive: bool, wait: bool = True) -> bool:
-    kind = fcntl.F_WRLCK if exclusive else fcntl.F_RDLCK
-    command = fcntl.F_OFD_SETLKW if wait else fcntl.F_OFD_SETLK
-    try:
-        fcntl.fcntl(descriptor, command, struct.pack("hhqqi4x", kind, os.SEEK_SET, _LOCK_BYTE, 1, 0))
-    except BlockingIOError:
-        return False
-    return True
+def _ofd_lock(descriptor: int) -> None:
+    """Take the log's lock alone (waiting for it)."""
+    fcntl.fcntl(descriptor, fcntl.F_OFD_SETLKW, ofd_flock(fcntl.F_WRLCK, _LOCK_BYTE))
 
 
 def _ofd_unlock(descriptor: int) -> None:
-    unlock = struct.pack("hhqqi4x", fcntl.F_UNLCK, os.SEEK_SET, _LOCK_BYTE, 1, 0)
-    fcntl.fcntl(descriptor, fcntl.F_OFD_SETLK, unlock)
+    fcntl.fcntl(descriptor, fcntl.F_OFD_SETLK, ofd_flock(fcntl.F_UNLCK, _LOCK_BYTE))
 
 
 def _log_failed(store_path: str, exc: OSError) -> FlushError:
@@ -207,7 +202,7 @@ def recover_before_open(store_path: str, *, readonly: bool) -> Rollback | None:
                     "once (simstore.open(path, 'w')) to replay its log before reading it"
                 )
             return None
-        _ofd_lock(log.descriptor, exclusive=True)
+        _ofd_lock(log.descriptor)
         checkpoint = log.checkpoint()  # another opener may have recovered meanwhile
         if checkpoint is None or checkpoint.boot_id == this_boot:
             return None
@@ -422,7 +417,7 @@ class LogWriter:
     def checkpoint(self) -> None:
         """Make every commit so far durable and the log's checkpoint, and pin it."""
         with self._checkpointing:
-            _ofd_lock(self.log.descriptor, exclusive=True)
+            _ofd_lock(self.log.descriptor)
             try:
                 self._checkpoint()
             finally:

@@ -104,7 +104,7 @@ def mailbox_path(store_path: str) -> str:
     return store_path + "-writers"
 
 
-def _flock(kind: int, start: int) -> bytes:
+def ofd_flock(kind: int, start: int) -> bytes:
     # struct flock on Linux (x86-64 and arm64): type, whence, start, len, pid
     # (0 for open-file-description locks), padded to 32 bytes.
     return struct.pack("hhqqi4x", kind, os.SEEK_SET, start, 1, 0)
@@ -139,7 +139,7 @@ class Mailbox:
         except OSError:
             return None
         try:
-            fcntl.fcntl(descriptor, fcntl.F_OFD_SETLKW, _flock(fcntl.F_WRLCK, _INIT_BYTE))
+            fcntl.fcntl(descriptor, fcntl.F_OFD_SETLKW, ofd_flock(fcntl.F_WRLCK, _INIT_BYTE))
             try:
                 size = os.fstat(descriptor).st_size
                 if size == 0:
@@ -152,7 +152,7 @@ class Mailbox:
                 view = mmap.mmap(descriptor, FILE_BYTES)
             finally:
                 with contextlib.suppress(OSError):
-                    fcntl.fcntl(descriptor, fcntl.F_OFD_SETLK, _flock(fcntl.F_UNLCK, _INIT_BYTE))
+                    fcntl.fcntl(descriptor, fcntl.F_OFD_SETLK, ofd_flock(fcntl.F_UNLCK, _INIT_BYTE))
         except OSError:
             with contextlib.suppress(OSError):
                 os.close(descriptor)
@@ -162,7 +162,7 @@ class Mailbox:
             os.close(descriptor)
             return None
         try:
-            fcntl.fcntl(descriptor, fcntl.F_OFD_SETLKW, _flock(fcntl.F_RDLCK, _PRESENT_BYTE))
+            fcntl.fcntl(descriptor, fcntl.F_OFD_SETLKW, ofd_flock(fcntl.F_RDLCK, _PRESENT_BYTE))
         except OSError:
             view.close()
             os.close(descriptor)
@@ -174,17 +174,19 @@ class Mailbox:
     def _lock(self, byte: int, *, wait: bool, shared: bool = False) -> bool:
         command = fcntl.F_OFD_SETLKW if wait else fcntl.F_OFD_SETLK
         try:
-            fcntl.fcntl(self._descriptor, command, _flock(fcntl.F_RDLCK if shared else fcntl.F_WRLCK, byte))
+            fcntl.fcntl(
+                self._descriptor, command, ofd_flock(fcntl.F_RDLCK if shared else fcntl.F_WRLCK, byte)
+            )
         except (BlockingIOError, PermissionError):
             return False
         return True
 
     def _unlock(self, byte: int) -> None:
-        fcntl.fcntl(self._descriptor, fcntl.F_OFD_SETLK, _flock(fcntl.F_UNLCK, byte))
+        fcntl.fcntl(self._descriptor, fcntl.F_OFD_SETLK, ofd_flock(fcntl.F_UNLCK, byte))
 
     def _held_elsewhere(self, byte: int) -> bool:
         """Whether another open file (another process) holds the lock on ``byte``."""
-        answer = fcntl.fcntl(self._descriptor, fcntl.F_OFD_GETLK, _flock(fcntl.F_WRLCK, byte))
+        answer = fcntl.fcntl(self._descriptor, fcntl.F_OFD_GETLK, ofd_flock(fcntl.F_WRLCK, byte))
         return bool(struct.unpack("hhqqi4x", answer)[0] != fcntl.F_UNLCK)
 
     def alone(self) -> bool:
