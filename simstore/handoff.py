@@ -40,9 +40,13 @@ def pack_request(specs: list[Any]) -> bytes:
 
 
 def unpack_request(raw: bytes) -> list[list[Any]]:
-    specs = msgpack.unpackb(raw, raw=False, strict_map_key=False)
+    return _writes(msgpack.unpackb(raw, raw=False, strict_map_key=False), "a request in the writers' mailbox")
+
+
+def _writes(specs: Any, what: str) -> list[list[Any]]:
+    """``specs`` if it is a list of writes' specs (each a non-empty list)."""
     if not isinstance(specs, list) or not all(isinstance(spec, list) and spec for spec in specs):
-        raise CorruptStoreError("a request in the writers' mailbox is not a list of writes")
+        raise CorruptStoreError(f"{what} is not a list of writes")
     return specs
 
 
@@ -56,10 +60,7 @@ def unpack_record(raw: bytes) -> tuple[int, list[list[Any]]]:
     record = msgpack.unpackb(raw, raw=False, strict_map_key=False)
     if not (isinstance(record, list) and len(record) == 2 and isinstance(record[0], int)):
         raise CorruptStoreError("a record of the write-ahead log is not a group of writes")
-    specs = record[1]
-    if not isinstance(specs, list) or not all(isinstance(spec, list) and spec for spec in specs):
-        raise CorruptStoreError("a record of the write-ahead log is not a list of writes")
-    return record[0], specs
+    return record[0], _writes(record[1], "a record of the write-ahead log")
 
 
 def outcome_of(result: Any, error: BaseException | None) -> list[Any]:
