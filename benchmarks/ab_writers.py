@@ -1,10 +1,12 @@
 """A/B of durable writer processes: ``--processes`` processes (of
 ``--threads`` writer threads each) add ``--adds`` documents in all, one
-``sync=True`` call each, into copies of one
+call each (``--sync``, ``True`` by default), into copies of one
 store, in fresh runs alternating between two source trees.
 
     git worktree add ../wt-old c1b5d0a
     python benchmarks/ab_writers.py --store /tmp/k3-10M.simstore --trees ../wt-old,. --processes 8
+    python benchmarks/ab_writers.py --store /tmp/k3-1M.simstore --n 1e6 --trees ../wt-old,. \
+        --processes 1 --adds 30000 --sync False
 
 ``--store`` is made (``--n`` random fingerprints) if it does not exist. Each
 run copies it, starts the writers together (``fork``) and reports docs/s over
@@ -39,6 +41,7 @@ from simstore import mailbox
 
 path, processes, threads = sys.argv[2], int(sys.argv[3]), int(sys.argv[4])
 adds, first = int(sys.argv[5]), int(sys.argv[6])
+sync = {"True": True, "False": False, "interval": "interval"}[sys.argv[7]]
 
 def writer(index, start_at, queue):
     groups = []
@@ -64,7 +67,7 @@ def writer(index, start_at, queue):
         except BaseException as exc:
             failures.append(exc)
 
-    with simstore.open(path, "w") as store:
+    with simstore.open(path, "w", sync=sync) as store:
         workers = [threading.Thread(target=adds_of, args=(store, thread)) for thread in range(threads)]
         time.sleep(max(0.0, start_at - time.time()))
         for worker in workers:
@@ -108,7 +111,8 @@ print(json.dumps({
 def main() -> int:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--store", required=True, help="the store to add into (copied for each run)")
-    parser.add_argument("--n", type=lambda value: int(value.replace("_", "")), default=1_000_000)
+    parser.add_argument("--n", type=lambda value: int(float(value.replace("_", ""))), default=1_000_000)
+    parser.add_argument("--sync", choices=["True", "False", "interval"], default="True")
     parser.add_argument("--trees", required=True, help="two source trees, comma-separated")
     parser.add_argument("--processes", type=int, default=4)
     parser.add_argument("--threads", type=int, default=1, help="writer threads in each process")
@@ -136,7 +140,7 @@ def main() -> int:
                 first = 10**12 + round_index * args.adds
                 child = [sys.executable, "-c", CHILD, tree, copy]
                 found = subprocess.run(
-                    [*child, str(args.processes), str(args.threads), str(args.adds), str(first)],
+                    [*child, str(args.processes), str(args.threads), str(args.adds), str(first), args.sync],
                     capture_output=True,
                     text=True,
                     cwd="/",

@@ -12,6 +12,7 @@ import contextlib
 import errno
 import fcntl
 import os
+import stat
 import time
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass
@@ -19,7 +20,7 @@ from typing import TYPE_CHECKING, TypeGuard, TypeVar
 
 import lmdb
 
-from simstore.checkpoints import LogWriter, MapMovedError, Rollback, recover_before_open
+from simstore.checkpoints import LogWriter, MapMovedError, Rollback, log_in_use, recover_before_open
 from simstore.errors import (
     AccessDeniedError,
     CorruptStoreError,
@@ -30,7 +31,7 @@ from simstore.errors import (
     StoreLockedError,
     StoreNotFoundError,
 )
-from simstore.format import META_KEY
+from simstore.format import LOG_KEY, META_KEY
 from simstore.permute import MAX_TABLES
 
 if TYPE_CHECKING:
@@ -147,10 +148,19 @@ class Environment:
         map_size: int | None,
         max_map_size: int | None,
         defer_meta_sync: bool = False,
+        lock: bool = True,
     ) -> None:
         self.path = path
+        # Without LMDB's lock file: read-only opens of a store on read-only media.
+        self.lock = lock or not readonly
         self.defer_meta_sync = defer_meta_sync and sync and not readonly
-        self._wants_log = self.defer_meta_sync
+        # sync=True writers use the write-ahead log where there can be one;
+        # the others join it once the store has one in use (see _write_unlogged
+        # and simstore.checkpoints.LogWriter): then every writer holds a pin.
+        self._wants_log = defer_meta_sync and sync and not readonly
+        self._durable_log = sync
+        self._may_join_log = False
+        self._meta_db: Database | None = None
         #: With a write-ahead log (simstore.checkpoints): records before
         #: commits, checkpoints; set once the map is writable.
         self.log_writer: LogWriter | None = None
@@ -165,6 +175,8 @@ class Environment:
         self.map_changes = 0  # map size changes, each the end of every open transaction
         self.readonly = readonly
         self.max_map_size = max_map_size
+        if self.lock:
+            _check_lock_file_kind(path)
         if os.path.exists(path):
             self.rollback = recover_before_open(path, readonly=readonly)
         file_size = os.path.getsize(path) if os.path.exists(path) else 0
@@ -193,7 +205,8 @@ class Environment:
         self._check_not_truncated(file_size)
         # A killed process leaves its reader slot behind; reclaim such slots
         # now, or enough kills would make every later open fail.
-        self._reclaim_readers()
+        if self.lock:
+            self._reclaim_readers()
         self._sync = sync
         self._requested_map = map_size
 
@@ -215,7 +228,7 @@ class Environment:
                 # inherited copy of the environment would otherwise reset the
                 # parent's reader slots (measured: no query cost at 1M docs).
                 max_spare_txns=0,
-                lock=True,
+                lock=self.lock,
                 writemap=writemap,
                 # MADV_RANDOM on the map. With readahead, pages faulted in
                 # order (a bulk load through the writable map, a compaction, a
@@ -285,14 +298,34 @@ class Environment:
                 writemap=True,
                 metasync=self._sync and not self.defer_meta_sync,
             )
-        if log is not None:
-            meta_db = self.open_meta_only()
-            if meta_db is None:  # (a store has one: use_writable_map comes after that is known)
+        meta_db = self.open_meta_only()
+        if meta_db is None:  # (a store has one: use_writable_map comes after that is known)
+            if log is not None:
                 log[0].close()
-                raise CorruptStoreError(f"{self.path} lost its meta sub-database")
-            self.log_writer = LogWriter(self, log[0], meta_db, log[1])
+            raise CorruptStoreError(f"{self.path} lost its meta sub-database")
+        self._meta_db = meta_db
+        if log is not None:
+            self.log_writer = LogWriter(self, log[0], meta_db, log[1], durable=True)
             # Every commit is durable when it returns: its record was flushed first.
             self.defer_meta_sync = False
+        elif not self._durable_log:
+            self._may_join_log = True
+            with self.read() as txn:
+                logged = log_in_use(txn.get(LOG_KEY, db=meta_db))
+            if logged:
+                self._join_log()
+
+    def _join_log(self) -> None:
+        """A writer that does not flush each commit, in a store whose log is
+        in use: take part in it (records, a pin, checkpoints), so that its
+        commits never overwrite the pages a roll-back after a power loss goes
+        back to (see :class:`simstore.checkpoints.LogWriter`). Where no log can
+        be had (none may be made here, no boot id), it goes on without one."""
+        self._may_join_log = False
+        assert self._meta_db is not None
+        log = LogWriter.open_file(self.path)
+        if log is not None:
+            self.log_writer = LogWriter(self, log[0], self._meta_db, log[1], durable=False)
 
     @contextlib.contextmanager
     def _resizing(self) -> Iterator[None]:
@@ -386,12 +419,18 @@ class Environment:
             self.rollback.release()
             self.rollback = None
         logger, self.log_writer = self.log_writer, None
-        if logger is not None:
-            with contextlib.suppress(SimstoreError):
-                logger.close()  # (failing, the log's records still hold every commit)
-        self.env.close()
-        if not keep_flush_descriptor:
-            self.close_flush_descriptor()
+        try:
+            if logger is not None:
+                # Failing (a map another process grew meanwhile, a flush error),
+                # the log's records and checkpoint still hold every commit.
+                with contextlib.suppress(SimstoreError, MapMovedError, lmdb.Error, OSError):
+                    logger.close()
+        finally:
+            # Always: py-lmdb refuses to open a file again in a process that
+            # has it open, and a reload of the layout opens it anew.
+            self.env.close()
+            if not keep_flush_descriptor:
+                self.close_flush_descriptor()
 
     def close_flush_descriptor(self) -> None:
         if self._flush_descriptor is not None:
@@ -575,7 +614,7 @@ class Environment:
     def shares_commits(self) -> bool:
         """Whether concurrent single writes gain by sharing a commit: each
         commit pays a flush (``sync=True``, with a log or without)."""
-        return self.defer_meta_sync or self.log_writer is not None
+        return self.defer_meta_sync or (self.log_writer is not None and self.log_writer.durable)
 
     def write(self, body: Callable[[Txn], T], record: Callable[[], bytes | None] | None = None) -> T:
         """Run ``body`` in a write transaction and commit it.
@@ -592,7 +631,15 @@ class Environment:
         """
         logger = self.log_writer
         if logger is None:
-            return self._write(body)
+            if not self._may_join_log:
+                return self._write(body)
+            try:
+                return self._write(self._unless_logged(body))
+            except _JoinLogFirstError:
+                self._join_log()
+                logger = self.log_writer
+                if logger is None:
+                    return self._write(body)
         with logger.committing:
             while True:
                 payload: bytes | None = None
@@ -615,6 +662,19 @@ class Environment:
                     continue
                 logger.after_commit()
                 return result
+
+    def _unless_logged(self, body: Callable[[Txn], T]) -> Callable[[Txn], T]:
+        """``body``, run only if the store's log is not in use; otherwise
+        ``_JoinLogFirstError`` (the writer joins it and runs ``body`` again).
+        Checked in the write transaction, so no logged commit slips in between."""
+        meta_db = self._meta_db
+
+        def checked(txn: Txn) -> T:
+            if log_in_use(txn.get(LOG_KEY, db=meta_db)):
+                raise _JoinLogFirstError
+            return body(txn)
+
+        return checked
 
     def _write(
         self,
@@ -651,15 +711,18 @@ class Environment:
             on_failure()
 
     def flush(self) -> None:
-        """Flush every page committed so far (by any process) to the disk;
-        with a write-ahead log, nothing to do: every commit is durable when
-        it returns.
+        """Make every commit so far durable: without a write-ahead log, flush
+        the store file (every commit by any process); with one, flush the
+        log's records of this process's commits, or checkpoint (nothing to do
+        with ``sync=True``: every commit is durable when it returns).
 
         Raises:
             FlushError: the disk reported an error.
         """
         if self.log_writer is None:
             self.flush_file()
+        else:
+            self.log_writer.make_durable()
 
     def flush_file(self) -> None:
         """Flush the store file's pages (every commit so far, by any process).
@@ -682,8 +745,21 @@ class Environment:
 
     def _file_descriptor(self) -> int:
         if self._flush_descriptor is None:
-            self._flush_descriptor = os.open(self.path, os.O_RDONLY | os.O_CLOEXEC)
+            access = os.O_RDONLY if self.readonly else os.O_RDWR
+            self._flush_descriptor = os.open(self.path, access | os.O_CLOEXEC)
         return self._flush_descriptor
+
+    def write_meta_nonce(self, raw: bytes, offset: int) -> None:
+        """Write ``raw`` at ``offset`` of both meta pages, past LMDB's meta
+        record (a checkpoint's nonce, see :mod:`simstore.checkpoints`);
+        unflushed. The page cache is the map's, so LMDB's later writes of the
+        record's fields leave it in place."""
+        if offset + len(raw) > self.page_size() or offset < 256:
+            raise ValueError(f"{offset} is not past LMDB's meta record within a page")
+        for page in (0, 1):
+            written = os.pwrite(self._file_descriptor(), raw, page * self.page_size() + offset)
+            if written != len(raw):
+                raise FlushError(errno.EIO, f"{self.path}: a short write into a meta page")
 
     def read_meta_pages(self) -> bytes:
         """The store file's two meta pages as the page cache holds them."""
@@ -801,6 +877,10 @@ class Environment:
         return (int(self.env.info()["last_pgno"]) + 1) * self.page_size()
 
 
+class _JoinLogFirstError(Exception):
+    """An unlogged writer found the store's log in use (see Environment._join_log)."""
+
+
 class _CheckpointFirstError(Exception):
     """A logged commit found it must checkpoint first (see LogWriter.before_commit)."""
 
@@ -852,6 +932,25 @@ def _open_read_only(path: str, *, lock: bool) -> lmdb.Environment:
         return lmdb.open(path, subdir=False, readonly=True, lock=lock, create=False, max_dbs=MAX_DBS)
     except lmdb.Error as exc:
         raise translate(exc, path) from exc
+
+
+def _check_lock_file_kind(path: str) -> None:
+    """Refuse a lock file path that holds something other than a regular file
+    (a FIFO, a folder): LMDB's own error would be an "Illegal seek".
+
+    Raises:
+        StoreLockedError: naming what is there.
+    """
+    try:
+        mode = os.stat(lock_path(path)).st_mode
+    except OSError:
+        return  # none yet (or unreadable: the open says so)
+    if not stat.S_ISREG(mode):
+        kind = "folder" if stat.S_ISDIR(mode) else "FIFO" if stat.S_ISFIFO(mode) else "special file"
+        raise StoreLockedError(
+            f"cannot lock {path}: {lock_path(path)} is a {kind}, where LMDB keeps the store's lock "
+            "file; move it out of the way"
+        )
 
 
 def _preallocate_lock(path: str) -> None:
@@ -908,11 +1007,13 @@ def translate(exc: lmdb.Error, path: str) -> SimstoreError:
         return CorruptStoreError(f"{path} is damaged: {message}")
     if isinstance(exc, lmdb.ReadersFullError):
         return StoreLockedError(f"{path}: too many reader processes ({message})")
-    if "Permission denied" in message:
+    if "Permission denied" in message or "Read-only file system" in message:
         return AccessDeniedError(
             errno.EACCES,
-            f"{path}: permission denied. Even a reader needs to read the file and to read and "
-            f"write its lock file {lock_path(path)} (or to create it, in a folder it may write)",
+            f"{path}: {'permission denied' if 'Permission' in message else 'a read-only file system'}. "
+            f"Even a reader needs to read the file and to read and write its lock file "
+            f"{lock_path(path)} (or to create it, in a folder it may write); a store on read-only "
+            "media, which no process writes, opens with simstore.open(path, 'r', lock=False)",
         )
     if "not supported by this build" in message:
         # An LMDB lock file (a store's -lock), or another program's file.

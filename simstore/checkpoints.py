@@ -48,7 +48,7 @@ from collections.abc import Iterator
 from dataclasses import dataclass
 from typing import TYPE_CHECKING
 
-from simstore.errors import FlushError, StoreLockedError
+from simstore.errors import AccessDeniedError, FlushError, SimstoreError, StoreLockedError
 from simstore.format import LOG_KEY
 from simstore.mailbox import ofd_flock
 from simstore.writelog import MAX_PAYLOAD_BYTES, Checkpoint, WriteLog, boot_id, place, record_bytes
@@ -87,6 +87,13 @@ def new_log_state() -> bytes:
     return _LOG_STATE.pack(0, 0, secrets.randbits(32))
 
 
+def log_in_use(raw: bytes | None) -> bool:
+    """Whether the stored log state says a commit was ever logged: then every
+    writer of the store takes part in the log (see :class:`LogWriter`)."""
+    state = _log_state(raw)
+    return state is not None and state[0] != 0
+
+
 def _log_state(raw: bytes | None) -> tuple[int, int, int] | None:
     """(position, last logged transaction, salt) from the stored state."""
     if raw is None or len(raw) != _LOG_STATE.size:
@@ -102,6 +109,16 @@ _META_MAGIC = struct.Struct("<I")
 _META_MAGIC_OFFSET = 16
 _META_TXN = struct.Struct("<Q")
 _META_TXN_OFFSET = 16 + 128
+# Each checkpoint's nonce, in both meta pages past LMDB's meta record (which
+# ends at byte 152). LMDB writes a meta page whole only when it makes a file
+# (zeros past the record) and afterwards only its record's fields, so what a
+# checkpoint writes here stays until the next checkpoint writes its own. It
+# ties a log's checkpoint to the file whose history the log holds: a copy of
+# the store put over it in place (same inode, same salt) carries the nonce of
+# another log's checkpoint and is never rolled back by this one.
+_NONCE_MARK = b"simstore-nonce\0\0"
+_NONCE = struct.Struct("<16sQ")
+NONCE_OFFSET = 256
 
 # The byte of the log the checkpoints' lock stands on (an OFD lock, released
 # by the kernel when its process dies).
@@ -133,11 +150,51 @@ def newest_meta_txn(metas: bytes, page_size: int) -> int | None:
     return max((txn for txn in _meta_txns(metas, page_size) if txn is not None), default=None)
 
 
+def meta_nonces(metas: bytes, page_size: int) -> set[int]:
+    """The checkpoint nonces a store file's two meta pages carry (none in a
+    file no checkpoint of this version wrote into)."""
+    found: set[int] = set()
+    for page in (0, 1):
+        at = page * page_size + NONCE_OFFSET
+        if len(metas) >= at + _NONCE.size:
+            mark, nonce = _NONCE.unpack_from(metas, at)
+            if mark == _NONCE_MARK:
+                found.add(int(nonce))
+    return found
+
+
+def with_nonce(metas: bytes, page_size: int, nonce: int) -> bytes:
+    """The two meta pages ``metas`` with ``nonce`` written into each."""
+    patched = bytearray(metas)
+    for page in (0, 1):
+        _NONCE.pack_into(patched, page * page_size + NONCE_OFFSET, _NONCE_MARK, nonce)
+    return bytes(patched)
+
+
+def nonce_bytes(nonce: int) -> bytes:
+    """What a checkpoint writes at ``NONCE_OFFSET`` of each meta page."""
+    return _NONCE.pack(_NONCE_MARK, nonce)
+
+
+def _new_nonce() -> int:
+    return secrets.randbits(63) + 1  # (never 0, which stands for "none")
+
+
 def _meta_pages_of(metas: bytes, txn_id: int, page_size: int) -> bool:
     """Whether a store file's first two pages are the meta pages of commit
     ``txn_id``: its own in its slot, and an older one in the other."""
     own, other = (_meta_txns(metas, page_size)[slot] for slot in (txn_id % 2, 1 - txn_id % 2))
     return own == txn_id and other is not None and other < txn_id
+
+
+def history_matches(checkpoint: Checkpoint, metas: bytes, page_size: int) -> bool:
+    """Whether the store file whose meta pages are ``metas`` is the one whose
+    history the log of ``checkpoint`` holds: its meta pages carry the nonce
+    this checkpoint wrote or the one the next was to write. (A version 1
+    checkpoint wrote none: only the file's identity speaks for it.)"""
+    if not checkpoint.nonce:
+        return True
+    return bool(meta_nonces(metas, page_size) & {checkpoint.nonce, checkpoint.next_nonce})
 
 
 def _ofd_lock(descriptor: int) -> None:
@@ -176,7 +233,7 @@ class Rollback:
 
 def recover_before_open(store_path: str, *, readonly: bool) -> Rollback | None:
     """Before LMDB opens ``store_path``: roll the file back to its log's last
-    checkpoint if the machine restarted since records were logged after it.
+    checkpoint if the machine restarted since anything was committed after it.
 
     Returns the records to replay, with the log's lock held (``None``: the
     file stands as it is). Raises ``StoreLockedError`` if a roll-back is due
@@ -199,7 +256,8 @@ def recover_before_open(store_path: str, *, readonly: bool) -> Rollback | None:
             if _records_to_replay(store_path, log, checkpoint) is not None:
                 raise StoreLockedError(
                     f"{store_path} was being written when its machine stopped; open it for writing "
-                    "once (simstore.open(path, 'w')) to replay its log before reading it"
+                    "once (simstore.open(path, 'w')) to roll it back to its last checkpoint and "
+                    "replay its log before reading it"
                 )
             return None
         _ofd_lock(log.descriptor)
@@ -221,25 +279,40 @@ def recover_before_open(store_path: str, *, readonly: bool) -> Rollback | None:
 def _records_to_replay(
     store_path: str, log: WriteLog, checkpoint: Checkpoint
 ) -> list[tuple[int, bytes]] | None:
-    """The records to replay after rolling the file back to ``checkpoint``;
-    ``None`` if the file stands as it is: the checkpoint is another file's,
-    nothing was logged since, or commits the log does not hold came after
-    its records (the file's newest meta page is later than its last record)."""
+    """The records to replay after rolling the file back to ``checkpoint``
+    (maybe none); ``None`` if the file stands as it is: the checkpoint is
+    another file's, or nothing was committed after it.
+
+    Every writer of a store with a log, whatever its ``sync``, holds a pin no
+    later than the log's checkpoint while it commits, so the checkpoint's
+    pages are on the disk as it flushed them, whatever else the power loss
+    kept: going back to it is always sound. What the log's records hold is
+    then committed again; commits after them, or after a commit the log holds
+    no record of (a marker), were not acknowledged as durable (``sync=False``
+    or ``"interval"`` writers, whose writes may be lost) or were made durable
+    by a later checkpoint."""
     descriptor = os.open(store_path, os.O_RDONLY | os.O_CLOEXEC)
     try:
         if _identity(descriptor) != checkpoint.store_identity:
             return None
-        records = [(txn_id, payload) for txn_id, payload, _ in log.records(checkpoint)]
         page_size = len(checkpoint.metas) // 2
-        on_disk = newest_meta_txn(os.pread(descriptor, 2 * page_size, 0), page_size)
+        metas = os.pread(descriptor, 2 * page_size, 0)
     finally:
         os.close(descriptor)
-    if not records or on_disk is None or on_disk > records[-1][0] or on_disk < checkpoint.txn_id:
-        # (Earlier than the checkpoint: the file was written over since, and the
-        # log is not its.)
+    on_disk = newest_meta_txn(metas, page_size)
+    if on_disk is None or on_disk < checkpoint.txn_id or not history_matches(checkpoint, metas, page_size):
+        # Earlier than the checkpoint: the file was written over since (a backup
+        # copied back), and the log is not its; another nonce: a copy with a
+        # history of its own put in its place. (No meta page at all: the file
+        # is damaged, and the open says so.)
+        return None
+    records = [(txn_id, payload) for txn_id, payload, _ in log.records(checkpoint)]
+    if on_disk == checkpoint.txn_id and not records:
         return None
     # Up to the first marker: a commit with no record is the last the log can
-    # say anything about (a checkpoint always follows one before the next).
+    # say anything about (a durable one is followed by a checkpoint before the
+    # next record; a later record of a writer that does not flush each one was
+    # not promised to survive).
     replay: list[tuple[int, bytes]] = []
     for txn_id, payload in records:
         if not payload:
@@ -266,6 +339,8 @@ def _with_boot(checkpoint: Checkpoint, this_boot: bytes) -> Checkpoint:
         this_boot,
         checkpoint.metas,
         checkpoint.salt,
+        checkpoint.nonce,
+        checkpoint.next_nonce,
     )
 
 
@@ -274,10 +349,24 @@ def _with_boot(checkpoint: Checkpoint, this_boot: bytes) -> Checkpoint:
 
 class LogWriter:
     """One environment's use of its store's log: records before commits,
-    checkpoints, and this process's pin."""
+    checkpoints, and this process's pin.
 
-    def __init__(self, env: Environment, log: WriteLog, meta_db: Database, this_boot: bytes) -> None:
+    Every writer of a store with a log uses it, whatever its ``sync``: each
+    commit's record is written before the commit, and a pin no later than the
+    log's checkpoint is held while it commits, so that a power loss can always
+    be undone by going back to the checkpoint. What ``sync`` decides is when
+    the records reach the disk: ``durable`` writers (``sync=True``) flush each
+    one before their commit, and make a commit without one durable by a
+    checkpoint before it returns; the others leave that to :meth:`make_durable`
+    (``sync="interval"``'s flushes) and to the checkpoints, which come every
+    ``CHECKPOINT_INTERVAL`` while they write.
+    """
+
+    def __init__(
+        self, env: Environment, log: WriteLog, meta_db: Database, this_boot: bytes, *, durable: bool = True
+    ) -> None:
         self.env = env
+        self.durable = durable
         env.identity()  # (opens the store file's descriptor now, before two threads could)
         self.log = log
         self.meta_db = meta_db
@@ -297,8 +386,13 @@ class LogWriter:
         self.committing = threading.RLock()
         self._written_at: int | None = None  # the record of the commit in flight
         self._marker = False  # whether that record is a marker
+        # Not durable yet (writers that do not flush each record): records
+        # written since the log's last flush, a marker since the last checkpoint.
+        self._records_unflushed = False
+        self._marker_unflushed = False
         self._ring_used = 0  # bytes of the ring from the checkpoint to the last record
         self._last_commit = time.monotonic()
+        self._committed = False  # whether this process committed anything yet
         self._last_checkpoint = 0.0
         self._due = threading.Condition()
         self._closing = False
@@ -309,7 +403,14 @@ class LogWriter:
     def open_file(store_path: str) -> tuple[WriteLog, bytes] | None:
         """The log beside a store file (made if missing) and this boot's id;
         ``None`` where there can be none (no boot id, a file by that name that
-        is not a log, a folder this process cannot write)."""
+        is not a log, a folder this process cannot write).
+
+        Raises:
+            AccessDeniedError: the log is there but this process may not
+                write it. Every writer of a store must use its log (the
+                roll-back after a power loss relies on every writer's pin),
+                so such a writer is refused rather than let in without it.
+        """
         this_boot = boot_id()
         if this_boot is None:
             return None
@@ -320,6 +421,15 @@ class LogWriter:
                 log = WriteLog.make(path, mode=os.stat(store_path).st_mode & 0o666)
             if log is None:
                 log = WriteLog.open(path, writable=True)
+        except PermissionError as exc:
+            if os.path.isfile(path):
+                raise AccessDeniedError(
+                    errno.EACCES,
+                    f"{store_path}: its write-ahead log {path} is not writable by this user, and every "
+                    "writer of the store must write it; open the store read-only (mode 'r'), or give "
+                    "this user write access to the log",
+                ) from exc
+            return None
         except (OSError, ValueError):
             return None
         return log, this_boot
@@ -338,9 +448,14 @@ class LogWriter:
             return False  # (the pin went with a map growth since the transaction began)
         stored = _log_state(txn.get(LOG_KEY, db=self.meta_db))
         position, last_logged, salt = stored if stored is not None else (header.start, 0, header.salt)
-        if salt != header.salt or (txn_id - 1 > header.txn_id and last_logged != txn_id - 1):
-            return False  # the checkpoint is not this store's, or a commit came that the log does not hold
         data = payload if payload is not None and len(payload) <= MAX_PAYLOAD_BYTES else b""
+        if salt != header.salt:
+            return False  # the checkpoint is not this store's
+        if data and txn_id - 1 > header.txn_id and last_logged != txn_id - 1:
+            # A commit came that the log holds no record of: a replay would
+            # stop before this record. (A marker needs no such care: a replay
+            # stops at it anyway.)
+            return False
         size = record_bytes(len(data))
         at = place(position, size, self.log.ring)
         if self.log.room(header.start, at + size) < 0:
@@ -352,7 +467,8 @@ class LogWriter:
             self._ring_used = end - header.start
             self._written_at = at
             self._marker = not data
-            self.log.flush()
+            if self.durable:
+                self.log.flush()
         except OSError as exc:
             raise _log_failed(self.env.path, exc) from exc
         txn.put(LOG_KEY, _LOG_STATE.pack(end, txn_id if data else last_logged, salt), db=self.meta_db)
@@ -365,17 +481,38 @@ class LogWriter:
             self._written_at = None
 
     def after_commit(self) -> None:
-        """After a commit: one without a record (a marker) is made durable
-        now, by a checkpoint; otherwise the checkpoints' thread runs."""
+        """After a commit: a durable writer's commit without a record (a
+        marker) is made durable now, by a checkpoint; otherwise the
+        checkpoints' thread runs."""
         self._written_at = None
         if self.replaying:
             return
         self._last_commit = time.monotonic()
-        if self._marker:
+        self._committed = True
+        if not self.durable:
+            if self._marker:
+                self._marker_unflushed = True
+            else:
+                self._records_unflushed = True
+        if self._marker and self.durable:
             self.checkpoint()
         elif self._ring_used > CHECKPOINT_RING_SHARE * self.log.ring:
             with self._due:
                 self._due.notify()  # the checkpoints' thread: before the ring fills
+
+    def make_durable(self) -> None:
+        """Make every commit of this process so far durable: one flush of the
+        log, or a checkpoint if a commit without a record came since the last.
+        (A durable writer's commits are durable when they return.)"""
+        if self._marker_unflushed:
+            self.checkpoint()
+        elif self._records_unflushed:
+            self._records_unflushed = False
+            try:
+                self.log.flush()
+            except OSError as exc:
+                self._records_unflushed = True
+                raise _log_failed(self.env.path, exc) from exc
 
     def ensure_pinned(self) -> None:
         """Before a commit: checkpoint if this process holds no pin."""
@@ -424,6 +561,26 @@ class LogWriter:
                 _ofd_unlock(self.log.descriptor)
 
     def _checkpoint(self) -> None:
+        # What this checkpoint covers: every commit before its pin. (Set
+        # again if it fails, or by a commit that comes in meanwhile.)
+        unflushed = self._marker_unflushed, self._records_unflushed
+        self._marker_unflushed = self._records_unflushed = False
+        try:
+            header = self._checkpoint_and_pin()
+        except BaseException:
+            self._marker_unflushed |= unflushed[0]
+            self._records_unflushed |= unflushed[1]
+            raise
+        self._header = header
+        self._last_checkpoint = time.monotonic()
+        self.checkpoints += 1
+        if self._worker is None and self._runs_checkpoints:
+            # Whoever holds a pin checkpoints on, and lets it go when idle.
+            worker = threading.Thread(target=self._checkpoints, name="simstore-checkpoints", daemon=True)
+            self._worker = worker
+            worker.start()
+
+    def _checkpoint_and_pin(self) -> Checkpoint:
         while True:
             try:
                 pin, last, metas, raw, generation = self._take_pin()
@@ -433,13 +590,22 @@ class LogWriter:
                     raise  # (the checkpoints' thread never changes the map: it tries again later)
                 self.env.adopt_grown_map()  # a writer's, holding the store's lock
         try:
-            self.env.flush_file()
-            header = self._write_header(last, raw, metas)
-        except BaseException:
+            header = self._next_header(last, raw, metas)
+            if header is None:
+                self.env.flush_file()
+                header = self.log.checkpoint()
+            else:
+                # The nonce first, flushed with the pages it vouches for, and
+                # only then the header that names it.
+                self.env.write_meta_nonce(nonce_bytes(header.nonce), NONCE_OFFSET)
+                self.env.flush_file()
+                self.log.write_checkpoint(header)
+        except BaseException as exc:
             with self._pins:
                 pin.abort()
+            if isinstance(exc, OSError) and not isinstance(exc, SimstoreError):
+                raise _log_failed(self.env.path, exc) from exc
             raise
-        self._header = header
         with self._pins:
             if generation == self._map_generation:
                 old, self.pin = self.pin, pin
@@ -447,13 +613,8 @@ class LogWriter:
                     old.abort()
             # else: the map changed size meanwhile, which ended that pin; the
             # next commit checkpoints again.
-        self._last_checkpoint = time.monotonic()
-        self.checkpoints += 1
-        if self._worker is None and self._runs_checkpoints:
-            # Whoever holds a pin checkpoints on, and lets it go when idle.
-            worker = threading.Thread(target=self._checkpoints, name="simstore-checkpoints", daemon=True)
-            self._worker = worker
-            worker.start()
+        assert header is not None
+        return header
 
     def _take_pin(self) -> tuple[Txn, int, bytes, bytes | None, int]:
         """A read transaction on the latest commit C, with the two meta pages
@@ -473,50 +634,56 @@ class LogWriter:
                 pin.abort()
         raise FlushError(errno.EBUSY, f"{self.env.path}: commits kept coming while a checkpoint was taken")
 
-    def _write_header(self, last: int, raw: bytes | None, metas: bytes) -> Checkpoint:
-        """Write the checkpoint at commit ``last`` into the log's header, unless
-        another process wrote a later one meanwhile; the header now."""
+    def _next_header(self, last: int, raw: bytes | None, metas: bytes) -> Checkpoint | None:
+        """The checkpoint at commit ``last`` to write into the log's header;
+        ``None`` if the header holds a later one already (then it stays).
+        A header that is not this file's is cleared with the records after it."""
         env = self.env
-        try:
-            header = self.log.checkpoint()
-            identity = env.identity()
-            # The header is this file's if it names this file and no commit
-            # this file has not made: a file written over in place (a backup
-            # copied back) keeps its inode, and its commits start again lower.
-            with self._pins:  # (a call into LMDB, never beside a change of the map)
-                latest = env.last_txn_id()
-            ours = header is not None and header.store_identity == identity and header.txn_id <= latest
-            if header is not None and not ours:
-                # Another file's log, or this one's before it was written over:
-                # none of its records may pass for this file's.
-                self.log.clear()
-            stored = _log_state(raw)
-            if (
-                header is not None
-                and ours
-                and last < header.txn_id
-                and (stored is None or stored[2] == header.salt)
-            ):
-                return header
-            if stored is not None:
-                start, _, salt = stored
-            elif header is not None and ours:
-                start, salt = header.start, header.salt  # (a store made before the log)
-            else:
-                start, salt = 0, secrets.randbits(32)
-            header = Checkpoint(
-                (header.sequence + 1) if header is not None else 1,
-                last,
-                start,
-                identity,
-                self.boot,
-                metas,
-                salt,
-            )
-            self.log.write_checkpoint(header)
-            return header
-        except OSError as exc:
-            raise _log_failed(env.path, exc) from exc
+        header = self.log.checkpoint()
+        identity = env.identity()
+        page_size = env.page_size()
+        # The header is this file's if it names this file, no commit this
+        # file has not made (a backup copied back in place keeps the inode,
+        # and its commits start again lower) and a nonce this file's meta
+        # pages carry (a copy with a history of its own, copied back in place).
+        with self._pins:  # (a call into LMDB, never beside a change of the map)
+            latest = env.last_txn_id()
+        ours = (
+            header is not None
+            and header.store_identity == identity
+            and header.txn_id <= latest
+            and history_matches(header, env.read_meta_pages(), page_size)
+        )
+        if header is not None and not ours:
+            # Another file's log, or this one's before it was written over:
+            # none of its records may pass for this file's.
+            self.log.clear()
+        stored = _log_state(raw)
+        if (
+            header is not None
+            and ours
+            and last < header.txn_id
+            and (stored is None or stored[2] == header.salt)
+        ):
+            return None
+        if stored is not None:
+            start, _, salt = stored
+        elif header is not None and ours:
+            start, salt = header.start, header.salt  # (a store made before the log)
+        else:
+            start, salt = 0, secrets.randbits(32)
+        nonce = header.next_nonce if header is not None and ours and header.next_nonce else _new_nonce()
+        return Checkpoint(
+            (header.sequence + 1) if header is not None else 1,
+            last,
+            start,
+            identity,
+            self.boot,
+            with_nonce(metas, page_size, nonce),
+            salt,
+            nonce,
+            _new_nonce(),
+        )
 
     def _checkpoints(self) -> None:
         """The checkpoints' thread: checkpoint every ``CHECKPOINT_INTERVAL``
@@ -544,8 +711,8 @@ class LogWriter:
 
     def close(self) -> None:
         """Stop the checkpoints' thread, checkpoint what was committed since
-        the last one (a clean close leaves the next restart nothing to
-        replay), and let the pin go."""
+        the last one (a clean close leaves the next restart nothing to roll
+        back or replay, whatever ``sync`` was), and let the pin go."""
         if os.getpid() != self.pid:
             self.log.close()  # a forked child's (its pin was let go before the fork)
             return
@@ -555,7 +722,7 @@ class LogWriter:
         if self._worker is not None:
             self._worker.join()
         try:
-            if self._last_commit > self._last_checkpoint and self.pin is not None:
+            if self._committed and self._last_commit > self._last_checkpoint:
                 self.checkpoint()
         finally:
             if self.pin is not None:

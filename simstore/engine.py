@@ -250,6 +250,7 @@ class Engine:
             map_size=None,
             max_map_size=self.options.max_map_size,
             defer_meta_sync=self.options.sync_each_commit,  # simstore.commit flushes the meta page
+            lock=self.options.lock,
         )
         try:
             env.use_writable_map()  # the file is this store's

@@ -12,7 +12,7 @@ from collections.abc import Iterator
 from typing import Any
 
 from simstore import _lmdb
-from simstore.checkpoints import LogWriter, new_log_state
+from simstore.checkpoints import LogWriter, log_path, new_log_state
 from simstore.choose import DEFAULT_MIN_SIMILARITY, LayoutRequest, choose_layout, layout_tables
 from simstore.engine import Engine, open_in_this_process, release_inherited
 from simstore.errors import (
@@ -43,6 +43,7 @@ from simstore.sketch import check_similarity
 from simstore.store import Store
 from simstore.text import segmenter_info
 from simstore.version import __version__
+from simstore.writelog import WriteLog
 
 MODES = ("r", "w", "c", "n")
 OPEN_RETRIES = 3
@@ -124,6 +125,8 @@ def open(  # noqa: A001 - mirrors dbm.open, deliberately
         if fingerprinter is not None and fingerprinter.sketch is None:
             raise InvalidValueError("min_similarity needs sketches; the fingerprinter has sketch=None")
     opts = Options.from_kwargs(options)
+    if not opts.lock and not readonly:
+        raise InvalidValueError("lock=False opens a store read-only only: use mode 'r' with it")
     # The file's own name, once: LMDB locks a store through the lock file beside
     # the name it is opened by, so a symlink's name would lock another lock
     # file than the target's (two writers at once), and a relative name would
@@ -156,14 +159,19 @@ def open(  # noqa: A001 - mirrors dbm.open, deliberately
         raise NotAStoreError(f"{path_str} is an empty file, not a simstore store")
 
     release_inherited(path_str)  # a forked child's inherited store: only once the open is due
-    env = _lmdb.Environment(
-        path_str,
-        readonly=readonly,
-        sync=opts.sync_each_commit,
-        map_size=opts.map_size,
-        max_map_size=opts.max_map_size,
-        defer_meta_sync=opts.sync_each_commit,  # simstore.commit flushes the meta page
-    )
+    try:
+        env = _lmdb.Environment(
+            path_str,
+            readonly=readonly,
+            sync=opts.sync_each_commit,
+            map_size=opts.map_size,
+            max_map_size=opts.max_map_size,
+            defer_meta_sync=opts.sync_each_commit,  # simstore.commit flushes the meta page
+            lock=opts.lock,
+        )
+    except NotAStoreError as exc:
+        _refuse_as_damaged_if_logged(path_str, exc)
+        raise
     try:
         for attempt in range(1, OPEN_RETRIES + 1):
             params, raw_meta = _load_or_create(env, path_str, mode, requested)
@@ -177,11 +185,12 @@ def open(  # noqa: A001 - mirrors dbm.open, deliberately
                 # tables since the meta record was read; read it again.
                 if attempt == OPEN_RETRIES:
                     raise
-    except NotAStoreError:
+    except NotAStoreError as exc:
         # A refused foreign file's folder is left as it was found: no new
         # lock file. The path itself is never removed: it existed before
         # this open (or another process linked its new store there).
         env.fail_open()
+        _refuse_as_damaged_if_logged(path_str, exc)
         raise
     except BaseException:
         # The file is a store, which other processes may have open: its lock
@@ -192,6 +201,32 @@ def open(  # noqa: A001 - mirrors dbm.open, deliberately
     if env.rollback is not None:
         _replay(engine)
     return Store(engine)
+
+
+def _refuse_as_damaged_if_logged(path: str, refusal: NotAStoreError) -> None:
+    """A file that does not read as a store, but whose write-ahead log beside
+    it names this very file (its device and inode), is a simstore store that
+    was damaged (its meta pages zeroed, its tree torn): say so, rather than
+    call it another program's.
+
+    Raises:
+        CorruptStoreError: the log names the file.
+    """
+    try:
+        log = WriteLog.open(log_path(path), writable=False)
+    except (OSError, ValueError):
+        return
+    try:
+        checkpoint = log.checkpoint()
+        status = os.stat(path)
+    except OSError:
+        return
+    finally:
+        log.close()
+    if checkpoint is not None and checkpoint.store_identity == (status.st_dev, status.st_ino):
+        raise CorruptStoreError(
+            f"{path} is a damaged simstore store (its write-ahead log {log_path(path)} names it): {refusal}"
+        ) from refusal
 
 
 def _replay(engine: Engine) -> None:
@@ -340,10 +375,15 @@ def _read_meta(env: _lmdb.Environment, path: str) -> bytes | None:
         if snapshot == 0:
             return None
         raise NotAStoreError(f"{path} is an LMDB file written by another program, not a simstore store")
+    ours = set(names) & set(_lmdb.FIXED_DB_NAMES)
     if _lmdb.DB_META not in names:
+        if len(ours) >= 3:
+            raise CorruptStoreError(f"{path} is a damaged simstore store: it lacks its meta sub-database")
         raise NotAStoreError(f"{path} is an LMDB file written by another program, not a simstore store")
     raw = env.read_meta_record()
     if raw is None:
+        if len(ours) >= 3:
+            raise CorruptStoreError(f"{path} is a damaged simstore store: it lost its meta record")
         raise NotAStoreError(f"{path} has no simstore meta record")
     return raw
 

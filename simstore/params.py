@@ -41,19 +41,22 @@ class Options:
 
     Attributes:
         sync: flush to disk at every commit. ``True`` (the default) keeps every
-            acknowledged write across a power loss, at the cost of an fsync per
-            transaction. ``False`` still keeps every acknowledged write across a
-            process crash (LMDB's pages sit in the OS page cache), but a power
-            loss or kernel crash may lose the most recent transactions, and
-            LMDB does not promise the file survives one intact (see
-            ``docs/durability.md``).
-            ``"interval"`` commits without a flush and flushes (one fsync)
-            once ``sync_interval`` seconds have passed since the first
+            acknowledged write across a power loss, at the cost of one flush of
+            the write-ahead log per commit. ``False`` still keeps every
+            acknowledged write across a process crash (LMDB's pages sit in the
+            OS page cache), but a power loss or kernel crash may lose the most
+            recent transactions. ``"interval"`` commits without a flush and
+            flushes once ``sync_interval`` seconds have passed since the first
             unflushed commit or ``sync_every`` commits are unflushed,
             whichever comes first, and when the store closes; a power loss
-            may lose the writes of that window (see ``docs/durability.md``).
+            may lose the writes of that window. In a store a ``sync=True``
+            writer has written, ``False`` and ``"interval"`` writers take part
+            in its log (a pin, a checkpoint every second), so the file stays
+            intact and the ``sync=True`` writers' promise holds; in one only
+            ever written without ``sync=True``, LMDB does not promise the file
+            survives a power loss intact (see ``docs/durability.md``).
             With ``True``, concurrent single writes from threads share one
-            commit and one fsync (group commit).
+            commit and one flush (group commit).
         sync_interval: with ``sync="interval"``, the longest a commit stays
             unflushed, in seconds.
         sync_every: with ``sync="interval"``, the most commits left unflushed.
@@ -70,6 +73,12 @@ class Options:
             on its own when full.
         max_map_size: never grow the map beyond this many bytes; a write that
             would need more raises ``StoreFullError`` and changes nothing.
+        lock: with mode ``"r"`` only, ``False`` opens the store without LMDB's
+            lock file: for a store on read-only media, or in a folder this
+            user may not write (where the lock file cannot be made). No
+            process may write the store while it is open so: without the lock
+            file a reader cannot tell writers which pages it reads, and a
+            writer could reuse them under it.
     """
 
     sync: bool | Literal["interval"] = True
@@ -79,6 +88,7 @@ class Options:
     merge_on_close: bool = True
     map_size: int | None = None
     max_map_size: int | None = None
+    lock: bool = True
 
     @classmethod
     def from_kwargs(cls, options: Mapping[str, Any]) -> Options:
@@ -101,6 +111,8 @@ class Options:
     def validate(self) -> None:
         if not isinstance(self.sync, bool) and self.sync != "interval":
             raise InvalidTypeError(f"sync must be True, False or 'interval', got {self.sync!r}")
+        if not isinstance(self.lock, bool):
+            raise InvalidTypeError(f"lock must be True or False, got {self.lock!r}")
         if not isinstance(self.merge_on_close, bool):
             raise InvalidTypeError(f"merge_on_close must be True or False, got {self.merge_on_close!r}")
         interval = self.sync_interval

@@ -13,8 +13,11 @@ Layout:
   one (by sequence number, CRC checked) is the checkpoint. A checkpoint names
   the store's last commit it covers, the two meta pages the store file held
   then, where the log's records after it start, the store file it belongs to
-  and the boot it was written in. Writing the other slot, then flushing, never
-  leaves the file without a valid checkpoint.
+  and the boot it was written in, and the *nonce* the checkpoint wrote into the
+  store file's meta pages (with the one the next checkpoint will write), which
+  ties the checkpoint to that file's history (see :mod:`simstore.checkpoints`).
+  Writing the other slot, then flushing, never leaves the file without a valid
+  checkpoint.
 - the *ring* after them: records at *positions*, byte counts that only grow (a
   record at position ``p`` lies at ``RING_OFFSET + p % ring``). A record is a
   header (CRC, payload length, its own position, the LMDB transaction id) and
@@ -29,13 +32,16 @@ of a record never has to allocate blocks or change the file's length.
 from __future__ import annotations
 
 import os
+import stat
 import struct
 import zlib
 from collections.abc import Iterator
 from dataclasses import dataclass
 
 MAGIC = b"simstore-log\0\0\0\1"
-VERSION = 1
+#: Version 2 added the nonces; version 1 checkpoints (no nonces) are still read.
+VERSION = 2
+_VERSIONS = (1, 2)
 SLOT_BYTES = 16 * 1024
 RING_OFFSET = 2 * SLOT_BYTES
 DEFAULT_RING_BYTES = 4 * 1024 * 1024
@@ -43,8 +49,11 @@ ALIGN = 8
 
 # magic, version, CRC (of everything after it), sequence, transaction id,
 # first record's position, store file's device and inode, boot id, the salt of
-# the records' CRCs, length of the meta pages that follow.
-_CHECKPOINT = struct.Struct("<16sII QQQ QQ 16s II")
+# the records' CRCs, length of the meta pages that follow; version 2 then
+# holds the nonce in the store file's meta pages and the next checkpoint's.
+_CHECKPOINT_V1 = struct.Struct("<16sII QQQ QQ 16s II")
+_NONCES = struct.Struct("<QQ")
+_CHECKPOINT = struct.Struct(_CHECKPOINT_V1.format + "QQ")
 # CRC (of everything after it, payload included), payload length, position,
 # transaction id.
 _RECORD = struct.Struct("<IIQQ")
@@ -66,6 +75,11 @@ class Checkpoint:
     #: Seeds every record's CRC: records another store file's log left in
     #: the ring (a store made anew under the same name) never pass the check.
     salt: int
+    #: What this checkpoint wrote into the store file's meta pages, and what
+    #: the next one will (a checkpoint whose header write was lost to a power
+    #: loss left that one there); 0 in a version 1 checkpoint, which wrote none.
+    nonce: int = 0
+    next_nonce: int = 0
 
 
 def encode_checkpoint(checkpoint: Checkpoint) -> bytes:
@@ -83,6 +97,8 @@ def encode_checkpoint(checkpoint: Checkpoint) -> bytes:
         checkpoint.boot_id,
         checkpoint.salt,
         len(checkpoint.metas),
+        checkpoint.nonce,
+        checkpoint.next_nonce,
     )
     raw = bytearray(rest + checkpoint.metas)
     if len(raw) > SLOT_BYTES:
@@ -96,13 +112,17 @@ def decode_checkpoint(raw: bytes) -> Checkpoint | None:
     (never written, or torn: the CRC does not match)."""
     if len(raw) < _CHECKPOINT.size:
         return None
-    fields = _CHECKPOINT.unpack_from(raw)
+    fields = _CHECKPOINT_V1.unpack_from(raw)
     magic, version, crc, sequence, txn_id, start, device, inode, boot_id, salt, metas_length = fields
-    end = _CHECKPOINT.size + metas_length
-    if magic != MAGIC or version != VERSION or end > len(raw) or zlib.crc32(raw[24:end]) != crc:
+    nonce = next_nonce = 0
+    if version == 2:
+        nonce, next_nonce = _NONCES.unpack_from(raw, _CHECKPOINT_V1.size)
+    header_bytes = _CHECKPOINT.size if version == 2 else _CHECKPOINT_V1.size
+    end = header_bytes + metas_length
+    if magic != MAGIC or version not in _VERSIONS or end > len(raw) or zlib.crc32(raw[24:end]) != crc:
         return None
-    metas = bytes(raw[_CHECKPOINT.size : end])
-    return Checkpoint(sequence, txn_id, start, (device, inode), boot_id, metas, salt)
+    metas = bytes(raw[header_bytes:end])
+    return Checkpoint(sequence, txn_id, start, (device, inode), boot_id, metas, salt, nonce, next_nonce)
 
 
 def record_bytes(payload_length: int) -> int:
@@ -174,10 +194,18 @@ class WriteLog:
 
         Raises:
             OSError: the file cannot be opened (for writing, if ``writable``).
-            ValueError: the file is too short to be a log.
+            ValueError: the file is not a regular file, or too short to be a log.
         """
-        descriptor = os.open(path, (os.O_RDWR if writable else os.O_RDONLY) | os.O_CLOEXEC)
-        ring = os.fstat(descriptor).st_size - RING_OFFSET
+        # Non-blocking: a FIFO by that name would make a read-only open wait
+        # for a writer for ever. (It is refused below; a log is a regular file.)
+        flags = (os.O_RDWR if writable else os.O_RDONLY) | os.O_CLOEXEC | os.O_NONBLOCK
+        descriptor = os.open(path, flags)
+        status = os.fstat(descriptor)
+        if not stat.S_ISREG(status.st_mode):
+            os.close(descriptor)
+            raise ValueError(f"{path} is not a regular file, so not a simstore log")
+        os.set_blocking(descriptor, True)
+        ring = status.st_size - RING_OFFSET
         starts = [os.pread(descriptor, len(MAGIC), slot * SLOT_BYTES) for slot in (0, 1)]
         # A log holds a checkpoint in a slot, or none yet (its maker checkpoints next).
         if ring < 4096 or not (MAGIC in starts or starts == [bytes(len(MAGIC))] * 2):

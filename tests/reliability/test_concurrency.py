@@ -398,25 +398,38 @@ def test_fork_child_exiting_normally_leaves_the_parent_alone(tmp_path: Path) -> 
 
 
 def test_fork_while_another_thread_is_inside_the_store(tmp_path: Path) -> None:
-    """fork() while a parent thread is in the middle of a long Store call: the child's
-    first use must not deadlock on the lock it inherited locked."""
+    """fork() while a parent thread is in the middle of a Store call, inside a read
+    transaction: the child's first use must not deadlock on the lock it inherited
+    locked. Waits on events, never on the clock: the call in flight holds until fork()
+    has been called (a timer lets it go), however slow the machine."""
     completed = run_python(
         """
-        import os, signal, sys, threading, time
+        import os, signal, sys, threading
         import numpy as np
         import simstore
+        from simstore import engine as engine_module
+
         store = simstore.open(sys.argv[1], "c", sync=False)
-        # clustered fingerprints make each query slow, so the call below takes seconds
-        store.add_many([f"k{i}" for i in range(20000)], np.arange(20000, dtype=np.uint64) * 7919)
+        store.add_many([f"k{i}" for i in range(2000)], np.arange(2000, dtype=np.uint64) * 7919)
         store.merge()
-        queries = np.arange(300, dtype=np.uint64) * 104729
-        busy = threading.Thread(target=lambda: store.query_many(queries))
+        inside, let_go = threading.Event(), threading.Event()
+        real_enter = engine_module.Reading.__enter__
+
+        def enter_and_wait(reading):
+            txn = real_enter(reading)
+            if threading.current_thread().name == "busy":
+                inside.set()
+                let_go.wait()  # a read transaction open, the store's lock held
+            return txn
+
+        engine_module.Reading.__enter__ = enter_and_wait
+        busy = threading.Thread(target=lambda: store.query(fingerprint=7919, k=3), name="busy")
         busy.start()
-        time.sleep(0.1)
-        assert busy.is_alive(), "the long call finished too soon for this test"
+        inside.wait()
+        threading.Timer(0.5, let_go.set).start()  # (fork() waits for the busy call to end)
         pid = os.fork()
         if pid == 0:
-            signal.alarm(3)  # a deadlock ends here, with SIGALRM
+            signal.alarm(60)  # a deadlock ends here, with SIGALRM
             try:
                 store.query(fingerprint=5 * 7919, k=0)
             except simstore.SimstoreError:
@@ -428,6 +441,7 @@ def test_fork_while_another_thread_is_inside_the_store(tmp_path: Path) -> None:
         print(os.waitstatus_to_exitcode(status))
         """,
         str(tmp_path / "fork-busy.simstore"),
+        timeout=300,
     )
     assert completed.returncode == 0, completed.stderr
     assert completed.stdout.strip() == "0", "the child deadlocked after fork()"
