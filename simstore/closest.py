@@ -16,7 +16,9 @@ from __future__ import annotations
 
 import functools
 from operator import itemgetter
-from typing import TYPE_CHECKING, NamedTuple
+from typing import TYPE_CHECKING
+
+import numpy as np
 
 from simstore import _lmdb
 from simstore.errors import CorruptStoreError, InvalidTypeError, InvalidValueError
@@ -24,9 +26,10 @@ from simstore.inputs import store_sketch
 from simstore.permute import U64Array
 from simstore.query import permute_columns, rows_of
 from simstore.reads import BATCH_READS_BITMAPS
-from simstore.records import decode_record, encode_id, sort_key, unpack_key, unpack_meta
+from simstore.records import Key, decode_record, encode_id, sort_key, unpack_key, unpack_meta
 from simstore.results import Match
-from simstore.sketch import Sketch, U8Array, estimate_jaccard_one
+from simstore.sketch import U8Array, estimate_jaccard_one
+from simstore.tables import sharing_records
 
 if TYPE_CHECKING:
     from simstore.engine import Engine
@@ -43,23 +46,39 @@ def check_limit(limit: object) -> int | None:
     return int(limit)
 
 
-class Search(NamedTuple):
+class Search:
     """What the queries of one call share: ``k``, ``limit``, the similarity
     threshold, whether matches carry their metadata, the store's sketch
-    geometry (``None``: it keeps no sketches), and the scan plan's bounds."""
+    geometry (``None``: it keeps no sketches) and the scan plan's bounds;
+    and what they read from one snapshot, kept for the others, since
+    documents that share boilerplate are candidates of many queries: each
+    document's record (``records``, by id bytes, see
+    :func:`simstore.tables.sharing_records`), its key decoded
+    (``decoded``: ``(sort key, key, fingerprint)``) and its sketch."""
 
-    k: int
-    limit: int
-    threshold: float | None
-    with_meta: bool
-    geometry: Sketch | None
-    settled: tuple[int, ...]
+    __slots__ = (
+        "decoded",
+        "geometry",
+        "k",
+        "limit",
+        "records",
+        "settled",
+        "sketches",
+        "threshold",
+        "with_meta",
+    )
 
-    @classmethod
-    def of(cls, engine: Engine, k: int, limit: int, threshold: float | None, with_meta: bool) -> Search:
-        """Made inside the read: the layout may have changed at its start."""
-        settled = engine.tableset.scan_plan().settled
-        return cls(k, limit, threshold, with_meta, store_sketch(engine), settled)
+    def __init__(self, engine: Engine, k: int, limit: int, threshold: float | None, with_meta: bool) -> None:
+        # Made inside the read: the layout may have changed at its start.
+        self.k = k
+        self.limit = limit
+        self.threshold = threshold
+        self.with_meta = with_meta
+        self.geometry = store_sketch(engine)
+        self.settled = engine.tableset.scan_plan().settled
+        self.records: dict[bytes, bytes | None] = {}
+        self.decoded: dict[int, tuple[tuple[int, Key], Key, int]] = {}
+        self.sketches: dict[int, bytes | None] = {}
 
 
 class Closest:
@@ -137,17 +156,20 @@ class Closest:
             return
         txn = self._txn
         search = self._search
-        docs = self._engine.handles.docs
+        decoded = search.decoded
         ordered = []
         for doc_id, distance in band:
-            raw = self._records.get(doc_id)
-            if raw is None:  # a match of the delta
-                raw = txn.get(encode_id(doc_id), db=docs)
-                if raw is None:
-                    raise CorruptStoreError(f"document {doc_id} is indexed but has no record")
-            fingerprint, packed = decode_record(raw)
-            key = unpack_key(packed)
-            ordered.append(((distance, sort_key(key)), doc_id, key, fingerprint))
+            known = decoded.get(doc_id)
+            if known is None:
+                raw = self._records.get(doc_id)
+                if raw is None:  # a match of the delta
+                    raw = txn.get(encode_id(doc_id), db=self._engine.handles.docs)
+                    if raw is None:
+                        raise CorruptStoreError(f"document {doc_id} is indexed but has no record")
+                fingerprint, packed = decode_record(raw)
+                key = unpack_key(packed)
+                known = decoded[doc_id] = (sort_key(key), key, fingerprint)
+            ordered.append(((distance, known[0]), doc_id, known[1], known[2]))
         ordered.sort(key=itemgetter(0))  # keys are unique: no tie reaches the ids
         for (distance, _), doc_id, key, fingerprint in ordered:
             similarity = self._similarity(doc_id)
@@ -164,10 +186,14 @@ class Closest:
     def _similarity(self, doc_id: int) -> float | None:
         """The estimated similarity of document ``doc_id`` to the query
         (``None``: one of them has no sketch), as :func:`simstore.reads.similarities`."""
-        geometry = self._search.geometry
+        search = self._search
+        geometry = search.geometry
         if self._sketch is None or geometry is None:
             return None
-        raw = self._txn.get(encode_id(doc_id), db=self._engine.handles.sketches)
+        try:
+            raw = search.sketches[doc_id]
+        except KeyError:
+            raw = search.sketches[doc_id] = self._txn.get(encode_id(doc_id), db=self._engine.handles.sketches)
         if raw is None:
             return None
         if len(raw) != geometry.nbytes:
@@ -189,7 +215,7 @@ def query(
         permuted = engine.permute_all(fingerprint)
         found = engine.delta.matches(permuted, fingerprint, k)
         records: dict[int, bytes] = {}
-        search = Search.of(engine, k, limit, threshold, with_meta)
+        search = Search(engine, k, limit, threshold, with_meta)
         closest = Closest(engine, txn, search, found, records, sketch)
         tableset = engine.tableset
         tableset.find(
@@ -218,7 +244,43 @@ def query_many(
     threshold: float | None,
     limit: int,
 ) -> list[list[Match]]:
-    """``Store.query_many`` limited to each query's closest ``limit`` matches."""
+    """``Store.query_many`` limited to each query's closest ``limit``
+    matches. Queries equal in fingerprint and sketch (copies of one text in
+    the batch) are answered once."""
+    rows = None
+    if sketches is not None:
+        # Sliced from one bytes object: a row of a SketchRows array costs a
+        # Python __array_finalize__ each.
+        width = sketches.shape[1]  # (checked: one row of the store's sketch bytes a query)
+        blob = np.ascontiguousarray(sketches, dtype=np.uint8).tobytes()
+        rows = [blob[start : start + width] for start in range(0, width * len(queries), width)]
+    first_of: dict[tuple[int, bytes | None], int] = {}
+    answer_of = [
+        first_of.setdefault((fingerprint, None if rows is None else rows[index]), len(first_of))
+        for index, fingerprint in enumerate(queries.tolist())
+    ]
+    distinct = list(first_of)
+    answers = _query_distinct(
+        engine,
+        np.array([fingerprint for fingerprint, _ in distinct], dtype=np.uint64),
+        None if rows is None else [row for _, row in distinct],
+        k,
+        with_meta,
+        threshold,
+        limit,
+    )
+    return [list(answers[index]) for index in answer_of]
+
+
+def _query_distinct(
+    engine: Engine,
+    queries: U64Array,
+    sketches: list[bytes | None] | None,
+    k: int,
+    with_meta: bool,
+    threshold: float | None,
+    limit: int,
+) -> list[list[Match]]:
     with engine.read() as txn:
         tableset = engine.tableset
         tableset.read_bitmaps(txn, 1 << 30 if len(queries) >= BATCH_READS_BITMAPS else 1)
@@ -229,18 +291,12 @@ def query_many(
             for query, permuted in zip(query_list, rows_of(columns), strict=True)
         ]
         records: list[dict[int, bytes]] = [{} for _ in query_list]
-        search = Search.of(engine, k, limit, threshold, with_meta)
+        search = Search(engine, k, limit, threshold, with_meta)
         closests = [
-            Closest(
-                engine,
-                txn,
-                search,
-                found,
-                found_records,
-                None if sketches is None else sketches[index].tobytes(),
-            )
+            Closest(engine, txn, search, found, found_records, None if sketches is None else sketches[index])
             for index, (found, found_records) in enumerate(zip(founds, records, strict=True))
         ]
+        docs = engine.handles.docs
         tableset.find_many(
             txn,
             columns,
@@ -248,9 +304,10 @@ def query_many(
             k,
             founds,
             records,
-            engine.handles.docs,
+            docs,
             engine.permute_all,
             functools.partial(_settle, closests),
+            sharing_records(txn, docs, search.records),
         )
         for closest in closests:
             closest.finish()

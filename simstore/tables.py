@@ -20,6 +20,7 @@ import itertools
 from collections.abc import Callable, Iterable, Iterator, Sequence
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import replace
+from typing import Any
 
 import numpy as np
 import numpy.typing as npt
@@ -55,6 +56,14 @@ RunProbe = tuple[Database, int, int, runs.ProbePlan, int, int, int, bytes | None
 
 #: A run's bitmaps as a query uses them: ``(occupancy, crowded, shift)``.
 Bitmaps = tuple[bytes, bytes, int]
+
+#: The matches a query has found, to skip later tables' probes on (see
+#: :meth:`TableSet.find`): ``[run base, fingerprint, permuted keys in every
+#: table or None until needed]`` each.
+Seen = list[list[Any]]
+
+#: ``txn.get``, or a stand-in for it (:func:`sharing_records`).
+Get = Callable[..., bytes | None]
 
 
 class TableSet:
@@ -187,6 +196,7 @@ class TableSet:
         docs: Database,
         permute_all: Callable[[int], Sequence[int]],
         settle: Callable[[int], bool] | None = None,
+        get: Get | None = None,
     ) -> None:
         """Add every tabled document within ``k`` bits of ``query`` to
         ``found`` (``{doc_id: distance}``), and its record to ``records``.
@@ -194,7 +204,8 @@ class TableSet:
         With ``settle``, the tables are visited in the order of
         :meth:`scan_plan`, and before each ``settle(tables_visited)`` may
         stop the search by returning true (a query that wants only its
-        closest matches and has them, see :mod:`simstore.closest`).
+        closest matches and has them, see :mod:`simstore.closest`). Buckets
+        and records are read through ``get`` if given (:func:`sharing_records`).
 
         Per table, the runs whose occupancy bitmap holds the query's slot are
         probed: their entries that share the query's prefix and whose filter
@@ -220,14 +231,16 @@ class TableSet:
         buckets are read first and searched together (:meth:`_find_crowded`).
         """
         if settle is not None:
-            self._find_settling(txn, permuted, query, k, found, records, docs, permute_all, settle)
+            get = txn.get if get is None else get
+            self._find_settling(get, permuted, query, k, found, records, docs, permute_all, settle)
             return
         if self.crowded:
-            self._find_crowded(txn, zip(self.probes, permuted, strict=True), query, k, found, records, docs)
+            probes = zip(self.probes, permuted, strict=True)
+            self._find_crowded(txn.get if get is None else get, probes, query, k, found, records, docs)
             return
-        get = txn.get
+        get = txn.get if get is None else get
         # (permuted keys in every table, the run's base) of each match
-        seen: list[tuple[Sequence[int], int]] = []
+        seen: Seen = []
         rejected: set[int] = set()
         for table_index, (table_probes, query_key) in enumerate(zip(self.probes, permuted, strict=True)):
             for entry in table_probes:
@@ -255,7 +268,7 @@ class TableSet:
 
     def _find_settling(
         self,
-        txn: Txn,
+        get: Get,
         permuted: Sequence[int],
         query: int,
         k: int,
@@ -268,8 +281,7 @@ class TableSet:
         """:meth:`find` a table at a time in the order of :meth:`scan_plan`,
         calling ``settle`` before each (the unlimited loop of :meth:`find`
         is kept apart: it is the single query's hot path)."""
-        get = txn.get
-        seen: list[tuple[Sequence[int], int]] = []
+        seen: Seen = []
         rejected: set[int] = set()
         for visited, table_index in enumerate(self.scan_plan().order):
             if settle(visited):
@@ -277,7 +289,7 @@ class TableSet:
             query_key = permuted[table_index]
             if self.crowded:
                 probes = [(self.probes[table_index], query_key)]
-                self._find_crowded(txn, probes, query, k, found, records, docs, rejected)
+                self._find_crowded(get, probes, query, k, found, records, docs, rejected)
                 continue
             for entry in self.probes[table_index]:
                 if not entry[5] <= query_key < entry[6]:
@@ -304,7 +316,7 @@ class TableSet:
 
     def _find_crowded(
         self,
-        txn: Txn,
+        get: Get,
         probes: Iterable[tuple[tuple[RunProbe, ...], int]],
         query: int,
         k: int,
@@ -317,7 +329,6 @@ class TableSet:
         each table's runs and the query's key there), then searching them in
         one numpy pass (:func:`simstore.runs.probe_buckets`). ``rejected``
         holds the candidates found too far (shared by calls of one query)."""
-        get = txn.get
         reads: dict[tuple[int, int], _BucketReads] = {}
         for table_probes, query_key in probes:
             for entry in table_probes:
@@ -357,6 +368,7 @@ class TableSet:
         docs: Database,
         permute_all: Callable[[int], Sequence[int]],
         settle: Callable[[int, int], bool] | None = None,
+        get: Get | None = None,
     ) -> None:
         """:meth:`find` for a batch: query ``i`` is ``queries[i]``, its permuted
         key in table ``t`` is ``columns[t][i]``, and its results go to
@@ -383,6 +395,7 @@ class TableSet:
                     docs,
                     permute_all,
                     None if settle is None else functools.partial(settle, query_index),
+                    get,
                 )
             return
         hit_queries: list[npt.NDArray[np.int64]] = []
@@ -406,9 +419,9 @@ class TableSet:
         order = np.lexsort((place_order, query_order))
         query_order, place_order = query_order[order], place_order[order]
         key_lists = [column.tolist() for column in columns]
-        get = txn.get
+        get = txn.get if get is None else get
         current = -1
-        seen: list[tuple[Sequence[int], int]] = []
+        seen: Seen = []
         rejected: set[int] = set()
         visiting = -1  # the current query's table being visited, by its place in the order
         stopped = False
@@ -733,7 +746,7 @@ def _scan(
     k: int,
     found: dict[int, int],
     records: dict[int, bytes],
-    seen: list[tuple[Sequence[int], int]],
+    seen: Seen,
     rejected: set[int],
     permute_all: Callable[[int], Sequence[int]],
 ) -> None:
@@ -746,9 +759,13 @@ def _scan(
         slot = query_key >> shift
         if not (crowded[slot >> 3] >> (slot & 7)) & 1:
             # A plain loop: any() over a generator cost about a microsecond here.
-            for keys, found_in in seen:
-                if found_in == base and keys[table_index] >> shift == slot:
-                    return
+            for match in seen:
+                if match[0] == base:
+                    keys = match[2]
+                    if keys is None:
+                        keys = match[2] = permute_all(match[1])
+                    if keys[table_index] >> shift == slot:
+                        return
     key = (base | query_key >> bucket_shift).to_bytes(8, "big")
     value = get(key, db=db)
     if value is None:
@@ -758,7 +775,9 @@ def _scan(
             continue
         fingerprint = _check_candidate(get, docs, doc_id, query, k, found, records, rejected)
         if doc_id in found and len(seen) < SEEN_LIMIT:
-            seen.append((permute_all(fingerprint), base))
+            # Permuted when a later table first needs it: a query that
+            # stops early (closest.py) often never does.
+            seen.append([base, fingerprint, None])
 
 
 #: LMDB's cost of one bucket beside its bytes: the 8-byte key and a node header.
@@ -924,3 +943,24 @@ def _passing(entry: RunProbe, column: U64Array) -> npt.NDArray[np.int64]:
         bytes_at = np.frombuffer(bitmap, dtype=np.uint8)[slots >> np.uint64(3)]
         passed &= ((bytes_at >> (slots & np.uint64(7)).astype(np.uint8)) & 1).astype(bool)
     return np.flatnonzero(passed)
+
+
+def sharing_records(txn: Txn, docs: Database, shared: dict[bytes, bytes | None]) -> Get:
+    """``txn.get`` that keeps the document records (``docs``) it reads in
+    ``shared``, for the other queries of a batch in the same snapshot:
+    documents that share boilerplate are candidates of many queries (19K
+    distinct records were read 248K times by 10K queries of the benchmark in
+    ``benchmarks/bench_against.py``). Buckets are not kept: a batch of
+    unrelated queries reads each once."""
+    read = txn.get
+
+    def get(key: bytes, db: Database) -> bytes | None:
+        if db is not docs:
+            return read(key, db=db)
+        try:
+            return shared[key]
+        except KeyError:
+            value = shared[key] = read(key, db=db)
+            return value
+
+    return get

@@ -145,7 +145,7 @@ def _others_near(
         matches = resolve(engine, txn, found, with_meta, records, sketch, threshold) if found else []
     else:
         found = engine.delta.matches(permuted, fingerprint, k)
-        search = Search.of(engine, k, limit, threshold, with_meta)
+        search = Search(engine, k, limit, threshold, with_meta)
         closest = Closest(engine, txn, search, found, records, sketch, own_id)
         engine.tableset.find(
             txn,

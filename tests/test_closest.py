@@ -277,3 +277,13 @@ def test_probe_in_numpy_equals_probe_one_at_a_time(seed: int, copies: int, k: in
             finally:
                 runs.VECTOR_PROBE = saved
         assert answers[1] == answers[10**9]
+
+
+def test_copies_in_a_batch_are_answered_alike(store: simstore.Store) -> None:
+    """Queries equal in fingerprint and sketch are answered once; each gets its own list."""
+    store.add_many(range(50), np.arange(50, dtype=np.uint64) << np.uint64(40))
+    queries = np.array([0, 1 << 40, 0, 7, 0], dtype=np.uint64)
+    answers = store.query_many(queries, limit=2)
+    assert answers == [store.query(fingerprint=int(query), limit=2) for query in queries]
+    answers[0].append(answers[1][0])
+    assert answers[2] == answers[4] == store.query(fingerprint=0, limit=2)
