@@ -22,6 +22,7 @@ from simstore.batch import LENGTH_FIELD
 from simstore.errors import InvalidValueError, ParameterMismatchError, SimstoreError, StoreNotFoundError
 from simstore.opening import open as open_store
 from simstore.permute import MAX_FINGERPRINT, validate_k
+from simstore.pool import Workers, available_cores
 from simstore.readers import (
     FORMATS,
     ON_ERROR,
@@ -474,7 +475,21 @@ def fingerprint_documents(
     """Fingerprint documents in chunks of at most ``chunk_docs`` (default
     and ceiling :data:`FINGERPRINT_CHUNK_DOCS`), with their sketches if the
     store keeps them; a text the fingerprinter refuses is a bad line like
-    any other."""
+    any other. Worker processes, where they pay (an automatic pool, see
+    :mod:`simstore.pool`), are started once for all the chunks."""
+    with Workers(available_cores(), automatic=True) as workers:
+        yield from _fingerprint_chunks(store, documents, options, errors, workers, with_length, chunk_docs)
+
+
+def _fingerprint_chunks(
+    store: Store | StoreOnDemand,
+    documents: Iterable[Document],
+    options: ReadOptions,
+    errors: ErrorCounter,
+    workers: Workers,
+    with_length: bool,
+    chunk_docs: int | None,
+) -> Iterator[tuple[list[Document], np.ndarray, np.ndarray | None]]:
     fingerprinter = store.fingerprinter
     sketching = store.sketch is not None
     most_docs = min(chunk_docs or FINGERPRINT_CHUNK_DOCS, FINGERPRINT_CHUNK_DOCS)
@@ -482,10 +497,9 @@ def fingerprint_documents(
     characters = 0
 
     def fingerprint(texts: list[str]) -> tuple[np.ndarray, np.ndarray | None]:
-        # The command line uses every core (the library defaults to one).
         if sketching:
-            return fingerprinter.fingerprints_and_sketches(texts, processes=None)
-        return fingerprinter.fingerprint_many(texts, processes=None), None
+            return fingerprinter.fingerprints_and_sketches(texts, workers=workers)
+        return fingerprinter.fingerprint_many(texts, workers=workers), None
 
     def flush() -> Iterator[tuple[list[Document], np.ndarray, np.ndarray | None]]:
         with warnings.catch_warnings():

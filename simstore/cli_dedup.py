@@ -503,6 +503,10 @@ def dedup_against(
     sketches = collected.sketch_array()
     matched: set[Key] = set()
     provenance: Provenance = {}
+    # Only --pairs writes every match; the rest needs the closest alone,
+    # and a query that may stop at it costs a fraction where documents
+    # share boilerplate (hundreds of matches each).
+    limit = None if args.pairs else 1
     with contextlib.ExitStack() as stack:
         stream = stack.enter_context(output_stream(output)) if args.pairs else None
         bar = stack.enter_context(progress(args, desc="matching", total=len(fingerprints), unit="doc"))
@@ -512,6 +516,7 @@ def dedup_against(
                 k=args.k,
                 min_similarity=args.min_similarity,
                 sketches=None if sketches is None else sketches[start : start + QUERY_CHUNK],
+                limit=limit,
             )
             for key, matches in zip(collected.keys[start : start + QUERY_CHUNK], results, strict=True):
                 if not matches:

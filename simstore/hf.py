@@ -107,7 +107,8 @@ def against_dataset(
     distance: list[int | None] = [None] * count
     similarity: list[float | None] = [None] * count
     for start, texts in _texts(dataset, text_column, batch_size):
-        answers = store.query_many(texts=texts, k=k, min_similarity=min_similarity)
+        # The closest match is all a row needs: the query stops at it.
+        answers = store.query_many(texts=texts, k=k, min_similarity=min_similarity, limit=1)
         for offset, matches in enumerate(answers):
             if matches:
                 closest = matches[0]  # sorted by distance, then key

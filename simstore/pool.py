@@ -2,7 +2,14 @@
 parent, speak msgpack over pipes, and never import the caller's script.
 
 Workers are started only when a caller asks for more than one process
-(``processes=``), and only once the input holds more than one chunk. Each is
+(``processes=``), and only once the input holds more than one chunk; with
+``processes=None`` (:class:`Workers` ``automatic``, the command line's
+default) only where they pay for themselves: once this process has
+fingerprinted :data:`AUTO_MIN_CHARS` characters on its own and more are
+coming, and one worker for each core the load average leaves idle. A
+:class:`Workers` pool keeps its processes across batches (the command line
+fingerprints its input in chunks of up to 16M characters), so each starts
+once a run, not once a chunk. Each is
 ``python -m simstore._worker``, a fresh interpreter reading requests on
 stdin, not a ``multiprocessing`` child, because:
 
@@ -44,9 +51,12 @@ from simstore.errors import InvalidTypeError, InvalidValueError, MainGuardError,
 from simstore.text import as_text
 
 __all__ = [
+    "AUTO_MIN_CHARS",
     "CHUNK_CHARS",
     "CHUNK_TEXTS",
     "Chunk",
+    "Workers",
+    "available_cores",
     "chunks",
     "fingerprint_in_processes",
     "read_frame",
@@ -58,6 +68,14 @@ __all__ = [
 #: round trip (about 1 ms) is noise.
 CHUNK_CHARS = 1_000_000
 CHUNK_TEXTS = 20_000
+
+#: Characters an automatic pool fingerprints in this process before it starts
+#: workers. A worker costs 0.6-0.8 s of CPU to start (an interpreter, numpy,
+#: simstore) and 2.2 s more to load jieba's dictionary at its first Han text;
+#: fingerprinting runs at 4-6M characters a CPU second, so a worker pays for
+#: its start only after several million characters, and a run shorter than
+#: this one's fingerprinting never waits for one (see benchmarks/bench_workers.py).
+AUTO_MIN_CHARS = 16_000_000
 
 _LENGTH_BYTES = 8
 
@@ -92,33 +110,127 @@ def chunks(texts: Iterable[object]) -> Iterator[Chunk]:
         yield start, batch
 
 
+def available_cores() -> int:
+    """CPU cores this process may run on."""
+    try:
+        return len(os.sched_getaffinity(0))
+    except AttributeError:  # pragma: no cover - not on Linux
+        return os.cpu_count() or 1
+
+
+def idle_cores() -> int:
+    """Cores beside this process's own that the 1-minute load average leaves
+    idle: a worker on a core that other work keeps busy only slows both."""
+    cores = available_cores()
+    try:
+        load = os.getloadavg()[0]
+    except (AttributeError, OSError):  # pragma: no cover - no load average (Windows)
+        return cores - 1
+    return max(0, min(cores - 1, round(cores - 1 - load)))
+
+
+class Workers:
+    """Worker processes that fingerprint several batches (calls of
+    :func:`fingerprint_in_processes`) and are stopped by :meth:`close`.
+
+    ``processes`` counts this process too. An ``automatic`` pool starts its
+    workers only once this process has fingerprinted :data:`AUTO_MIN_CHARS`
+    characters alone, and only as many as :func:`idle_cores` finds (none on
+    a busy machine); other pools start ``processes - 1`` workers at their
+    first batch with a second chunk. Workers of a batch that fails or is
+    abandoned are stopped; later batches start others.
+    """
+
+    def __init__(self, processes: int, *, automatic: bool = False) -> None:
+        self.processes = processes
+        self.automatic = automatic
+        #: Characters this process fingerprinted before any worker could start.
+        self.chars_alone = 0
+        self._wanted: int | None = None if automatic else processes - 1
+        self._workers: list[_Worker] = []
+        self._settings: list[Any] | None = None
+
+    def __enter__(self) -> Workers:
+        return self
+
+    def __exit__(self, *exc_info: object) -> None:
+        self.close()
+
+    def close(self) -> None:
+        """Stop every worker (an idle one exits at the end of its stdin)."""
+        workers, self._workers = self._workers, []
+        for worker in workers:
+            if not worker.ready:
+                worker.kill()  # still starting: its thread's read ends
+            if worker.thread is not None:
+                worker.thread.join()
+            worker.close()
+
+    def started(self) -> int:
+        """How many worker processes are running."""
+        return sum(worker.ready for worker in self._workers)
+
+    def run(
+        self, settings: list[Any], source: Iterator[Chunk], local: ChunkFunction
+    ) -> Iterator[ChunkResult]:
+        """Results of every chunk of ``source`` in order (see :func:`fingerprint_in_processes`)."""
+        if self.processes > 1:
+            _refuse_in_bootstrap()
+        while self._wanted is None:  # an automatic pool that has not decided yet
+            taken = next(source, None)
+            if taken is None:
+                return
+            yield local(taken[1], taken[0])
+            self.chars_alone += sum(map(len, taken[1]))
+            if self.chars_alone >= AUTO_MIN_CHARS:
+                self._wanted = min(self.processes - 1, idle_cores())
+        first = next(source, None)
+        if first is None:
+            return
+        second = next(source, None) if self._wanted else None
+        if second is None:
+            yield local(first[1], first[0])
+            yield from (local(texts, start) for start, texts in source)
+            return
+        scheduler = _Scheduler(settings, itertools.chain([first, second], source), local, self._for(settings))
+        yield from scheduler.run()
+
+    def _for(self, settings: list[Any]) -> list[_Worker]:
+        """This batch's workers: those started for the same settings and
+        still usable, and new ones for the rest."""
+        if settings != self._settings:
+            self.close()
+            self._settings = settings
+        self._workers = [worker for worker in self._workers if worker.usable]
+        assert self._wanted is not None
+        self._workers += [_Worker() for _ in range(self._wanted - len(self._workers))]
+        return list(self._workers)
+
+
 def fingerprint_in_processes(
     settings: dict[str, Any],
     source: Iterator[Chunk],
     local: ChunkFunction,
-    processes: int,
+    processes: int | None,
     *,
     sketches: bool = False,
+    workers: Workers | None = None,
 ) -> Iterator[ChunkResult]:
     """Results of every chunk of ``source`` in order, computed by this
-    process (with ``local``) and up to ``processes - 1`` workers built from
-    ``settings`` (:meth:`Fingerprinter.settings`), which also give each
+    process (with ``local``) and the worker processes of ``workers`` (or of
+    a pool of ``processes`` made for this call and stopped before it
+    returns or raises; ``None``: an automatic pool of one per core), built
+    from ``settings`` (:meth:`Fingerprinter.settings`), which also give each
     text's verification sketch if ``sketches``. Workers start only if
-    ``source`` has a second chunk; they are stopped before this returns or
-    raises. An unusable text raises the error of the first one in the batch.
+    ``source`` has a second chunk. An unusable text raises the error of the
+    first one in the batch.
     """
-    if processes > 1:
-        _refuse_in_bootstrap()
-    first = next(source, None)
-    if first is None:
+    if workers is not None:
+        yield from workers.run([settings, sketches], source, local)
         return
-    second = next(source, None) if processes > 1 else None
-    if second is None:
-        yield local(first[1], first[0])
-        yield from (local(texts, start) for start, texts in source)
-        return
-    scheduler = _Scheduler([settings, sketches], itertools.chain([first, second], source), local, processes)
-    yield from scheduler.run()
+    automatic = processes is None
+    with Workers(available_cores() if processes is None else processes, automatic=automatic) as own:
+        yield from own.run([settings, sketches], source, local)
 
 
 def _refuse_in_bootstrap() -> None:
@@ -138,12 +250,12 @@ class _Scheduler:
     process) in input order, and gives results back in the same order."""
 
     def __init__(
-        self, settings: list[Any], source: Iterator[Chunk], local: ChunkFunction, processes: int
+        self, settings: list[Any], source: Iterator[Chunk], local: ChunkFunction, workers: list[_Worker]
     ) -> None:
         self._settings = settings
         self._source = enumerate(source)
         self._local = local
-        self._workers = [_Worker() for _ in range(processes - 1)]
+        self._workers = workers
         self._done = threading.Condition()
         self._results: dict[int, ChunkResult] = {}
         self._pending: set[int] = set()  # chunk numbers taken and not finished
@@ -187,27 +299,44 @@ class _Scheduler:
                 self._results[number] = outcome
             self._done.notify_all()
 
-    def _serve(self, worker: _Worker) -> None:
-        """A worker thread: start the worker, then feed it chunks until none are left."""
-        try:
-            worker.start(self._settings)
-        except Exception as exc:
-            # The other processes still finish the batch without this worker;
-            # run() warns, unless it stopped the worker itself (the batch was done).
-            if not worker.killed:
-                worker.startup_error = exc
-            worker.close()
-            return
+    def _serve(self, worker: _Worker, previous: threading.Thread | None) -> None:
+        """A worker thread: start the worker (unless an earlier batch did),
+        then feed it chunks until none are left. The worker is left running
+        for the pool's next batch."""
+        if previous is not None:
+            previous.join()  # an earlier batch's thread, still waiting for it to start
+        if not worker.ready:
+            try:
+                if worker.startup_error is not None:  # (from spawn, in run())
+                    raise worker.startup_error
+                worker.wait_ready()
+            except Exception as exc:
+                # The other processes still finish the batch without this worker;
+                # run() warns, unless it stopped the worker itself (the batch was done).
+                if not worker.killed:
+                    worker.startup_error = exc
+                worker.close()
+                return
         try:
             while (taken := self._take()) is not None:
                 self._work(taken, worker.fingerprint)
-        finally:
-            worker.close()
+        except BaseException:
+            worker.kill()
+            raise
 
     def run(self) -> Iterator[ChunkResult]:
-        threads = [
-            threading.Thread(target=self._serve, args=(worker,), daemon=True) for worker in self._workers
-        ]
+        threads = []
+        for worker in self._workers:
+            thread = threading.Thread(target=self._serve, args=(worker, worker.thread), daemon=True)
+            worker.thread = thread
+            threads.append(thread)
+        finished = False
+        for worker in self._workers:
+            if worker.process is None and worker.usable:
+                try:
+                    worker.spawn(self._settings)
+                except Exception as exc:
+                    worker.startup_error = exc
         try:
             for thread in threads:
                 thread.start()
@@ -226,15 +355,25 @@ class _Scheduler:
                         ready.append(self._results.pop(next_number))
                         next_number += 1
                 if taken is None and not ready:
+                    finished = not self._errors
                     break
                 yield from ready  # in order, so that the caller streams too
         finally:
             with self._done:
                 self._stopped = True
+            starting = []
             for worker in self._workers:
-                worker.kill()  # one still starting, or busy after an error or Ctrl-C
+                if finished and not worker.ready and worker.usable:
+                    # Still starting after a batch that went well: its thread
+                    # goes on waiting, and the pool's next batch joins it.
+                    starting.append(worker.thread)
+                elif not (finished and worker.ready):
+                    # Busy after an error, Ctrl-C or a caller that stopped
+                    # reading: the pool starts another later.
+                    worker.kill()
             for thread in threads:
-                thread.join()
+                if thread not in starting:
+                    thread.join()
         for worker in self._workers:
             if worker.startup_error is not None:
                 warnings.warn(
@@ -258,10 +397,25 @@ class _Worker:
         self.startup_error: BaseException | None = None
         self._lock = threading.Lock()
         self.killed = False
+        #: Started and answering: it may take the pool's next batch.
+        self.ready = False
+        #: The thread that serves it in the current (or last) batch.
+        self.thread: threading.Thread | None = None
 
-    def start(self, settings: list[Any]) -> None:
-        """Start the worker; ``settings`` is its first message: the
-        fingerprinter's settings and whether to make sketches."""
+    @property
+    def usable(self) -> bool:
+        """Not stopped, failed or dead: a pool may give it another batch."""
+        if self.killed or self.startup_error is not None:
+            return False
+        return self.process is None or self.process.poll() is None
+
+    def spawn(self, settings: list[Any]) -> None:
+        """Start the worker's process and send it ``settings``, its first
+        message (the fingerprinter's settings and whether to make sketches);
+        :meth:`wait_ready` waits for its answer. Called from the thread that
+        runs the batch, not a thread that ends with it: the kernel's
+        parent-death signal fires when the thread that started the process
+        ends, and a pool's worker outlives the batch."""
         if not sys.executable:
             raise WorkerError("cannot start worker processes: sys.executable is unknown")
         # The worker must import this very simstore, whichever way it was found.
@@ -276,9 +430,13 @@ class _Worker:
             )
         assert self.process.stdin is not None
         write_frame(self.process.stdin, settings)
+
+    def wait_ready(self) -> None:
+        """Wait for the worker's answer to its settings (it imports simstore first)."""
         reply = self._reply()
         if reply != ["ready"]:
             raise WorkerError(f"a fingerprinting worker did not start: {reply!r}")
+        self.ready = True
 
     def fingerprint(self, start: int, texts: list[str]) -> ChunkResult:
         assert self.process is not None
@@ -319,12 +477,15 @@ class _Worker:
         """Kill the worker if it still runs (from any thread)."""
         with self._lock:
             self.killed = True
+            self.ready = False
             if self.process is not None and self.process.poll() is None:
                 self.process.kill()
 
     def close(self) -> None:
-        """From the worker's thread: close stdin (an idle worker exits at end
-        of file), wait for the process and close its pipes."""
+        """From the worker's thread, or the pool's once no batch runs: close
+        stdin (an idle worker exits at end of file), wait for the process
+        and close its pipes."""
+        self.ready = False
         if self.process is None:
             return
         for stream in (self.process.stdin, self.process.stdout):

@@ -9,7 +9,7 @@ internal ids it found into :class:`~simstore.Match` results.
 from __future__ import annotations
 
 import operator
-from collections.abc import Sequence
+from collections.abc import Iterable, Sequence
 from typing import TYPE_CHECKING
 
 import numpy as np
@@ -143,9 +143,9 @@ def resolve(
     return matches
 
 
-def similarities(engine: Engine, txn: _lmdb.Txn, found: dict[int, int], sketch: bytes) -> dict[int, float]:
+def similarities(engine: Engine, txn: _lmdb.Txn, found: Iterable[int], sketch: bytes) -> dict[int, float]:
     """The estimated similarity to ``sketch`` of each document of
-    ``found`` that has a sketch."""
+    ``found`` (internal ids) that has a sketch."""
     database = engine.handles.sketches
     geometry = store_sketch(engine)
     assert database is not None

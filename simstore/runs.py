@@ -500,6 +500,8 @@ def probe(key: bytes, value: bytes, plan: ProbePlan, query_key: int, bucket_bits
     top_shift = 8 * tag_bytes - 8
     first = bisect.bisect_left(first_bytes, low >> top_shift)
     past = bisect.bisect_right(first_bytes, (high - 1) >> top_shift, first)
+    if past - first >= VECTOR_PROBE:
+        return _probe_range(value, count, first, past, plan, query_tag, k)
     found: list[int] = []
     for position in range(first, past):
         at = HEADER.size + position * tag_bytes
@@ -510,7 +512,35 @@ def probe(key: bytes, value: bytes, plan: ProbePlan, query_key: int, bucket_bits
     return found
 
 
+def _probe_range(
+    value: bytes, count: int, first: int, past: int, plan: ProbePlan, query_tag: int, k: int
+) -> list[int]:
+    """:func:`probe`'s test of the entries at positions ``first`` to ``past - 1``
+    of a bucket of ``count``, in numpy: the ids of those that share the
+    query's prefix and whose filter bits are within ``k``."""
+    tag_bytes, id_bytes = plan[4], plan[5]
+    prefix_mask, filter_mask = probe_masks(plan)
+    tags = np.frombuffer(
+        value, dtype=_BIG_ENDIAN[tag_bytes], count=past - first, offset=HEADER.size + first * tag_bytes
+    ).astype(np.uint64)
+    differ = tags ^ np.uint64(query_tag)
+    shares_prefix = (differ & np.uint64(prefix_mask)) == 0
+    passing = np.flatnonzero(shares_prefix & (np.bitwise_count(differ & np.uint64(filter_mask)) <= k))
+    ids_at = HEADER.size + count * tag_bytes
+    if id_bytes in _BIG_ENDIAN:
+        ids = np.frombuffer(
+            value, dtype=_BIG_ENDIAN[id_bytes], count=past - first, offset=ids_at + first * id_bytes
+        )
+        found: list[int] = ids[passing].tolist()
+        return found
+    blob = np.frombuffer(value, dtype=np.uint8)
+    return _gather_big_endian(blob, ids_at + (passing + first) * id_bytes, id_bytes).tolist()  # type: ignore[no-any-return]
+
+
 _BIG_ENDIAN = {width: np.dtype(f">u{width}") for width in TAG_WIDTHS}
+#: Entries sharing a query's prefix from which :func:`probe` tests them in
+#: numpy rather than one at a time (a bucket crowded by copies of one text).
+VECTOR_PROBE = 24
 
 
 def check_bucket(key: bytes, value: bytes, geometry: Geometry) -> tuple[U64Array, U64Array]:

@@ -16,7 +16,7 @@ from typing import Any
 
 import numpy as np
 
-from simstore import inputs, reads, writes
+from simstore import closest, inputs, reads, writes
 from simstore.errors import InvalidTypeError, InvalidValueError, ShardMismatchError
 from simstore.opening import open as open_store
 from simstore.permute import U64Array
@@ -116,18 +116,24 @@ class ShardedStore:
         k: int | None = None,
         with_meta: bool = False,
         min_similarity: float | None = None,
+        limit: int | None = None,
     ) -> list[Match]:
         """Every document in any shard within ``k`` bits, sorted by ``(distance, key)``;
-        the arguments are :meth:`simstore.Store.query`'s."""
+        the arguments are :meth:`simstore.Store.query`'s (with ``limit``,
+        each shard stops at its closest ``limit``, and the closest of those are kept)."""
         first = self.shards[0]._engine
         query, sketch = inputs.fingerprint_and_sketch(first, text, fingerprint)
         k = inputs.checked_k(first, k)
         threshold = inputs.query_threshold(first, min_similarity, sketch)
+        limit = closest.check_limit(limit)
         matches: list[Match] = []
         for shard in self.shards:
-            matches.extend(reads.query(shard._engine, query, sketch, k, with_meta, threshold))
+            if limit is None:
+                matches.extend(reads.query(shard._engine, query, sketch, k, with_meta, threshold))
+            else:
+                matches.extend(closest.query(shard._engine, query, sketch, k, with_meta, threshold, limit))
         matches.sort(key=match_order)
-        return matches
+        return matches[:limit]
 
     def query_many(
         self,
@@ -138,6 +144,7 @@ class ShardedStore:
         with_meta: bool = False,
         min_similarity: float | None = None,
         sketches: Any = None,
+        limit: int | None = None,
     ) -> list[list[Match]]:
         """:meth:`query` for a batch: one sorted list per query, each shard
         answering the whole batch from one snapshot of its own."""
@@ -145,13 +152,19 @@ class ShardedStore:
         queries, sketches = inputs.fingerprints_and_sketches(first, texts, fingerprints, 1, sketches)
         k = inputs.checked_k(first, k)
         threshold = inputs.query_threshold(first, min_similarity, sketches)
+        limit = closest.check_limit(limit)
         merged: list[list[Match]] = [[] for _ in range(len(queries))]
         for shard in self.shards:
-            answers = reads.query_many(shard._engine, queries, sketches, k, with_meta, threshold)
+            if limit is None:
+                answers = reads.query_many(shard._engine, queries, sketches, k, with_meta, threshold)
+            else:
+                answers = closest.query_many(shard._engine, queries, sketches, k, with_meta, threshold, limit)
             for found, matches in zip(merged, answers, strict=True):
                 found.extend(matches)
-        for found in merged:
+        for index, found in enumerate(merged):
             found.sort(key=match_order)
+            if limit is not None:
+                merged[index] = found[:limit]
         return merged
 
     def shard_for(self, key: KeyLike) -> Store:

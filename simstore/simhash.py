@@ -56,7 +56,6 @@ from __future__ import annotations
 import dataclasses
 import functools
 import math
-import os
 import warnings
 from collections import Counter
 from collections.abc import Iterable, Mapping, Sequence
@@ -68,7 +67,7 @@ import xxhash
 
 from simstore import simhash2
 from simstore.errors import InvalidTypeError, InvalidValueError
-from simstore.pool import chunks, fingerprint_in_processes
+from simstore.pool import Workers, chunks, fingerprint_in_processes
 from simstore.sketch import SHINGLE_TOKENS, Sketch, SketchRows, sketches_of_shingles
 from simstore.text import as_text, jieba_idf, normalise, segmenter_info, tokenise
 
@@ -330,32 +329,38 @@ class Fingerprinter:
             texts, ngrams=self.ngrams, weighting=self.weighting, seed=self.seed, hmm=self.hmm, start=start
         )
 
-    def fingerprint_many(self, texts: Iterable[str], processes: int | None = 1) -> npt.NDArray[np.uint64]:
+    def fingerprint_many(
+        self, texts: Iterable[str], processes: int | None = 1, *, workers: Workers | None = None
+    ) -> npt.NDArray[np.uint64]:
         """Fingerprints of ``texts`` in order, as a uint64 array, equal to
         calling :meth:`fingerprint` on each.
 
         ``processes=1`` (the default) works in this process and starts no
         other. ``processes=n`` spreads chunks of about a million characters
         over this process and ``n - 1`` worker processes, started only if the
-        input holds more than one chunk; ``None`` means one process per
-        available core. Workers cost 1-2 s of start-up each (numpy, jieba's
+        input holds more than one chunk. ``None`` starts workers only where
+        they pay: after the first 16M characters (``pool.AUTO_MIN_CHARS``),
+        one per core the load average leaves idle. Workers cost 0.6-0.8 s of
+        CPU to start, 2.2 s more at their first Han text (jieba's
         dictionary), need no ``__main__`` guard in the caller's script, and
-        end with this process. Texts are read lazily, chunk by chunk.
+        end with this process. ``workers`` (a :class:`simstore.pool.Workers`,
+        in place of ``processes``) keeps them across calls, started once.
+        Texts are read lazily, chunk by chunk.
 
         One :class:`ShortTextWarning` counts all short texts; an unusable text
         raises naming its index (the first one, whichever process found it).
         """
-        return self._many(texts, processes, sketches=False)[0]
+        return self._many(texts, processes, sketches=False, workers=workers)[0]
 
     def fingerprints_and_sketches(
-        self, texts: Iterable[str], processes: int | None = 1
+        self, texts: Iterable[str], processes: int | None = 1, *, workers: Workers | None = None
     ) -> tuple[npt.NDArray[np.uint64], npt.NDArray[np.uint8]]:
         """:meth:`fingerprint_many` of ``texts``, and each text's verification
         sketch (a ``(len(texts), sketch.nbytes)`` uint8 array) made from the
         same tokens in the same pass. Raises :class:`InvalidValueError` if
         this fingerprinter has no sketch (``sketch=None``)."""
         sketch = self._sketch()
-        fingerprints, sketches = self._many(texts, processes, sketches=True)
+        fingerprints, sketches = self._many(texts, processes, sketches=True, workers=workers)
         if sketches is None:
             sketches = np.zeros((len(fingerprints), sketch.nbytes), dtype=np.uint8)
         return fingerprints, SketchRows(sketches, sketch)
@@ -382,18 +387,16 @@ class Fingerprinter:
         return self.sketch
 
     def _many(
-        self, texts: Iterable[str], processes: int | None, *, sketches: bool
+        self, texts: Iterable[str], processes: int | None, *, sketches: bool, workers: Workers | None = None
     ) -> tuple[npt.NDArray[np.uint64], npt.NDArray[np.uint8] | None]:
-        if processes is None:
-            processes = _available_cores()
-        else:
+        if processes is not None:
             _check_int("processes", processes, 1, None)
 
         def local(texts: list[str], start: int) -> tuple[npt.NDArray[np.uint64], int, Any]:
             return self._fingerprint_chunk(texts, start, sketches=sketches)
 
         results = fingerprint_in_processes(
-            self.settings(), chunks(texts), local, processes, sketches=sketches
+            self.settings(), chunks(texts), local, processes, sketches=sketches, workers=workers
         )
         values: list[npt.NDArray[np.uint64]] = []
         rows: list[npt.NDArray[np.uint8]] = []
@@ -551,14 +554,6 @@ def _short_message(count: int) -> str:
         f"text has only {count} distinct feature(s) (fewer than {SHORT_TEXT_FEATURES}); "
         "its fingerprint is coarse and a one-word edit moves many bits"
     )
-
-
-def _available_cores() -> int:
-    """CPU cores this process may run on."""
-    try:
-        return len(os.sched_getaffinity(0))
-    except AttributeError:  # pragma: no cover - not on Linux
-        return os.cpu_count() or 1
 
 
 def fingerprint(text: str, **settings: Any) -> int:

@@ -183,9 +183,6 @@ _DROP = _byte_table(lambda code: (code < 0x20 or code == 0x7F) and not chr(code)
 # character (non-ASCII text reaches the batch as its tokens joined by spaces).
 _WORD = _byte_table(lambda code: code >= 0x80 or chr(code).isalnum() or code == 0x5F)
 # Column j of row v: bit j of the byte value v (bit 0 = least significant).
-_BYTE_BITS = np.unpackbits(np.arange(256, dtype=np.uint8)[:, None], axis=1, bitorder="little").astype(
-    np.float64
-)
 # Bins of one tally (texts x digit values): 2 MB of float64.
 _TALLY_BINS = 1 << 18
 
@@ -488,7 +485,6 @@ def _bit_tallies(
     # passes); nibbles short ones, where 256 bins a text would mostly be 0.
     digit_bits = 8 if len(hashes) >= 64 * count else 4
     values_per_digit = 1 << digit_bits
-    bit_matrix = _BYTE_BITS[:values_per_digit, :digit_bits]
     # Texts tallied together: bounds the (texts x values) array to a few MB.
     block_texts = max(1, _TALLY_BINS // values_per_digit)
     positive = np.empty((count, 64), dtype=np.float64)
@@ -502,8 +498,14 @@ def _bit_tallies(
         for digit in range(64 // digit_bits):
             values = ((block_hashes >> _U64(digit * digit_bits)) & mask).astype(np.int64)
             tally = np.bincount(bins + values, weights=block_weights, minlength=texts_here * values_per_digit)
-            columns = slice(digit * digit_bits, (digit + 1) * digit_bits)
-            positive[first_text : first_text + texts_here, columns] = (
-                tally.reshape(texts_here, values_per_digit) @ bit_matrix
-            )
+            for bit in range(digit_bits):
+                # The digit values with this bit set, as a strided view: a
+                # sum, not a product with a matrix of the values' bits, which
+                # numpy hands to a multi-threaded BLAS whose idle threads spin (half again the
+                # CPU of the whole fingerprinting on 2 cores, for no time
+                # gained). The weights are integers, so any order sums alike.
+                with_bit = tally.reshape(texts_here, values_per_digit >> (bit + 1), 2, 1 << bit)[:, :, 1, :]
+                positive[first_text : first_text + texts_here, digit * digit_bits + bit] = with_bit.sum(
+                    axis=(1, 2)
+                )
     return positive

@@ -51,6 +51,7 @@ __all__ = [
     "U8Array",
     "check_similarity",
     "estimate_jaccard",
+    "estimate_jaccard_one",
     "sketch_reference",
     "sketch_rows",
     "sketches_of_shingles",
@@ -260,3 +261,39 @@ def estimate_jaccard(
     collide = (1 << sketch.bits) - 1
     estimate = (collide * matched - both_filled) / ((collide - 1) * np.maximum(union, 1))
     return np.clip(estimate, 0.0, 1.0)  # type: ignore[no-any-return]
+
+
+#: Per code width: each byte with the lowest bit of each of its codes set.
+_LOW_BITS = {2: 0x55, 4: 0x11, 8: 0x01}
+
+
+def estimate_jaccard_one(first: bytes, second: bytes, sketch: Sketch) -> float:
+    """:func:`estimate_jaccard` of one pair of sketches (``sketch.nbytes``
+    bytes each, not checked), in Python integers: a few microseconds, where
+    the numpy function costs tens for one pair."""
+    a = int.from_bytes(first, "little")
+    b = int.from_bytes(second, "little")
+    low_bits = _low_bits(sketch.bits, sketch.nbytes)
+    filled_a = _filled_codes(a, sketch.bits, low_bits)
+    filled_b = _filled_codes(b, sketch.bits, low_bits)
+    union = _filled_codes(a | b, sketch.bits, low_bits)  # bins where either is non-empty
+    matched = union - _filled_codes(a ^ b, sketch.bits, low_bits)  # equal and non-empty
+    both_filled = filled_a + filled_b - union
+    collide = (1 << sketch.bits) - 1
+    estimate = (collide * matched - both_filled) / ((collide - 1) * max(union, 1))
+    return min(max(estimate, 0.0), 1.0)
+
+
+@functools.lru_cache(maxsize=16)
+def _low_bits(bits: int, nbytes: int) -> int:
+    return int.from_bytes(bytes([_LOW_BITS[bits]]) * nbytes, "little")
+
+
+def _filled_codes(value: int, bits: int, low_bits: int) -> int:
+    """How many of the ``bits``-bit codes packed in ``value`` are not 0:
+    each code's bits are OR-ed into its lowest, and those counted."""
+    shift = 1
+    while shift < bits:
+        value |= value >> shift
+        shift <<= 1
+    return (value & low_bits).bit_count()

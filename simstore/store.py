@@ -29,7 +29,7 @@ from contextlib import contextmanager
 from types import TracebackType
 from typing import Any
 
-from simstore import batch, inputs, maintenance, reads, writes
+from simstore import batch, closest, inputs, maintenance, reads, writes
 from simstore.batch import Cluster, KeepPolicy, Pair, Progress
 from simstore.checking import check_store, file_bytes, store_stats
 from simstore.engine import Engine
@@ -177,26 +177,43 @@ class Store:
         meta: Mapping[str, Any] | None = None,
         with_meta: bool = False,
         min_similarity: float | None = None,
+        limit: int | None = None,
     ) -> list[Match]:
-        """Insert the document only if nothing stored is within ``k`` bits
-        (and, with ``min_similarity``, at least that similar; see :meth:`query`).
+        """Store the document under ``key`` only if no *other* stored
+        document is within ``k`` bits (and, with ``min_similarity``, at least
+        that similar; see :meth:`query`).
 
-        The look-up and the insert run in one write transaction, so two
+        The look-up and the write run in one write transaction, so two
         processes racing with the same near-duplicate never both insert it.
-        If ``key`` is already stored, its current document counts like any
-        other: re-adding a key whose fingerprint is within ``k`` returns it as
-        a match and changes nothing.
+
+        The document already stored under ``key``, if any, is never a match:
+        the question is whether the text duplicates another document. So a
+        call repeated after a crash gets the answer the first one got (``[]``
+        if it was stored), and a page fetched again after an edit, small or
+        large, replaces its old version unless it now duplicates another
+        page; then nothing changes, the old version stays, and the other
+        pages are returned. (Use ``key in store`` to tell a first store from
+        an update.)
+
+        Args:
+            limit: return at most this many matches, the closest (``limit=1``:
+                whether the document is a near-duplicate, and of which); the
+                look-up stops as soon as it has them, as :meth:`query` does.
+                ``None``: every match.
 
         Returns:
-            The matches, sorted by ``(distance, key)``; an empty list means the
-            document was inserted.
+            The matches, sorted by ``(distance, key)``, the first ``limit`` of
+            them with ``limit``; an empty list means the document was written.
         """
         engine = self._engine
         fp, sketch = inputs.fingerprint_and_sketch(engine, text, fingerprint)
         k = inputs.checked_k(engine, k)
         threshold = inputs.query_threshold(engine, min_similarity, sketch)
         inputs.check_flag("with_meta", with_meta)
-        return writes.add_if_new(engine, pack_key(key), fp, pack_meta(meta), sketch, k, with_meta, threshold)
+        limit = closest.check_limit(limit)
+        return writes.add_if_new(
+            engine, pack_key(key), fp, pack_meta(meta), sketch, k, with_meta, threshold, limit
+        )
 
     def add_many(
         self,
@@ -316,6 +333,7 @@ class Store:
         k: int | None = None,
         with_meta: bool = False,
         min_similarity: float | None = None,
+        limit: int | None = None,
     ) -> list[Match]:
         """Every stored document within ``k`` bits of the query, sorted by
         ``(distance, key)``.
@@ -323,6 +341,13 @@ class Store:
         A query by ``text`` in a store that keeps verification sketches
         gives each match its estimated Jaccard ``similarity`` (of word
         3-shingles) with the query; otherwise ``similarity`` is ``None``.
+
+        ``limit=n`` returns the first ``n`` of those matches (``limit=1``:
+        the closest), and stops searching once it has them: a document
+        found at distance 0 settles the answer after one table, and only
+        as many sketches are compared as it takes to find ``n`` that pass
+        ``min_similarity``. The answer is the same as slicing the
+        unlimited one.
 
         Args:
             fingerprint: the query fingerprint (or give ``text``).
@@ -333,18 +358,18 @@ class Store:
                 at least this (0 to 1); needs ``text``. A stored document
                 added as a bare fingerprint has no sketch: it is kept, with
                 ``similarity`` ``None``, as it cannot be judged.
+            limit: at most this many matches, the closest (a positive int;
+                ``None``: every match).
         """
         engine = self._engine
         query, sketch = inputs.fingerprint_and_sketch(engine, text, fingerprint)
         k = inputs.checked_k(engine, k)
-        return reads.query(
-            engine,
-            query,
-            sketch,
-            k,
-            inputs.check_flag("with_meta", with_meta),
-            inputs.query_threshold(engine, min_similarity, sketch),
-        )
+        with_meta = inputs.check_flag("with_meta", with_meta)
+        threshold = inputs.query_threshold(engine, min_similarity, sketch)
+        limit = closest.check_limit(limit)
+        if limit is not None:
+            return closest.query(engine, query, sketch, k, with_meta, threshold, limit)
+        return reads.query(engine, query, sketch, k, with_meta, threshold)
 
     def query_many(
         self,
@@ -355,6 +380,7 @@ class Store:
         with_meta: bool = False,
         min_similarity: float | None = None,
         sketches: U8Array | None = None,
+        limit: int | None = None,
     ) -> list[list[Match]]:
         """:meth:`query` for a batch, against one snapshot: one list per query.
 
@@ -367,6 +393,10 @@ class Store:
             with_meta: as for :meth:`query`.
             min_similarity: as for :meth:`query`.
             sketches: with ``fingerprints``, their sketches (see :meth:`add_many`).
+            limit: as for :meth:`query`, per query: ``limit=1`` gives each
+                query's closest match, all that deduplicating against the
+                store needs, and is much cheaper where documents share
+                boilerplate (hundreds of matches each).
         """
         engine = self._engine
         queries, sketches = inputs.fingerprints_and_sketches(
@@ -374,9 +404,11 @@ class Store:
         )
         k = inputs.checked_k(engine, k)
         threshold = inputs.query_threshold(engine, min_similarity, sketches)
-        return reads.query_many(
-            engine, queries, sketches, k, inputs.check_flag("with_meta", with_meta), threshold
-        )
+        with_meta = inputs.check_flag("with_meta", with_meta)
+        limit = closest.check_limit(limit)
+        if limit is not None:
+            return closest.query_many(engine, queries, sketches, k, with_meta, threshold, limit)
+        return reads.query_many(engine, queries, sketches, k, with_meta, threshold)
 
     def near_duplicate_pairs(
         self, k: int | None = None, *, min_similarity: float | None = None, progress: Progress | None = None

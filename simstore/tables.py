@@ -15,10 +15,12 @@ permuted key there; nothing else has an entry.
 from __future__ import annotations
 
 import contextlib
+import functools
 import itertools
 from collections.abc import Callable, Iterable, Iterator, Sequence
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import replace
+from typing import Any
 
 import numpy as np
 import numpy.typing as npt
@@ -29,6 +31,7 @@ from simstore.catalog import KEY_SPACE, Catalog, Compaction, Run, finish_compact
 from simstore.errors import CorruptStoreError
 from simstore.merging import TableWrites
 from simstore.permute import FINGERPRINT_BITS, Table, U64Array
+from simstore.scan_plan import ScanPlan, scan_plan
 
 #: Entries a compaction step moves in one table (one write transaction):
 #: 20-60 ms of work here, so that no other write waits long for one.
@@ -54,6 +57,14 @@ RunProbe = tuple[Database, int, int, runs.ProbePlan, int, int, int, bytes | None
 #: A run's bitmaps as a query uses them: ``(occupancy, crowded, shift)``.
 Bitmaps = tuple[bytes, bytes, int]
 
+#: The matches a query has found, to skip later tables' probes on (see
+#: :meth:`TableSet.find`): ``[run base, fingerprint, permuted keys in every
+#: table or None until needed]`` each.
+Seen = list[list[Any]]
+
+#: ``txn.get``, or a stand-in for it (:func:`sharing_records`).
+Get = Callable[..., bytes | None]
+
 
 class TableSet:
     """The tables of one layout and, per process, what queries need of them:
@@ -78,6 +89,7 @@ class TableSet:
         # Whether queries read their buckets first and search them together
         # (see find): when the runs' prefixes hold many entries each.
         self.crowded = False
+        self._scan_plan: ScanPlan | None = None
 
     # ------------------------------------------------------------------ views
 
@@ -128,6 +140,13 @@ class TableSet:
         sharing = tabled * sum(2.0**-table.prefix_bits for table in self.tables) / max(1, len(self.tables))
         self.crowded = bool(self.tables) and sharing >= costs.CROWDED_PREFIX
 
+    def scan_plan(self) -> ScanPlan:
+        """The order a query that may stop early visits the tables in (see
+        :mod:`simstore.scan_plan`), made at its first use."""
+        if self._scan_plan is None:
+            self._scan_plan = scan_plan(self.tables)
+        return self._scan_plan
+
     @property
     def bitmaps_unread(self) -> bool:
         return bool(self._unread)
@@ -176,9 +195,17 @@ class TableSet:
         records: dict[int, bytes],
         docs: Database,
         permute_all: Callable[[int], Sequence[int]],
+        settle: Callable[[int], bool] | None = None,
+        get: Get | None = None,
     ) -> None:
         """Add every tabled document within ``k`` bits of ``query`` to
         ``found`` (``{doc_id: distance}``), and its record to ``records``.
+
+        With ``settle``, the tables are visited in the order of
+        :meth:`scan_plan`, and before each ``settle(tables_visited)`` may
+        stop the search by returning true (a query that wants only its
+        closest matches and has them, see :mod:`simstore.closest`). Buckets
+        and records are read through ``get`` if given (:func:`sharing_records`).
 
         Per table, the runs whose occupancy bitmap holds the query's slot are
         probed: their entries that share the query's prefix and whose filter
@@ -203,12 +230,17 @@ class TableSet:
         never applies and testing entries one at a time dominates: the
         buckets are read first and searched together (:meth:`_find_crowded`).
         """
-        if self.crowded:
-            self._find_crowded(txn, permuted, query, k, found, records, docs)
+        if settle is not None:
+            get = txn.get if get is None else get
+            self._find_settling(get, permuted, query, k, found, records, docs, permute_all, settle)
             return
-        get = txn.get
+        if self.crowded:
+            probes = zip(self.probes, permuted, strict=True)
+            self._find_crowded(txn.get if get is None else get, probes, query, k, found, records, docs)
+            return
+        get = txn.get if get is None else get
         # (permuted keys in every table, the run's base) of each match
-        seen: list[tuple[Sequence[int], int]] = []
+        seen: Seen = []
         rejected: set[int] = set()
         for table_index, (table_probes, query_key) in enumerate(zip(self.probes, permuted, strict=True)):
             for entry in table_probes:
@@ -234,21 +266,71 @@ class TableSet:
                     permute_all,
                 )
 
-    def _find_crowded(
+    def _find_settling(
         self,
-        txn: Txn,
+        get: Get,
         permuted: Sequence[int],
         query: int,
         k: int,
         found: dict[int, int],
         records: dict[int, bytes],
         docs: Database,
+        permute_all: Callable[[int], Sequence[int]],
+        settle: Callable[[int], bool],
     ) -> None:
-        """:meth:`find` by reading every bucket the query needs, then
-        searching them in one numpy pass (:func:`simstore.runs.probe_buckets`)."""
-        get = txn.get
+        """:meth:`find` a table at a time in the order of :meth:`scan_plan`,
+        calling ``settle`` before each (the unlimited loop of :meth:`find`
+        is kept apart: it is the single query's hot path)."""
+        seen: Seen = []
+        rejected: set[int] = set()
+        for visited, table_index in enumerate(self.scan_plan().order):
+            if settle(visited):
+                return
+            query_key = permuted[table_index]
+            if self.crowded:
+                probes = [(self.probes[table_index], query_key)]
+                self._find_crowded(get, probes, query, k, found, records, docs, rejected)
+                continue
+            for entry in self.probes[table_index]:
+                if not entry[5] <= query_key < entry[6]:
+                    continue
+                bitmap = entry[7]
+                if bitmap is not None:
+                    slot = query_key >> entry[9]
+                    if not (bitmap[slot >> 3] >> (slot & 7)) & 1:
+                        continue
+                _scan(
+                    get,
+                    docs,
+                    entry,
+                    table_index,
+                    query_key,
+                    query,
+                    k,
+                    found,
+                    records,
+                    seen,
+                    rejected,
+                    permute_all,
+                )
+
+    def _find_crowded(
+        self,
+        get: Get,
+        probes: Iterable[tuple[tuple[RunProbe, ...], int]],
+        query: int,
+        k: int,
+        found: dict[int, int],
+        records: dict[int, bytes],
+        docs: Database,
+        rejected: set[int] | None = None,
+    ) -> None:
+        """:meth:`find` by reading every bucket the query needs (``probes``:
+        each table's runs and the query's key there), then searching them in
+        one numpy pass (:func:`simstore.runs.probe_buckets`). ``rejected``
+        holds the candidates found too far (shared by calls of one query)."""
         reads: dict[tuple[int, int], _BucketReads] = {}
-        for table_probes, query_key in zip(self.probes, permuted, strict=True):
+        for table_probes, query_key in probes:
             for entry in table_probes:
                 # find()'s run and bitmap test, written out in both: a call a
                 # probe would cost about 0.1 µs, 21 times a query at k = 5.
@@ -273,7 +355,7 @@ class TableSet:
                 group.query_tags.append(((query_key << bucket_bits) & MAX_KEY) >> plan[1])
                 group.prefix_masks.append(entry[10])
                 group.filter_masks.append(entry[11])
-        _check_candidates(get, docs, reads, query, k, found, records)
+        _check_candidates(get, docs, reads, query, k, found, records, set() if rejected is None else rejected)
 
     def find_many(
         self,
@@ -285,10 +367,13 @@ class TableSet:
         records: Sequence[dict[int, bytes]],
         docs: Database,
         permute_all: Callable[[int], Sequence[int]],
+        settle: Callable[[int, int], bool] | None = None,
+        get: Get | None = None,
     ) -> None:
         """:meth:`find` for a batch: query ``i`` is ``queries[i]``, its permuted
         key in table ``t`` is ``columns[t][i]``, and its results go to
-        ``founds[i]`` and ``records[i]``.
+        ``founds[i]`` and ``records[i]``; ``settle(i, tables_visited)`` is
+        query ``i``'s ``settle`` of :meth:`find`.
 
         Every run's occupancy test runs over the whole batch in numpy; only
         the (query, table, run) triples that pass it are visited in Python,
@@ -300,19 +385,31 @@ class TableSet:
         if self.crowded:
             rows = zip(*(column.tolist() for column in columns), strict=True)
             for query_index, permuted in enumerate(rows):
-                self._find_crowded(
-                    txn, permuted, queries[query_index], k, founds[query_index], records[query_index], docs
+                self.find(
+                    txn,
+                    permuted,
+                    queries[query_index],
+                    k,
+                    founds[query_index],
+                    records[query_index],
+                    docs,
+                    permute_all,
+                    None if settle is None else functools.partial(settle, query_index),
+                    get,
                 )
             return
         hit_queries: list[npt.NDArray[np.int64]] = []
         hit_places: list[npt.NDArray[np.int64]] = []
-        places: list[tuple[int, RunProbe]] = []
-        for table_index, (table_probes, column) in enumerate(zip(self.probes, columns, strict=True)):
-            for entry in table_probes:
+        # (table, run, the table's place in the order visited)
+        places: list[tuple[int, RunProbe, int]] = []
+        tables = range(len(self.probes)) if settle is None else self.scan_plan().order
+        for visited, table_index in enumerate(tables):
+            column = columns[table_index]
+            for entry in self.probes[table_index]:
                 chosen = _passing(entry, column)
                 hit_queries.append(chosen)
                 hit_places.append(np.full(len(chosen), len(places), dtype=np.int64))
-                places.append((table_index, entry))
+                places.append((table_index, entry, visited))
         if not places:
             return
         query_order = np.concatenate(hit_queries)
@@ -322,16 +419,27 @@ class TableSet:
         order = np.lexsort((place_order, query_order))
         query_order, place_order = query_order[order], place_order[order]
         key_lists = [column.tolist() for column in columns]
-        get = txn.get
+        get = txn.get if get is None else get
         current = -1
-        seen: list[tuple[Sequence[int], int]] = []
+        seen: Seen = []
         rejected: set[int] = set()
+        visiting = -1  # the current query's table being visited, by its place in the order
+        stopped = False
         for query_index, place in zip(query_order.tolist(), place_order.tolist(), strict=True):
             if query_index != current:
                 current = query_index
                 seen = []
                 rejected = set()
-            table_index, entry = places[place]
+                visiting = -1
+                stopped = False
+            elif stopped:
+                continue
+            table_index, entry, visited = places[place]
+            if settle is not None and visited != visiting:
+                visiting = visited
+                if settle(query_index, visited):
+                    stopped = True
+                    continue
             _scan(
                 get,
                 docs,
@@ -638,7 +746,7 @@ def _scan(
     k: int,
     found: dict[int, int],
     records: dict[int, bytes],
-    seen: list[tuple[Sequence[int], int]],
+    seen: Seen,
     rejected: set[int],
     permute_all: Callable[[int], Sequence[int]],
 ) -> None:
@@ -651,9 +759,13 @@ def _scan(
         slot = query_key >> shift
         if not (crowded[slot >> 3] >> (slot & 7)) & 1:
             # A plain loop: any() over a generator cost about a microsecond here.
-            for keys, found_in in seen:
-                if found_in == base and keys[table_index] >> shift == slot:
-                    return
+            for match in seen:
+                if match[0] == base:
+                    keys = match[2]
+                    if keys is None:
+                        keys = match[2] = permute_all(match[1])
+                    if keys[table_index] >> shift == slot:
+                        return
     key = (base | query_key >> bucket_shift).to_bytes(8, "big")
     value = get(key, db=db)
     if value is None:
@@ -663,7 +775,9 @@ def _scan(
             continue
         fingerprint = _check_candidate(get, docs, doc_id, query, k, found, records, rejected)
         if doc_id in found and len(seen) < SEEN_LIMIT:
-            seen.append((permute_all(fingerprint), base))
+            # Permuted when a later table first needs it: a query that
+            # stops early (closest.py) often never does.
+            seen.append([base, fingerprint, None])
 
 
 #: LMDB's cost of one bucket beside its bytes: the 8-byte key and a node header.
@@ -767,12 +881,12 @@ def _check_candidates(
     k: int,
     found: dict[int, int],
     records: dict[int, bytes],
+    rejected: set[int],
 ) -> None:
     """Search the buckets of ``reads`` for the query's candidates, read each
     candidate's record once, and add those within ``k`` of the query to
-    ``found`` (``records`` gets the record). Documents found already (the
-    delta's) are not checked again."""
-    rejected: set[int] = set()  # a near-duplicate is a candidate in most tables
+    ``found`` (``records`` gets the record) and the others to ``rejected``.
+    Documents found already (the delta's) are not checked again."""
     for (tag_bytes, id_bytes), group in reads.items():
         doc_ids = runs.probe_buckets(
             group.keys,
@@ -829,3 +943,24 @@ def _passing(entry: RunProbe, column: U64Array) -> npt.NDArray[np.int64]:
         bytes_at = np.frombuffer(bitmap, dtype=np.uint8)[slots >> np.uint64(3)]
         passed &= ((bytes_at >> (slots & np.uint64(7)).astype(np.uint8)) & 1).astype(bool)
     return np.flatnonzero(passed)
+
+
+def sharing_records(txn: Txn, docs: Database, shared: dict[bytes, bytes | None]) -> Get:
+    """``txn.get`` that keeps the document records (``docs``) it reads in
+    ``shared``, for the other queries of a batch in the same snapshot:
+    documents that share boilerplate are candidates of many queries (19K
+    distinct records were read 248K times by 10K queries of the benchmark in
+    ``benchmarks/bench_against.py``). Buckets are not kept: a batch of
+    unrelated queries reads each once."""
+    read = txn.get
+
+    def get(key: bytes, db: Database) -> bytes | None:
+        if db is not docs:
+            return read(key, db=db)
+        try:
+            return shared[key]
+        except KeyError:
+            value = shared[key] = read(key, db=db)
+            return value
+
+    return get

@@ -17,6 +17,7 @@ from typing import TYPE_CHECKING, Any
 import numpy as np
 
 from simstore import _lmdb
+from simstore.closest import Closest, Search
 from simstore.delta import Change, encode_add, encode_remove, encode_seq
 from simstore.errors import CorruptStoreError, InvalidTypeError, InvalidValueError, KeyNotFoundError
 from simstore.format import State
@@ -74,6 +75,7 @@ def add_if_new(
     k: int,
     with_meta: bool,
     threshold: float | None,
+    limit: int | None = None,
 ) -> list[Match]:
     """``Store.add_if_new`` of a checked document: the look-up and the insert
     in one write transaction (shared with other threads' single writes).
@@ -90,7 +92,7 @@ def add_if_new(
         )
     # The layout's generation: k was checked against it.
     spec = [
-        "add_if_new", packed_key, fingerprint, packed_meta, sketch, k, with_meta, threshold,
+        "add_if_new", packed_key, fingerprint, packed_meta, sketch, k, with_meta, threshold, limit,
         engine.params.generation,
     ]  # fmt: skip
     result: list[Match] = engine.commit.write(engine, _add_if_new_body(engine, spec), spec)
@@ -100,22 +102,67 @@ def add_if_new(
 
 
 def _add_if_new_body(engine: Engine, spec: Spec) -> Body[list[Match]]:
-    _, packed_key, fingerprint, packed_meta, sketch, k, with_meta, threshold, _ = spec
+    if len(spec) == 9:
+        # Logged (or posted) by simstore before limit=, whose add_if_new
+        # counted the key's own document as a match: replayed as it ran.
+        _, packed_key, fingerprint, packed_meta, sketch, k, with_meta, threshold, _ = spec
+        limit, own_excluded = None, False
+    else:
+        _, packed_key, fingerprint, packed_meta, sketch, k, with_meta, threshold, limit, _ = spec
+        own_excluded = True
 
     def body(txn: _lmdb.Txn, state: State) -> tuple[list[Match], State, Change]:
-        permuted = engine.permute_all(fingerprint)
-        records: dict[int, bytes] = {}
-        found = find(engine, txn, permuted, fingerprint, k, records)
-        if engine.tableset.bitmaps_unread:
-            engine.tableset.read_bitmaps(txn)
-        if found:
-            matches = resolve(engine, txn, found, with_meta, records, sketch, threshold)
-            if matches:
-                return matches, state, Change([], [])
+        own = txn.get(lookup_key(packed_key), db=engine.handles.keys) if own_excluded else None
+        own_id = None if own is None else decode_id(own)
+        matches = _others_near(engine, txn, fingerprint, sketch, k, with_meta, threshold, limit, own_id)
+        if matches:
+            return matches, state, Change([], [])
         new_state, change = put_one(engine, txn, state, packed_key, fingerprint, packed_meta, sketch)
         return [], new_state, change
 
     return body
+
+
+def _others_near(
+    engine: Engine,
+    txn: _lmdb.Txn,
+    fingerprint: int,
+    sketch: bytes | None,
+    k: int,
+    with_meta: bool,
+    threshold: float | None,
+    limit: int | None,
+    own_id: int | None,
+) -> list[Match]:
+    """``add_if_new``'s look-up: the matches (the closest ``limit``, or all)
+    of the documents other than ``own_id``, the one stored under the key."""
+    permuted = engine.permute_all(fingerprint)
+    records: dict[int, bytes] = {}
+    if limit is None:
+        found = find(engine, txn, permuted, fingerprint, k, records)
+        if own_id is not None:
+            found.pop(own_id, None)
+        matches = resolve(engine, txn, found, with_meta, records, sketch, threshold) if found else []
+    else:
+        found = engine.delta.matches(permuted, fingerprint, k)
+        search = Search(engine, k, limit, threshold, with_meta)
+        closest = Closest(engine, txn, search, found, records, sketch, own_id)
+        engine.tableset.find(
+            txn,
+            permuted,
+            fingerprint,
+            k,
+            found,
+            records,
+            engine.handles.docs,
+            engine.permute_all,
+            closest.settle,
+        )
+        closest.finish()
+        matches = closest.matches
+    if engine.tableset.bitmaps_unread:
+        engine.tableset.read_bitmaps(txn)
+    return matches
 
 
 def body_of(engine: Engine, spec: Spec) -> Body[Any] | None:

@@ -297,3 +297,92 @@ def test_a_worker_that_dies_mid_batch_raises_worker_error(
     texts = [f"words of text number {i} and a few more" for i in range(200)]
     with pytest.raises(simstore.WorkerError, match="exit status 9"):
         Fingerprinter().fingerprint_many(texts, processes=2)
+
+
+# ------------------------------------------------- workers that pay for themselves
+
+_ENGLISH = [f"line {i} of an english text about rivers, hills and the weather in spring" for i in range(400)]
+
+
+def _slowly(patch: pytest.MonkeyPatch) -> None:
+    """Slow this process's chunks down, so that a worker gets some of them."""
+    real = Fingerprinter._fingerprint_chunk
+
+    def slow(self: Fingerprinter, chunk: list[str], start: int, **options: bool) -> tuple[Any, ...]:
+        time.sleep(0.05)
+        return real(self, chunk, start, **options)
+
+    patch.setattr(Fingerprinter, "_fingerprint_chunk", slow)
+
+
+@POSIX
+def test_automatic_processes_start_no_worker_for_a_small_input(
+    process_starts: list[object], monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """processes=None on an idle machine: 9M characters (several chunks)
+    stay in this process, below what a worker's start costs."""
+    monkeypatch.setattr(pool, "idle_cores", lambda: 1)
+    monkeypatch.setattr(pool, "available_cores", lambda: 2)
+    values = Fingerprinter().fingerprint_many(_LONG_TEXTS, processes=None)
+    assert len(values) == len(_LONG_TEXTS)
+    assert process_starts == []
+
+
+@POSIX
+@pytest.mark.slow  # starts a worker
+def test_automatic_processes_start_a_worker_past_the_threshold_if_a_core_is_idle(
+    process_starts: list[object], small_chunks: None, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    expected = Fingerprinter().fingerprint_many(_ENGLISH).tolist()
+    monkeypatch.setattr(pool, "AUTO_MIN_CHARS", 2000)
+    monkeypatch.setattr(pool, "available_cores", lambda: 4)
+    for idle, started in ((0, 0), (1, 1)):
+        process_starts.clear()
+        monkeypatch.setattr(pool, "idle_cores", lambda idle=idle: idle)
+        with pytest.MonkeyPatch.context() as patch:
+            _slowly(patch)
+            assert Fingerprinter().fingerprint_many(_ENGLISH, processes=None).tolist() == expected
+        assert len(process_starts) == started
+
+
+@POSIX
+@pytest.mark.slow  # starts a worker
+def test_a_pool_starts_its_worker_once_for_many_batches(
+    process_starts: list[object], small_chunks: None
+) -> None:
+    fingerprinter = Fingerprinter()
+    expected = fingerprinter.fingerprints_and_sketches(_ENGLISH)
+    with pytest.MonkeyPatch.context() as patch, pool.Workers(2) as workers:
+        _slowly(patch)
+        for _ in range(3):
+            values, sketches = fingerprinter.fingerprints_and_sketches(_ENGLISH, workers=workers)
+            assert values.tolist() == expected[0].tolist()
+            assert np.array_equal(sketches, expected[1])
+        assert workers.started() == 1
+        # A batch that fails stops its worker; the next starts another.
+        with pytest.raises(InvalidValueError, match="index 13"):
+            fingerprinter.fingerprints_and_sketches([*_ENGLISH[:13], "", *_ENGLISH], workers=workers)
+        assert workers.started() == 0
+        assert fingerprinter.fingerprint_many(_ENGLISH, workers=workers).tolist() == expected[0].tolist()
+    assert len(process_starts) == 2
+    assert workers.started() == 0
+
+
+@POSIX
+@pytest.mark.slow  # starts a worker
+def test_the_command_line_starts_workers_once_a_run(
+    process_starts: list[object], small_chunks: None, monkeypatch: pytest.MonkeyPatch, tmp_path: Path
+) -> None:
+    """dedup fingerprints its input in chunks; their worker is started once."""
+    from simstore import cli_common
+    from simstore.cli import main
+
+    monkeypatch.setattr(pool, "AUTO_MIN_CHARS", 2000)
+    monkeypatch.setattr(pool, "available_cores", lambda: 2)
+    monkeypatch.setattr(pool, "idle_cores", lambda: 1)
+    monkeypatch.setattr(cli_common, "FINGERPRINT_CHUNK_DOCS", 100)
+    _slowly(monkeypatch)
+    rows = tmp_path / "rows.jsonl"
+    rows.write_text("".join(f'{{"id": {i}, "text": "{text}"}}\n' for i, text in enumerate(_ENGLISH)))
+    assert main(["dedup", str(rows), "-o", str(tmp_path / "kept.jsonl"), "--quiet"]) == 0
+    assert len(process_starts) == 1
