@@ -102,14 +102,15 @@ def dedup_table(
         columns are nullable (``Int64``), so a missing value is ``<NA>``
         rather than turning the column into floats.
 
-    >>> kept, provenance = dedup_table([
-    ...     {"id": 1, "text": "the quick brown fox jumps over the lazy dog"},
-    ...     {"id": 2, "text": "the quick brown fox jumps over the lazy dog"},
-    ... ], id_column="id")
-    >>> kept
-    [{'id': 1, 'text': 'the quick brown fox jumps over the lazy dog'}]
-    >>> [(row["id"], row["duplicate_of"], row["kept"]) for row in provenance]
-    [(1, None, True), (2, 1, False)]
+    Examples:
+        >>> kept, provenance = dedup_table([
+        ...     {"id": 1, "text": "the quick brown fox jumps over the lazy dog"},
+        ...     {"id": 2, "text": "the quick brown fox jumps over the lazy dog"},
+        ... ], id_column="id")
+        >>> kept
+        [{'id': 1, 'text': 'the quick brown fox jumps over the lazy dog'}]
+        >>> [(row["id"], row["duplicate_of"], row["kept"]) for row in provenance]
+        [(1, None, True), (2, 1, False)]
     """
     import pyarrow as pa
 
