@@ -11,8 +11,8 @@ Exit status: 0 success, 1 a simstore error or bad input (one line on stderr,
 ``simstore: error: ...``, no traceback), 2 a usage error (argparse's usage
 message), 130 interrupted by Ctrl-C (one line saying what was committed), 143 by SIGTERM,
 141 (quietly) when the reader of stdout went away (``simstore export STORE | head``).
-Progress bars go to stderr, only when it is a terminal and ``-q`` is not
-given. Read verbs take ``--json``.
+Progress bars go to stderr when it is a terminal and ``-q`` is not given,
+or when ``--progress`` asks for them (a line each, in a log). Read verbs take ``--json``.
 
 Writes are all or nothing by default: ``add`` and ``import`` read, check and
 fingerprint the whole input first and write it in one transaction, so with
@@ -37,7 +37,7 @@ from collections.abc import Callable, Iterator, Sequence
 from dataclasses import dataclass
 from types import FrameType
 
-from simstore.cli_common import PROG
+from simstore.cli_common import LOG_LINE_SECONDS, PROG
 from simstore.cli_dedup import configure_dedup, run_dedup
 from simstore.cli_maintain import configure_compact, configure_migrate, run_compact, run_migrate
 from simstore.cli_store import (
@@ -150,7 +150,14 @@ def build_parser() -> argparse.ArgumentParser:
     for name, verb in VERBS.items():
         sub = verbs.add_parser(name, help=verb.help, description=verb.help[:1].upper() + verb.help[1:] + ".")
         verb.configure(sub)
-        sub.add_argument("-q", "--quiet", action="store_true", help="no progress bars or notes")
+        chatter = sub.add_mutually_exclusive_group()
+        chatter.add_argument("-q", "--quiet", action="store_true", help="no progress bars or notes")
+        chatter.add_argument(
+            "--progress",
+            action="store_true",
+            help="progress bars even when stderr is not a terminal (a CI log): a line every "
+            f"{LOG_LINE_SECONDS:g} seconds",
+        )
         if verb.reads or verb.json_option:
             sub.add_argument("--json", action="store_true", help="print the result as JSON")
         sub.set_defaults(run=verb.run, parser=sub)

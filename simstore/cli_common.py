@@ -164,12 +164,76 @@ def check_distance(k: int | None, store: Store) -> None:
 # ------------------------------------------------------------ shared helpers
 
 
+#: The width of a bar where the terminal gives none (a pty of size 0, as
+#: under `script` or a CI runner's) and ``COLUMNS`` names none either.
+FALLBACK_COLUMNS = 80
+FALLBACK_ROWS = 24
+#: Seconds between the lines of ``--progress`` bars on a stderr that is not a terminal.
+LOG_LINE_SECONDS = 10.0
+
+
 def progress(args: argparse.Namespace, **options: Any) -> Any:
-    """A tqdm bar on stderr, disabled by ``-q`` or when stderr is not a terminal."""
+    """A tqdm bar on stderr. None with ``-q``, nor when stderr is not a
+    terminal unless ``--progress`` asks for one; then (a CI log, a file)
+    each refresh is a line of its own, one every :data:`LOG_LINE_SECONDS`.
+    On a terminal that reports no width the bar is ``COLUMNS`` (else 80)
+    wide, where tqdm drew nothing at all."""
     from tqdm import tqdm  # lazily: `simstore stats` should start fast
 
-    disabled = bool(getattr(args, "quiet", False)) or not sys.stderr.isatty()
-    return tqdm(file=sys.stderr, disable=disabled, dynamic_ncols=True, **options)
+    quiet = bool(getattr(args, "quiet", False))
+    asked = bool(getattr(args, "progress", False))
+    terminal = sys.stderr.isatty()
+    if quiet or not (terminal or asked):
+        return tqdm(file=sys.stderr, disable=True, **options)
+    if not terminal:
+        return tqdm(
+            file=_LineStream(sys.stderr),
+            ncols=_columns_from_environment(),
+            mininterval=LOG_LINE_SECONDS,
+            ascii=True,
+            **options,
+        )
+    if _terminal_columns(sys.stderr) > 0:
+        return tqdm(file=sys.stderr, dynamic_ncols=True, **options)
+    # tqdm takes a terminal's size of 0 x 0 for -1 rows and draws no line;
+    # the rows matter only to bars stacked in several positions.
+    return tqdm(file=sys.stderr, ncols=_columns_from_environment(), nrows=FALLBACK_ROWS, **options)
+
+
+def _terminal_columns(stream: TextIO) -> int:
+    """The width of the terminal ``stream`` is, 0 if it reports none."""
+    try:
+        return os.get_terminal_size(stream.fileno()).columns
+    except (OSError, ValueError, AttributeError):
+        return 0
+
+
+def _columns_from_environment() -> int:
+    """``COLUMNS`` if it holds a width, else :data:`FALLBACK_COLUMNS`."""
+    try:
+        columns = int(os.environ.get("COLUMNS", ""))
+    except ValueError:
+        return FALLBACK_COLUMNS
+    return columns if columns > 0 else FALLBACK_COLUMNS
+
+
+class _LineStream:
+    """A stream for tqdm that writes each refresh of a bar as a line of its
+    own: tqdm redraws in place with a carriage return, which a log file or a
+    CI log shows as one ever longer line."""
+
+    def __init__(self, stream: TextIO) -> None:
+        self._stream = stream
+        self.encoding = getattr(stream, "encoding", "utf-8")
+
+    def write(self, text: str) -> int:
+        line = text.replace("\r", "").rstrip()
+        if line:
+            self._stream.write(line + "\n")
+        return len(text)
+
+    def flush(self) -> None:
+        self._stream.flush()
 
 
 class ReadingBar:
