@@ -538,12 +538,15 @@ def fingerprint_documents(
     """Fingerprint documents in chunks of at most ``chunk_docs`` (default
     and ceiling :data:`FINGERPRINT_CHUNK_DOCS`), with their sketches if the
     store keeps them; a text the fingerprinter refuses is a bad line like
-    any other."""
+    any other. ``errors`` (which the reading of ``documents`` reports to)
+    reports every skipped line in input order: a chunk's are held until it
+    is fingerprinted, as a text with no features is found only then."""
     fingerprinter = store.fingerprinter
     sketching = store.sketch is not None
     most_docs = min(chunk_docs or FINGERPRINT_CHUNK_DOCS, FINGERPRINT_CHUNK_DOCS)
     chunk: list[Document] = []
     characters = 0
+    held = _HeldReports(errors, lambda: len(chunk))
 
     def fingerprint(texts: list[str]) -> tuple[np.ndarray, np.ndarray | None]:
         # The command line uses every core (the library defaults to one).
@@ -551,18 +554,17 @@ def fingerprint_documents(
             return fingerprinter.fingerprints_and_sketches(texts, processes=None)
         return fingerprinter.fingerprint_many(texts, processes=None), None
 
-    def flush() -> Iterator[tuple[list[Document], np.ndarray, np.ndarray | None]]:
+    def flush() -> tuple[list[Document], np.ndarray, np.ndarray | None]:
         with warnings.catch_warnings():
             warnings.simplefilter("ignore", ShortTextWarning)
             try:
                 values, sketches = fingerprint([doc.text for doc in chunk])
-                yield list(chunk), values, sketches
-                return
+                return list(chunk), values, sketches
             except InvalidValueError:
                 pass
             # Some text has no features: find which, one at a time.
             good: list[Document] = []
-            for doc in chunk:
+            for index, doc in enumerate(chunk):
                 try:
                     fingerprinter.fingerprint(doc.text)
                     good.append(doc)
@@ -570,25 +572,79 @@ def fingerprint_documents(
                     error = InputError(doc.source, doc.line, str(exc))
                     if options.on_error == "fail":
                         raise error from None
-                    errors(error)
+                    held.at_document(index, error)
             values, sketches = fingerprint([doc.text for doc in good])
-            yield good, values, sketches
+            return good, values, sketches
 
-    for document in documents:
-        if with_length:
-            meta = dict(document.meta or {})
-            meta[LENGTH_FIELD] = len(document.text)
-            document = Document(
-                document.key, document.text, document.source, document.line, document.record, meta
-            )
-        chunk.append(document)
-        characters += len(document.text)
-        if len(chunk) >= most_docs or characters >= FINGERPRINT_CHUNK_CHARS:
-            yield from flush()
-            chunk = []
-            characters = 0
-    if chunk:
-        yield from flush()
+    with held:
+        for document in documents:
+            if with_length:
+                meta = dict(document.meta or {})
+                meta[LENGTH_FIELD] = len(document.text)
+                document = Document(
+                    document.key, document.text, document.source, document.line, document.record, meta
+                )
+            chunk.append(document)
+            characters += len(document.text)
+            if len(chunk) >= most_docs or characters >= FINGERPRINT_CHUNK_CHARS:
+                done = flush()
+                held.release()
+                yield done
+                chunk = []
+                characters = 0
+        if chunk:
+            done = flush()
+            held.release()
+            yield done
+
+
+class _HeldReports:
+    """The reports of skipped lines, held back while a chunk is read and
+    fingerprinted and then given in input order: a line the reader refuses
+    is reported as it is read, a text with no features only when its chunk
+    is fingerprinted, after lines read later. ``position()`` is how many
+    documents of the chunk have been read. As a context manager it holds
+    them, and gives what it holds on leaving (an error, or the end)."""
+
+    def __init__(self, errors: ErrorCounter, position: Callable[[], int]) -> None:
+        self._errors = errors
+        self._position = position
+        self._report = errors.report
+        # (documents of the chunk read before it, 0 for a line the reader
+        # refused or 1 for a document's own error, the error)
+        self._held: list[tuple[int, int, InputError]] = []
+        self._document: int | None = None
+
+    def __enter__(self) -> _HeldReports:
+        if self._report is not None:
+            self._errors.report = self._hold
+        return self
+
+    def __exit__(self, *exc_info: object) -> None:
+        self._errors.report = self._report
+        self.release()
+
+    def _hold(self, error: InputError) -> None:
+        if self._document is None:
+            self._held.append((self._position(), 0, error))
+        else:
+            self._held.append((self._document, 1, error))
+
+    def at_document(self, index: int, error: InputError) -> None:
+        """The chunk's document ``index`` is a bad line: counted now, reported in its place."""
+        self._document = index
+        try:
+            self._errors(error)
+        finally:
+            self._document = None
+
+    def release(self) -> None:
+        """Report what is held, in input order (a stable sort: lines read at
+        one position stay in turn)."""
+        held, self._held = self._held, []
+        if self._report is not None:
+            for _, _, error in sorted(held, key=lambda entry: entry[:2]):
+                self._report(error)
 
 
 def skip_reporter(args: argparse.Namespace) -> ErrorCounter:
