@@ -169,30 +169,41 @@ def main(argv: Sequence[str] | None = None) -> int:
     argparse's ``SystemExit``)."""
     parser = build_parser()
     args = parser.parse_args(argv)
-    with _interrupts(), warnings.catch_warnings():
-        # simstore's warnings as the command line's one-liners (not Python's
-        # file:line and source), and the notes -q asks to leave out.
-        warnings.showwarning = _show_warning
-        if getattr(args, "quiet", False):
-            warnings.simplefilter("ignore", ShortTextWarning)
-        try:
-            status: int = args.run(args)
-            return status
-        except (SimstoreError, OSError) as exc:
-            if isinstance(exc, BrokenPipeError) or getattr(exc, "errno", None) == errno.EPIPE:
-                # The reader went away (`simstore export STORE | head`): that is
-                # how such a pipeline ends, not an error. Stop quietly with the
-                # status a tool killed by SIGPIPE gives (128 + 13), as `cat` does.
-                with contextlib.suppress(OSError):
-                    os.dup2(os.open(os.devnull, os.O_WRONLY), sys.stdout.fileno())
-                return EXIT_BROKEN_PIPE
-            print(f"{PROG}: error: {_message(exc)}", file=sys.stderr)
-            return 1
-        except KeyboardInterrupt as exc:
-            # A verb that committed part of its work says how much (add --batch-size).
-            message = str(exc) or "interrupted; nothing of the unfinished transaction was written"
-            print(f"{PROG}: {message}", file=sys.stderr)
-            return 143 if _terminated.is_set() else 130
+    try:
+        with _interrupts(), warnings.catch_warnings():
+            return _run(args)
+    except KeyboardInterrupt:
+        # Ctrl-C just as the run ended, after what it did was reported (or
+        # while its handling of Ctrl-C was set up or put away): no traceback.
+        print(f"{PROG}: interrupted", file=sys.stderr)
+        return 143 if _terminated.is_set() else 130
+
+
+def _run(args: argparse.Namespace) -> int:
+    """Run the verb ``args`` names; errors and Ctrl-C as one line on stderr and an exit status."""
+    # simstore's warnings as the command line's one-liners (not Python's
+    # file:line and source), and the notes -q asks to leave out.
+    warnings.showwarning = _show_warning
+    if getattr(args, "quiet", False):
+        warnings.simplefilter("ignore", ShortTextWarning)
+    try:
+        status: int = args.run(args)
+        return status
+    except (SimstoreError, OSError) as exc:
+        if isinstance(exc, BrokenPipeError) or getattr(exc, "errno", None) == errno.EPIPE:
+            # The reader went away (`simstore export STORE | head`): that is
+            # how such a pipeline ends, not an error. Stop quietly with the
+            # status a tool killed by SIGPIPE gives (128 + 13), as `cat` does.
+            with contextlib.suppress(OSError):
+                os.dup2(os.open(os.devnull, os.O_WRONLY), sys.stdout.fileno())
+            return EXIT_BROKEN_PIPE
+        print(f"{PROG}: error: {_message(exc)}", file=sys.stderr)
+        return 1
+    except KeyboardInterrupt as exc:
+        # A verb that committed part of its work says how much (add --batch-size).
+        message = str(exc) or "interrupted; nothing of the unfinished transaction was written"
+        print(f"{PROG}: {message}", file=sys.stderr)
+        return 143 if _terminated.is_set() else 130
 
 
 # Set when SIGTERM (not Ctrl-C) stopped the run: it exits 143, not 130.

@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import argparse
 import base64
+import contextlib
 import json
 import os
 import shutil
@@ -19,6 +20,7 @@ from typing import Any, TextIO
 import numpy as np
 
 from simstore.batch import LENGTH_FIELD
+from simstore.cli_cleanup import existing_files, remove_stale_creations, remove_unused_store
 from simstore.errors import InvalidValueError, ParameterMismatchError, SimstoreError, StoreNotFoundError
 from simstore.opening import open as open_store
 from simstore.permute import MAX_FINGERPRINT, validate_k
@@ -102,7 +104,10 @@ class StoreOnDemand:
     one is created only when the first documents are committed, by
     ``open_new()`` (:meth:`opened`). A command that fails before then (a
     bad line, a text that cannot be fingerprinted, Ctrl-C) leaves no new
-    store behind, with a ``k`` nobody chose for it.
+    store behind, with a ``k`` nobody chose for it; nor does one that fails
+    or is interrupted while the store is being created or its first
+    documents committed: the store it created, empty, is removed again
+    (see :func:`simstore.cli_cleanup.remove_unused_store`).
 
     Until the store exists, documents are fingerprinted with the settings a
     new store gets (``Fingerprinter()``); :meth:`opened` checks that the
@@ -113,6 +118,9 @@ class StoreOnDemand:
         self.path = path
         self._open_new = open_new
         self._store: Store | None = None
+        # The store's files that existed before this command created it (None: it did not).
+        self._existed_before: set[str] | None = None
+        self.committed = 0  # documents this command committed
         if os.path.lexists(path):
             self._store = open_new()
             self.fingerprinter = self._store.fingerprinter
@@ -129,27 +137,75 @@ class StoreOnDemand:
         self.fingerprinter = Fingerprinter()
         self.sketch = self.fingerprinter.sketch
 
+    @property
+    def exists(self) -> bool:
+        """Whether the store is open (it existed, or :meth:`opened` created it)."""
+        return self._store is not None
+
     def opened(self) -> Store:
         """The store, created now if it does not exist yet."""
         if self._store is None:
-            store = self._open_new()
+            before = existing_files(self.path)
+            if self.path not in before:
+                remove_stale_creations(self.path)
+            try:
+                # Ours as soon as it is returned: __exit__ closes it (and removes it if need be).
+                self._store = self._open_new()
+            except BaseException:
+                if self.path not in before:
+                    # Interrupted after the store appeared, before it was ours to close
+                    # (a second try if the interrupt cuts the first short).
+                    try:
+                        remove_unused_store(self.path, before, None)
+                    except KeyboardInterrupt:
+                        remove_unused_store(self.path, before, None)
+                raise
+            if self.path not in before:
+                self._existed_before = before
+            store = self._store
             if store.fingerprinter != self.fingerprinter or store.sketch != self.sketch:
                 # Another process created it meanwhile, with other settings: the
                 # fingerprints made for a new store would not match its own.
+                self._store = self._existed_before = None
                 store.close()
                 raise CommandError(
                     f"{self.path} was created meanwhile by another process, with other fingerprinter "
                     "settings; nothing was added (run the command again)"
                 )
-            self._store = store
         return self._store
+
+    def add(self, batch: Collected) -> None:
+        """Commit ``batch`` to the store (created now if need be), in one transaction."""
+        if batch.keys:
+            batch.add_to(self.opened())
+            self.committed += len(batch.keys)
 
     def __enter__(self) -> StoreOnDemand:
         return self
 
-    def __exit__(self, *exc_info: object) -> None:
-        if self._store is not None:
-            self._store.close()
+    def __exit__(self, exc_type: type[BaseException] | None, *exc_info: object) -> None:
+        store, self._store = self._store, None
+        if store is None:
+            return
+        existed_before = self._existed_before
+        if exc_type is None or existed_before is None or self.committed:
+            store.close()
+            return
+        # This command created the store and failed before it committed a
+        # document. A second try if an interrupt cuts the first short.
+        try:
+            self._close_and_remove(store, existed_before)
+        except KeyboardInterrupt:
+            self._close_and_remove(store, existed_before)
+            raise
+
+    def _close_and_remove(self, store: Store, existed_before: set[str]) -> None:
+        documents = None
+        if not store.closed:
+            with contextlib.suppress(SimstoreError):
+                documents = len(store)
+            store.close()
+        remove_unused_store(self.path, existed_before, documents)
 
 
 def check_distance(k: int | None, store: Store) -> None:

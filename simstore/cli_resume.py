@@ -19,6 +19,7 @@ import os
 import tempfile
 from typing import Any
 
+from simstore.cli_cleanup import remove_file, signals_held
 from simstore.cli_common import CommandError
 from simstore.readers import Input
 
@@ -83,14 +84,20 @@ class ProgressLog:
         self._done[identity[0]] = (identity, committed)
         record = {"format": LOG_FORMAT, "version": 1, "inputs": list(self._done.values())}
         folder = os.path.dirname(os.path.abspath(self.path))
-        handle, temporary = tempfile.mkstemp(prefix=".simstore-progress-", dir=folder)
+        temporary = None
         try:
+            with signals_held():  # see simstore.cli_outputs.output_stream
+                handle, temporary = tempfile.mkstemp(prefix=".simstore-progress-", dir=folder)
             with os.fdopen(handle, "w", encoding="utf-8") as stream:
                 json.dump(record, stream)
             os.replace(temporary, self.path)
         except BaseException:
-            with contextlib.suppress(OSError):
-                os.remove(temporary)
+            if temporary is not None:
+                try:  # see simstore.cli_cleanup.scratch_folder
+                    remove_file(temporary)
+                except KeyboardInterrupt:
+                    remove_file(temporary)
+                    raise
             raise
 
     def finish(self) -> None:

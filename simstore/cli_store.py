@@ -83,6 +83,12 @@ def configure_add(parser: argparse.ArgumentParser) -> None:
     parser.add_argument(
         "--no-length", action="store_true", help=f"do not record each text's length as meta[{LENGTH_FIELD!r}]"
     )
+    parser.add_argument(
+        "--allow-empty",
+        action="store_true",
+        help="with no document to add, still create a missing STORE, empty (else that is an error and "
+        "nothing is created)",
+    )
     add_input_options(parser)
 
 
@@ -101,9 +107,8 @@ def run_add(args: argparse.Namespace) -> int:
 
         def commit(batch: Collected) -> None:
             nonlocal committed
-            if batch.keys:
-                batch.add_to(target.opened())
-                committed += len(batch.keys)
+            target.add(batch)
+            committed = target.committed
 
         try:
             with ReadingBar(args, inputs) as bar:
@@ -138,7 +143,13 @@ def run_add(args: argparse.Namespace) -> int:
                     "(re-running the same input is safe: an existing key is replaced)"
                 ) from exc
             raise
-        store = target.opened()  # a new store with no documents, if the input held none
+        if not target.exists and not args.allow_empty:
+            skipped = f", {counted(errors.skipped, 'bad line')} skipped" if errors.skipped else ""
+            raise CommandError(
+                f"no documents to add (the input holds none{skipped}), so {args.store} was not created "
+                "(--allow-empty creates it empty)"
+            )
+        store = target.opened()  # with --allow-empty, a new store with no documents
         try:
             store.merge()
         except KeyboardInterrupt:
