@@ -142,6 +142,11 @@ class StoreOnDemand:
         """Whether the store is open (it existed, or :meth:`opened` created it)."""
         return self._store is not None
 
+    @property
+    def created(self) -> bool:
+        """Whether this command created the store."""
+        return self._existed_before is not None
+
     def opened(self) -> Store:
         """The store, created now if it does not exist yet."""
         if self._store is None:

@@ -43,7 +43,7 @@ from simstore.cli_common import (
     unique_keys,
 )
 from simstore.cli_outputs import Output, output_stream, refuse_clobbers, resolve_output
-from simstore.cli_resume import ProgressLog
+from simstore.cli_resume import ProgressLog, resumable
 from simstore.columnar import COLUMNAR_FORMATS, ColumnarWriter, key_column_type, unified_schema
 from simstore.frames import member_provenance
 from simstore.opening import open as open_store
@@ -306,9 +306,14 @@ def _add_committing(
     try:
         _add_inputs(args, store, inputs, options, errors, log, collected, seen)
     except KeyboardInterrupt:
+        if not store.exists or (store.created and not store.committed):
+            raise  # nothing was written (and the new store goes again)
+        if resumable(inputs):
+            how = "run the same command with --resume to continue"
+        else:  # standard input or a pipe: read again in full
+            how = "re-running the same input is safe: an existing key is replaced"
         raise KeyboardInterrupt(
-            f"interrupted; the documents committed so far are in {args.store} "
-            "(run the same command with --resume to continue)"
+            f"interrupted; the documents committed so far are in {args.store} ({how})"
         ) from None
     collected.read = len(collected.keys)
     return collected
