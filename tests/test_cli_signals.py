@@ -162,9 +162,10 @@ def _store_files(folder: Path, name: str) -> list[str]:
         ["add", "{store}", "{input}"],
         ["add", "{store}", "{input}", "--batch-size", "50"],
         ["dedup", "{input}", "--store", "{store}", "-o", "{output}"],
+        ["dedup", "{folder}", "--store", "{store}", "-o", "{output}"],
         ["dedup", "{input}", "-o", "{output}"],
     ],
-    ids=["add", "add-batches", "dedup-store", "dedup"],
+    ids=["add", "add-batches", "dedup-store", "dedup-folder-store", "dedup"],
 )
 def test_an_interrupt_at_any_moment_leaves_no_empty_store_and_no_scratch(
     tmp_path: Path, capsys: pytest.CaptureFixture[str], monkeypatch: pytest.MonkeyPatch, command: list[str]
@@ -172,10 +173,21 @@ def test_an_interrupt_at_any_moment_leaves_no_empty_store_and_no_scratch(
     scratch_root = tmp_path / "tmp"
     scratch_root.mkdir()
     monkeypatch.setattr(tempfile, "tempdir", str(scratch_root))
+    # Chunks of 30 documents: a dedup --store run commits several times.
+    monkeypatch.setattr("simstore.cli_common.FINGERPRINT_CHUNK_DOCS", 30)
     source = _input(tmp_path)
+    folder = tmp_path / "folder"
+    folder.mkdir()
+    for number, line in enumerate(source.read_text().splitlines()):
+        (folder / f"{number:03}.txt").write_text(json.loads(line)["text"], encoding="utf-8")
 
     def arguments(run: Path) -> list[str]:
-        names = {"store": str(run / "s.simstore"), "input": str(source), "output": str(run / "out.jsonl")}
+        names = {
+            "store": str(run / "s.simstore"),
+            "input": str(source),
+            "folder": str(folder),
+            "output": str(run / "out.jsonl"),
+        }
         return [part.format(**names) for part in command] + ["-q"]
 
     calibration = tmp_path / "calibration"
@@ -183,7 +195,7 @@ def test_an_interrupt_at_any_moment_leaves_no_empty_store_and_no_scratch(
     status, calls, marks = _interrupted_at(0, arguments(calibration))
     assert status == 0, capsys.readouterr().err
     capsys.readouterr()
-    for target in _targets(calls, marks, spread=40):
+    for target in _targets(calls, marks, spread=24):
         run = tmp_path / f"at-{target}"
         run.mkdir()
         status, _, _ = _interrupted_at(target, arguments(run))
@@ -198,6 +210,11 @@ def test_an_interrupt_at_any_moment_leaves_no_empty_store_and_no_scratch(
                 assert len(store) > 0, (target, err)  # a store it made holds what it committed
         else:
             assert _store_files(run, "s.simstore") == [], (target, err)
+        if status == 130 and "--store" in command:
+            # Resumed (or run again, where nothing was kept): an uninterrupted run's output.
+            assert main([*arguments(run), "--resume"]) == 0, (target, capsys.readouterr().err)
+            assert (run / "out.jsonl").read_text() == (calibration / "out.jsonl").read_text(), target
+            capsys.readouterr()
 
 
 def test_leftovers_of_killed_runs_are_removed_by_the_next(
