@@ -118,6 +118,16 @@ def remove_unused_store(path: str, existed_before: set[str], documents: int | No
     return True
 
 
+def remove_new_store(path: str, existed_before: set[str]) -> None:
+    """:func:`remove_unused_store` of a closed store, done again in full if
+    an interrupt cuts it short (or falls as it begins)."""
+    try:
+        remove_unused_store(path, existed_before, None)
+    except KeyboardInterrupt:
+        remove_unused_store(path, existed_before, None)
+        raise
+
+
 # ------------------------------------------------------------- scratch folders
 
 

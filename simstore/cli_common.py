@@ -20,7 +20,7 @@ from typing import Any, TextIO
 import numpy as np
 
 from simstore.batch import LENGTH_FIELD
-from simstore.cli_cleanup import existing_files, remove_stale_creations, remove_unused_store
+from simstore.cli_cleanup import existing_files, remove_new_store, remove_stale_creations, remove_unused_store
 from simstore.errors import InvalidValueError, ParameterMismatchError, SimstoreError, StoreNotFoundError
 from simstore.opening import open as open_store
 from simstore.permute import MAX_FINGERPRINT, validate_k
@@ -158,12 +158,8 @@ class StoreOnDemand:
                 self._store = self._open_new()
             except BaseException:
                 if self.path not in before:
-                    # Interrupted after the store appeared, before it was ours to close
-                    # (a second try if the interrupt cuts the first short).
-                    try:
-                        remove_unused_store(self.path, before, None)
-                    except KeyboardInterrupt:
-                        remove_unused_store(self.path, before, None)
+                    # Interrupted after the store appeared, before it was ours to close.
+                    remove_new_store(self.path, before)
                 raise
             if self.path not in before:
                 self._existed_before = before

@@ -17,6 +17,7 @@ import numpy as np
 
 from simstore.batch import LENGTH_FIELD
 from simstore.choose import DEFAULT_K
+from simstore.cli_cleanup import existing_files, remove_new_store
 from simstore.cli_common import (
     PROG,
     Collected,
@@ -612,16 +613,25 @@ def run_import(args: argparse.Namespace) -> int:
         fingerprints.append(fingerprint)
         metas.append(meta)
         sketches.append(sketch)
-    with _open_import_target(args, settings, sketches) as store:
-        if keys:
-            has_meta = any(meta is not None for meta in metas)
-            store.add_many(
-                keys,
-                np.array(fingerprints, dtype=np.uint64),
-                metas=metas if has_meta else None,
-                sketches=_sketch_rows(store, sketches),
-            )
-        total = len(store)
+    before = existing_files(args.store)
+    committed = False
+    try:
+        with _open_import_target(args, settings, sketches) as store:
+            if keys:
+                has_meta = any(meta is not None for meta in metas)
+                store.add_many(
+                    keys,
+                    np.array(fingerprints, dtype=np.uint64),
+                    metas=metas if has_meta else None,
+                    sketches=_sketch_rows(store, sketches),
+                )
+            committed = True
+            total = len(store)
+    except BaseException:
+        if not committed:
+            # A store this command created (closed by now) goes again; see simstore.cli_cleanup.
+            remove_new_store(args.store, before)
+        raise
     print(f"imported {counted(len(keys), 'document')}; the store holds {total}")
     return 0
 

@@ -164,8 +164,9 @@ def _store_files(folder: Path, name: str) -> list[str]:
         ["dedup", "{input}", "--store", "{store}", "-o", "{output}"],
         ["dedup", "{folder}", "--store", "{store}", "-o", "{output}"],
         ["dedup", "{input}", "-o", "{output}"],
+        ["import", "{store}", "{export}"],
     ],
-    ids=["add", "add-batches", "dedup-store", "dedup-folder-store", "dedup"],
+    ids=["add", "add-batches", "dedup-store", "dedup-folder-store", "dedup", "import"],
 )
 def test_an_interrupt_at_any_moment_leaves_no_empty_store_and_no_scratch(
     tmp_path: Path, capsys: pytest.CaptureFixture[str], monkeypatch: pytest.MonkeyPatch, command: list[str]
@@ -181,12 +182,17 @@ def test_an_interrupt_at_any_moment_leaves_no_empty_store_and_no_scratch(
     for number, line in enumerate(source.read_text().splitlines()):
         (folder / f"{number:03}.txt").write_text(json.loads(line)["text"], encoding="utf-8")
 
+    exported = tmp_path / "exported.simstore"
+    assert main(["add", str(exported), str(source), "-q"]) == 0
+    assert main(["export", str(exported), "-o", str(tmp_path / "export.jsonl")]) == 0
+
     def arguments(run: Path) -> list[str]:
         names = {
             "store": str(run / "s.simstore"),
             "input": str(source),
             "folder": str(folder),
             "output": str(run / "out.jsonl"),
+            "export": str(tmp_path / "export.jsonl"),
         }
         return [part.format(**names) for part in command] + ["-q"]
 
