@@ -1,15 +1,18 @@
 """What a command that fails, or is interrupted, leaves behind: nothing it made.
 
-- A store a command created (``add``, ``dedup --store``) and never committed
-  a document to is removed again (:func:`remove_unused_store`), with the
-  files that came with it, unless another process has it open.
-- ``dedup``'s scratch folder (its temporary store, stdin copied to a file)
-  is made and given up with Ctrl-C and ``SIGTERM`` held back
-  (:func:`scratch_folder`), so that no interrupt falls between making it and
-  being able to remove it, nor cuts its removal short. A run killed with
-  ``SIGKILL`` cannot remove it: each folder holds a lock its run keeps
-  (the kernel lets it go when the process dies), and the next ``dedup``
-  removes the folders whose lock nobody holds.
+- A store a command created (``add``, ``import``, ``dedup --store``) and
+  never committed a document to is removed again
+  (:func:`remove_unused_store`), with the files that came with it, unless
+  another process has it open.
+- Temporary files and ``dedup``'s scratch folder (its temporary store,
+  stdin copied to a file) are made with Ctrl-C and ``SIGTERM`` held back
+  (:func:`signals_held`), inside the ``try`` whose ``finally`` removes them;
+  a removal that an interrupt cuts short is done again in full before the
+  interrupt goes on. (One interrupt, that is: a second Ctrl-C exits at once,
+  see :mod:`simstore.cli`.)
+- A run killed with ``SIGKILL`` cannot remove its scratch folder: each
+  folder holds a lock its run keeps (the kernel lets it go when the process
+  dies), and the next ``dedup`` removes the folders whose lock nobody holds.
 - A store's creation that ``SIGKILL`` cut short leaves a hidden
   ``.NAME.PID.HEX.creating`` file (see :func:`simstore.opening._create_beside`);
   the next command that creates a store there removes those of processes
