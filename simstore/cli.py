@@ -11,8 +11,8 @@ Exit status: 0 success, 1 a simstore error or bad input (one line on stderr,
 ``simstore: error: ...``, no traceback), 2 a usage error (argparse's usage
 message), 130 interrupted by Ctrl-C (one line saying what was committed), 143 by SIGTERM,
 141 (quietly) when the reader of stdout went away (``simstore export STORE | head``).
-Progress bars go to stderr, only when it is a terminal and ``-q`` is not
-given. Read verbs take ``--json``.
+Progress bars go to stderr when it is a terminal and ``-q`` is not given,
+or when ``--progress`` asks for them (a line each, in a log). Read verbs take ``--json``.
 
 Writes are all or nothing by default: ``add`` and ``import`` read, check and
 fingerprint the whole input first and write it in one transaction, so with
@@ -37,7 +37,7 @@ from collections.abc import Callable, Iterator, Sequence
 from dataclasses import dataclass
 from types import FrameType
 
-from simstore.cli_common import PROG
+from simstore.cli_common import LOG_LINE_SECONDS, PROG
 from simstore.cli_dedup import configure_dedup, run_dedup
 from simstore.cli_maintain import configure_compact, configure_migrate, run_compact, run_migrate
 from simstore.cli_store import (
@@ -150,7 +150,14 @@ def build_parser() -> argparse.ArgumentParser:
     for name, verb in VERBS.items():
         sub = verbs.add_parser(name, help=verb.help, description=verb.help[:1].upper() + verb.help[1:] + ".")
         verb.configure(sub)
-        sub.add_argument("-q", "--quiet", action="store_true", help="no progress bars or notes")
+        chatter = sub.add_mutually_exclusive_group()
+        chatter.add_argument("-q", "--quiet", action="store_true", help="no progress bars or notes")
+        chatter.add_argument(
+            "--progress",
+            action="store_true",
+            help="progress bars even when stderr is not a terminal (a CI log): a line every "
+            f"{LOG_LINE_SECONDS:g} seconds",
+        )
         if verb.reads or verb.json_option:
             sub.add_argument("--json", action="store_true", help="print the result as JSON")
         sub.set_defaults(run=verb.run, parser=sub)
@@ -162,30 +169,41 @@ def main(argv: Sequence[str] | None = None) -> int:
     argparse's ``SystemExit``)."""
     parser = build_parser()
     args = parser.parse_args(argv)
-    with _interrupts(), warnings.catch_warnings():
-        # simstore's warnings as the command line's one-liners (not Python's
-        # file:line and source), and the notes -q asks to leave out.
-        warnings.showwarning = _show_warning
-        if getattr(args, "quiet", False):
-            warnings.simplefilter("ignore", ShortTextWarning)
-        try:
-            status: int = args.run(args)
-            return status
-        except (SimstoreError, OSError) as exc:
-            if isinstance(exc, BrokenPipeError) or getattr(exc, "errno", None) == errno.EPIPE:
-                # The reader went away (`simstore export STORE | head`): that is
-                # how such a pipeline ends, not an error. Stop quietly with the
-                # status a tool killed by SIGPIPE gives (128 + 13), as `cat` does.
-                with contextlib.suppress(OSError):
-                    os.dup2(os.open(os.devnull, os.O_WRONLY), sys.stdout.fileno())
-                return EXIT_BROKEN_PIPE
-            print(f"{PROG}: error: {_message(exc)}", file=sys.stderr)
-            return 1
-        except KeyboardInterrupt as exc:
-            # A verb that committed part of its work says how much (add --batch-size).
-            message = str(exc) or "interrupted; nothing of the unfinished transaction was written"
-            print(f"{PROG}: {message}", file=sys.stderr)
-            return 143 if _terminated.is_set() else 130
+    try:
+        with _interrupts(), warnings.catch_warnings():
+            return _run(args)
+    except KeyboardInterrupt:
+        # Ctrl-C just as the run ended, after what it did was reported (or
+        # while its handling of Ctrl-C was set up or put away): no traceback.
+        print(f"{PROG}: interrupted", file=sys.stderr)
+        return 143 if _terminated.is_set() else 130
+
+
+def _run(args: argparse.Namespace) -> int:
+    """Run the verb ``args`` names; errors and Ctrl-C as one line on stderr and an exit status."""
+    # simstore's warnings as the command line's one-liners (not Python's
+    # file:line and source), and the notes -q asks to leave out.
+    warnings.showwarning = _show_warning
+    if getattr(args, "quiet", False):
+        warnings.simplefilter("ignore", ShortTextWarning)
+    try:
+        status: int = args.run(args)
+        return status
+    except (SimstoreError, OSError) as exc:
+        if isinstance(exc, BrokenPipeError) or getattr(exc, "errno", None) == errno.EPIPE:
+            # The reader went away (`simstore export STORE | head`): that is
+            # how such a pipeline ends, not an error. Stop quietly with the
+            # status a tool killed by SIGPIPE gives (128 + 13), as `cat` does.
+            with contextlib.suppress(OSError):
+                os.dup2(os.open(os.devnull, os.O_WRONLY), sys.stdout.fileno())
+            return EXIT_BROKEN_PIPE
+        print(f"{PROG}: error: {_message(exc)}", file=sys.stderr)
+        return 1
+    except KeyboardInterrupt as exc:
+        # A verb that committed part of its work says how much (add --batch-size).
+        message = str(exc) or "interrupted; nothing of the unfinished transaction was written"
+        print(f"{PROG}: {message}", file=sys.stderr)
+        return 143 if _terminated.is_set() else 130
 
 
 # Set when SIGTERM (not Ctrl-C) stopped the run: it exits 143, not 130.

@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import argparse
 import base64
+import contextlib
 import json
 import os
 import shutil
@@ -19,6 +20,7 @@ from typing import Any, TextIO
 import numpy as np
 
 from simstore.batch import LENGTH_FIELD
+from simstore.cli_cleanup import existing_files, remove_new_store, remove_stale_creations, remove_unused_store
 from simstore.errors import InvalidValueError, ParameterMismatchError, SimstoreError, StoreNotFoundError
 from simstore.opening import open as open_store
 from simstore.permute import MAX_FINGERPRINT, validate_k
@@ -103,7 +105,10 @@ class StoreOnDemand:
     one is created only when the first documents are committed, by
     ``open_new()`` (:meth:`opened`). A command that fails before then (a
     bad line, a text that cannot be fingerprinted, Ctrl-C) leaves no new
-    store behind, with a ``k`` nobody chose for it.
+    store behind, with a ``k`` nobody chose for it; nor does one that fails
+    or is interrupted while the store is being created or its first
+    documents committed: the store it created, empty, is removed again
+    (see :func:`simstore.cli_cleanup.remove_unused_store`).
 
     Until the store exists, documents are fingerprinted with the settings a
     new store gets (``Fingerprinter()``); :meth:`opened` checks that the
@@ -114,6 +119,9 @@ class StoreOnDemand:
         self.path = path
         self._open_new = open_new
         self._store: Store | None = None
+        # The store's files that existed before this command created it (None: it did not).
+        self._existed_before: set[str] | None = None
+        self.committed = 0  # documents this command committed
         if os.path.lexists(path):
             self._store = open_new()
             self.fingerprinter = self._store.fingerprinter
@@ -130,27 +138,76 @@ class StoreOnDemand:
         self.fingerprinter = Fingerprinter()
         self.sketch = self.fingerprinter.sketch
 
+    @property
+    def exists(self) -> bool:
+        """Whether the store is open (it existed, or :meth:`opened` created it)."""
+        return self._store is not None
+
+    @property
+    def created(self) -> bool:
+        """Whether this command created the store."""
+        return self._existed_before is not None
+
     def opened(self) -> Store:
         """The store, created now if it does not exist yet."""
         if self._store is None:
-            store = self._open_new()
+            before = existing_files(self.path)
+            if self.path not in before:
+                remove_stale_creations(self.path)
+            try:
+                # Ours as soon as it is returned: __exit__ closes it (and removes it if need be).
+                self._store = self._open_new()
+            except BaseException:
+                if self.path not in before:
+                    # Interrupted after the store appeared, before it was ours to close.
+                    remove_new_store(self.path, before)
+                raise
+            if self.path not in before:
+                self._existed_before = before
+            store = self._store
             if store.fingerprinter != self.fingerprinter or store.sketch != self.sketch:
                 # Another process created it meanwhile, with other settings: the
                 # fingerprints made for a new store would not match its own.
+                self._store = self._existed_before = None
                 store.close()
                 raise CommandError(
                     f"{self.path} was created meanwhile by another process, with other fingerprinter "
                     "settings; nothing was added (run the command again)"
                 )
-            self._store = store
         return self._store
+
+    def add(self, batch: Collected) -> None:
+        """Commit ``batch`` to the store (created now if need be), in one transaction."""
+        if batch.keys:
+            batch.add_to(self.opened())
+            self.committed += len(batch.keys)
 
     def __enter__(self) -> StoreOnDemand:
         return self
 
-    def __exit__(self, *exc_info: object) -> None:
-        if self._store is not None:
-            self._store.close()
+    def __exit__(self, exc_type: type[BaseException] | None, *exc_info: object) -> None:
+        store, self._store = self._store, None
+        if store is None:
+            return
+        existed_before = self._existed_before
+        if exc_type is None or existed_before is None or self.committed:
+            store.close()
+            return
+        # This command created the store and failed before it committed a
+        # document. A second try if an interrupt cuts the first short.
+        try:
+            self._close_and_remove(store, existed_before)
+        except KeyboardInterrupt:
+            self._close_and_remove(store, existed_before)
+            raise
+
+    def _close_and_remove(self, store: Store, existed_before: set[str]) -> None:
+        documents = None
+        if not store.closed:
+            with contextlib.suppress(SimstoreError):
+                documents = len(store)
+            store.close()
+        remove_unused_store(self.path, existed_before, documents)
 
 
 def check_distance(k: int | None, store: Store) -> None:
@@ -165,12 +222,76 @@ def check_distance(k: int | None, store: Store) -> None:
 # ------------------------------------------------------------ shared helpers
 
 
+#: The width of a bar where the terminal gives none (a pty of size 0, as
+#: under `script` or a CI runner's) and ``COLUMNS`` names none either.
+FALLBACK_COLUMNS = 80
+FALLBACK_ROWS = 24
+#: Seconds between the lines of ``--progress`` bars on a stderr that is not a terminal.
+LOG_LINE_SECONDS = 10.0
+
+
 def progress(args: argparse.Namespace, **options: Any) -> Any:
-    """A tqdm bar on stderr, disabled by ``-q`` or when stderr is not a terminal."""
+    """A tqdm bar on stderr. None with ``-q``, nor when stderr is not a
+    terminal unless ``--progress`` asks for one; then (a CI log, a file)
+    each refresh is a line of its own, one every :data:`LOG_LINE_SECONDS`.
+    On a terminal that reports no width the bar is ``COLUMNS`` (else 80)
+    wide, where tqdm drew nothing at all."""
     from tqdm import tqdm  # lazily: `simstore stats` should start fast
 
-    disabled = bool(getattr(args, "quiet", False)) or not sys.stderr.isatty()
-    return tqdm(file=sys.stderr, disable=disabled, dynamic_ncols=True, **options)
+    quiet = bool(getattr(args, "quiet", False))
+    asked = bool(getattr(args, "progress", False))
+    terminal = sys.stderr.isatty()
+    if quiet or not (terminal or asked):
+        return tqdm(file=sys.stderr, disable=True, **options)
+    if not terminal:
+        return tqdm(
+            file=_LineStream(sys.stderr),
+            ncols=_columns_from_environment(),
+            mininterval=LOG_LINE_SECONDS,
+            ascii=True,
+            **options,
+        )
+    if _terminal_columns(sys.stderr) > 0:
+        return tqdm(file=sys.stderr, dynamic_ncols=True, **options)
+    # tqdm takes a terminal's size of 0 x 0 for -1 rows and draws no line;
+    # the rows matter only to bars stacked in several positions.
+    return tqdm(file=sys.stderr, ncols=_columns_from_environment(), nrows=FALLBACK_ROWS, **options)
+
+
+def _terminal_columns(stream: TextIO) -> int:
+    """The width of the terminal ``stream`` is, 0 if it reports none."""
+    try:
+        return os.get_terminal_size(stream.fileno()).columns
+    except (OSError, ValueError, AttributeError):
+        return 0
+
+
+def _columns_from_environment() -> int:
+    """``COLUMNS`` if it holds a width, else :data:`FALLBACK_COLUMNS`."""
+    try:
+        columns = int(os.environ.get("COLUMNS", ""))
+    except ValueError:
+        return FALLBACK_COLUMNS
+    return columns if columns > 0 else FALLBACK_COLUMNS
+
+
+class _LineStream:
+    """A stream for tqdm that writes each refresh of a bar as a line of its
+    own: tqdm redraws in place with a carriage return, which a log file or a
+    CI log shows as one ever longer line."""
+
+    def __init__(self, stream: TextIO) -> None:
+        self._stream = stream
+        self.encoding = getattr(stream, "encoding", "utf-8")
+
+    def write(self, text: str) -> int:
+        line = text.replace("\r", "").rstrip()
+        if line:
+            self._stream.write(line + "\n")
+        return len(text)
+
+    def flush(self) -> None:
+        self._stream.flush()
 
 
 class ReadingBar:
@@ -475,8 +596,11 @@ def fingerprint_documents(
     """Fingerprint documents in chunks of at most ``chunk_docs`` (default
     and ceiling :data:`FINGERPRINT_CHUNK_DOCS`), with their sketches if the
     store keeps them; a text the fingerprinter refuses is a bad line like
-    any other. Worker processes, where they pay (an automatic pool, see
-    :mod:`simstore.pool`), are started once for all the chunks."""
+    any other. ``errors`` (which the reading of ``documents`` reports to)
+    reports every skipped line in input order: a chunk's are held until it
+    is fingerprinted, as a text with no features is found only then. Worker
+    processes, where they pay (an automatic pool, see :mod:`simstore.pool`),
+    are started once for all the chunks."""
     with Workers(available_cores(), automatic=True) as workers:
         yield from _fingerprint_chunks(store, documents, options, errors, workers, with_length, chunk_docs)
 
@@ -495,24 +619,24 @@ def _fingerprint_chunks(
     most_docs = min(chunk_docs or FINGERPRINT_CHUNK_DOCS, FINGERPRINT_CHUNK_DOCS)
     chunk: list[Document] = []
     characters = 0
+    held = _HeldReports(errors, lambda: len(chunk))
 
     def fingerprint(texts: list[str]) -> tuple[np.ndarray, np.ndarray | None]:
         if sketching:
             return fingerprinter.fingerprints_and_sketches(texts, workers=workers)
         return fingerprinter.fingerprint_many(texts, workers=workers), None
 
-    def flush() -> Iterator[tuple[list[Document], np.ndarray, np.ndarray | None]]:
+    def flush() -> tuple[list[Document], np.ndarray, np.ndarray | None]:
         with warnings.catch_warnings():
             warnings.simplefilter("ignore", ShortTextWarning)
             try:
                 values, sketches = fingerprint([doc.text for doc in chunk])
-                yield list(chunk), values, sketches
-                return
+                return list(chunk), values, sketches
             except InvalidValueError:
                 pass
             # Some text has no features: find which, one at a time.
             good: list[Document] = []
-            for doc in chunk:
+            for index, doc in enumerate(chunk):
                 try:
                     fingerprinter.fingerprint(doc.text)
                     good.append(doc)
@@ -520,25 +644,79 @@ def _fingerprint_chunks(
                     error = InputError(doc.source, doc.line, str(exc))
                     if options.on_error == "fail":
                         raise error from None
-                    errors(error)
+                    held.at_document(index, error)
             values, sketches = fingerprint([doc.text for doc in good])
-            yield good, values, sketches
+            return good, values, sketches
 
-    for document in documents:
-        if with_length:
-            meta = dict(document.meta or {})
-            meta[LENGTH_FIELD] = len(document.text)
-            document = Document(
-                document.key, document.text, document.source, document.line, document.record, meta
-            )
-        chunk.append(document)
-        characters += len(document.text)
-        if len(chunk) >= most_docs or characters >= FINGERPRINT_CHUNK_CHARS:
-            yield from flush()
-            chunk = []
-            characters = 0
-    if chunk:
-        yield from flush()
+    with held:
+        for document in documents:
+            if with_length:
+                meta = dict(document.meta or {})
+                meta[LENGTH_FIELD] = len(document.text)
+                document = Document(
+                    document.key, document.text, document.source, document.line, document.record, meta
+                )
+            chunk.append(document)
+            characters += len(document.text)
+            if len(chunk) >= most_docs or characters >= FINGERPRINT_CHUNK_CHARS:
+                done = flush()
+                held.release()
+                yield done
+                chunk = []
+                characters = 0
+        if chunk:
+            done = flush()
+            held.release()
+            yield done
+
+
+class _HeldReports:
+    """The reports of skipped lines, held back while a chunk is read and
+    fingerprinted and then given in input order: a line the reader refuses
+    is reported as it is read, a text with no features only when its chunk
+    is fingerprinted, after lines read later. ``position()`` is how many
+    documents of the chunk have been read. As a context manager it holds
+    them, and gives what it holds on leaving (an error, or the end)."""
+
+    def __init__(self, errors: ErrorCounter, position: Callable[[], int]) -> None:
+        self._errors = errors
+        self._position = position
+        self._report = errors.report
+        # (documents of the chunk read before it, 0 for a line the reader
+        # refused or 1 for a document's own error, the error)
+        self._held: list[tuple[int, int, InputError]] = []
+        self._document: int | None = None
+
+    def __enter__(self) -> _HeldReports:
+        if self._report is not None:
+            self._errors.report = self._hold
+        return self
+
+    def __exit__(self, *exc_info: object) -> None:
+        self._errors.report = self._report
+        self.release()
+
+    def _hold(self, error: InputError) -> None:
+        if self._document is None:
+            self._held.append((self._position(), 0, error))
+        else:
+            self._held.append((self._document, 1, error))
+
+    def at_document(self, index: int, error: InputError) -> None:
+        """The chunk's document ``index`` is a bad line: counted now, reported in its place."""
+        self._document = index
+        try:
+            self._errors(error)
+        finally:
+            self._document = None
+
+    def release(self) -> None:
+        """Report what is held, in input order (a stable sort: lines read at
+        one position stay in turn)."""
+        held, self._held = self._held, []
+        if self._report is not None:
+            for _, _, error in sorted(held, key=lambda entry: entry[:2]):
+                self._report(error)
 
 
 def skip_reporter(args: argparse.Namespace) -> ErrorCounter:

@@ -10,13 +10,13 @@ import itertools
 import json
 import os
 import sys
-import tempfile
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
 
 from simstore.batch import KEEP_POLICIES, LINKAGES, Cluster
 from simstore.choose import DEFAULT_K, DEFAULT_MIN_SIMILARITY
+from simstore.cli_cleanup import scratch_folder
 from simstore.cli_common import (
     QUERY_CHUNK,
     Collected,
@@ -31,6 +31,7 @@ from simstore.cli_common import (
     inputs_of,
     key_to_json,
     non_negative,
+    note,
     open_existing,
     open_or_create,
     print_json,
@@ -42,7 +43,7 @@ from simstore.cli_common import (
     unique_keys,
 )
 from simstore.cli_outputs import Output, output_stream, refuse_clobbers, resolve_output
-from simstore.cli_resume import ProgressLog
+from simstore.cli_resume import ProgressLog, resumable
 from simstore.columnar import COLUMNAR_FORMATS, ColumnarWriter, key_column_type, unified_schema
 from simstore.frames import member_provenance
 from simstore.opening import open as open_store
@@ -192,7 +193,7 @@ def run_dedup(args: argparse.Namespace) -> int:
     options = read_options(args)
     errors = skip_reporter(args)
     summary = DedupSummary(output=args.output)
-    with tempfile.TemporaryDirectory(prefix="simstore-dedup-") as scratch:
+    with scratch_folder() as scratch:
         inputs = inputs_of(args.files, spool_dir=scratch, unnamed_format=_unnamed_format(args))
         check_inputs(inputs, options)  # before a new --store is created
         output_format = None if args.pairs or args.clusters else choose_output_format(args, output, inputs)
@@ -209,7 +210,7 @@ def run_dedup(args: argparse.Namespace) -> int:
                 kept_keys, provenance = dedup_within(
                     args, target, inputs, output, options, errors, summary, log
                 )
-                if args.store is not None:
+                if args.store is not None and target.exists:
                     try:
                         target.opened().merge()
                     except KeyboardInterrupt:
@@ -305,9 +306,14 @@ def _add_committing(
     try:
         _add_inputs(args, store, inputs, options, errors, log, collected, seen)
     except KeyboardInterrupt:
+        if not store.exists or (store.created and not store.committed):
+            raise  # nothing was written (and the new store goes again)
+        if resumable(inputs):
+            how = "run the same command with --resume to continue"
+        else:  # standard input or a pipe: read again in full
+            how = "re-running the same input is safe: an existing key is replaced"
         raise KeyboardInterrupt(
-            f"interrupted; the documents committed so far are in {args.store} "
-            "(run the same command with --resume to continue)"
+            f"interrupted; the documents committed so far are in {args.store} ({how})"
         ) from None
     collected.read = len(collected.keys)
     return collected
@@ -341,7 +347,7 @@ def _add_inputs(
             ):
                 batch = Collected()
                 batch.extend(chunk, values, sketches)
-                batch.add_to(store.opened())
+                store.add(batch)
                 committed += len(chunk)
                 log.record(item, committed)
                 collected.keys.extend(batch.keys)
@@ -368,10 +374,18 @@ def dedup_within(
     else:
         collected = _collect(args, target, inputs, options, errors, with_length=args.keep == "longest")
     summary.documents = collected.read
+    if not collected.keys and not target.exists:
+        # Nothing was read: no store is made (a new --store is not created), nothing is clustered.
+        if persistent:
+            note(args, f"no documents, so {args.store} was not created")
+        if args.pairs or args.clusters:
+            with output_stream(output):
+                pass
+        return set(), {}
     store = target.opened()
     if collected.keys and not persistent:
         with progress(args, desc="writing", total=1, unit="txn") as bar:
-            collected.add_to(store)
+            target.add(collected)
             bar.update(1)
     try:
         dropped, provenance = _cluster(args, store, output, summary, set(collected.keys))

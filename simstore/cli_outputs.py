@@ -31,6 +31,7 @@ from collections.abc import Iterator, Sequence
 from dataclasses import dataclass
 from typing import Any
 
+from simstore.cli_cleanup import remove_file, signals_held
 from simstore.cli_common import CommandError
 from simstore.readers import STDIN
 
@@ -213,15 +214,23 @@ def output_stream(output: Output | str, *, binary: bool = False) -> Iterator[Any
             yield stream
         return
     folder = os.path.dirname(output.path)
-    handle, temporary = tempfile.mkstemp(prefix=".simstore-", dir=folder)
+    temporary = None
     try:
+        # Made and named with interrupts held, inside the try: Ctrl-C cannot
+        # fall between the file's making and its removal on the way out.
+        with signals_held():
+            handle, temporary = tempfile.mkstemp(prefix=".simstore-", dir=folder)
         os.fchmod(handle, _mode_for(output.path))
         with os.fdopen(handle, mode, encoding=encoding, newline=newline) as stream:
             yield stream
         os.replace(temporary, output.path)
     except BaseException:
-        with contextlib.suppress(OSError):
-            os.remove(temporary)
+        if temporary is not None:
+            try:  # see simstore.cli_cleanup.scratch_folder
+                remove_file(temporary)
+            except KeyboardInterrupt:
+                remove_file(temporary)
+                raise
         raise
 
 

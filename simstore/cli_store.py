@@ -17,6 +17,7 @@ import numpy as np
 
 from simstore.batch import LENGTH_FIELD
 from simstore.choose import DEFAULT_K
+from simstore.cli_cleanup import existing_files, remove_new_store
 from simstore.cli_common import (
     PROG,
     Collected,
@@ -83,6 +84,12 @@ def configure_add(parser: argparse.ArgumentParser) -> None:
     parser.add_argument(
         "--no-length", action="store_true", help=f"do not record each text's length as meta[{LENGTH_FIELD!r}]"
     )
+    parser.add_argument(
+        "--allow-empty",
+        action="store_true",
+        help="with no document to add, still create a missing STORE, empty (else that is an error and "
+        "nothing is created)",
+    )
     add_input_options(parser)
 
 
@@ -101,9 +108,8 @@ def run_add(args: argparse.Namespace) -> int:
 
         def commit(batch: Collected) -> None:
             nonlocal committed
-            if batch.keys:
-                batch.add_to(target.opened())
-                committed += len(batch.keys)
+            target.add(batch)
+            committed = target.committed
 
         try:
             with ReadingBar(args, inputs) as bar:
@@ -138,7 +144,13 @@ def run_add(args: argparse.Namespace) -> int:
                     "(re-running the same input is safe: an existing key is replaced)"
                 ) from exc
             raise
-        store = target.opened()  # a new store with no documents, if the input held none
+        if not target.exists and not args.allow_empty:
+            skipped = f", {counted(errors.skipped, 'bad line')} skipped" if errors.skipped else ""
+            raise CommandError(
+                f"no documents to add (the input holds none{skipped}), so {args.store} was not created "
+                "(--allow-empty creates it empty)"
+            )
+        store = target.opened()  # with --allow-empty, a new store with no documents
         try:
             store.merge()
         except KeyboardInterrupt:
@@ -601,16 +613,25 @@ def run_import(args: argparse.Namespace) -> int:
         fingerprints.append(fingerprint)
         metas.append(meta)
         sketches.append(sketch)
-    with _open_import_target(args, settings, sketches) as store:
-        if keys:
-            has_meta = any(meta is not None for meta in metas)
-            store.add_many(
-                keys,
-                np.array(fingerprints, dtype=np.uint64),
-                metas=metas if has_meta else None,
-                sketches=_sketch_rows(store, sketches),
-            )
-        total = len(store)
+    before = existing_files(args.store)
+    committed = False
+    try:
+        with _open_import_target(args, settings, sketches) as store:
+            if keys:
+                has_meta = any(meta is not None for meta in metas)
+                store.add_many(
+                    keys,
+                    np.array(fingerprints, dtype=np.uint64),
+                    metas=metas if has_meta else None,
+                    sketches=_sketch_rows(store, sketches),
+                )
+            committed = True
+            total = len(store)
+    except BaseException:
+        if not committed:
+            # A store this command created (closed by now) goes again; see simstore.cli_cleanup.
+            remove_new_store(args.store, before)
+        raise
     print(f"imported {counted(len(keys), 'document')}; the store holds {total}")
     return 0
 

@@ -1,4 +1,4 @@
-"""The exception hierarchy.
+"""The exception hierarchy, and where simstore's warnings point.
 
 Every error simstore raises on purpose derives from :class:`SimstoreError`.
 Where an error resembles a standard one it mixes that type in too, so callers
@@ -9,8 +9,27 @@ missing document also a :class:`KeyError`, a bad argument also a
 
 from __future__ import annotations
 
+import os
+import sys
+import warnings
 from collections.abc import Mapping
 from typing import Any
+
+#: simstore's own source files, which a warning never names as its place.
+_PACKAGE_FOLDER = os.path.dirname(os.path.abspath(__file__)) + os.sep
+
+
+def warn_caller(message: str, category: type[Warning]) -> None:
+    """Warn at the line of the first caller outside simstore: the user's line
+    that called ``store.add`` or ``dedup_table``, however many simstore
+    frames lie between it and the code that found the problem (a fixed
+    ``stacklevel`` names a simstore line on every path but one)."""
+    frame = sys._getframe(1)
+    level = 2  # warnings.warn's count for our caller
+    while frame.f_back is not None and frame.f_code.co_filename.startswith(_PACKAGE_FOLDER):
+        frame = frame.f_back
+        level += 1
+    warnings.warn(message, category, stacklevel=level)
 
 
 class SimstoreError(Exception):

@@ -12,6 +12,7 @@ offers (``to_numpy``, ``to_pylist``, ``tolist``).
 from __future__ import annotations
 
 import os
+import sys
 import tempfile
 from collections.abc import Iterable, Iterator, Mapping, Sequence
 from dataclasses import dataclass
@@ -75,51 +76,65 @@ def dedup_table(
     linkage: str = "star",
     store_path: str | os.PathLike[str] | None = None,
 ) -> tuple[Any, Any]:
-    """Deduplicate the rows of a pyarrow ``Table`` (or anything
-    ``pyarrow.table()`` accepts, such as a pandas DataFrame) by the text in
-    ``text_column``.
+    """Deduplicate the rows of a table by the text in ``text_column``; the
+    answer comes back in the kind of table that came in.
 
-    The rows go into a store (a temporary one, or ``store_path``, created if
-    missing and kept), are clustered (``linkage``, ``keep`` and
-    ``min_similarity`` as for :meth:`simstore.Store.clusters`; the store's
-    defaults otherwise), and one row is kept per cluster.
+    ``table`` is a pyarrow ``Table``, a pandas or polars ``DataFrame``, a
+    list of row dicts, or anything else ``pyarrow.table()`` accepts (a dict
+    of columns, a ``RecordBatch``). The rows go into a store (a temporary
+    one, or ``store_path``, created if missing and kept), are clustered
+    (``linkage``, ``keep`` and ``min_similarity`` as for
+    :meth:`simstore.Store.clusters`; the store's defaults otherwise), and one
+    row is kept per cluster.
 
     Returns:
-        ``(kept, provenance)``: the kept rows as a pyarrow Table with the
-        input's schema, and one provenance row per input row, in input
-        order: ``id`` (``id_column``'s value, or the row's position),
-        ``cluster_id``, ``duplicate_of`` (the id kept in its place; null for
-        kept rows and rows in no cluster), ``distance`` and ``similarity``
-        (to that row), and ``kept``.
+        ``(kept, provenance)``, both of the input's kind: pyarrow Tables for
+        a pyarrow Table (and for the other inputs ``pyarrow.table()``
+        takes), pandas DataFrames for a pandas DataFrame, polars DataFrames
+        for a polars DataFrame, lists of dicts for a list of row dicts.
+        ``kept`` holds the kept rows as they came in: the input's schema,
+        dtypes and (pandas) index, or the input's own dicts. ``provenance``
+        holds one row per input row, in input order (a pandas one under the
+        input's index): ``id`` (``id_column``'s value, or the row's
+        position), ``cluster_id``, ``duplicate_of`` (the id kept in its
+        place; null for kept rows and rows in no cluster), ``distance`` and
+        ``similarity`` (to that row), and ``kept``. In pandas its integer
+        columns are nullable (``Int64``), so a missing value is ``<NA>``
+        rather than turning the column into floats.
+
+    Examples:
+        >>> kept, provenance = dedup_table([
+        ...     {"id": 1, "text": "the quick brown fox jumps over the lazy dog"},
+        ...     {"id": 2, "text": "the quick brown fox jumps over the lazy dog"},
+        ... ], id_column="id")
+        >>> kept
+        [{'id': 1, 'text': 'the quick brown fox jumps over the lazy dog'}]
+        >>> [(row["id"], row["duplicate_of"], row["kept"]) for row in provenance]
+        [(1, None, True), (2, 1, False)]
     """
     import pyarrow as pa
 
-    if not isinstance(table, pa.Table):
-        if isinstance(table, list) and all(isinstance(row, dict) for row in table):
-            table = pa.Table.from_pylist(table)  # rows as dicts: what pa.table() refuses
-        else:
-            try:
-                table = pa.table(table)
-            except (TypeError, ValueError, pa.ArrowException) as exc:
-                raise InvalidTypeError(
-                    "dedup_table takes a pyarrow Table, a pandas or polars DataFrame, a dict of "
-                    f"columns or a list of row dicts; got {type(table).__name__} ({exc})"
-                ) from exc
-    for column in (text_column, id_column):
-        if column is not None and column not in table.column_names:
-            raise InvalidValueError(f"no column {column!r}; the table has {table.column_names}")
+    kind = _kind_of(table)
+    if kind == _ARROW:
+        table = _arrow_table(table)
+    wanted = [text_column] if id_column is None else [text_column, id_column]
+    names, columns = _columns_of(table, kind, wanted)
+    for column in wanted:
+        if column not in names:
+            raise InvalidValueError(f"no column {column!r}; the table has {names}")
     check_keep(keep)
-    keys: Sequence[Any] = range(table.num_rows) if id_column is None else as_column(table[id_column])
-    if len(set(np.asarray(keys).tolist())) != table.num_rows:
+    rows = columns.num_rows
+    keys: Sequence[Any] = range(rows) if id_column is None else as_column(columns[id_column])
+    if len(set(np.asarray(keys).tolist())) != rows:
         raise InvalidValueError(f"column {id_column!r} repeats an id; each row needs its own")
-    texts = table[text_column].to_pylist()
+    texts = columns[text_column].to_pylist()
     if any(not isinstance(text, str) for text in texts):
         raise InvalidTypeError(f"column {text_column!r} must hold strings, without nulls")
     position = {key: index for index, key in enumerate(np.asarray(keys).tolist())}
     found = cluster_rows(
         [(keys, texts)],
         position,
-        table.num_rows,
+        rows,
         k=k,
         min_similarity=min_similarity,
         keep=keep,
@@ -137,7 +152,90 @@ def dedup_table(
             "kept": pa.array(found.kept),
         }
     )
-    return table.filter(pa.array(found.kept)), provenance
+    return _in_kind(table, kind, found.kept, provenance)
+
+
+#: The kinds of table :func:`dedup_table` gives back as they came.
+_PANDAS, _POLARS, _ROWS, _ARROW = "pandas", "polars", "rows", "arrow"
+
+
+def _kind_of(table: Any) -> str:
+    """Which kind of table ``table`` is. A pandas or polars frame can only
+    be one if its library is imported already, so neither is imported here."""
+    pandas = sys.modules.get("pandas")
+    if pandas is not None and isinstance(table, pandas.DataFrame):
+        return _PANDAS
+    polars = sys.modules.get("polars")
+    if polars is not None and isinstance(table, polars.DataFrame):
+        return _POLARS
+    if isinstance(table, list) and all(isinstance(row, dict) for row in table):
+        return _ROWS
+    return _ARROW
+
+
+def _columns_of(table: Any, kind: str, wanted: Sequence[str]) -> tuple[list[str], Any]:
+    """The table's column names, and a pyarrow Table of those of ``wanted``
+    it has (the whole table for pyarrow input; only these columns of a
+    frame are converted)."""
+    import pyarrow as pa
+
+    if kind == _PANDAS:
+        names = [str(name) for name in table.columns]
+        present = [name for name in wanted if name in names]
+        return names, pa.Table.from_pandas(table[present], preserve_index=False)
+    if kind == _POLARS:
+        names = list(table.columns)
+        return names, table.select([name for name in wanted if name in names]).to_arrow()
+    if kind == _ROWS:
+        names = list(dict.fromkeys(name for row in table for name in row))
+        present = [name for name in wanted if name in names]
+        return names, pa.Table.from_pylist([{name: row.get(name) for name in present} for row in table])
+    return list(table.column_names), table
+
+
+def _arrow_table(table: Any) -> Any:
+    """``table`` as a pyarrow Table (``pyarrow.table()``'s conversions)."""
+    import pyarrow as pa
+
+    if isinstance(table, pa.Table):
+        return table
+    try:
+        return pa.table(table)
+    except (TypeError, ValueError, pa.ArrowException) as exc:
+        raise InvalidTypeError(
+            "dedup_table takes a pyarrow Table, a pandas or polars DataFrame, a dict of "
+            f"columns or a list of row dicts; got {type(table).__name__} ({exc})"
+        ) from exc
+
+
+def _in_kind(table: Any, kind: str, kept: npt.NDArray[np.bool_], provenance: Any) -> tuple[Any, Any]:
+    """``(kept rows, provenance)`` in the kind of table that came in."""
+    import pyarrow as pa
+
+    if kind == _PANDAS:
+        import pandas as pd
+
+        nullable = {
+            pa.int8(): pd.Int8Dtype(),
+            pa.int16(): pd.Int16Dtype(),
+            pa.int32(): pd.Int32Dtype(),
+            pa.int64(): pd.Int64Dtype(),
+            pa.uint8(): pd.UInt8Dtype(),
+            pa.uint16(): pd.UInt16Dtype(),
+            pa.uint32(): pd.UInt32Dtype(),
+            pa.uint64(): pd.UInt64Dtype(),
+        }
+        frame = provenance.to_pandas(types_mapper=nullable.get)
+        frame.index = table.index
+        return table.loc[kept], frame
+    if kind == _POLARS:
+        import polars as pl
+
+        return table.filter(pl.Series(kept)), pl.from_arrow(provenance)
+    if kind == _ROWS:
+        kept_rows = [row for row, is_kept in zip(table, kept.tolist(), strict=True) if is_kept]
+        return kept_rows, provenance.to_pylist()
+    return table.filter(pa.array(kept)), provenance
 
 
 def check_keep(keep: object) -> None:

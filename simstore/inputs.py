@@ -8,13 +8,12 @@ before anything is written.
 
 from __future__ import annotations
 
-import warnings
 from collections.abc import Iterable, Mapping
 from typing import TYPE_CHECKING, TypeVar
 
 import numpy as np
 
-from simstore.errors import InvalidTypeError, InvalidValueError
+from simstore.errors import InvalidTypeError, InvalidValueError, warn_caller
 from simstore.frames import as_column
 from simstore.packed import PackedKeys
 from simstore.permute import U64Array, as_fingerprint_array, check_fingerprint, validate_k
@@ -51,11 +50,10 @@ def _warn_if_segmenter_changed(engine: Engine) -> None:
         listed = ", ".join(
             f"{name}: stored {stored.get(name)!r}, now {current.get(name)!r}" for name in changed
         )
-        warnings.warn(
+        warn_caller(
             f"{engine.path}: text fingerprints were made with a different segmenter ({listed}); "
             "Chinese text may fingerprint differently from documents already stored",
             SegmenterChangedWarning,
-            stacklevel=5,
         )
 
 

@@ -197,10 +197,20 @@ def open(  # noqa: A001 - mirrors dbm.open, deliberately
         # file stays, or two of them could end up locking different files.
         env.close()
         raise
-    engine = Engine(path_str, env, handles, params, opts, raw_meta)
-    if env.rollback is not None:
-        _replay(engine)
-    return Store(engine)
+    engine: Engine | None = None
+    try:
+        engine = Engine(path_str, env, handles, params, opts, raw_meta)
+        if env.rollback is not None:
+            _replay(engine)
+        return Store(engine)
+    except BaseException:
+        # Interrupted (Ctrl-C) or failed on the way out: the file is not left
+        # open in this process, where opening it again would be refused.
+        if engine is None:
+            env.close()
+        elif not engine.closed:
+            engine.close()
+        raise
 
 
 def _refuse_as_damaged_if_logged(path: str, refusal: NotAStoreError) -> None:

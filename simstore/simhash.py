@@ -56,7 +56,6 @@ from __future__ import annotations
 import dataclasses
 import functools
 import math
-import warnings
 from collections import Counter
 from collections.abc import Iterable, Mapping, Sequence
 from typing import Any, Literal
@@ -66,7 +65,7 @@ import numpy.typing as npt
 import xxhash
 
 from simstore import simhash2
-from simstore.errors import InvalidTypeError, InvalidValueError
+from simstore.errors import InvalidTypeError, InvalidValueError, warn_caller
 from simstore.pool import Workers, chunks, fingerprint_in_processes
 from simstore.sketch import SHINGLE_TOKENS, Sketch, SketchRows, sketches_of_shingles
 from simstore.text import as_text, jieba_idf, normalise, segmenter_info, tokenise
@@ -303,7 +302,7 @@ class Fingerprinter:
         """
         value, count = self._counted(as_text(text))
         if count < SHORT_TEXT_FEATURES:
-            warnings.warn(_short_message(count), ShortTextWarning, stacklevel=2)
+            warn_caller(_short_message(count), ShortTextWarning)
         return value
 
     def _counted(self, text: str) -> tuple[int, int]:
@@ -377,7 +376,7 @@ class Fingerprinter:
             raise InvalidValueError(simhash2.no_features_message(text)) from None
         if short:
             count = int(self._counted(text)[1])
-            warnings.warn(_short_message(count), ShortTextWarning, stacklevel=2)
+            warn_caller(_short_message(count), ShortTextWarning)
         assert rows is not None
         return int(values[0]), rows[0].tobytes()
 
@@ -408,11 +407,10 @@ class Fingerprinter:
             short += chunk_short
             count += len(chunk_values)
         if short:
-            warnings.warn(
+            warn_caller(
                 f"{short} of {count} texts have fewer than "
                 f"{SHORT_TEXT_FEATURES} distinct features; their fingerprints are coarse",
                 ShortTextWarning,
-                stacklevel=3,
             )
         if not values:
             return np.zeros(0, dtype=np.uint64), None
@@ -560,7 +558,7 @@ def fingerprint(text: str, **settings: Any) -> int:
     """One-call helper: ``Fingerprinter(**settings).fingerprint(text)``."""
     value, count = Fingerprinter(**settings)._counted(as_text(text))
     if count < SHORT_TEXT_FEATURES:
-        warnings.warn(_short_message(count), ShortTextWarning, stacklevel=2)
+        warn_caller(_short_message(count), ShortTextWarning)
     return value
 
 

@@ -37,8 +37,9 @@ from __future__ import annotations
 
 import functools
 import itertools
+import re
 from collections import Counter
-from collections.abc import Sequence
+from collections.abc import Iterator, Sequence
 
 import numpy as np
 import numpy.typing as npt
@@ -215,15 +216,46 @@ def _power_table(base: int, count: int) -> npt.NDArray[np.uint64]:
 def _batch_bytes(texts: Sequence[str], hmm: bool) -> list[bytes]:
     """Each text as bytes whose word runs are exactly its tokens: ASCII text
     lower-cased (its remaining normalisation is done on the bytes), other
-    text normalised and tokenised in Python, tokens joined by spaces."""
+    text normalised and tokenised in Python, tokens joined by spaces; a long
+    one a piece at a time (see :func:`_pieces`)."""
     parts: list[bytes] = []
     for text in texts:
-        if text.isascii():
-            # NFKC leaves ASCII as it is and casefold is lower().
-            parts.append(text.lower().encode("ascii"))
+        if text.isascii() or len(text) <= PIECE_CHARS:
+            parts.append(_text_bytes(text, hmm))
         else:
-            parts.append(" ".join(tokenise(normalise(text), hmm=hmm)).encode("utf-8"))
+            parts.append(b" ".join(_text_bytes(piece, hmm) for piece in _pieces(text)))
     return parts
+
+
+def _text_bytes(text: str, hmm: bool) -> bytes:
+    if text.isascii():
+        # NFKC leaves ASCII as it is and casefold is lower().
+        return text.lower().encode("ascii")
+    return " ".join(tokenise(normalise(text), hmm=hmm)).encode("utf-8")
+
+
+#: Characters of a long non-ASCII text normalised and tokenised at a time:
+#: its tokens as Python strings took some 10 bytes a byte of text.
+PIECE_CHARS = 1 << 20
+# Where a piece may end: after white space or Chinese punctuation. None of
+# them composes with what follows under NFKC (nor after case folding), nor
+# is part of a token, so the tokens of two pieces are those of the whole
+# (tests/test_simhash2.py checks the first over every code point).
+PIECE_ENDS = " \t\n\r\u3002\uff0c\u3001\uff01\uff1f\uff1b\uff1a"
+_PIECE_END = re.compile(f"[{PIECE_ENDS}]")
+
+
+def _pieces(text: str) -> Iterator[str]:
+    """``text`` cut after a :data:`PIECE_ENDS` character about every
+    :data:`PIECE_CHARS` characters (a text with none stays whole)."""
+    start = 0
+    while len(text) - start > PIECE_CHARS:
+        found = _PIECE_END.search(text, start + PIECE_CHARS)
+        if found is None:
+            break
+        yield text[start : found.end()]
+        start = found.end()
+    yield text[start:]
 
 
 def batch_fingerprints(
@@ -353,45 +385,104 @@ def _tokens_of_parts(parts: list[bytes], seed: int) -> tuple[npt.NDArray[np.uint
     np.cumsum(lengths[:-1] + 1, out=text_starts[1:])
     drop = _DROP[data]
     if drop.any():
-        kept_before = np.concatenate(([0], np.cumsum(~drop)))
+        # A text starts earlier by the bytes dropped before it (counted from
+        # their positions: a prefix sum would take 8 bytes a byte of input).
+        text_starts -= np.searchsorted(np.flatnonzero(drop), text_starts)
         data = data[~drop]
-        text_starts = kept_before[text_starts]
-    hashes, token_text = _token_hashes(data, text_starts, seed)
-    tokens_per_text = np.bincount(token_text, minlength=count)
+    del drop
+    hashes, tokens_per_text = _token_hashes(data, text_starts, seed)
     empty = np.flatnonzero(tokens_per_text == 0)
     if len(empty):
         raise _NoFeaturesError(int(empty[0]))
     return hashes, tokens_per_text
 
 
+#: Bytes of a batch hashed at a time: its per-byte arrays (some 30 bytes a
+#: byte) stay a few tens of MB however long a text is (a 29 MB document
+#: took 950 MB when hashed whole).
+SEGMENT_BYTES = 1 << 18
+
+
 def _token_hashes(
     data: npt.NDArray[np.uint8], text_starts: npt.NDArray[np.int64], seed: int
 ) -> tuple[npt.NDArray[np.uint64], npt.NDArray[np.int64]]:
-    """Hashes of the word runs of ``data`` (the tokens), and each token's text."""
+    """Hashes of the word runs of ``data`` (the tokens), and how many tokens
+    each text (starting at ``text_starts``) has.
+
+    ``data`` is hashed :data:`SEGMENT_BYTES` at a time. A token cut by a
+    segment's end is joined to its rest in the next segment: its polynomial
+    so far, times ``P`` to the rest's length, plus the rest's polynomial."""
+    pieces: list[npt.NDArray[np.uint64]] = []
+    tokens_per_text = np.zeros(len(text_starts), dtype=np.int64)
+    # The token that reached the end of the last segment: start, length, polynomial.
+    carried: tuple[int, int, int] | None = None
+    salt = _U64(_salt(seed))
+    for low in range(0, len(data), SEGMENT_BYTES):
+        high = min(low + SEGMENT_BYTES, len(data))
+        starts, lengths, polynomials = _run_polynomials(data[low:high])
+        starts += low
+        if carried is not None:
+            carried_start, carried_length, carried_polynomial = carried
+            if len(starts) and starts[0] == low:  # the carried token goes on
+                rest = int(lengths[0])
+                joined = carried_polynomial * int(_power_table(POLY, rest + 1)[rest]) + int(polynomials[0])
+                starts[0], lengths[0], polynomials[0] = carried_start, carried_length + rest, joined & _MASK
+            else:  # it ended with the last segment
+                starts = np.concatenate(([carried_start], starts))
+                lengths = np.concatenate(([carried_length], lengths))
+                polynomials = np.concatenate((np.array([carried_polynomial], dtype=np.uint64), polynomials))
+            carried = None
+        if high < len(data) and len(starts) and starts[-1] + lengths[-1] == high:
+            carried = (int(starts[-1]), int(lengths[-1]), int(polynomials[-1]))
+            starts, lengths, polynomials = starts[:-1], lengths[:-1], polynomials[:-1]
+        if not len(starts):
+            continue
+        token_text = np.searchsorted(text_starts, starts, side="right") - 1
+        tokens_per_text += np.bincount(token_text, minlength=len(text_starts))
+        polynomials += lengths.astype(np.uint64) * _U64(LENGTH_MULT) + salt
+        pieces.append(mix64_array(polynomials))
+    if not pieces:
+        return np.zeros(0, dtype=np.uint64), tokens_per_text
+    return (pieces[0] if len(pieces) == 1 else np.concatenate(pieces)), tokens_per_text
+
+
+def _run_polynomials(
+    data: npt.NDArray[np.uint8],
+) -> tuple[npt.NDArray[np.int64], npt.NDArray[np.int64], npt.NDArray[np.uint64]]:
+    """The start, length and polynomial (``sum(b_i * P**(L-1-i))`` modulo
+    ``2**64``) of each word run of ``data``."""
     word = _WORD[data].view(np.int8)
     edges = np.diff(word, prepend=np.int8(0), append=np.int8(0))
     starts = np.flatnonzero(edges == 1)
     ends = np.flatnonzero(edges == -1)
-    token_text = np.searchsorted(text_starts, starts, side="right") - 1
+    del edges
     if not len(starts):
-        return np.zeros(0, dtype=np.uint64), token_text
+        return starts, starts.copy(), np.zeros(0, dtype=np.uint64)
     # The token bytes back to back; byte i of a token of length L weighs
     # P**(L-1-i) = P**(L-1) * Q**i with Q the inverse of P modulo 2**64, so
     # one prefix sum of b * Q**i (i counted from each token's start) gives
     # every token's polynomial as a difference of two sums.
     token_bytes = data[word.view(np.bool_)].astype(np.uint64)
+    del word
     token_lengths = ends - starts
     offsets = np.zeros(len(starts), dtype=np.int64)
     np.cumsum(token_lengths[:-1], out=offsets[1:])
     longest = int(token_lengths.max())
-    position = np.arange(len(token_bytes), dtype=np.int64) - np.repeat(offsets, token_lengths)
+    position = np.arange(len(token_bytes), dtype=np.int64)
+    position -= np.repeat(offsets, token_lengths)
     token_bytes *= _power_table(_POLY_INVERSE, longest)[position]
+    del position
     sums = np.zeros(len(token_bytes) + 1, dtype=np.uint64)
     np.cumsum(token_bytes, out=sums[1:])
+    del token_bytes
     polynomial = sums[offsets + token_lengths] - sums[offsets]
     polynomial *= _power_table(POLY, longest)[token_lengths - 1]
-    polynomial += token_lengths.astype(np.uint64) * _U64(LENGTH_MULT) + _U64(_salt(seed))
-    return mix64_array(polynomial), token_text
+    return starts, token_lengths, polynomial
+
+
+#: Features (or n-gram windows) handled at a time: the arrays made for them
+#: stay a few MB however long a text is.
+BLOCK_FEATURES = 1 << 18
 
 
 def _features(
@@ -401,6 +492,7 @@ def _features(
     count = len(tokens_per_text)
     token_starts = np.zeros(count, dtype=np.int64)
     np.cumsum(tokens_per_text[:-1], out=token_starts[1:])
+    token_ends = token_starts + tokens_per_text
     per_text = [np.maximum(tokens_per_text - (n - 1), 0) for n in ngrams]
     features_per_text = np.sum(per_text, axis=0)
     # Too short for every n: one feature of all the text's tokens.
@@ -409,26 +501,25 @@ def _features(
     feature_starts = np.zeros(count + 1, dtype=np.int64)
     np.cumsum(features_per_text, out=feature_starts[1:])
     features = np.empty(int(feature_starts[-1]), dtype=np.uint64)
-    # Scatter each n's features into its texts' slots, n after n.
+    # Each n's features go to their texts' slots, n after n; the windows
+    # (window k starts at token k of the batch) a block at a time.
     slot = feature_starts[:-1].copy()
     for n, windows in zip(ngrams, per_text, strict=True):
-        total = int(windows.sum())
-        if not total:
-            continue
-        # Window k starts at token k; keep those whose n tokens share a text.
-        first = np.repeat(token_starts, windows) + (
-            np.arange(total) - np.repeat(np.cumsum(windows) - windows, windows)
-        )
-        if n == 1:
-            values = hashes[first]
-        else:
-            folded = hashes[first].copy()
-            for j in range(1, n):
-                folded *= _U64(NGRAM_MULT)
-                folded += hashes[first + j]
-            folded += _U64((n * NGRAM_SALT) & _MASK)
-            values = mix64_array(folded)
-        features[np.repeat(slot, windows) + (first - np.repeat(token_starts, windows))] = values
+        last = len(hashes) - n + 1
+        for low in range(0, max(last, 0), BLOCK_FEATURES):
+            high = min(low + BLOCK_FEATURES, last)
+            folded = hashes[low:high].copy()
+            if n > 1:
+                for j in range(1, n):
+                    folded *= _U64(NGRAM_MULT)
+                    folded += hashes[low + j : high + j]
+                folded += _U64((n * NGRAM_SALT) & _MASK)
+                folded = mix64_array(folded)
+            first = np.arange(low, high, dtype=np.int64)
+            text = np.searchsorted(token_starts, first, side="right") - 1
+            inside = first + (n - 1) < token_ends[text]  # the window's n tokens share a text
+            first, text = first[inside], text[inside]
+            features[slot[text] + (first - token_starts[text])] = folded[inside]
         slot += windows
     for index in whole.tolist():
         tokens = hashes[token_starts[index] : token_starts[index] + tokens_per_text[index]]
@@ -446,51 +537,84 @@ def _vote(
     # (text, feature) pairs, even with one call per text.
     for low, high in zip(feature_starts[:-1].tolist(), feature_starts[1:].tolist(), strict=True):
         features[low:high].sort()
-    first = np.ones(len(features), dtype=np.bool_)
-    first[1:] = features[1:] != features[:-1]
-    first[feature_starts[:-1]] = True
-    group_starts = np.flatnonzero(first)
-    counts = np.diff(np.append(group_starts, len(features)))
-    distinct = features[group_starts]
-    text_of_group = np.searchsorted(feature_starts, group_starts, side="right") - 1
-    if weighting == "binary":
-        weights = np.ones(len(counts), dtype=np.float64)
-    elif weighting == "tf":
-        weights = counts.astype(np.float64)
-    else:
-        weights = np.rint(1000.0 * (1.0 + np.log(counts)))
-    distinct_per_text = np.bincount(text_of_group, minlength=count)
+    distinct_per_text = np.zeros(count, dtype=np.int64)
     # Integer weights summed in float64 are exact below 2**53, whatever the
-    # order: far beyond any text that fits in memory (weights are at most
-    # about 1000 * (1 + ln count) per feature).
-    totals = np.bincount(text_of_group, weights=weights, minlength=count)
-    positive = _bit_tallies(distinct, weights, text_of_group, count)
+    # order (so block by block too): far beyond any text that fits in
+    # memory (weights are at most about 1000 * (1 + ln count) per feature).
+    totals = np.zeros(count, dtype=np.float64)
+    positive = np.zeros((count, 64), dtype=np.float64)
+    low = 0
+    while low < len(features):
+        high = _block_end(features, feature_starts, low)
+        block = features[low:high]
+        first = np.ones(len(block), dtype=np.bool_)
+        first[1:] = block[1:] != block[:-1]
+        texts_starting = feature_starts[
+            np.searchsorted(feature_starts, low) : np.searchsorted(feature_starts, high)
+        ]
+        first[texts_starting - low] = True
+        group_starts = np.flatnonzero(first)
+        del first
+        counts = np.diff(group_starts, append=len(block))
+        distinct = block[group_starts]
+        text_of_group = np.searchsorted(feature_starts, group_starts + low, side="right") - 1
+        del group_starts
+        if weighting == "binary":
+            weights = np.ones(len(counts), dtype=np.float64)
+        elif weighting == "tf":
+            weights = counts.astype(np.float64)
+        else:
+            weights = np.rint(1000.0 * (1.0 + np.log(counts)))
+        distinct_per_text += np.bincount(text_of_group, minlength=count)
+        totals += np.bincount(text_of_group, weights=weights, minlength=count)
+        _bit_tallies(distinct, weights, text_of_group, positive)
+        low = high
     winners = 2.0 * positive > totals[:, None]
     packed = np.packbits(winners, axis=1, bitorder="little")
     return packed.view("<u8").reshape(count).astype(np.uint64), distinct_per_text
+
+
+def _block_end(features: npt.NDArray[np.uint64], feature_starts: npt.NDArray[np.int64], low: int) -> int:
+    """Where the block of sorted features starting at ``low`` ends: about
+    :data:`BLOCK_FEATURES` on, never inside a run of one text's equal
+    features (whose count makes their weight)."""
+    high = min(low + BLOCK_FEATURES, len(features))
+    if high == len(features):
+        return high
+    text = int(np.searchsorted(feature_starts, high - 1, side="right")) - 1
+    text_end = int(feature_starts[text + 1])
+    if high == text_end:
+        return high
+    # The run of the block's last value goes on past it: the block takes all of it.
+    return high + int(np.searchsorted(features[high:text_end], features[high - 1], side="right"))
 
 
 def _bit_tallies(
     hashes: npt.NDArray[np.uint64],
     weights: npt.NDArray[np.float64],
     text_of_hash: npt.NDArray[np.int64],
-    count: int,
-) -> npt.NDArray[np.float64]:
-    """For each of ``count`` texts and each bit, the summed weight of its
-    features whose hash has that bit set (a ``(count, 64)`` array)."""
+    positive: npt.NDArray[np.float64],
+) -> None:
+    """Add to ``positive`` (a ``(texts, 64)`` array), for each text and each
+    bit, the summed weight of its features (``hashes``, of the texts
+    ``text_of_hash``, in order) whose hash has that bit set."""
+    count = len(positive)
     # Each digit of d bits (a nibble or a byte) of every hash is tallied by
-    # one bincount over (text, digit value), then a (2**d x d) matrix of the
-    # values' bits turns tallies per value into tallies per bit: 64 / d
+    # one bincount over (text, digit value), then sums over the values with
+    # each bit set turn tallies per value into tallies per bit: 64 / d
     # passes over the features instead of 64. Bytes suit long texts (fewer
     # passes); nibbles short ones, where 256 bins a text would mostly be 0.
     digit_bits = 8 if len(hashes) >= 64 * count else 4
     values_per_digit = 1 << digit_bits
     # Texts tallied together: bounds the (texts x values) array to a few MB.
     block_texts = max(1, _TALLY_BINS // values_per_digit)
-    positive = np.empty((count, 64), dtype=np.float64)
-    bounds = np.searchsorted(text_of_hash, [*np.arange(0, count, block_texts).tolist(), count])
-    for block, (low, high) in enumerate(itertools.pairwise(bounds.tolist())):
-        first_text = block * block_texts
+    first_texts = np.arange(0, count, block_texts)
+    bounds = np.searchsorted(text_of_hash, [*first_texts.tolist(), count])
+    for first_text, (low, high) in zip(
+        first_texts.tolist(), itertools.pairwise(bounds.tolist()), strict=True
+    ):
+        if low == high:
+            continue
         texts_here = min(block_texts, count - first_text)
         bins = (text_of_hash[low:high] - first_text) * values_per_digit
         block_hashes, block_weights = hashes[low:high], weights[low:high]
@@ -501,11 +625,11 @@ def _bit_tallies(
             for bit in range(digit_bits):
                 # The digit values with this bit set, as a strided view: a
                 # sum, not a product with a matrix of the values' bits, which
-                # numpy hands to a multi-threaded BLAS whose idle threads spin (half again the
-                # CPU of the whole fingerprinting on 2 cores, for no time
-                # gained). The weights are integers, so any order sums alike.
+                # numpy hands to a multi-threaded BLAS whose idle threads spin
+                # (half again the CPU of the whole fingerprinting on 2 cores,
+                # for no time gained). The weights are integers, so any order
+                # sums alike.
                 with_bit = tally.reshape(texts_here, values_per_digit >> (bit + 1), 2, 1 << bit)[:, :, 1, :]
-                positive[first_text : first_text + texts_here, digit * digit_bits + bit] = with_bit.sum(
+                positive[first_text : first_text + texts_here, digit * digit_bits + bit] += with_bit.sum(
                     axis=(1, 2)
                 )
-    return positive

@@ -43,7 +43,7 @@ import numpy as np
 import numpy.typing as npt
 
 from simstore.errors import InvalidTypeError, InvalidValueError
-from simstore.simhash2 import mix64, mix64_array
+from simstore.simhash2 import BLOCK_FEATURES, mix64, mix64_array
 
 __all__ = [
     "SKETCH_ALGORITHM",
@@ -151,14 +151,18 @@ def sketches_of_shingles(
     ``(texts, sketch.nbytes)`` uint8 array."""
     count = len(starts) - 1
     bins = sketch.bins
-    mixed = mix64_array(shingles ^ _U64(SKETCH_SALT))
     shift = _U64(64 - (bins.bit_length() - 1))
-    text_of = np.repeat(np.arange(count, dtype=np.int64), np.diff(starts))
-    slot = text_of * bins + (mixed >> shift).astype(np.int64)
     smallest = np.full(count * bins, _MASK, dtype=np.uint64)
-    np.minimum.at(smallest, slot, mixed)
     filled = np.zeros(count * bins, dtype=np.bool_)
-    filled[slot] = True
+    # A block of shingles at a time: the arrays made for them stay a few MB
+    # however long a text is.
+    for low in range(0, len(shingles), BLOCK_FEATURES):
+        high = min(low + BLOCK_FEATURES, len(shingles))
+        mixed = mix64_array(shingles[low:high] ^ _U64(SKETCH_SALT))
+        text_of = np.searchsorted(starts, np.arange(low, high, dtype=np.int64), side="right") - 1
+        slot = text_of * bins + (mixed >> shift).astype(np.int64)
+        np.minimum.at(smallest, slot, mixed)
+        filled[slot] = True
     modulus = _U64((1 << sketch.bits) - 1)
     codes = np.where(filled, (smallest & _U64(0xFFFFFFFF)) % modulus + _U64(1), _U64(0)).astype(np.uint8)
     return _pack(codes.reshape(count, bins), sketch.bits)

@@ -37,6 +37,7 @@ from __future__ import annotations
 import functools
 import hashlib
 import importlib.metadata
+import logging
 import re
 import unicodedata
 from pathlib import Path
@@ -261,9 +262,19 @@ def _jieba_tokenizer() -> Any:
     # is quick, but its dictionary takes about a second to load).
     import jieba
 
-    jieba.setLogLevel(60)  # quieter than CRITICAL: init chatter goes to stderr
     tokenizer = jieba.Tokenizer()
-    tokenizer.initialize()
+    # jieba logs its start-up ("Building prefix dict ...", "Loading model
+    # cost ...") at DEBUG on its own stderr handler. Raised to WARNING for this
+    # call only: its errors (an unwritable cache) still show, and the level
+    # its other users in the process chose is put back.
+    logger = logging.getLogger("jieba")
+    level = logger.level
+    if level < logging.WARNING:
+        logger.setLevel(logging.WARNING)
+    try:
+        tokenizer.initialize()
+    finally:
+        logger.setLevel(level)
     return tokenizer
 
 

@@ -162,3 +162,66 @@ def test_one_document_is_singular(tmp_path: Path, capsys: pytest.CaptureFixture[
     assert capsys.readouterr().out == "added 1 document, skipped 1 bad line; the store holds 1\n"
     assert main(["remove", str(store), "a"]) == 0
     assert capsys.readouterr().out == "removed 1 document\n"
+
+
+def _skipped_lines(err: str) -> list[int]:
+    """The line numbers of the `simstore: skipped FILE:LINE: ...` reports, in the order printed."""
+    return [int(line.split(":")[2]) for line in err.splitlines() if line.startswith("simstore: skipped ")]
+
+
+def _with_bad_lines(
+    path: Path, count: int, no_words: set[int], bad_json: set[int], repeats: set[int], repeated: int = 1
+) -> Path:
+    """``count`` JSON lines; those numbered in ``no_words`` hold a text with no
+    features (found only when fingerprinted), ``bad_json`` are not JSON
+    (found when read), ``repeats`` repeat the key of line ``repeated``."""
+    with path.open("w", encoding="utf-8") as handle:
+        for number in range(1, count + 1):
+            if number in bad_json:
+                handle.write("{not json\n")
+                continue
+            key = repeated if number in repeats else number
+            text = "!!! ???" if number in no_words else " ".join(f"w{number}n{index}" for index in range(80))
+            handle.write(json.dumps({"id": key, "text": text}) + "\n")
+    return path
+
+
+@pytest.mark.parametrize("verb", ["add", "dedup"])
+def test_skipped_lines_are_reported_in_input_order(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str], verb: str
+) -> None:
+    """A text with no features was reported when its chunk was fingerprinted,
+    after the bad lines read later in the chunk (2 after 4 and 6)."""
+    source = _with_bad_lines(tmp_path / "in.jsonl", 8, no_words={2, 7}, bad_json={4}, repeats={6})
+    if verb == "add":
+        command = ["add", str(tmp_path / "s.simstore"), str(source), "--on-error", "skip"]
+    else:
+        command = ["dedup", str(source), "-o", str(tmp_path / "out.jsonl"), "--on-error", "skip"]
+    assert main(command) == 0
+    expected = [2, 4, 6, 7] if verb == "dedup" else [2, 4, 7]  # add takes a repeated key as a replacement
+    assert _skipped_lines(capsys.readouterr().err) == expected
+
+
+def test_skipped_lines_are_in_order_across_chunks_and_worker_processes(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str], monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Several chunks, each fingerprinted by more than one process (more
+    than a million characters a chunk)."""
+    import simstore.cli_common as cli_common
+
+    monkeypatch.setattr(cli_common, "FINGERPRINT_CHUNK_DOCS", 2_000)
+    no_words = {3, 1_999, 2_000, 2_001, 3_500, 5_000}
+    bad_json = {1, 2, 1_998, 2_002, 3_499, 4_999}
+    source = _with_bad_lines(tmp_path / "in.jsonl", 5_000, no_words, bad_json, repeats={2_500}, repeated=10)
+    command = [
+        "dedup",
+        str(source),
+        "-o",
+        str(tmp_path / "out.jsonl"),
+        "--on-error",
+        "skip",
+        "--min-similarity",
+        "0",
+    ]
+    assert main(command) == 0
+    assert _skipped_lines(capsys.readouterr().err) == sorted(no_words | bad_json | {2_500})

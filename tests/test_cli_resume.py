@@ -9,6 +9,7 @@ import os
 import signal
 import subprocess
 import sys
+from collections.abc import Callable
 from pathlib import Path
 
 import pytest
@@ -126,3 +127,162 @@ def test_a_foreign_file_where_the_log_goes_is_refused(
     assert main(["dedup", str(CORPUS), "--store", str(store), "-o", str(tmp_path / "out.jsonl")]) != 0
     assert "not a simstore progress log" in capsys.readouterr().err
     assert Path(log_path(str(store))).read_text() == "my own notes"
+
+
+# As DYING, with small chunks: a directory's documents take several commits,
+# and the run dies as the third begins.
+DYING_IN_A_DIRECTORY = """
+import os, signal, sys
+import simstore.cli_common
+import simstore.store
+
+simstore.cli_common.FINGERPRINT_CHUNK_DOCS = 40
+real = simstore.store.Store.add_many
+calls = []
+
+def dying(self, *args, **kwargs):
+    calls.append(1)
+    if len(calls) == 3:
+        os.kill(os.getpid(), signal.SIGKILL)
+    return real(self, *args, **kwargs)
+
+simstore.store.Store.add_many = dying
+from simstore.cli import main
+sys.exit(main(sys.argv[1:]))
+"""
+
+
+def _text_files(folder: Path) -> Path:
+    """A directory of text files, each a document, in two subfolders."""
+    for index, line in enumerate(LINES[:150]):
+        part = folder / ("a" if index % 3 else "b") / f"doc{index:03}.txt"
+        part.parent.mkdir(parents=True, exist_ok=True)
+        part.write_text(json.loads(line)["text"], encoding="utf-8")
+    return folder
+
+
+def _parquet_parts(folder: Path) -> Path:
+    """A directory of a dataset's Parquet parts."""
+    pa = pytest.importorskip("pyarrow")
+    pq = pytest.importorskip("pyarrow.parquet")
+    folder.mkdir()
+    rows = [json.loads(line) for line in LINES]
+    for number, start in enumerate(range(0, len(rows), 60)):
+        pq.write_table(pa.Table.from_pylist(rows[start : start + 60]), folder / f"part-{number:05}.parquet")
+    (folder / "_SUCCESS").write_text("")
+    return folder
+
+
+@pytest.mark.skipif(not hasattr(signal, "SIGKILL"), reason="needs SIGKILL")
+@pytest.mark.parametrize("make", [_text_files, _parquet_parts], ids=["text-files", "parquet-parts"])
+def test_a_killed_run_over_a_directory_resumes_to_the_uninterrupted_output(
+    tmp_path: Path,
+    capsys: pytest.CaptureFixture[str],
+    monkeypatch: pytest.MonkeyPatch,
+    make: Callable[[Path], Path],
+) -> None:
+    """A directory was never resumable, yet an interrupted run said to use
+    --resume (issue 34). Now a directory is known by its files, read in name
+    order, and --resume skips the documents committed."""
+    folder = make(tmp_path / "corpus")
+    store = tmp_path / "corpus.simstore"
+    output = tmp_path / "kept.jsonl"
+    arguments = ["dedup", str(folder), "--store", str(store), "-o", str(output)]
+    environment = {**os.environ, "TMPDIR": str(tmp_path)}
+    killed = subprocess.run(
+        [sys.executable, "-c", DYING_IN_A_DIRECTORY, *arguments],
+        capture_output=True,
+        check=False,
+        env=environment,
+    )
+    assert killed.returncode == -signal.SIGKILL
+    log = json.loads(Path(log_path(str(store))).read_text())
+    assert [(entry[0][0], entry[1]) for entry in log["inputs"]] == [(str(folder), 80)]
+    fingerprinted = _counting_fingerprints(monkeypatch)
+    resumed = _run([*arguments, "--resume"], capsys)
+    assert not os.path.exists(log_path(str(store)))
+    documents = resumed["documents"]
+    assert isinstance(documents, int)
+    assert sum(fingerprinted) == documents - 80  # the committed ones were only read again
+    fresh_output = tmp_path / "fresh.jsonl"
+    fresh = _run(
+        ["dedup", str(folder), "--store", str(tmp_path / "fresh.simstore"), "-o", str(fresh_output)], capsys
+    )
+    assert {**resumed, "output": None} == {**fresh, "output": None}
+    assert output.read_text() == fresh_output.read_text()
+
+
+def _counting_fingerprints(monkeypatch: pytest.MonkeyPatch) -> list[int]:
+    """The sizes of the chunks dedup fingerprints from now on."""
+    import simstore.cli_common as cli_common
+
+    fingerprinted: list[int] = []
+    real = cli_common.fingerprint_documents
+
+    def counting(*args: object, **kwargs: object) -> object:
+        for chunk, values, sketches in real(*args, **kwargs):  # type: ignore[arg-type]
+            fingerprinted.append(len(chunk))
+            yield chunk, values, sketches
+
+    monkeypatch.setattr("simstore.cli_dedup.fingerprint_documents", counting)
+    return fingerprinted
+
+
+def test_a_directory_that_changed_is_read_in_full_again(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str], monkeypatch: pytest.MonkeyPatch
+) -> None:
+    from simstore.cli_resume import ProgressLog
+    from simstore.readers import Input
+
+    folder = _text_files(tmp_path / "corpus")
+    store = tmp_path / "s.simstore"
+    arguments = ["dedup", str(folder), "--store", str(store), "-o", str(tmp_path / "out.jsonl")]
+    first = _run(arguments, capsys)
+    ProgressLog(str(store), resume=False).record(Input(str(folder)), 100)
+    fingerprinted = _counting_fingerprints(monkeypatch)
+    assert _run([*arguments, "--resume"], capsys) == first
+    assert sum(fingerprinted) == 50
+    ProgressLog(str(store), resume=False).record(Input(str(folder)), 100)
+    changed = folder / "a" / "doc001.txt"
+    changed.write_text(changed.read_text(encoding="utf-8") + " and one more word", encoding="utf-8")
+    fingerprinted.clear()
+    assert _run([*arguments, "--resume"], capsys)["documents"] == 150
+    assert sum(fingerprinted) == 150
+
+
+@pytest.mark.parametrize("source", ["stdin", "file"])
+def test_an_interrupted_run_promises_a_resume_only_where_there_is_one(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str], monkeypatch: pytest.MonkeyPatch, source: str
+) -> None:
+    """Standard input is read from a copy each run makes: nothing to resume,
+    and the message says to run it again instead."""
+    import io
+
+    import simstore.cli_common as cli_common
+    import simstore.store
+
+    monkeypatch.setattr(cli_common, "FINGERPRINT_CHUNK_DOCS", 40)
+    real = simstore.store.Store.add_many
+    calls: list[int] = []
+
+    def interrupted(self: simstore.store.Store, *args: object, **kwargs: object) -> object:
+        calls.append(1)
+        if len(calls) == 2:
+            os.kill(os.getpid(), signal.SIGINT)  # as the second chunk is committed
+        return real(self, *args, **kwargs)  # type: ignore[arg-type]
+
+    monkeypatch.setattr(simstore.store.Store, "add_many", interrupted)
+    corpus = tmp_path / "in.jsonl"
+    _write(corpus, LINES)
+    if source == "stdin":
+        monkeypatch.setattr(sys, "stdin", io.TextIOWrapper(io.BytesIO(corpus.read_bytes()), encoding="utf-8"))
+    store = tmp_path / "s.simstore"
+    given = "-" if source == "stdin" else str(corpus)
+    assert main(["dedup", given, "--store", str(store), "-o", str(tmp_path / "o.jsonl"), "-q"]) == 130
+    err = capsys.readouterr().err
+    assert f"the documents committed so far are in {store}" in err
+    if source == "stdin":
+        assert "--resume" not in err
+        assert "re-running the same input is safe" in err
+    else:
+        assert "run the same command with --resume to continue" in err

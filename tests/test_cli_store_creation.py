@@ -95,12 +95,43 @@ def test_an_unwritable_place_is_refused_before_reading(
     )
 
 
-def test_an_empty_input_still_creates_the_store(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
-    """Success with no documents makes the store, as before (`add` is how a store is made)."""
+def test_an_empty_input_creates_no_store_unless_asked(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """`simstore add new.simstore empty.jsonl` made an empty store (issue 34):
+    now it is an error that says so and creates nothing; --allow-empty asks
+    for the empty store."""
     store = tmp_path / "n.simstore"
-    assert main(["add", str(store), str(_jsonl(tmp_path / "empty.jsonl")), "-k", "3", "-q"]) == 0
+    empty = _jsonl(tmp_path / "empty.jsonl")
+    assert main(["add", str(store), str(empty), "-k", "3"]) == 1
+    assert capsys.readouterr().err == (
+        f"simstore: error: no documents to add (the input holds none), so {store} was not created "
+        "(--allow-empty creates it empty)\n"
+    )
+    assert _no_store(store)
+    only_bad = _jsonl(tmp_path / "bad.jsonl", "{not json", '{"id": 1, "text": ""}')
+    assert main(["add", str(store), str(only_bad), "--on-error", "skip", "-q"]) == 1
+    assert "the input holds none, 2 bad lines skipped" in capsys.readouterr().err
+    assert _no_store(store)
+    assert main(["add", str(store), str(empty), "-k", "3", "-q", "--allow-empty"]) == 0
     with simstore.open(store, "r") as opened:
         assert (len(opened), opened.k) == (0, 3)
+    # A store that exists takes an empty input as adding nothing.
+    assert main(["add", str(store), str(empty)]) == 0
+    assert capsys.readouterr().out.startswith("added 0 documents; the store holds 0")
+
+
+def test_dedup_of_nothing_into_a_new_store_creates_none(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    store = tmp_path / "n.simstore"
+    empty = _jsonl(tmp_path / "empty.jsonl")
+    for outputs in ([], ["--pairs"], ["--clusters"]):
+        output = tmp_path / "out.jsonl"
+        assert main(["dedup", str(empty), "--store", str(store), "-o", str(output), *outputs]) == 0
+        assert f"no documents, so {store} was not created" in capsys.readouterr().err
+        assert output.read_text() == ""
+        assert _no_store(store)
 
 
 def test_batches_committed_before_a_bad_line_stay(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:

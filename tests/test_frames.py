@@ -73,11 +73,56 @@ def test_dedup_table_equals_the_command_line(tmp_path: Path, capsys: pytest.Capt
 def test_dedup_table_from_pandas_with_keep_none_and_positions(tmp_path: Path) -> None:
     frame = pd.DataFrame(ROWS)
     kept, provenance = simstore.dedup_table(frame, keep="none")
-    clustered = provenance.filter(pc.is_valid(provenance.column("cluster_id")))
-    assert clustered.num_rows > 0
-    assert not any(clustered.column("kept").to_pylist())
-    assert kept.num_rows == len(ROWS) - clustered.num_rows
-    assert provenance.column("id").to_pylist() == list(range(len(ROWS)))  # no id column: positions
+    clustered = provenance[provenance["cluster_id"].notna()]
+    assert len(clustered) > 0
+    assert not clustered["kept"].any()
+    assert len(kept) == len(ROWS) - len(clustered)
+    assert provenance["id"].tolist() == list(range(len(ROWS)))  # no id column: positions
+
+
+def test_dedup_table_gives_pandas_back_for_pandas() -> None:
+    """dedup_table(pandas_frame) returned pyarrow Tables (issue 34): a pandas
+    frame comes back as pandas frames, its index, dtypes and columns kept."""
+    frame = pd.DataFrame(ROWS, index=[f"row{number}" for number in range(len(ROWS))])
+    frame["number"] = np.arange(len(ROWS), dtype=np.int64) * 10
+    frame["score"] = np.arange(len(ROWS), dtype=np.int16)
+    table = pa.Table.from_pandas(frame, preserve_index=False)
+    expected, expected_provenance = simstore.dedup_table(table, "text", "number")
+    kept, provenance = simstore.dedup_table(frame, "text", "number")
+    assert isinstance(kept, pd.DataFrame)
+    assert isinstance(provenance, pd.DataFrame)
+    pd.testing.assert_frame_equal(kept, frame.loc[provenance["kept"].to_numpy()])
+    assert kept["number"].tolist() == expected.column("number").to_pylist()
+    assert list(provenance.index) == list(frame.index)
+    assert list(provenance.columns) == expected_provenance.column_names
+    # Integer columns with missing values stay integers (nullable), not floats.
+    assert str(provenance["cluster_id"].dtype) == "Int64"
+    assert str(provenance["duplicate_of"].dtype) == "Int64"
+    assert provenance["duplicate_of"].notna().sum() > 0
+    for name in ("id", "cluster_id", "duplicate_of", "distance", "kept"):
+        values = [None if pd.isna(value) else value for value in provenance[name].tolist()]
+        assert values == expected_provenance.column(name).to_pylist(), name
+
+
+def test_dedup_table_gives_polars_back_for_polars() -> None:
+    pl = pytest.importorskip("polars")
+    frame = pl.DataFrame(ROWS)
+    expected, expected_provenance = simstore.dedup_table(pa.Table.from_pylist(ROWS), "text", "id")
+    kept, provenance = simstore.dedup_table(frame, "text", "id")
+    assert isinstance(kept, pl.DataFrame)
+    assert isinstance(provenance, pl.DataFrame)
+    assert kept.columns == frame.columns
+    assert kept["id"].to_list() == expected.column("id").to_pylist()
+    assert provenance.to_arrow().to_pylist() == expected_provenance.to_pylist()
+
+
+def test_dedup_table_gives_arrow_tables_for_arrow_and_other_inputs() -> None:
+    table = pa.Table.from_pylist(ROWS[:40])
+    for given in (table, table.to_batches()[0], table.to_pydict()):
+        kept, provenance = simstore.dedup_table(given, "text", "id")
+        assert isinstance(kept, pa.Table)
+        assert isinstance(provenance, pa.Table)
+        assert kept.schema == table.schema
 
 
 def test_dedup_table_refuses_bad_tables() -> None:
@@ -98,8 +143,9 @@ def test_dedup_table_refuses_bad_tables() -> None:
 def test_dedup_table_takes_rows_as_dicts() -> None:
     rows = [{"id": 1, "text": "one two three four"}, {"id": 2, "text": "one two three four"}]
     kept, provenance = simstore.dedup_table(rows, "text", "id")
-    assert kept.to_pylist() == rows[:1]
-    assert provenance["duplicate_of"].to_pylist() == [None, 1]
+    assert kept == rows[:1]  # rows in, rows out: the input's own dicts
+    assert kept[0] is rows[0]
+    assert [row["duplicate_of"] for row in provenance] == [None, 1]
 
 
 def test_dedup_table_keeps_a_store_when_asked(tmp_path: Path) -> None:

@@ -209,3 +209,108 @@ def test_new_stores_get_version_2_and_old_ones_keep_version_1(tmp_path: object) 
         assert store["doc"].fingerprint == Fingerprinter().fingerprint(text)
     with pytest.raises(simstore.ParameterMismatchError, match="fingerprinter"):
         simstore.open(old_path, "w", fingerprinter=Fingerprinter())
+
+
+_LONG_TOKENS = st.lists(
+    st.sampled_from([*_PIECES, "x" * 23, "abcdefghij" * 5, "\x01" * 9]), min_size=1, max_size=60
+).map("".join)
+
+
+@pytest.mark.filterwarnings("ignore::simstore.ShortTextWarning")
+@settings(max_examples=100, deadline=None)
+@given(
+    st.lists(_LONG_TOKENS, min_size=1, max_size=6),
+    st.integers(min_value=1, max_value=40),
+    st.integers(min_value=1, max_value=9),
+    st.sampled_from([(1, 2), (1,), (2, 3), (1, 3, 5)]),
+)
+def test_a_batch_hashed_in_segments_and_blocks_equals_the_specification(
+    texts: list[str], segment_bytes: int, block_features: int, ngrams: tuple[int, ...]
+) -> None:
+    """Long texts are hashed SEGMENT_BYTES at a time (a token cut by a
+    segment's end is joined to its rest), their features made, voted and
+    sketched BLOCK_FEATURES at a time: tiny sizes here, so that tokens span
+    many segments and equal features many blocks."""
+    import simstore.simhash2 as simhash2
+
+    expected = [_reference_or_error(text, ngrams=ngrams) for text in texts]
+    usable = [text for text, result in zip(texts, expected, strict=True) if not isinstance(result, str)]
+    if not usable:
+        return
+    whole = Fingerprinter(ngrams=ngrams).fingerprints_and_sketches(usable)
+    with pytest.MonkeyPatch.context() as patch:
+        patch.setattr(simhash2, "SEGMENT_BYTES", segment_bytes)
+        patch.setattr(simhash2, "BLOCK_FEATURES", block_features)
+        patch.setattr("simstore.sketch.BLOCK_FEATURES", block_features)
+        values, counts = batch_fingerprints(usable, ngrams=ngrams)
+        pieces = Fingerprinter(ngrams=ngrams).fingerprints_and_sketches(usable)
+    assert list(zip(values.tolist(), counts.tolist(), strict=True)) == [
+        result for result in expected if not isinstance(result, str)
+    ]
+    assert pieces[0].tolist() == whole[0].tolist()
+    assert np.array_equal(np.asarray(pieces[1]), np.asarray(whole[1]))
+
+
+def test_a_huge_document_takes_memory_in_proportion_with_a_small_constant() -> None:
+    """A 29 MB document took 1.05 GB (issue 34): per-byte arrays of 8 bytes an
+    element, some 35 bytes a byte of text. Now the per-byte work is done a
+    segment at a time, and what grows with the text is a few arrays of one
+    or two 8-byte hashes a token (benchmarks/bench_huge_document.py)."""
+    import tracemalloc
+
+    rng = random.Random(5)
+    vocabulary = [f"w{number}" for number in range(50_000)]
+    text = " ".join(rng.choice(vocabulary) for _ in range(8_000_000 // 6))
+    fingerprinter = Fingerprinter()
+    tracemalloc.start()
+    try:
+        fingerprinter.fingerprints_and_sketches([text])
+        peak = tracemalloc.get_traced_memory()[1]
+    finally:
+        tracemalloc.stop()
+    assert peak < 8 * len(text), f"{peak / len(text):.1f} bytes a byte of text"
+
+
+def test_a_piece_of_a_long_text_ends_where_normalisation_and_tokens_allow() -> None:
+    """A long non-ASCII text is normalised and tokenised a piece at a time,
+    each ending with a PIECE_ENDS character: one that is a starter and the
+    first character of no canonical composition, so that what follows it
+    normalises alike with it or without it."""
+    import unicodedata
+
+    from simstore.simhash2 import PIECE_ENDS
+
+    def normalised(text: str) -> str:
+        return unicodedata.normalize("NFKC", unicodedata.normalize("NFKC", text).casefold())
+
+    ends = {normalised(end) for end in PIECE_ENDS}
+    assert all(len(end) == 1 and unicodedata.combining(end) == 0 for end in ends)
+    second: set[str] = set()
+    for code in range(0x110000):
+        parts = unicodedata.decomposition(chr(code)).split()
+        if len(parts) == 2 and not parts[0].startswith("<"):
+            assert chr(int(parts[0], 16)) not in ends
+            second.add(chr(int(parts[1], 16)))
+    marks = {chr(code) for code in range(0x110000) if unicodedata.combining(chr(code))}
+    for end in PIECE_ENDS:
+        for after in sorted(second | marks):
+            assert normalised(end + after) == normalised(end) + normalised(after)
+
+
+_WITH_PIECE_ENDS = st.lists(
+    st.sampled_from([*_PIECES, " ", "\n", "。", "，", "、", "！", "\u0301", "\u3099", "ｶﾞ"]),
+    min_size=1,
+    max_size=80,
+).map("".join)
+
+
+@pytest.mark.filterwarnings("ignore::simstore.ShortTextWarning")
+@settings(max_examples=150, deadline=None)
+@given(_WITH_PIECE_ENDS, st.integers(min_value=1, max_value=12))
+def test_a_long_text_tokenised_in_pieces_equals_the_specification(text: str, piece_chars: int) -> None:
+    import simstore.simhash2 as simhash2
+
+    expected = _reference_or_error(text)
+    with pytest.MonkeyPatch.context() as patch:
+        patch.setattr(simhash2, "PIECE_CHARS", piece_chars)
+        assert _batch_one(text) == expected

@@ -231,3 +231,34 @@ def test_segment_han_remembers_runs_without_changing_them(monkeypatch: pytest.Mo
     assert segment_han(runs) == jieba_alone
     assert segment_han(runs[::-1]) == jieba_alone[::-1]
     assert len(text_module._segment_cache(True)) <= 5
+
+
+def test_loading_jieba_is_quiet_but_shows_its_errors(
+    caplog: pytest.LogCaptureFixture, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """simstore silenced jieba's logger for good (level 60: its errors too, and
+    for every other jieba user in the process); now only the start-up chatter
+    ("Building prefix dict ...") is left out, and the level is put back."""
+    import logging
+
+    import jieba
+
+    from simstore import text
+
+    logger = logging.getLogger("jieba")
+    monkeypatch.setattr(logger, "level", logging.DEBUG)  # jieba's own default
+    real = jieba.Tokenizer.initialize
+
+    def initialize_failing_to_cache(self: object, *args: object) -> None:
+        real(self, *args)
+        jieba.default_logger.error("Dump cache file failed.")  # as jieba reports an unwritable cache
+
+    monkeypatch.setattr(jieba.Tokenizer, "initialize", initialize_failing_to_cache)
+    caplog.clear()
+    text._jieba_tokenizer.__wrapped__()
+    # What jieba's logger let through (to its stderr handler, and up to pytest's).
+    logged = " ".join(record.getMessage() for record in caplog.records if record.name == "jieba")
+    assert "Building prefix dict" not in logged
+    assert "Loading model" not in logged
+    assert "Dump cache file failed." in logged
+    assert logger.level == logging.DEBUG
