@@ -12,6 +12,7 @@ fingerprints, stored in one LMDB file.
 from simstore.batch import Cluster, Pair
 from simstore.errors import (
     AccessDeniedError,
+    CommitInterruptedError,
     CorruptStoreError,
     FlushError,
     FormatVersionError,
@@ -55,6 +56,7 @@ from simstore.version import __version__
 __all__ = [
     "AccessDeniedError",
     "Cluster",
+    "CommitInterruptedError",
     "CorruptStoreError",
     "Fingerprinter",
     "FlushError",

@@ -16,6 +16,14 @@ get wrong (the key, the fingerprint, the metadata) is checked before it joins,
 so this only happens for what the snapshot decides (``remove`` of a missing
 key) or a damaged store.
 
+An interrupt (``KeyboardInterrupt``, or any exception raised into a thread)
+ends the interrupted call only. A leader interrupted around its commit puts the
+writes that surely did not commit back in the queue for the next leader, gives
+those that did their outcome (a group of several writes puts a random token in
+the store to be recognised by), and tells the rest that their fate is unknown
+(:class:`~simstore.errors.CommitInterruptedError`); the lead is always handed
+on, and no other thread or process ever gets the interrupt.
+
 ``store.batch()`` gathers single writes of one thread and commits them at the
 end of the ``with`` block, in one transaction: all of them or none.
 
@@ -29,6 +37,7 @@ One :class:`GroupCommit` per open engine (:mod:`simstore.engine`) does all this.
 
 from __future__ import annotations
 
+import contextlib
 import os
 import random
 import threading
@@ -40,8 +49,8 @@ from typing import TYPE_CHECKING, Any, TypeVar, cast
 
 from simstore import _lmdb, handoff
 from simstore.delta import Change
-from simstore.errors import CorruptStoreError, InvalidValueError, SimstoreError
-from simstore.format import WRITERS_KEY, State
+from simstore.errors import CommitInterruptedError, CorruptStoreError, InvalidValueError, SimstoreError
+from simstore.format import GROUP_KEY, WRITERS_KEY, State
 from simstore.grouping import Applied, Body, BodyFailedError, CommitQueue, Request, Spec
 from simstore.mailbox import Mailbox
 from simstore.others import Others
@@ -74,6 +83,22 @@ def _record_of(pending: list[Request], others: Others | None) -> Callable[[], by
     specs = [request.spec for request in pending]
     group = others.group if others is not None else 0
     return lambda: None if any(spec is None for spec in specs) else handoff.pack_record(group, specs)
+
+
+def _wake(request: Request) -> None:
+    """Wake every member of ``request``'s group but itself; an interrupt
+    between two wake-ups still wakes the rest."""
+    members = request.group
+    woken = 0
+    try:
+        for member in members:
+            woken += 1  # (counted before: nothing can interrupt between the two)
+            if member is not request:
+                member.wake.release()
+    finally:
+        for member in members[woken:]:
+            if member is not request:
+                member.wake.release()
 
 
 class GroupCommit:
@@ -118,7 +143,13 @@ class GroupCommit:
         """Run one single write's ``body`` in a transaction shared with the
         other threads' single writes (and, given its ``spec``, with other
         processes' through the mailbox); its result once that commit is as
-        durable as ``sync`` makes it."""
+        durable as ``sync`` makes it.
+
+        An interrupt in this thread (``KeyboardInterrupt``, or any exception
+        raised into it) ends this call only: the write was committed whole or
+        not at all, and the other threads' writes go on (see
+        ``docs/durability.md``).
+        """
         bodies, pending = self.batching.bodies, self.batching.pending
         if bodies is not None and pending is not None:
             bodies.append(body)  # the batch open in this thread commits it
@@ -130,68 +161,172 @@ class GroupCommit:
             applied = Applied(engine.delta)
             try:
                 return cast(T, engine.write(self._bodies_in_order(engine, [body], applied, isolate=False))[0])
-            except BaseException:
-                self._undo(engine, applied)
+            except BaseException as exc:
+                self._recover_delta(engine, applied, exc)
                 raise
         queue = self.queue
         request = Request(body, spec)
+        try:
+            with queue.mutex:
+                queue.waiting.append(request)
+                if queue.leader is None:
+                    queue.leader = request
+                elif queue.gathering:
+                    queue.arrived.notify()
+                leads = queue.leader is request
+            if leads or self._follow(engine, request):
+                self._lead_group(engine, queue, request)
+        except BaseException:
+            # Interrupted here, or this thread's own failure (a flush): leave
+            # nothing another thread waits for.
+            self._leave(queue, request)
+            raise
+        return cast(T, request.outcome())
+
+    def _follow(self, engine: Engine, request: Request) -> bool:
+        """Wait for the leader to commit ``request``: ``False`` once it has
+        its outcome, ``True`` when it is asked to lead the next group instead."""
+        request.wake.acquire()
+        if not request.done:
+            return True
+        if request.flush_first:
+            # The leader was interrupted before its commit was on the disk.
+            self._make_durable(engine, None)
+        return False
+
+    @staticmethod
+    def _leave(queue: CommitQueue, request: Request) -> None:
+        """``request``'s caller leaves :meth:`write` by an exception: take the
+        request out of the queue (or, if a group holds it, let that group's
+        leader know nobody waits for it), and hand on the lead if it holds it."""
         with queue.mutex:
-            queue.waiting.append(request)
-            leads = not queue.leading
-            queue.leading = True
-            if queue.gathering:
-                queue.arrived.notify()
-        if not leads:
-            request.wake.acquire()
-            if request.done:
-                return cast(T, request.outcome())
-            # Asked to lead the next group, which holds this request.
-        group: list[Request] = []
+            if request in queue.waiting:
+                queue.waiting.remove(request)
+            elif not request.done:
+                request.abandoned = True
+            queue.pass_lead(request)
+
+    def _lead_group(self, engine: Engine, queue: CommitQueue, request: Request) -> None:
+        """Lead one group, ``request`` (this caller's) first: on return every
+        member has its outcome, or is back in the queue for the next leader."""
         committed: int | None = None
         unsure = False
+        stopped = True  # until _lead returns: then the members see to durability themselves
         try:
             if engine.env.shares_commits:
                 self._gather(engine, queue)
-            group, committed, unsure = self._lead(engine, queue)
-            self._last_group_size = len(group)
+            committed, unsure = self._lead(engine, queue, request)
+            stopped = False
         finally:
+            self._finish_group(engine, queue, request, committed, unsure, stopped=stopped)
+        self._last_group_size = len(request.group)
+
+    def _finish_group(
+        self,
+        engine: Engine,
+        queue: CommitQueue,
+        request: Request,
+        committed: int | None,
+        unsure: bool,
+        *,
+        stopped: bool,
+    ) -> None:
+        """After a group's commit, or its leader stopped by an interrupt:
+        settle the members left without an outcome, hand on the lead, make
+        the commit durable and wake the members. An interrupt in one step
+        does not skip the next."""
+        followed = False
+        try:
             with queue.mutex:
-                if request in queue.waiting:  # interrupted before taking a group
+                if request in queue.waiting:  # stopped before it took a group
                     queue.waiting.remove(request)
+                self._settle(queue, request)
+                queue.pass_lead(request)
                 followed = bool(queue.waiting)
-                if followed:
-                    queue.waiting[0].wake.release()  # the next leader
-                else:
-                    queue.leading = False
+        finally:
             try:
-                if not engine.env.defer_meta_sync:
-                    pass  # the commit was as durable as sync makes it when it returned
-                elif unsure:
-                    self._make_durable(engine, None)
-                elif committed is None:
-                    # Nothing committed: release the groups waiting for this
-                    # one's commit to make theirs durable.
-                    self._make_durable(engine, self._last_group_txn)
-                elif followed:
-                    self._await_durable(engine, committed, len(group))
+                if stopped:
+                    self._leave_durability(engine, request)
                 else:
-                    self._make_durable(engine, committed)
-            except BaseException as exc:
-                # Committed but not known to be on the disk: not acknowledged.
-                for member in group:
-                    if member.error is None:
-                        member.error = exc
+                    self._make_group_durable(engine, request, committed, unsure, followed)
             finally:
-                for member in group:
-                    if member is not request:
-                        member.wake.release()
-        return cast(T, request.outcome())
+                _wake(request)
 
-    def _lead(self, engine: Engine, queue: CommitQueue) -> tuple[list[Request], int | None, bool]:
-        """Take the waiting requests (the leader's first) and commit them
-        together; every request of the group has its outcome on return.
+    @staticmethod
+    def _settle(queue: CommitQueue, request: Request) -> None:
+        """With the mutex held, once ``request``'s caller stops leading: put
+        the members whose write surely did not commit back at the head of
+        the queue, in order, and tell the others without an outcome that
+        theirs is unknown (members whose caller left are dropped)."""
+        group = request.group
+        for member in group:
+            if not member.done and member is not request:
+                break
+        else:
+            return  # the common case: every member has its outcome
+        kept: list[Request] = []
+        again: list[Request] = []
+        for member in group:
+            if member.done or member is request:
+                kept.append(member)
+            elif member.abandoned:
+                continue
+            elif member.retry:
+                member.retry = False
+                again.append(member)
+            else:
+                member.error = CommitInterruptedError(
+                    "the thread committing this write with its own was interrupted at its commit; "
+                    "the write was stored whole or not at all: look its key up"
+                )
+                member.done = True
+                kept.append(member)
+        queue.waiting[:0] = again
+        request.group = kept
 
-        Returns the group; the commit to make durable before any of it is
+    def _make_group_durable(
+        self, engine: Engine, request: Request, committed: int | None, unsure: bool, followed: bool
+    ) -> None:
+        """Make the group's commit durable before its members hear of it
+        (``sync=True`` without the write-ahead log; see ``_flushing``)."""
+        if not engine.env.defer_meta_sync:
+            return  # the commit was as durable as sync makes it when it returned
+        try:
+            if unsure:
+                self._make_durable(engine, None)
+            elif committed is None:
+                # Nothing committed: release the groups waiting for this
+                # one's commit to make theirs durable.
+                self._make_durable(engine, self._last_group_txn)
+            elif followed:
+                self._await_durable(engine, committed, len(request.group))
+            else:
+                self._make_durable(engine, committed)
+        except Exception as exc:
+            # Committed but not known to be on the disk: not acknowledged.
+            for member in request.group:
+                if member.error is None:
+                    member.error = exc
+        except BaseException:
+            self._leave_durability(engine, request)
+            raise
+
+    @staticmethod
+    def _leave_durability(engine: Engine, request: Request) -> None:
+        """The leader stopped before its group's commit was known to be on
+        the disk: each member with a result makes it so before it returns."""
+        if engine.env.defer_meta_sync:
+            for member in request.group:
+                if member.error is None:
+                    member.flush_first = True
+
+    def _lead(self, engine: Engine, queue: CommitQueue, request: Request) -> tuple[int | None, bool]:
+        """Take the waiting requests (the leader's ``request`` first) and
+        commit them together; every request of the group has its outcome on
+        return (an interrupt leaves the ones it stopped marked for
+        :meth:`_settle`).
+
+        Returns the commit to make durable before any of the group is
         acknowledged (``None``: it committed nothing, or made its commit
         durable already); and whether it may have written without changing
         the stored state, so that only a flush from now on makes sure of it.
@@ -200,7 +335,6 @@ class GroupCommit:
         if mailbox is None:
             return self._commit_alone(engine, queue)
         with mailbox.using() as usable:
-            group = []
             try:
                 if not usable or mailbox.alone():
                     return self._commit_alone(engine, queue)
@@ -215,61 +349,65 @@ class GroupCommit:
                     # Fewer processes posted than the last group held: post
                     # too, and let the others come (see _commit_posted).
                     mailbox.release_lead()
-                group = self._take(queue)
-                if any(request.spec is None for request in group):
+                group = queue.take(MAX_GROUP)
+                if any(member.spec is None for member in group):
                     with engine.lock:
-                        return (group, *self._commit(engine, group))
-                return (group, *self._commit_posted(engine, group, mailbox))
-            except BaseException as exc:
-                group = group or self._take(queue)  # (failed before it took them)
-                for request in group:
-                    if not request.done:
-                        request.error = exc
-                        request.done = True
-            return group, None, False
+                        return self._commit(engine, group)
+                return self._commit_posted(engine, group, mailbox)
+            except Exception as exc:
+                mailbox.let_go_of_locks()
+                for member in request.group or queue.take(MAX_GROUP):  # (failed before it took them)
+                    if not member.done:
+                        member.error = exc
+                        member.done = True
+            except BaseException:
+                # Interrupted, perhaps right after a lock was granted: no
+                # other process may wait for a lead or an answers lock this
+                # thread no longer uses.
+                mailbox.let_go_of_locks()
+                raise
+            return None, False
 
-    def _commit_alone(self, engine: Engine, queue: CommitQueue) -> tuple[list[Request], int | None, bool]:
+    def _commit_alone(self, engine: Engine, queue: CommitQueue) -> tuple[int | None, bool]:
         """Take the waiting requests once the store's lock is held (those
         arriving meanwhile join) and commit them, without other processes'."""
         with engine.lock:
-            group = self._take(queue)
-            return (group, *self._commit(engine, group))
-
-    @staticmethod
-    def _take(queue: CommitQueue) -> list[Request]:
-        with queue.mutex:
-            group = queue.waiting[:MAX_GROUP]
-            del queue.waiting[:MAX_GROUP]
-        return group
+            return self._commit(engine, queue.take(MAX_GROUP))
 
     def _commit(
         self, engine: Engine, group: list[Request], others: Others | None = None
     ) -> tuple[int | None, bool]:
         """Commit ``group`` (with the store's lock held) in one transaction,
         and ``others``' writes with it; every request has its outcome on
-        return. Returns what :meth:`_lead` returns after the group."""
+        return. Returns what :meth:`_lead` returns after the group.
+
+        An interrupt of this thread is raised again once each request it
+        stopped has what the commit did for it (see :meth:`_interrupted`).
+        """
         pending = list(group) if others is None else [*group, *others.requests]
         committed = None
         unsure = False
+        applied: Applied | None = None
         try:
             while pending:
                 applied = Applied(engine.delta)
-                finish = None if others is None else others.finisher(pending, applied)
                 bodies = self._bodies_in_order(
-                    engine, [request.body for request in pending], applied, isolate=True, finish=finish
+                    engine,
+                    [request.body for request in pending],
+                    applied,
+                    isolate=True,
+                    finish=self._finisher(engine, pending, others, applied),
                 )
                 self._in_group = True
                 try:
                     results = engine.write(bodies, _record_of(pending, others))
                 except BodyFailedError as failed:
                     # Aborted: that body fails alone, the others run again.
-                    failing = pending.pop(failed.index)
+                    failing = pending[failed.index]
                     failing.error = failed.error
                     failing.done = True
+                    del pending[failed.index]
                     continue
-                except BaseException:
-                    self._undo(engine, applied)
-                    raise
                 finally:
                     self._in_group = False
                 if applied.changed_state:
@@ -289,6 +427,11 @@ class GroupCommit:
                     request.done = True
                 pending = []
         except BaseException as exc:
+            if applied is not None:
+                self._recover_delta(engine, applied, exc)
+            if not isinstance(exc, Exception):
+                self._interrupted(engine, pending, applied)
+                raise
             # The transaction itself failed (a full disk, a closed or
             # read-only store): nothing of it was written, every caller
             # of the group gets the error.
@@ -296,6 +439,90 @@ class GroupCommit:
                 request.error = exc
                 request.done = True
         return committed, unsure
+
+    @staticmethod
+    def _finisher(
+        engine: Engine, pending: list[Request], others: Others | None, applied: Applied
+    ) -> Callable[[_lmdb.Txn, list[Any]], None] | None:
+        """What a group's transaction writes after its bodies: other
+        processes' outcomes and the group's number (:meth:`Others.finisher`),
+        or, for several writes of this process, a random token; either is
+        what :meth:`_fate` looks for after an interrupt."""
+        if others is not None:
+            applied.token = (WRITERS_KEY, others.group.to_bytes(8, "big"))
+            return others.finisher(pending, applied)
+        if len(pending) < 2:
+            return None  # a lone write's caller gets the interrupt, and nobody else waits
+        token = random.getrandbits(64).to_bytes(8, "big")
+        applied.token = (GROUP_KEY, token)
+
+        def finish(txn: _lmdb.Txn, _results: list[Any]) -> None:
+            txn.put(GROUP_KEY, token, db=engine.handles.meta)  # (read here: a re-layout replaces it)
+
+        return finish
+
+    def _interrupted(self, engine: Engine, pending: list[Request], applied: Applied | None) -> None:
+        """This thread was interrupted while it committed ``pending``: give
+        each the outcome the transaction gave it if it committed, mark it to
+        run again (:meth:`_settle`) if it surely did not, and say so if that
+        is unknown. (Its own request's caller gets the interrupt anyway.)"""
+        fate = self._fate(engine, applied)
+        if fate is not False:
+            if fate and applied is not None:
+                self._last_group_txn = max(self._last_group_txn, applied.txn_id)
+            if engine.options.sync == "interval":
+                # The commit may have come without its count (Engine.write
+                # calls committed() after it): count it, so that it is flushed in time.
+                with contextlib.suppress(Exception):
+                    self._count_commit(engine)
+        for index, request in enumerate(pending):
+            if fate is False:
+                request.retry = True
+            elif fate and applied is not None:
+                request.result = applied.results[index]
+                request.done = True
+            else:
+                request.error = CommitInterruptedError(
+                    "the thread committing this write with its own was interrupted at its commit; "
+                    "the write was stored whole or not at all: look its key up"
+                )
+                request.done = True
+
+    @staticmethod
+    def _fate(engine: Engine, applied: Applied | None) -> bool | None:
+        """After an interrupt: whether the transaction of ``applied``
+        committed. Surely not if its bodies had not run to the end, or no
+        commit has taken its id, or the commit that did lacks its token;
+        surely so if the store holds its token; ``None`` when that cannot
+        be told (a lone write has no token, and another process may have
+        written over it since)."""
+        if applied is None or not applied.ran:
+            return False
+        try:
+            with engine.read() as txn:
+                snapshot = int(txn.id())
+                if snapshot < applied.txn_id:
+                    return False
+                if applied.token is None:
+                    return None
+                key, value = applied.token
+                if txn.get(key, db=engine.handles.meta) == value:
+                    return True
+                return False if snapshot == applied.txn_id else None
+        except Exception:
+            return None
+
+    def _recover_delta(self, engine: Engine, applied: Applied, exc: BaseException) -> None:
+        """After a transaction of ``applied``'s bodies failed: undo what they
+        did to the delta if the failure surely came before the commit (a
+        body's error, or the transaction's before it committed). After an
+        interrupt, which may have stopped the delta half changed or come
+        after the commit, or a failure after the bodies ran, the next read
+        reloads the delta from the file instead."""
+        if isinstance(exc, Exception) and not applied.ran:
+            self._undo(engine, applied)
+        else:
+            engine.forget_delta()
 
     # ----------------------------------------------------- across processes
 
@@ -324,35 +551,49 @@ class GroupCommit:
         The lead is taken before the store's lock and never the other way
         round, so a thread holding the store's lock never waits for the lead.
         """
-        posted = mailbox.post(handoff.pack_request([request.spec for request in group]))
-        gather_until = time.monotonic() + GATHER_PROCESSES_SECONDS
-        while True:
-            try:
+        try:
+            posted = mailbox.post(handoff.pack_request([request.spec for request in group]))
+            gather_until = time.monotonic() + GATHER_PROCESSES_SECONDS
+            while True:
                 # A leader answering now answers every process of its group
                 # at once; with no leader at work this returns at once.
                 raw = mailbox.answered() if posted else None
-                if raw is None:
-                    mailbox.wait_lead()
-            except BaseException:
-                if posted:
-                    mailbox.let_go()
-                raise
-            if raw is not None:
-                return self._answered(engine, mailbox, group, raw, lead_held=False)
-            try:
-                with mailbox.answering():
-                    Others.resolve_orphans(engine, mailbox)
-                raw = mailbox.outcome()
                 if raw is not None:
-                    return self._answered(engine, mailbox, group, raw, lead_held=True)
-                if not (posted and time.monotonic() < gather_until and self._expects_more(mailbox)):
+                    return self._answered(engine, mailbox, group, raw, lead_held=False)
+                mailbox.wait_lead()
+                try:
                     with mailbox.answering():
-                        return self._lead_others(engine, mailbox, group=group)[1:]
-            finally:
-                mailbox.release_lead()
-            # Processes answered by the last group are coming back: give them
-            # the lead a while.
-            time.sleep(GATHER_GAP_SECONDS)
+                        Others.resolve_orphans(engine, mailbox)
+                    raw = mailbox.outcome()
+                    if raw is not None:
+                        return self._answered(engine, mailbox, group, raw, lead_held=True)
+                    if not (posted and time.monotonic() < gather_until and self._expects_more(mailbox)):
+                        with mailbox.answering():
+                            return self._lead_others(engine, mailbox, group=group)
+                finally:
+                    mailbox.release_lead()
+                # Processes answered by the last group are coming back: give them
+                # the lead a while.
+                time.sleep(GATHER_GAP_SECONDS)
+        except Exception:
+            mailbox.let_go()
+            raise
+        except BaseException:
+            self._take_back(mailbox, group)
+            raise
+
+    def _take_back(self, mailbox: Mailbox, group: list[Request]) -> None:
+        """This thread was interrupted with ``group`` posted: take it back if
+        no leader took it (its writes run again here), or give it the
+        outcomes a leader wrote; if a leader that died took it, its fate is
+        unknown here (and that leader's successor settles it)."""
+        withdrawn, raw = mailbox.take_back()
+        if withdrawn:
+            for request in group:
+                request.retry = True
+        elif raw is not None:
+            for request in self._take_outcomes(group, raw):
+                request.retry = True
 
     def _answered(
         self, engine: Engine, mailbox: Mailbox, group: list[Request], raw: bytes, *, lead_held: bool
@@ -399,7 +640,7 @@ class GroupCommit:
     def _commit_left(self, engine: Engine, mailbox: Mailbox, left: list[Request]) -> tuple[None, bool]:
         """With the lead held: commit the requests another process's commit
         left to this one, and make them durable before the lead goes."""
-        _, committed, unsure = self._lead_others(engine, mailbox, group=left, take_others=False)
+        committed, unsure = self._lead_others(engine, mailbox, group=left, take_others=False)
         if committed is not None or unsure:
             self._make_durable(engine, None)
         return None, False
@@ -412,43 +653,52 @@ class GroupCommit:
         group: list[Request] | None = None,
         queue: CommitQueue | None = None,
         take_others: bool = True,
-    ) -> tuple[list[Request], int | None, bool]:
+    ) -> tuple[int | None, bool]:
         """With the lead held: commit ``group`` (or the requests waiting in
         ``queue`` once the store's lock is held) with every write other
         processes posted, and tell each its outcome once it is durable.
         Returns what :meth:`_lead` does: a commit of this process's writes
-        alone is made durable as :meth:`write` makes any other."""
+        alone is made durable as :meth:`write` makes any other.
+
+        An interrupt leaves the slots this group took ``TAKEN`` with its
+        number, and the next leader settles them as a dead leader's
+        (:meth:`Others.resolve_orphans`); the other processes never hear of it.
+        """
         mailbox.withdraw()  # this process's own request runs as its bodies
         with engine.lock:
             if group is None:
                 assert queue is not None
-                group = self._take(queue)
+                group = queue.take(MAX_GROUP)
             try:
                 engine.check_usable()
                 others = Others(engine, mailbox, random.getrandbits(63) | 1)
                 if take_others:
                     others.take_posted()
-            except BaseException as exc:
+            except Exception as exc:
                 for request in group:
                     request.error = exc
                     request.done = True
-                return group, None, False
+                return None, False
+            except BaseException:
+                for request in group:
+                    request.retry = True  # nothing ran: the next leader commits them
+                raise
             mailbox.set_last_group(len(others.slots) + 1)
             if not others.slots:
-                return (group, *self._commit(engine, group))
+                return self._commit(engine, group)
             try:
                 self._commit(engine, group, others)
                 self._make_durable(engine, None)  # before any other process hears of it
-            except BaseException as exc:
+            except Exception as exc:
                 others.fail(exc)
                 for request in group:
                     if request.error is None:
                         request.error = exc  # committed, but not known to be on the disk
                         request.done = True
-                return group, None, False
+                return None, False
             others.answer()
             self.others_committed += len(others.requests)
-        return group, None, False
+        return None, False
 
     def _make_durable(self, engine: Engine, txn_id: int | None) -> None:
         """Return once commit ``txn_id`` (and every one before) is on the disk:
@@ -550,6 +800,7 @@ class GroupCommit:
                 applied.before.clear()
                 engine.forget_delta()
                 state = engine.sync_delta(txn)
+            applied.ran = False
             applied.delta = engine.delta
             applied.txn_id = int(txn.id())
             first_state = state
@@ -576,6 +827,8 @@ class GroupCommit:
                     applied.undo()
                     raise
             applied.changed_state = state != first_state
+            applied.results = results
+            applied.ran = True
             # The delta is already in step; Engine.write applies no change of its own.
             return results, state, Change([], [])
 
@@ -601,8 +854,8 @@ class GroupCommit:
             applied = Applied(engine.delta)
             try:
                 engine.write(self._bodies_in_order(engine, bodies, applied, isolate=False, finish=finish))
-            except BaseException:
-                self._undo(engine, applied)
+            except BaseException as exc:
+                self._recover_delta(engine, applied, exc)
                 raise
 
     def _undo(self, engine: Engine, applied: Applied) -> None:
@@ -639,8 +892,8 @@ class GroupCommit:
             raise InvalidValueError("a batch is already open in this thread; batches do not nest")
         bodies: list[Body[Any]] = []
         pending: list[Pending] = []
-        self.batching.bodies, self.batching.pending = bodies, pending
         try:
+            self.batching.bodies, self.batching.pending = bodies, pending
             yield bodies
         finally:
             self.batching.bodies = self.batching.pending = None
@@ -650,8 +903,10 @@ class GroupCommit:
             applied = Applied(engine.delta)
             try:
                 results = engine.write(self._bodies_in_order(engine, bodies, applied, isolate=False))
-            except BaseException:
-                self._undo(engine, applied)
+            except BaseException as exc:
+                # An interrupt leaves the batch committed whole or not at
+                # all, its pending outcomes unknown either way.
+                self._recover_delta(engine, applied, exc)
                 raise
         for outcome, result in zip(pending, results, strict=True):
             outcome._set(result)
@@ -680,8 +935,13 @@ class GroupCommit:
             if not self._in_group:
                 self._make_durable(engine, engine.env.committed_txn)
             return
-        if engine.options.sync != "interval":
-            return
+        if engine.options.sync == "interval":
+            self._count_commit(engine)
+
+    def _count_commit(self, engine: Engine) -> None:
+        """``sync="interval"``: count a commit, and flush once ``sync_every``
+        have gathered or ``sync_interval`` has passed since the first (a
+        timer flushes a store that stops writing)."""
         now = time.monotonic()
         if not self._unflushed:
             self._unflushed_since = now
@@ -690,25 +950,27 @@ class GroupCommit:
         if self._unflushed >= options.sync_every or now - self._unflushed_since >= options.sync_interval:
             self.flush_pending(engine)
         elif self._flush_timer is None:
-            # Flush a store that stops writing, too.
             timer = threading.Timer(options.sync_interval, self._flush_when_due, args=(engine,))
             timer.daemon = True
-            self._flush_timer = timer
+            # Started, then recorded: a timer an interrupt kept from being
+            # recorded still flushes (see _flush_when_due), and no timer is
+            # ever recorded that will not run.
             timer.start()
+            self._flush_timer = timer
 
     def flush_pending(self, engine: Engine) -> None:
         """Flush the commits not yet on disk (called with the lock held)."""
-        if self._flush_timer is not None:
-            self._flush_timer.cancel()
-            self._flush_timer = None
+        timer, self._flush_timer = self._flush_timer, None
+        if timer is not None:
+            timer.cancel()
         if self._unflushed:
             engine.env.flush()
             self._unflushed = 0
 
     def _flush_when_due(self, engine: Engine) -> None:
         with engine.lock:
-            if self._flush_timer is not threading.current_thread():
-                return  # flushed (and maybe re-armed) since
+            if self._flush_timer is not None and self._flush_timer is not threading.current_thread():
+                return  # flushed and re-armed since
             self._flush_timer = None
             if engine.closed or os.getpid() != engine.pid or not self._unflushed:
                 return

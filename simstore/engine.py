@@ -403,15 +403,23 @@ class Reading:
     on the single-query hot path, where a generator costs microseconds.
     """
 
-    __slots__ = ("engine", "txn")
+    __slots__ = ("engine", "held_already", "txn")
 
     def __init__(self, engine: Engine) -> None:
         self.engine = engine
 
     def __enter__(self) -> _lmdb.Txn:
         engine = self.engine
-        engine.lock.acquire()
+        lock = engine.lock
+        # The lock is taken inside the try, and only if this thread does not
+        # hold it already: an interrupt that comes as it is granted (a
+        # signal's handler runs once the wait returns) must not leave it held.
+        held_already = True
         try:
+            held_already = lock._is_owned()  # type: ignore[attr-defined]  # (C RLock's, not in the stubs)
+            if not held_already:
+                lock.acquire()
+            self.held_already = held_already
             engine.check_usable()
             for attempt in range(1, LAYOUT_RETRIES + 1):
                 self.txn = txn = engine.env.begin_read()
@@ -433,7 +441,8 @@ class Reading:
                         raise _lmdb.translate(exc, engine.path) from exc
                     raise
         except BaseException:
-            engine.lock.release()
+            if not held_already and lock._is_owned():  # type: ignore[attr-defined]
+                lock.release()
             raise
         return self.txn
 
@@ -446,7 +455,8 @@ class Reading:
         try:
             self.txn.abort()
         finally:
-            self.engine.lock.release()
+            if not self.held_already:
+                self.engine.lock.release()
         if exc is not None and _lmdb.is_lmdb_error(exc):
             # Cursor walks run in the caller's body; translate here, once.
             raise _lmdb.translate(exc, self.engine.path) from exc

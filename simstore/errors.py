@@ -127,6 +127,14 @@ class FlushError(SimstoreError, OSError):
     the calls that get this error were not acknowledged as durable."""
 
 
+class CommitInterruptedError(SimstoreError):
+    """Another thread was committing this write together with its own when
+    it was interrupted (``KeyboardInterrupt``, or another exception raised
+    into that thread), at a point where it cannot tell whether the commit
+    happened: the write was stored whole or not at all; look the key up to
+    know. Writes whose fate is known are committed or run again instead."""
+
+
 class StoreLockedError(SimstoreError, OSError):
     """The store's lock file could not be created or used."""
 

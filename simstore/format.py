@@ -43,6 +43,10 @@ CATALOG_KEY = b"runs"
 #: The number of the latest group of writes committed through the writers'
 #: mailbox (simstore.mailbox), 8 bytes big-endian; absent until one is.
 WRITERS_KEY = b"writers"
+#: A random number each commit of several threads' single writes puts here
+#: (8 bytes), so that a leader interrupted around its commit can tell whether
+#: the commit happened (simstore.commit); read by nothing else.
+GROUP_KEY = b"group"
 # The write-ahead log's next position, the last transaction it holds a record
 # of, and the store's salt of its records (simstore.checkpoints).
 LOG_KEY = b"log"

@@ -1,6 +1,12 @@
 """The parts of a group commit (:mod:`simstore.commit`): a caller's write
 waiting for a transaction, the queue it waits in, and what a group's writes
-did to the in-memory delta, to undo it if their transaction does not commit."""
+did to the in-memory delta, to undo it if their transaction does not commit.
+
+An interrupt (``KeyboardInterrupt``, or any exception raised into a thread)
+may stop a caller anywhere in :mod:`simstore.commit`, so every step that other
+threads rely on (joining the queue, taking a group, handing on the lead) is
+one change of these objects under the queue's mutex, and what the caller
+holds is found from them, not from its local variables, when it leaves."""
 
 from __future__ import annotations
 
@@ -26,7 +32,18 @@ Spec = list[Any]
 class Request:
     """One caller's write waiting in the queue: its body, and its outcome once run."""
 
-    __slots__ = ("body", "done", "error", "result", "spec", "wake")
+    __slots__ = (
+        "abandoned",
+        "body",
+        "done",
+        "error",
+        "flush_first",
+        "group",
+        "result",
+        "retry",
+        "spec",
+        "wake",
+    )
 
     def __init__(self, body: Body[Any], spec: Spec | None = None) -> None:
         self.body = body
@@ -39,6 +56,15 @@ class Request:
         # lead the next group: a plain lock is the cheapest thread wake-up.
         self.wake = threading.Lock()
         self.wake.acquire()
+        # While this request's caller leads: the requests it took (its own first).
+        self.group: list[Request] = _NO_GROUP
+        # Set by a leader that was interrupted (see simstore.commit):
+        # ``retry``, the write surely did not commit and goes back to the
+        # queue; ``flush_first``, it committed but its caller makes it durable.
+        self.retry = False
+        self.flush_first = False
+        # Its caller left (interrupted) while another thread's group held it.
+        self.abandoned = False
 
     def outcome(self) -> Any:
         if self.error is not None:
@@ -46,17 +72,39 @@ class Request:
         return self.result
 
 
+_NO_GROUP: list[Request] = []  # (shared, never changed: a group is replaced, not extended)
+
+
 class CommitQueue:
-    """The single writes of one process waiting for a transaction, and
-    whether a leader is at work (``waiting`` is empty whenever none is)."""
+    """The single writes of one process waiting for a transaction, and the
+    request whose caller leads (``waiting`` is empty whenever none does)."""
 
     def __init__(self) -> None:
         self.mutex = threading.Lock()
         self.waiting: list[Request] = []
-        self.leading = False
+        self.leader: Request | None = None
         # Notified as a request arrives while a leader gathers its group.
         self.arrived = threading.Condition(self.mutex)
         self.gathering = False
+
+    def take(self, most: int) -> list[Request]:
+        """The leader takes up to ``most`` waiting requests as its group
+        (kept on its request, so that an interrupt cannot lose them)."""
+        with self.mutex:
+            group = self.waiting[:most]
+            del self.waiting[:most]
+            if self.leader is not None:
+                self.leader.group = group
+        return group
+
+    def pass_lead(self, request: Request) -> None:
+        """With the mutex held: if ``request``'s caller leads, hand the lead
+        to the first waiting request (its caller wakes to lead), or to none."""
+        if self.leader is request:
+            following = self.waiting[0] if self.waiting else None
+            self.leader = following
+            if following is not None:
+                following.wake.release()
 
 
 class BodyFailedError(Exception):
@@ -82,6 +130,14 @@ class Applied:
         # writes without changing it).
         self.txn_id = -1
         self.changed_state = False
+        # Whether the bodies (and the group's own writes after them) ran to
+        # the end in the latest attempt, and their results: until then a
+        # failure surely aborted the transaction.
+        self.ran = False
+        self.results: list[Any] = []
+        # ``(meta key, value)`` the transaction puts to be recognised by,
+        # for a group of several writes (see simstore.commit's _fate).
+        self.token: tuple[bytes, bytes] | None = None
 
     def apply(self, change: Change) -> None:
         delta, before = self.delta, self.before

@@ -16,6 +16,9 @@ keeps the file.)
 Every lock is a Linux open-file-description lock (``fcntl`` ``F_OFD_*``) on one
 byte of the file: held by this process's open file, released by the kernel
 when the process dies, so a killed leader or poster never blocks the others.
+An interrupted one lets go of them too: each lock is taken inside the
+``try`` whose ``finally`` lets it go (letting go of a lock not held does
+nothing), so an interrupt that comes just as a lock is granted leaves none.
 Where those locks are missing (not Linux) there is no mailbox, and each process
 commits its own writes.
 
@@ -139,8 +142,8 @@ class Mailbox:
         except OSError:
             return None
         try:
-            fcntl.fcntl(descriptor, fcntl.F_OFD_SETLKW, ofd_flock(fcntl.F_WRLCK, _INIT_BYTE))
             try:
+                fcntl.fcntl(descriptor, fcntl.F_OFD_SETLKW, ofd_flock(fcntl.F_WRLCK, _INIT_BYTE))
                 size = os.fstat(descriptor).st_size
                 if size == 0:
                     # Ours: made just now (or by a rival that died before this).
@@ -157,17 +160,23 @@ class Mailbox:
             with contextlib.suppress(OSError):
                 os.close(descriptor)
             return None
+        except BaseException:
+            with contextlib.suppress(OSError):
+                os.close(descriptor)  # (lets go of its locks)
+            raise
         if _HEADER.unpack_from(view, 0) != (MAGIC, VERSION, SLOTS, SLOT_BYTES):
             view.close()
             os.close(descriptor)
             return None
         try:
             fcntl.fcntl(descriptor, fcntl.F_OFD_SETLKW, ofd_flock(fcntl.F_RDLCK, _PRESENT_BYTE))
-        except OSError:
+            return cls(descriptor, view)
+        except BaseException as exc:
             view.close()
             os.close(descriptor)
-            return None
-        return cls(descriptor, view)
+            if isinstance(exc, OSError):
+                return None
+            raise
 
     # ------------------------------------------------------------------ locks
 
@@ -211,12 +220,20 @@ class Mailbox:
     def release_lead(self) -> None:
         self._unlock(_LEAD_BYTE)
 
+    def let_go_of_locks(self) -> None:
+        """After an interrupt in this process's round: let go of the lead
+        and the answers lock, whichever it holds (the thread of the round is
+        the only one of its process that takes them)."""
+        for byte in (_ANSWERS_BYTE, _LEAD_BYTE):
+            with contextlib.suppress(OSError):
+                self._unlock(byte)
+
     @contextlib.contextmanager
     def answering(self) -> Iterator[None]:
         """With the lead held: hold the answers lock alone, for writing slots
         (posters reading their answers hold it shared, briefly)."""
-        self._lock(_ANSWERS_BYTE, wait=True)
         try:
+            self._lock(_ANSWERS_BYTE, wait=True)
             yield
         finally:
             self._unlock(_ANSWERS_BYTE)
@@ -224,8 +241,8 @@ class Mailbox:
     def answered(self) -> bytes | None:
         """Without the lead: wait while a leader writes answers, then this
         process's outcome if its request is done (as :meth:`outcome`)."""
-        self._lock(_ANSWERS_BYTE, wait=True, shared=True)
         try:
+            self._lock(_ANSWERS_BYTE, wait=True, shared=True)
             return self.outcome()
         finally:
             self._unlock(_ANSWERS_BYTE)
@@ -272,17 +289,23 @@ class Mailbox:
         start = os.getpid() % SLOTS  # processes start their search apart
         for step in range(SLOTS):
             slot = (start + step) % SLOTS
-            if not self._lock(_FIRST_SLOT_BYTE + slot, wait=False):
-                continue
-            if self._header(slot)[0] != FREE:
-                # Left by a process gone since: a leader frees it.
-                self._unlock(_FIRST_SLOT_BYTE + slot)
-                continue
-            offset = self._offset(slot)
-            self._view[offset + SLOT_HEADER_BYTES : offset + SLOT_HEADER_BYTES + len(request)] = request
-            self._write_header(slot, POSTED, len(request), zlib.crc32(request), 0, 0, 0)
-            self._owned = slot
-            return True
+            try:
+                if not self._lock(_FIRST_SLOT_BYTE + slot, wait=False):
+                    continue
+                if self._header(slot)[0] != FREE:
+                    # Left by a process gone since: a leader frees it.
+                    self._unlock(_FIRST_SLOT_BYTE + slot)
+                    continue
+                offset = self._offset(slot)
+                self._view[offset + SLOT_HEADER_BYTES : offset + SLOT_HEADER_BYTES + len(request)] = request
+                self._write_header(slot, POSTED, len(request), zlib.crc32(request), 0, 0, 0)
+                self._owned = slot
+                return True
+            except BaseException:
+                if self._owned != slot:
+                    # (A request left posted without its owner: a leader frees it.)
+                    self._unlock(_FIRST_SLOT_BYTE + slot)
+                raise
         return False
 
     def outcome(self) -> bytes | None:
@@ -318,6 +341,30 @@ class Mailbox:
             slot, self._owned = self._owned, None
             self._unlock(_FIRST_SLOT_BYTE + slot)
 
+    def take_back(self) -> tuple[bool, bytes | None]:
+        """Without the lead, after an interrupt: settle this process's
+        request. Waits while a leader answers (no leader takes requests
+        meanwhile), then takes the request back if it is still posted
+        (``(True, None)``: nobody ran it), or reads its outcome if it is done
+        (``(False, outcome)``, as :meth:`outcome`). Otherwise a leader that
+        died (or was interrupted) took it, and its successor settles it; the
+        slot is let go: ``(False, None)``, as when nothing is posted."""
+        slot = self._owned
+        if slot is None:
+            return False, None
+        try:
+            self._lock(_ANSWERS_BYTE, wait=True, shared=True)
+            state = self._header(slot)[0]
+            if state == POSTED:
+                self._free_own()
+                return True, None
+            if state == DONE:
+                return False, self.outcome()
+            return False, None
+        finally:
+            self._unlock(_ANSWERS_BYTE)
+            self.let_go()  # (nothing, once freed)
+
     def _free_own(self) -> None:
         slot = self._owned
         assert slot is not None
@@ -341,13 +388,11 @@ class Mailbox:
             if not self._held_elsewhere(_FIRST_SLOT_BYTE + slot):
                 # Its owner is gone (or, for POSTED, just letting go): nobody
                 # waits for this outcome, and nobody may find it later.
-                if not self._lock(_FIRST_SLOT_BYTE + slot, wait=False):
-                    continue  # a poster took it just now
                 try:
-                    if self._header(slot)[0] != FREE:
+                    if self._lock(_FIRST_SLOT_BYTE + slot, wait=False) and self._header(slot)[0] != FREE:
                         self._write_header(slot, FREE, 0, 0, 0, 0, 0)
                 finally:
-                    self._unlock(_FIRST_SLOT_BYTE + slot)
+                    self._unlock(_FIRST_SLOT_BYTE + slot)  # (nothing, if a poster took it just now)
                 continue
             if state != POSTED:
                 continue  # DONE, for an owner that has not come for it yet

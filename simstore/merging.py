@@ -85,15 +85,22 @@ class TableWrites:
         """Table ``index``'s ``(permuted keys, doc ids)``, sorted; starts
         sorting the next table's. Asking again for the same table (a step
         runs again after the map grows) gives the same arrays."""
-        for stale in [other for other in self._sorting if other < index]:
-            del self._sorting[stale]
-        for wanted in (index, index + 1):
-            if wanted < len(self.tables) and wanted not in self._sorting:
-                self._sorting[wanted] = self._sorter.submit(
-                    sorted_entries,
-                    self.tables[wanted],
-                    self.fingerprints,
-                    self.doc_ids,
-                    self.known_bits[wanted],
-                )
-        return self._sorting[index].result()
+        try:
+            for stale in [other for other in self._sorting if other < index]:
+                del self._sorting[stale]
+            for wanted in (index, index + 1):
+                if wanted < len(self.tables) and wanted not in self._sorting:
+                    self._sorting[wanted] = self._sorter.submit(
+                        sorted_entries,
+                        self.tables[wanted],
+                        self.fingerprints,
+                        self.doc_ids,
+                        self.known_bits[wanted],
+                    )
+            return self._sorting[index].result()
+        except BaseException:
+            # Interrupted (or the sort failed): the sorter's shutdown then
+            # waits for the sort under way only, not for the one queued.
+            for future in self._sorting.values():
+                future.cancel()
+            raise
