@@ -15,12 +15,12 @@ import os
 import stat
 import time
 from collections.abc import Callable, Iterator
+from contextlib import AbstractContextManager
 from dataclasses import dataclass
-from typing import TYPE_CHECKING, TypeGuard, TypeVar
+from typing import TYPE_CHECKING, Any, Protocol, TypeGuard, TypeVar
 
 import lmdb
 
-from simstore.checkpoints import LogWriter, MapMovedError, Rollback, log_in_use, recover_before_open
 from simstore.errors import (
     AccessDeniedError,
     CorruptStoreError,
@@ -123,6 +123,75 @@ class Handles:
     sketches: Database | None = None
 
 
+class MapMovedError(Exception):
+    """Another process changed the map's size; this process has not adopted it."""
+
+
+class CommitLog(Protocol):
+    """A writer's side of the store's write-ahead log
+    (:class:`simstore.checkpoints.LogWriter`), as the environment calls it
+    around each commit: a record before it, pins and checkpoints after."""
+
+    @property
+    def durable(self) -> bool:
+        """Whether each record is flushed before its commit returns."""
+        ...
+
+    @property
+    def committing(self) -> AbstractContextManager[Any]:
+        """Held from a commit's record to its end."""
+        ...
+
+    def before_commit(self, txn: Txn, txn_id: int, payload: bytes | None) -> bool: ...
+
+    def commit_failed(self) -> None: ...
+
+    def after_commit(self) -> None: ...
+
+    def ensure_pinned(self) -> None: ...
+
+    def checkpoint(self) -> None: ...
+
+    def make_durable(self) -> None: ...
+
+    def map_changing(self) -> AbstractContextManager[None]: ...
+
+    def locks_over_fork(self) -> list[Any]: ...
+
+    def let_pin_go(self) -> None: ...
+
+    def close(self) -> None: ...
+
+
+class Recovered(Protocol):
+    """A restart's roll-back to the log's checkpoint, whose records the
+    opener replays (:class:`simstore.checkpoints.Rollback`)."""
+
+    records: list[tuple[int, bytes]]
+
+    def release(self) -> None: ...
+
+
+class LogFile(Protocol):
+    """The log file opened for a writer, before the map is writable."""
+
+    def writer(self, env: Environment, meta_db: Database, *, durable: bool) -> CommitLog: ...
+
+    def close(self) -> None: ...
+
+
+class WriteAheadLog(Protocol):
+    """How an environment reaches its store's write-ahead log
+    (:data:`simstore.checkpoints.WRITE_AHEAD_LOG`). The opener hands it in,
+    so that this boundary does not import the log built on top of it."""
+
+    def recover(self, store_path: str, *, readonly: bool) -> Recovered | None: ...
+
+    def in_use(self, raw: bytes | None) -> bool: ...
+
+    def open_file(self, store_path: str) -> LogFile | None: ...
+
+
 class Environment:
     """One LMDB environment in one file, with map growth and error translation.
 
@@ -147,10 +216,12 @@ class Environment:
         sync: bool,
         map_size: int | None,
         max_map_size: int | None,
+        wal: WriteAheadLog,
         defer_meta_sync: bool = False,
         lock: bool = True,
     ) -> None:
         self.path = path
+        self._wal = wal
         # Without LMDB's lock file: read-only opens of a store on read-only media.
         self.lock = lock or not readonly
         self.defer_meta_sync = defer_meta_sync and sync and not readonly
@@ -163,9 +234,9 @@ class Environment:
         self._meta_db: Database | None = None
         #: With a write-ahead log (simstore.checkpoints): records before
         #: commits, checkpoints; set once the map is writable.
-        self.log_writer: LogWriter | None = None
+        self.log_writer: CommitLog | None = None
         #: A restart's roll-back, whose records the opener replays.
-        self.rollback: Rollback | None = None
+        self.rollback: Recovered | None = None
         self._flush_descriptor: int | None = None
         # The id of the latest commit this process made. Kept in Python so
         # that a group commit's flush, outside the store's lock, need not ask
@@ -178,7 +249,7 @@ class Environment:
         if self.lock:
             _check_lock_file_kind(path)
         if os.path.exists(path):
-            self.rollback = recover_before_open(path, readonly=readonly)
+            self.rollback = wal.recover(path, readonly=readonly)
         file_size = os.path.getsize(path) if os.path.exists(path) else 0
         lock_existed = os.path.exists(lock_path(path))
         if not lock_existed and not readonly:
@@ -290,7 +361,7 @@ class Environment:
             # A map_size asked for is allocated whole or refused: halved to
             # what the disk holds, it took most of the disk without a word.
             allocated = self._allocate_map(wanted, least=used if self._requested_map is None else wanted)
-            log = LogWriter.open_file(self.path) if self._wants_log else None
+            log = self._wal.open_file(self.path) if self._wants_log else None
             self.env = self._open_lmdb(
                 readonly=False,
                 sync=self._sync and log is None,
@@ -301,17 +372,17 @@ class Environment:
         meta_db = self.open_meta_only()
         if meta_db is None:  # (a store has one: use_writable_map comes after that is known)
             if log is not None:
-                log[0].close()
+                log.close()
             raise CorruptStoreError(f"{self.path} lost its meta sub-database")
         self._meta_db = meta_db
         if log is not None:
-            self.log_writer = LogWriter(self, log[0], meta_db, log[1], durable=True)
+            self.log_writer = log.writer(self, meta_db, durable=True)
             # Every commit is durable when it returns: its record was flushed first.
             self.defer_meta_sync = False
         elif not self._durable_log:
             self._may_join_log = True
             with self.read() as txn:
-                logged = log_in_use(txn.get(LOG_KEY, db=meta_db))
+                logged = self._wal.in_use(txn.get(LOG_KEY, db=meta_db))
             if logged:
                 self._join_log()
 
@@ -323,9 +394,9 @@ class Environment:
         be had (none may be made here, no boot id), it goes on without one."""
         self._may_join_log = False
         assert self._meta_db is not None
-        log = LogWriter.open_file(self.path)
+        log = self._wal.open_file(self.path)
         if log is not None:
-            self.log_writer = LogWriter(self, log[0], self._meta_db, log[1], durable=False)
+            self.log_writer = log.writer(self, self._meta_db, durable=False)
 
     @contextlib.contextmanager
     def _resizing(self) -> Iterator[None]:
@@ -667,10 +738,10 @@ class Environment:
         """``body``, run only if the store's log is not in use; otherwise
         ``_JoinLogFirstError`` (the writer joins it and runs ``body`` again).
         Checked in the write transaction, so no logged commit slips in between."""
-        meta_db = self._meta_db
+        meta_db, in_use = self._meta_db, self._wal.in_use
 
         def checked(txn: Txn) -> T:
-            if log_in_use(txn.get(LOG_KEY, db=meta_db)):
+            if in_use(txn.get(LOG_KEY, db=meta_db)):
                 raise _JoinLogFirstError
             return body(txn)
 

@@ -48,6 +48,7 @@ from collections.abc import Iterator
 from dataclasses import dataclass
 from typing import TYPE_CHECKING
 
+from simstore._lmdb import MapMovedError
 from simstore.errors import AccessDeniedError, FlushError, SimstoreError, StoreLockedError
 from simstore.format import LOG_KEY
 from simstore.mailbox import ofd_flock
@@ -55,10 +56,6 @@ from simstore.writelog import MAX_PAYLOAD_BYTES, Checkpoint, WriteLog, boot_id, 
 
 if TYPE_CHECKING:
     from simstore._lmdb import Database, Environment, Txn
-
-
-class MapMovedError(Exception):
-    """Another process changed the map's size; this process has not adopted it."""
 
 
 #: Checkpoint at least this often while writing (seconds). A pin keeps LMDB
@@ -748,3 +745,37 @@ class LogWriter:
                 yield
             finally:
                 self._map_generation += 1
+
+
+@dataclass
+class _OpenedLog:
+    """A log file opened for a writer (see :class:`simstore._lmdb.LogFile`)."""
+
+    log: WriteLog
+    this_boot: bytes
+
+    def writer(self, env: Environment, meta_db: Database, *, durable: bool) -> LogWriter:
+        return LogWriter(env, self.log, meta_db, self.this_boot, durable=durable)
+
+    def close(self) -> None:
+        self.log.close()
+
+
+class _WriteAheadLog:
+    """This module as :class:`simstore._lmdb.WriteAheadLog`: what an
+    environment calls to recover, to ask whether the log is in use, and to
+    open it for a writer."""
+
+    def recover(self, store_path: str, *, readonly: bool) -> Rollback | None:
+        return recover_before_open(store_path, readonly=readonly)
+
+    def in_use(self, raw: bytes | None) -> bool:
+        return log_in_use(raw)
+
+    def open_file(self, store_path: str) -> _OpenedLog | None:
+        opened = LogWriter.open_file(store_path)
+        return None if opened is None else _OpenedLog(*opened)
+
+
+#: What the opener hands every :class:`simstore._lmdb.Environment` of a store.
+WRITE_AHEAD_LOG = _WriteAheadLog()

@@ -55,10 +55,9 @@ from simstore.grouping import Applied, Body, BodyFailedError, CommitQueue, Reque
 from simstore.mailbox import Mailbox
 from simstore.others import Others
 from simstore.write_batch import Batching, Pending
-from simstore.writes import body_of
 
 if TYPE_CHECKING:
-    from simstore.engine import Engine
+    from simstore.engine import BodyOf, Engine
 
 T = TypeVar("T")
 
@@ -104,8 +103,11 @@ def _wake(request: Request) -> None:
 class GroupCommit:
     """Group commit, write batches and interval flushing for one engine."""
 
-    def __init__(self) -> None:
-        """Set up the queue and the flush bookkeeping (anew after ``fork()``)."""
+    def __init__(self, body_of: BodyOf) -> None:
+        """Set up the queue and the flush bookkeeping (anew after ``fork()``).
+        ``body_of`` makes the body of a write another process posted (or the
+        log holds) from its spec (:func:`simstore.writes.body_of`)."""
+        self.body_of = body_of
         self.queue = CommitQueue()
         self.batching = Batching()
         self._unflushed = 0  # commits since the last flush (sync="interval")
@@ -671,7 +673,7 @@ class GroupCommit:
                 group = queue.take(MAX_GROUP)
             try:
                 engine.check_usable()
-                others = Others(engine, mailbox, random.getrandbits(63) | 1)
+                others = Others(engine, mailbox, random.getrandbits(63) | 1, self.body_of)
                 if take_others:
                     others.take_posted()
             except Exception as exc:
@@ -842,7 +844,7 @@ class GroupCommit:
             group, specs = handoff.unpack_record(payload)
             bodies: list[Body[Any]] = []
             for spec in specs:
-                body = body_of(engine, spec)
+                body = self.body_of(engine, spec)
                 if body is None:
                     raise CorruptStoreError(f"{engine.path}: a logged write cannot run here: {spec!r:.200}")
                 bodies.append(body)
@@ -870,6 +872,11 @@ class GroupCommit:
         if self._mailbox is not None:
             self._mailbox.close()
         self._mailbox_refused = True
+
+    def renewed(self) -> GroupCommit:
+        """A new group commit for the child of a ``fork()`` (see
+        :class:`simstore.engine.CommitHooks`)."""
+        return GroupCommit(self.body_of)
 
     def forget_mailbox(self) -> None:
         """In a forked child: drop the parent's mailbox handle, leaving its locks be."""

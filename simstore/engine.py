@@ -25,24 +25,66 @@ import threading
 import time
 import weakref
 from collections.abc import Callable
+from contextlib import AbstractContextManager
 from types import TracebackType
-from typing import TypeVar
+from typing import Any, Protocol, TypeVar
 
 import numpy as np
 
 from simstore import _lmdb
 from simstore.catalog import Catalog
-from simstore.commit import GroupCommit
+from simstore.checkpoints import WRITE_AHEAD_LOG
 from simstore.delta import Change, Delta, encode_seq
 from simstore.errors import CorruptStoreError, ReadOnlyError, StoreClosedError
 from simstore.format import CATALOG_KEY, META_KEY, STATE_KEY, State, StoredParams, decode_meta
+from simstore.grouping import Body, Spec
 from simstore.params import Options
 from simstore.permute import Table, tables_permuter
 from simstore.runs import filter_bits_for
 from simstore.simhash import Fingerprinter
 from simstore.tables import TableSet
+from simstore.write_batch import Batching
 
 T = TypeVar("T")
+#: Makes the body of a single write from its spec, for the engine it runs in
+#: (``None``: it must run in the process that posted it); see
+#: :func:`simstore.writes.body_of`.
+BodyOf = Callable[["Engine", Spec], "Body[Any] | None"]
+
+
+class CommitHooks(Protocol):
+    """The group commit an engine's writes go through
+    (:class:`simstore.commit.GroupCommit`), as the engine and the operations
+    above it call it. The opener builds it and hands it to the engine, so
+    that the engine does not import the layer above it."""
+
+    batching: Batching
+
+    def write(self, engine: Engine, body: Body[T], spec: Spec | None = None) -> T: ...
+
+    def replay(self, engine: Engine, records: list[tuple[int, bytes]]) -> None: ...
+
+    def gathering(self, engine: Engine) -> AbstractContextManager[list[Body[Any]]]: ...
+
+    def refuse_in_batch(self, verb: str) -> None: ...
+
+    def in_batch_through_store(self) -> bool: ...
+
+    def committed(self, engine: Engine) -> None: ...
+
+    def flush_pending(self, engine: Engine) -> None: ...
+
+    def flush(self, engine: Engine) -> None: ...
+
+    def close_mailbox(self) -> None: ...
+
+    def forget_mailbox(self) -> None: ...
+
+    def renewed(self) -> CommitHooks:
+        """A new group commit for the child of a ``fork()``: no other
+        thread's writes wait there, and the parent's mailbox is not its own."""
+        ...
+
 
 # How often one call follows re-layouts by other processes before giving up.
 # Each retry waits for the re-layout in progress, so only a process that
@@ -132,7 +174,7 @@ def _after_fork_in_child() -> None:
     for engine in list(_open_engines):
         engine.lock = threading.RLock()
         engine.commit.forget_mailbox()  # the parent's: an unlock here would release its locks
-        engine.commit = GroupCommit()  # no other thread's writes are waiting in the child
+        engine.commit = engine.commit.renewed()  # no other thread's writes are waiting in the child
         engine.needs_reload = True  # reopen the file at the child's first call
 
 
@@ -162,6 +204,7 @@ class Engine:
         params: StoredParams,
         options: Options,
         raw_meta: bytes,
+        commit: CommitHooks,
     ) -> None:
         self.path = path
         self.env = env
@@ -176,7 +219,7 @@ class Engine:
         self.lock = threading.RLock()
         self.closed = False
         self.pid = os.getpid()
-        self.commit = GroupCommit()
+        self.commit = commit
         _open_engines.add(self)
         try:
             with self.read():
@@ -251,6 +294,7 @@ class Engine:
             max_map_size=self.options.max_map_size,
             defer_meta_sync=self.options.sync_each_commit,  # simstore.commit flushes the meta page
             lock=self.options.lock,
+            wal=WRITE_AHEAD_LOG,
         )
         try:
             env.use_writable_map()  # the file is this store's

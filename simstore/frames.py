@@ -1,12 +1,7 @@
-"""Columns of dataframe libraries as plain values, and whole tables
-deduplicated in one call (issue 22).
-
-Keys, texts and fingerprints may come as pyarrow arrays (or chunked
-arrays), pandas or polars Series, or numpy arrays, not only as Python
-sequences. Numeric columns become numpy arrays without a Python object per
-row; strings become a list (tokenising needs Python strings anyway). None
-of those libraries is imported here: a column is recognised by what it
-offers (``to_numpy``, ``to_pylist``, ``tolist``).
+"""Whole tables deduplicated in one call (issue 22): pyarrow, pandas and
+polars tables, or lists of row dicts, in; the kept rows and each row's
+provenance out, in the kind of table that came in. Their columns are read
+with :func:`simstore.columns.as_column`.
 """
 
 from __future__ import annotations
@@ -21,48 +16,18 @@ from typing import Any
 import numpy as np
 import numpy.typing as npt
 
+from simstore.columns import as_column
 from simstore.errors import InvalidTypeError, InvalidValueError
 from simstore.sketch import estimate_jaccard
 
 __all__ = [
     "Provenance",
-    "as_column",
     "check_keep",
     "cluster_rows",
     "dedup_table",
     "member_provenance",
     "provenance_of",
 ]
-
-
-def as_column(values: Any) -> Any:
-    """``values`` as a numpy array (numeric columns) or a list (others), if
-    it is a dataframe library's column; anything else is returned as it is."""
-    if isinstance(values, np.ndarray | list | tuple | range | str | bytes):
-        return values
-    module = type(values).__module__.split(".")[0]
-    if module == "pyarrow":
-        import pyarrow as pa
-
-        kind = values.type
-        if pa.types.is_integer(kind) and values.null_count == 0:
-            return values.to_numpy(zero_copy_only=False)
-        return values.to_pylist()
-    if module in ("pandas", "polars"):
-        if _integer(getattr(values, "dtype", None)) and not bool(
-            values.isna().any() if module == "pandas" else values.is_null().any()
-        ):
-            return values.to_numpy()
-        return values.to_list() if hasattr(values, "to_list") else values.tolist()
-    return values
-
-
-def _integer(dtype: object) -> bool:
-    """Whether a pandas or polars dtype is an integer one."""
-    try:
-        return np.dtype(str(dtype).lower()).kind in "iu"
-    except TypeError:
-        return False
 
 
 def dedup_table(

@@ -13,8 +13,8 @@ from typing import TYPE_CHECKING, TypeVar
 
 import numpy as np
 
+from simstore.columns import as_column
 from simstore.errors import InvalidTypeError, InvalidValueError, warn_caller
-from simstore.frames import as_column
 from simstore.packed import PackedKeys
 from simstore.permute import U64Array, as_fingerprint_array, check_fingerprint, validate_k
 from simstore.records import pack_meta

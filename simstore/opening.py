@@ -11,9 +11,10 @@ import time
 from collections.abc import Iterator
 from typing import Any
 
-from simstore import _lmdb
-from simstore.checkpoints import LogWriter, log_path, new_log_state
+from simstore import _lmdb, writes
+from simstore.checkpoints import WRITE_AHEAD_LOG, LogWriter, Rollback, log_path, new_log_state
 from simstore.choose import DEFAULT_MIN_SIMILARITY, LayoutRequest, choose_layout, layout_tables
+from simstore.commit import GroupCommit
 from simstore.engine import Engine, open_in_this_process, release_inherited
 from simstore.errors import (
     AccessDeniedError,
@@ -168,6 +169,7 @@ def open(  # noqa: A001 - mirrors dbm.open, deliberately
             max_map_size=opts.max_map_size,
             defer_meta_sync=opts.sync_each_commit,  # simstore.commit flushes the meta page
             lock=opts.lock,
+            wal=WRITE_AHEAD_LOG,
         )
     except NotAStoreError as exc:
         _refuse_as_damaged_if_logged(path_str, exc)
@@ -199,7 +201,7 @@ def open(  # noqa: A001 - mirrors dbm.open, deliberately
         raise
     engine: Engine | None = None
     try:
-        engine = Engine(path_str, env, handles, params, opts, raw_meta)
+        engine = Engine(path_str, env, handles, params, opts, raw_meta, GroupCommit(writes.body_of))
         if env.rollback is not None:
             _replay(engine)
         return Store(engine)
@@ -246,7 +248,7 @@ def _replay(engine: Engine) -> None:
     next open replays again."""
     env = engine.env
     rollback, env.rollback = env.rollback, None
-    assert rollback is not None
+    assert isinstance(rollback, Rollback)  # (the environment holds it as _lmdb.Recovered)
     try:
         with engine.lock:
             replayer = LogWriter.for_replay(env, rollback, engine.handles.meta)
@@ -296,7 +298,12 @@ def _create_beside(path: str, requested: LayoutRequest, opts: Options) -> None:
     os.close(descriptor)
     try:
         env = _lmdb.Environment(
-            temporary, readonly=False, sync=bool(opts.sync), map_size=None, max_map_size=opts.max_map_size
+            temporary,
+            readonly=False,
+            sync=bool(opts.sync),
+            map_size=None,
+            max_map_size=opts.max_map_size,
+            wal=WRITE_AHEAD_LOG,
         )
         try:
             _create(env, requested)
@@ -590,7 +597,9 @@ def _replace_store(path: str, requested: LayoutRequest, opts: Options) -> None:
     its record of the old file's last transaction.
     """
     if os.path.getsize(path) > 0:
-        env = _lmdb.Environment(path, readonly=True, sync=False, map_size=None, max_map_size=None)
+        env = _lmdb.Environment(
+            path, readonly=True, sync=False, map_size=None, max_map_size=None, wal=WRITE_AHEAD_LOG
+        )
         try:
             raw = _read_meta(env, path)
             if raw is not None:

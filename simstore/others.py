@@ -15,10 +15,9 @@ from simstore.errors import SimstoreError
 from simstore.format import WRITERS_KEY, State
 from simstore.grouping import Applied, BodyFailedError, Request
 from simstore.mailbox import DONE, POSTED, TAKEN, Mailbox
-from simstore.writes import body_of
 
 if TYPE_CHECKING:
-    from simstore.engine import Engine
+    from simstore.engine import BodyOf, Engine
 
 
 class Others:
@@ -27,8 +26,9 @@ class Others:
     the store by the same transaction, so that the next leader can tell, if
     this one dies, whether the group committed)."""
 
-    def __init__(self, engine: Engine, mailbox: Mailbox, group: int) -> None:
+    def __init__(self, engine: Engine, mailbox: Mailbox, group: int, body_of: BodyOf) -> None:
         self.engine = engine
+        self.body_of = body_of
         self.mailbox = mailbox
         self.group = group
         self.slots: list[tuple[int, list[Request]]] = []
@@ -46,7 +46,7 @@ class Others:
                 continue
             requests = []
             for spec in specs:
-                body = body_of(self.engine, spec)
+                body = self.body_of(self.engine, spec)
                 request = Request(_run_here if body is None else body, spec)
                 if body is None:
                     request.error = handoff.LeftToPosterError()

@@ -32,9 +32,9 @@ from typing import Any
 from simstore import batch, closest, inputs, maintenance, reads, writes
 from simstore.batch import Cluster, KeepPolicy, Pair, Progress
 from simstore.checking import check_store, file_bytes, store_stats
+from simstore.columns import as_column
 from simstore.engine import Engine
 from simstore.errors import InvalidTypeError, KeyNotFoundError
-from simstore.frames import as_column
 from simstore.permute import Table, U64Array
 from simstore.records import Key, KeyLike, pack_key, pack_meta
 from simstore.results import Match, Record, Stats

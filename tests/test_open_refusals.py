@@ -16,6 +16,7 @@ from _lmdb_files import last_transaction
 
 import simstore
 from simstore import opening
+from simstore.checkpoints import WRITE_AHEAD_LOG
 
 
 def _digest(path: Path) -> bytes:
@@ -188,7 +189,9 @@ def test_opening_adopts_a_map_another_process_grew(tmp_path: Path) -> None:
     path = str(tmp_path / "grown.simstore")
     with simstore.open(path) as store:
         store.add("a", fingerprint=1)
-    env = _lmdb.Environment(path, readonly=True, sync=False, map_size=None, max_map_size=None)
+    env = _lmdb.Environment(
+        path, readonly=True, sync=False, map_size=None, max_map_size=None, wal=WRITE_AHEAD_LOG
+    )
     real = env.env
     raised: list[str] = []
 
