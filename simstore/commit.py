@@ -51,13 +51,13 @@ from simstore import _lmdb, handoff
 from simstore.delta import Change
 from simstore.errors import CommitInterruptedError, CorruptStoreError, InvalidValueError, SimstoreError
 from simstore.format import GROUP_KEY, WRITERS_KEY, State
-from simstore.grouping import Applied, Body, BodyFailedError, CommitQueue, Request, Spec
+from simstore.grouping import Applied, Body, BodyFailedError, BodyOf, CommitQueue, Request, Spec
 from simstore.mailbox import Mailbox
 from simstore.others import Others
 from simstore.write_batch import Batching, Pending
 
 if TYPE_CHECKING:
-    from simstore.engine import BodyOf, Engine
+    from simstore.engine import Engine
 
 T = TypeVar("T")
 
@@ -98,6 +98,14 @@ def _wake(request: Request) -> None:
         for member in members[woken:]:
             if member is not request:
                 member.wake.release()
+
+
+def group_commit(engine: Engine) -> GroupCommit:
+    """The group commit of ``engine``, which the opener built (the engine
+    itself knows it only as :class:`simstore.engine.CommitHooks`)."""
+    commit = engine.commit
+    assert isinstance(commit, GroupCommit)
+    return commit
 
 
 class GroupCommit:

@@ -25,9 +25,8 @@ import threading
 import time
 import weakref
 from collections.abc import Callable
-from contextlib import AbstractContextManager
 from types import TracebackType
-from typing import Any, Protocol, TypeVar
+from typing import Protocol, TypeVar
 
 import numpy as np
 
@@ -37,52 +36,39 @@ from simstore.checkpoints import WRITE_AHEAD_LOG
 from simstore.delta import Change, Delta, encode_seq
 from simstore.errors import CorruptStoreError, ReadOnlyError, StoreClosedError
 from simstore.format import CATALOG_KEY, META_KEY, STATE_KEY, State, StoredParams, decode_meta
-from simstore.grouping import Body, Spec
 from simstore.params import Options
 from simstore.permute import Table, tables_permuter
 from simstore.runs import filter_bits_for
 from simstore.simhash import Fingerprinter
 from simstore.tables import TableSet
-from simstore.write_batch import Batching
 
 T = TypeVar("T")
-#: Makes the body of a single write from its spec, for the engine it runs in
-#: (``None``: it must run in the process that posted it); see
-#: :func:`simstore.writes.body_of`.
-BodyOf = Callable[["Engine", Spec], "Body[Any] | None"]
 
 
 class CommitHooks(Protocol):
-    """The group commit an engine's writes go through
-    (:class:`simstore.commit.GroupCommit`), as the engine and the operations
-    above it call it. The opener builds it and hands it to the engine, so
-    that the engine does not import the layer above it."""
+    """What the engine calls of the group commit its writes go through
+    (:class:`simstore.commit.GroupCommit`). The opener builds the group
+    commit and hands it in, so that the engine does not import the layer
+    above it; the operations above reach it with
+    :func:`simstore.commit.group_commit`."""
 
-    batching: Batching
+    def committed(self, engine: Engine) -> None:
+        """After each commit of this engine (``sync="interval"`` counts them)."""
+        ...
 
-    def write(self, engine: Engine, body: Body[T], spec: Spec | None = None) -> T: ...
-
-    def replay(self, engine: Engine, records: list[tuple[int, bytes]]) -> None: ...
-
-    def gathering(self, engine: Engine) -> AbstractContextManager[list[Body[Any]]]: ...
-
-    def refuse_in_batch(self, verb: str) -> None: ...
-
-    def in_batch_through_store(self) -> bool: ...
-
-    def committed(self, engine: Engine) -> None: ...
-
-    def flush_pending(self, engine: Engine) -> None: ...
-
-    def flush(self, engine: Engine) -> None: ...
+    def flush_pending(self, engine: Engine) -> None:
+        """On close: make what the last interval committed durable."""
+        ...
 
     def close_mailbox(self) -> None: ...
 
-    def forget_mailbox(self) -> None: ...
+    def forget_mailbox(self) -> None:
+        """In the child of a ``fork()``: drop the parent's mailbox unclosed."""
+        ...
 
     def renewed(self) -> CommitHooks:
         """A new group commit for the child of a ``fork()``: no other
-        thread's writes wait there, and the parent's mailbox is not its own."""
+        thread's writes wait there."""
         ...
 
 

@@ -20,6 +20,7 @@ from simstore.format import State
 
 if TYPE_CHECKING:
     from simstore.delta import Delta
+    from simstore.engine import Engine
 
 T = TypeVar("T")
 #: A single write's body, as :meth:`simstore.engine.Engine.write` takes it: its
@@ -27,6 +28,10 @@ T = TypeVar("T")
 Body = Callable[["_lmdb.Txn", State], tuple[T, State, Change]]
 #: A single write described in msgpack-able values (:func:`simstore.writes.body_of`).
 Spec = list[Any]
+#: Makes the body of a single write from its spec, for the engine it runs in
+#: (``None``: it must run in the process that posted it); see
+#: :func:`simstore.writes.body_of`.
+BodyOf = Callable[["Engine", Spec], "Body[Any] | None"]
 
 
 class Request:

@@ -14,7 +14,7 @@ from typing import Any
 from simstore import _lmdb, writes
 from simstore.checkpoints import WRITE_AHEAD_LOG, LogWriter, Rollback, log_path, new_log_state
 from simstore.choose import DEFAULT_MIN_SIMILARITY, LayoutRequest, choose_layout, layout_tables
-from simstore.commit import GroupCommit
+from simstore.commit import GroupCommit, group_commit
 from simstore.engine import Engine, open_in_this_process, release_inherited
 from simstore.errors import (
     AccessDeniedError,
@@ -254,7 +254,7 @@ def _replay(engine: Engine) -> None:
             replayer = LogWriter.for_replay(env, rollback, engine.handles.meta)
             ordinary, env.log_writer = env.log_writer, replayer
             try:
-                engine.commit.replay(engine, rollback.records)
+                group_commit(engine).replay(engine, rollback.records)
                 replayer.finish_replay()
             except BaseException:
                 env.log_writer = ordinary

@@ -13,11 +13,11 @@ from simstore import _lmdb, handoff
 from simstore.delta import Change
 from simstore.errors import SimstoreError
 from simstore.format import WRITERS_KEY, State
-from simstore.grouping import Applied, BodyFailedError, Request
+from simstore.grouping import Applied, BodyFailedError, BodyOf, Request
 from simstore.mailbox import DONE, POSTED, TAKEN, Mailbox
 
 if TYPE_CHECKING:
-    from simstore.engine import BodyOf, Engine
+    from simstore.engine import Engine
 
 
 class Others:

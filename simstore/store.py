@@ -33,6 +33,7 @@ from simstore import batch, closest, inputs, maintenance, reads, writes
 from simstore.batch import Cluster, KeepPolicy, Pair, Progress
 from simstore.checking import check_store, file_bytes, store_stats
 from simstore.columns import as_column
+from simstore.commit import group_commit
 from simstore.engine import Engine
 from simstore.errors import InvalidTypeError, KeyNotFoundError
 from simstore.permute import Table, U64Array
@@ -254,7 +255,7 @@ class Store:
             The fingerprints, as a uint64 array in the order given.
         """
         engine = self._engine
-        engine.commit.refuse_in_batch("add_many")
+        group_commit(engine).refuse_in_batch("add_many")
         packed_keys, fps, meta_list, checked_sketches = inputs.checked_batch(
             engine, keys, fingerprints, texts, metas, processes, sketches
         )
@@ -285,7 +286,7 @@ class Store:
                 (nothing is removed).
         """
         engine = self._engine
-        engine.commit.refuse_in_batch("remove_many")
+        group_commit(engine).refuse_in_batch("remove_many")
         return writes.remove_many(engine, keys, inputs.check_flag("missing_ok", missing_ok))
 
     @contextmanager
@@ -311,8 +312,8 @@ class Store:
         Raises:
             InvalidValueError: a batch is already open in this thread.
         """
-        with self._engine.commit.gathering(self._engine) as bodies:
-            yield Batch(self, bodies, self._engine.commit.batching)
+        with group_commit(self._engine).gathering(self._engine) as bodies:
+            yield Batch(self, bodies, group_commit(self._engine).batching)
         maintenance.maintain(self._engine, len(bodies))
 
     def flush(self) -> None:
@@ -321,7 +322,7 @@ class Store:
         Only needed with ``sync="interval"`` (or ``sync=False``): with
         ``sync=True`` every write is durable when its call returns.
         """
-        self._engine.commit.flush(self._engine)
+        group_commit(self._engine).flush(self._engine)
 
     # ----------------------------------------------------------------- queries
 
@@ -549,7 +550,7 @@ class Store:
         Returns:
             The number of documents merged.
         """
-        self._engine.commit.refuse_in_batch("merge")
+        group_commit(self._engine).refuse_in_batch("merge")
         return maintenance.merge(self._engine)
 
     def compact(self, *, copy_to: str | os.PathLike[str] | None = None) -> int:
@@ -575,7 +576,7 @@ class Store:
         Raises:
             InvalidValueError: ``copy_to`` exists (nothing is replaced).
         """
-        self._engine.commit.refuse_in_batch("compact")
+        group_commit(self._engine).refuse_in_batch("compact")
         return maintenance.compact(self._engine, copy_to=copy_to)
 
     def relayout(
@@ -598,7 +599,7 @@ class Store:
         processes pick the new layout up at their next operation. The file
         does not shrink: the old tables' pages are reused by later writes.
         """
-        self._engine.commit.refuse_in_batch("relayout")
+        group_commit(self._engine).refuse_in_batch("relayout")
         maintenance.relayout(self._engine, layout, k=k, blocks=blocks, expected_docs=expected_docs)
 
     def stats(self, *, skew: bool = False) -> Stats:

@@ -18,6 +18,7 @@ import numpy as np
 
 from simstore import _lmdb
 from simstore.closest import Closest, Search
+from simstore.commit import group_commit
 from simstore.delta import Change, encode_add, encode_remove, encode_seq
 from simstore.errors import CorruptStoreError, InvalidTypeError, InvalidValueError, KeyNotFoundError
 from simstore.format import State
@@ -52,7 +53,7 @@ def add(
 ) -> None:
     """``Store.add`` of a checked document: one single write of the group commit."""
     spec = ["add", packed_key, fingerprint, packed_meta, sketch]
-    engine.commit.write(engine, _add_body(engine, spec), spec)
+    group_commit(engine).write(engine, _add_body(engine, spec), spec)
     maintain(engine, 1)
 
 
@@ -84,7 +85,7 @@ def add_if_new(
         InvalidValueError: called on the store while a batch is open in this
             thread: its answer is not known until the batch commits.
     """
-    if engine.commit.in_batch_through_store():
+    if group_commit(engine).in_batch_through_store():
         raise InvalidValueError(
             "store.add_if_new inside a batch cannot say whether it inserted: the batch "
             "commits at the end of the block. Call batch.add_if_new, whose result() "
@@ -95,7 +96,7 @@ def add_if_new(
         "add_if_new", packed_key, fingerprint, packed_meta, sketch, k, with_meta, threshold, limit,
         engine.params.generation,
     ]  # fmt: skip
-    result: list[Match] = engine.commit.write(engine, _add_if_new_body(engine, spec), spec)
+    result: list[Match] = group_commit(engine).write(engine, _add_if_new_body(engine, spec), spec)
     if not result:
         maintain(engine, 1)
     return result
@@ -445,7 +446,7 @@ def remove(engine: Engine, key: KeyLike) -> None:
         KeyNotFoundError: no document has this key (also a ``KeyError``).
     """
     spec = ["remove", pack_key(key)]
-    engine.commit.write(engine, _remove_body(engine, spec), spec)
+    group_commit(engine).write(engine, _remove_body(engine, spec), spec)
     maintain(engine, 0)
 
 
