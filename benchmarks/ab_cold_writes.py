@@ -76,7 +76,7 @@ def run(way: str, base: str, adds: int) -> None:
     """One process: one way, on a fresh copy of the base store."""
     import lmdb
 
-    from simstore import maintenance
+    from simstore.store import maintenance
 
     if way == "readahead":
         opened = lmdb.open

@@ -26,7 +26,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parent))
 from _ab_queries import alternate, near_and_random_queries, warm_up
 
 import simstore
-from simstore.permute import PermuteAll, TablesPermuter, lane_permuter
+from simstore.index.permute import PermuteAll, TablesPermuter, lane_permuter
 
 
 def main(path: str) -> None:

@@ -1,5 +1,5 @@
-"""A/B in one process: the query path (``simstore/runs.py`` and
-``simstore/tables.py``) of the working tree against the same two modules at
+"""A/B in one process: the query path (``simstore/engine/runs.py`` and
+``simstore/engine/tableset.py``) of the working tree against the same two modules at
 a git revision, passes alternating over one store.
 
 The store (``--store``; built at ``--k`` with ``--docs`` random fingerprints
@@ -34,8 +34,8 @@ sys.path.insert(0, str(Path(__file__).resolve().parent))
 from _common import load_average, parse_count
 
 import simstore
-from simstore import runs as working_runs
-from simstore import tables as working_tables
+from simstore.engine import runs as working_runs
+from simstore.engine import tableset as working_tables
 
 ROOT = Path(__file__).resolve().parent.parent
 SEED = 1
@@ -106,8 +106,8 @@ def main() -> int:
     if not os.path.exists(args.store):
         build(args.store, args.k, args.docs)
     with tempfile.TemporaryDirectory() as folder:
-        old_runs = module_at(args.against, "simstore/runs.py", "ab_old_runs", folder)
-        old_tables = module_at(args.against, "simstore/tables.py", "ab_old_tables", folder)
+        old_runs = module_at(args.against, "simstore/engine/runs.py", "ab_old_runs", folder)
+        old_tables = module_at(args.against, "simstore/engine/tableset.py", "ab_old_tables", folder)
         old_tables.runs = old_runs  # type: ignore[attr-defined]
         sides = {
             f"at {args.against}": (old_runs, old_tables._scan),
@@ -120,7 +120,7 @@ def main() -> int:
         try:
             for round_index in range(args.rounds):
                 for side, (side_runs, side_scan) in sides.items():
-                    # TableSet's methods find these through simstore.tables' globals.
+                    # TableSet's methods find these through simstore.engine.tableset' globals.
                     working_tables.runs = side_runs  # type: ignore[attr-defined]
                     working_tables._scan = side_scan
                     tableset._build_probes()

@@ -1,4 +1,4 @@
-"""Measure the constants of the layout planner's cost model (simstore/costs.py).
+"""Measure the constants of the layout planner's cost model (simstore/index/costs.py).
 
 Run (from the repository root; about 3 minutes at N = 1M on a 2-core VM)::
 
@@ -19,7 +19,7 @@ each layout weighing the same) give the constants:
 
 - query µs  = PER_QUERY_US + tables * PER_TABLE_US + descents * PER_PROBE_US
   + candidates * PER_CANDIDATE_US (over every query of the layouts whose
-  prefixes are not crowded, see ``simstore.costs.CROWDED_PREFIX``);
+  prefixes are not crowded, see ``simstore.index.costs.CROWDED_PREFIX``);
 - query µs, crowded = CROWDED_QUERY_US + tables * CROWDED_BUCKET_US
   + candidates * CROWDED_ENTRY_US (over the others: every bucket is read,
   then searched in numpy);
@@ -52,9 +52,10 @@ sys.path.insert(0, str(Path(__file__).resolve().parent))
 from _common import Report, load_average, percentiles, source_state
 
 import simstore
-from simstore import costs, occupancy
-from simstore.permute import Table
-from simstore.planner import one_level
+from simstore.engine import occupancy
+from simstore.index import costs
+from simstore.index.permute import Table
+from simstore.layout.planner import one_level
 
 U64 = npt.NDArray[np.uint64]
 
@@ -298,7 +299,7 @@ def run(args: argparse.Namespace, work_dir: str, report: Report) -> None:
         f"BRUTE_FORCE_NS_PER_DOC = {brute_ns:.3f}\n"
         f"CALIBRATED_DOCS = {n:_}\n"
     )
-    report.heading("Fitted constants (paste into simstore/costs.py)")
+    report.heading("Fitted constants (paste into simstore/index/costs.py)")
     report.add("```python\n" + constants + "```\n")
     report.add(
         f"Total wall time {time.perf_counter() - wall:.0f} s; load average at the end {load_average()}."

@@ -2,7 +2,7 @@
 ``simstore.dask.near_duplicate_pairs`` and ``simstore.dask.clusters`` on a
 ``distributed.LocalCluster`` (2 worker processes, 1 thread each), beside the
 single-machine batch path (``Store.near_duplicate_pairs`` and ``Store.clusters``
-on a store holding the same rows, and ``simstore.pairs.all_pairs`` on the numpy
+on a store holding the same rows, and ``simstore.index.pairs.all_pairs`` on the numpy
 array), in one run.
 
 Run (from the repository root, with the ``dask`` extra installed)::
@@ -80,8 +80,8 @@ from _common import (
 )
 
 import simstore
-from simstore.pairs import all_pairs
-from simstore.permute import one_level_tables
+from simstore.index.pairs import all_pairs
+from simstore.index.permute import one_level_tables
 
 ROOT = Path(__file__).resolve().parents[1]
 K = 3
@@ -361,7 +361,7 @@ def entry_row_bytes() -> dict[str, float]:
     the entries (one per document and table) and the packed keys with positions."""
     import pyarrow as pa
 
-    from simstore.partitioned import pack_keys, positions, table_entries
+    from simstore.dask.partitioned import pack_keys, positions, table_entries
 
     sample = partition_frame(0, 1_000_000, 10, 0.01, 1)
     rows = len(sample)

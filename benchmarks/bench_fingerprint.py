@@ -62,9 +62,9 @@ import numpy as np
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
-from simstore import simhash2
-from simstore.simhash import ALGORITHM_1, Fingerprinter, ShortTextWarning
-from simstore.text import _jieba_tokenizer, _segment_cache
+from simstore.fingerprint import version2
+from simstore.fingerprint.fingerprinter import ALGORITHM_1, Fingerprinter, ShortTextWarning
+from simstore.fingerprint.text import _jieba_tokenizer, _segment_cache
 
 CORPORA = Path(__file__).resolve().parent / "corpora"
 METHODS = (
@@ -100,11 +100,11 @@ def megabytes(texts: Sequence[str]) -> float:
 
 def _floor(texts: list[str]) -> object:
     """Tokens of the batch hashed the way version 2 does, nothing more."""
-    parts = simhash2._batch_bytes(texts, True)
+    parts = version2._batch_bytes(texts, True)
     data = np.frombuffer(b" ".join(parts), dtype=np.uint8)
     starts = np.zeros(len(parts), dtype=np.int64)
     np.cumsum(np.fromiter(map(len, parts), dtype=np.int64, count=len(parts))[:-1] + 1, out=starts[1:])
-    return simhash2._token_hashes(data, starts, 0)
+    return version2._token_hashes(data, starts, 0)
 
 
 def _cold(function: Callable[[Any], object]) -> Callable[[Any], object]:
@@ -237,7 +237,7 @@ import sys, warnings
 warnings.simplefilter("ignore")
 sys.path.insert(0, {bench_dir!r})
 import bench_fingerprint as bench
-from simstore.simhash import Fingerprinter
+from simstore.fingerprint.fingerprinter import Fingerprinter
 before = bench.peak_rss_mib()
 values = Fingerprinter().fingerprint_many(bench._stream({repeat}))
 print(before, bench.peak_rss_mib(), len(values))

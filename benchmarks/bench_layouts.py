@@ -9,7 +9,7 @@ temporary disk at N = 1M on a 2-core VM, the k = 8 group being most of it)::
 Layouts, in groups by k:
 
 - k = 3: every layout of the planner's families with at most 56 tables
-  (``simstore.planner.candidate_layouts(3, max_tables=56)``, dominated ones
+  (``simstore.layout.planner.candidate_layouts(3, max_tables=56)``, dominated ones
   included);
 - k = 6 and k = 8: the planner's best ``--top`` layouts
   (``simstore.plan(k, N)[:top]``).
@@ -54,8 +54,8 @@ from _common import Report, load_average, percentiles, source_state
 from bench_costs import bits_label, bulk_load, candidates_per_query, make_fingerprints
 
 import simstore
-from simstore import costs
-from simstore.planner import Layout, best_layout, candidate_layouts, plan
+from simstore.index import costs
+from simstore.layout.planner import Layout, best_layout, candidate_layouts, plan
 
 U64 = npt.NDArray[np.uint64]
 
@@ -257,7 +257,7 @@ def run(args: argparse.Namespace, work_dir: str, report: Report) -> int:
         f"N = {n:,} fingerprints ({1 - PLANTED_SHARE:.0%} random, {PLANTED_SHARE:.0%} planted near copies "
         f"at 1..k bits); {args.queries:,} queries (half random, half stored fingerprints with 0..k bits "
         f"flipped); {args.rounds} timed rounds, {timing}; predictions from "
-        f"simstore/costs.py (PER_QUERY_US={costs.PER_QUERY_US}, PER_TABLE_US={costs.PER_TABLE_US}, "
+        f"simstore/index/costs.py (PER_QUERY_US={costs.PER_QUERY_US}, PER_TABLE_US={costs.PER_TABLE_US}, "
         f"PER_PROBE_US={costs.PER_PROBE_US}, "
         f"PER_CANDIDATE_US={costs.PER_CANDIDATE_US}, PER_KEY_WRITE_US={costs.PER_KEY_WRITE_US}). "
         "Predicted candidates are for random queries; a planted query also walks its neighbours.\n"

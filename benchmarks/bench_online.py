@@ -96,8 +96,10 @@ from bench_peers import SIMHASH_WORKER, _codes, _faiss_index
 from bench_store import base_fingerprints, online_fingerprints, raw_floor
 
 import simstore
-from simstore import commit, mailbox, maintenance
-from simstore.params import DEFAULT_MERGE_THRESHOLD, Options
+from simstore.commit import group as commit
+from simstore.commit import mailbox
+from simstore.options import DEFAULT_MERGE_THRESHOLD, Options
+from simstore.store import maintenance
 
 ROOT = Path(__file__).resolve().parent.parent
 
@@ -264,7 +266,7 @@ def _writer(
     store = None
     if system == "simstore-alone":
         # The A/B: writer processes without the mailbox, each committing alone
-        # (as before simstore.mailbox; a benchmark-only switch).
+        # (as before simstore.commit.mailbox; a benchmark-only switch).
         mailbox.Mailbox.open = classmethod(lambda cls, path: None)  # type: ignore[method-assign,assignment]
         system = "simstore"
     if system == "simstore-nogather":

@@ -50,7 +50,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parent))
 from _common import Report, Stopwatch, fmt, fmt_range, percentiles, source_state
 
 import simstore
-from simstore.permute import one_level_tables
+from simstore.index.permute import one_level_tables
 
 ROOT = Path(__file__).resolve().parents[1]
 K = 3

@@ -78,8 +78,8 @@ import numpy.typing as npt
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
-from simstore import simhash2
-from simstore.simhash import (
+from simstore.fingerprint import version2
+from simstore.fingerprint.fingerprinter import (
     ALGORITHM,
     ALGORITHM_1,
     Fingerprinter,
@@ -90,7 +90,7 @@ from simstore.simhash import (
     vote,
     weigh,
 )
-from simstore.text import normalise, tokenise
+from simstore.fingerprint.text import normalise, tokenise
 
 HERE = Path(__file__).resolve().parent
 CORPORA = HERE / "corpora"
@@ -230,8 +230,8 @@ def simstore_fingerprints(config: Config, token_lists: list[list[str]]) -> npt.N
     """Fingerprints from pre-computed tokens (the same steps as
     Fingerprinter.fingerprint, without re-running jieba per configuration)."""
     fp = config.fingerprinter
-    if fp.algorithm == simhash2.ALGORITHM and config.cap is None:
-        return simhash2.token_fingerprints(
+    if fp.algorithm == version2.ALGORITHM and config.cap is None:
+        return version2.token_fingerprints(
             token_lists, ngrams=fp.ngrams, weighting=fp.weighting, seed=fp.seed
         )[0]
     out = np.zeros(len(token_lists), dtype=np.uint64)
@@ -567,7 +567,7 @@ def parse_config(spec: str) -> Config:
             name, Fingerprinter(ngrams=ngrams, top_n=top_n, algorithm=ALGORITHM_1), (float(slope), int(cap))
         )
     weighting = parts[1]
-    algorithm = ALGORITHM_1 if weighting not in simhash2.WEIGHTINGS or top_n is not None else ALGORITHM
+    algorithm = ALGORITHM_1 if weighting not in version2.WEIGHTINGS or top_n is not None else ALGORITHM
     return Config(name, Fingerprinter(ngrams=ngrams, weighting=weighting, top_n=top_n, algorithm=algorithm))  # type: ignore[arg-type]
 
 

@@ -22,7 +22,7 @@ Systems, all over the same seeded random 64-bit fingerprints (keys are the ints
   one query at a time (2-D blocks of queries measured slower); its batched
   figure is the mean per query of a whole pass;
 - **raw py-lmdb floor**: the same 10 permutation tables
-  (``simstore.permute.one_level_tables(3, 5)``) as dupsort/dupfixed
+  (``simstore.index.permute.one_level_tables(3, 5)``) as dupsort/dupfixed
   sub-databases of a separate LMDB file, bulk loaded with sorted
   ``putmulti(append=True)`` (numpy preparation timed apart from the puts), and
   queried with ``set_range`` + ``next`` on the 10 tables in one read
@@ -92,9 +92,9 @@ from _common import (
 )
 
 import simstore
-from simstore.params import DEFAULT_MERGE_THRESHOLD
-from simstore.permute import one_level_tables
-from simstore.store import file_bytes
+from simstore.index.permute import one_level_tables
+from simstore.options import DEFAULT_MERGE_THRESHOLD
+from simstore.store.facade import file_bytes
 
 U64 = npt.NDArray[np.uint64]
 Result = list[tuple[int, int]]  # sorted (key, distance) pairs of one query

@@ -29,7 +29,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parent))
 from _common import load_average, parse_count
 
 import simstore
-from simstore import commit
+from simstore.commit import group as commit
 
 
 def written_bytes() -> int:

@@ -43,7 +43,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parent))
 
 from _common import command_line, load_average, machine, markdown_table
 
-from simstore.records import big_endian_bytes  # only the 8-byte conversion; the writes are raw py-lmdb
+from simstore.engine.records import big_endian_bytes  # only the 8-byte conversion; the writes are raw py-lmdb
 
 
 def main() -> int:

@@ -9,7 +9,7 @@ fingerprints, stored in one LMDB file.
 [Match(key='a', distance=1, fingerprint=11, meta=None, similarity=None)]
 """
 
-from simstore.batch import Cluster, Pair
+from simstore.commit.batch import Batch, Pending
 from simstore.errors import (
     AccessDeniedError,
     CommitInterruptedError,
@@ -31,12 +31,19 @@ from simstore.errors import (
     StoreNotFoundError,
     WorkerError,
 )
-from simstore.frames import dedup_table
-from simstore.migrate import migrate
-from simstore.opening import open
-from simstore.params import Options
-from simstore.permute import Table, hamming
-from simstore.planner import Layout, best_layout, plan
+from simstore.fingerprint.fingerprinter import (
+    Fingerprinter,
+    ShortTextWarning,
+    fingerprint,
+    fingerprint_vector,
+)
+from simstore.fingerprint.pool import Workers
+from simstore.fingerprint.sketch import Sketch, estimate_jaccard
+from simstore.index.permute import Table, hamming
+from simstore.index.sharding import shard_of
+from simstore.io.tables import dedup_table
+from simstore.layout.planner import Layout, best_layout, plan
+from simstore.options import Options
 from simstore.results import (
     MaintenanceWarning,
     Match,
@@ -46,15 +53,17 @@ from simstore.results import (
     Stats,
     StoreFullWarning,
 )
-from simstore.sharded import ShardedStore
-from simstore.shrinking import shrink
-from simstore.simhash import Fingerprinter, ShortTextWarning, fingerprint, fingerprint_vector
-from simstore.sketch import Sketch, estimate_jaccard
-from simstore.store import Store
+from simstore.store.dedup import Cluster, Pair
+from simstore.store.facade import Store
+from simstore.store.migrate import migrate
+from simstore.store.opening import open
+from simstore.store.sharded import ShardedStore
+from simstore.store.shrink import shrink
 from simstore.version import __version__
 
 __all__ = [
     "AccessDeniedError",
+    "Batch",
     "Cluster",
     "CommitInterruptedError",
     "CorruptStoreError",
@@ -72,6 +81,7 @@ __all__ = [
     "Options",
     "Pair",
     "ParameterMismatchError",
+    "Pending",
     "ReadOnlyError",
     "Record",
     "SegmenterChangedWarning",
@@ -90,6 +100,7 @@ __all__ = [
     "StoreNotFoundError",
     "Table",
     "WorkerError",
+    "Workers",
     "__version__",
     "best_layout",
     "dedup_table",
@@ -100,5 +111,6 @@ __all__ = [
     "migrate",
     "open",
     "plan",
+    "shard_of",
     "shrink",
 ]

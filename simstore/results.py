@@ -10,8 +10,7 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from typing import Any, NamedTuple
 
-from simstore.records import Key, sort_key
-from simstore.skew import Degenerate, TableSkew
+from simstore.keys import Key, sort_key
 
 
 class SegmenterChangedWarning(UserWarning):
@@ -100,3 +99,61 @@ class Stats:
 def match_order(match: Match) -> tuple[int, tuple[int, Key]]:
     """How matches are listed: by distance, then by key."""
     return (match.distance, sort_key(match.key))
+
+
+@dataclass(frozen=True)
+class TableSkew:
+    """Occupancy of one table's prefix ranges.
+
+    Attributes:
+        prefix_bits: the table's prefix length.
+        entries: entries in the table.
+        occupied: prefix ranges holding at least one entry.
+        largest_range: entries in the fullest range: what the unluckiest
+            query walks in this table.
+        p99_range: the 99th percentile of the occupied ranges' sizes.
+        mean_range: mean size of the occupied ranges.
+        expected_range: ``entries / 2**prefix_bits``, the mean over all ranges
+            for random fingerprints (the planner's model, per table).
+        query_weighted_range: the range size seen by a query equal to a
+            stored fingerprint picked at random, ``sum(size**2) / entries``.
+            For random fingerprints it is about ``1 + expected_range``; much
+            more means queries that resemble the corpus hit crowded ranges.
+        hot_prefixes: the ``hot`` fullest ranges as ``(prefix value, size)``,
+            fullest first (ties: smaller prefix first).
+    """
+
+    prefix_bits: int
+    entries: int
+    occupied: int
+    largest_range: int
+    p99_range: int
+    mean_range: float
+    expected_range: float
+    query_weighted_range: float
+    hot_prefixes: tuple[tuple[int, int], ...]
+
+
+@dataclass(frozen=True)
+class Degenerate:
+    """Fingerprints that defeat the prefix tables.
+
+    Attributes:
+        docs: fingerprints examined.
+        distinct: distinct fingerprints among them.
+        zeros: documents whose fingerprint is 0 (typical of empty text).
+        ones: documents whose fingerprint is 2**64 - 1.
+        shared_docs: documents whose fingerprint at least
+            ``shared_threshold`` documents share (zeros and ones included).
+        shared: the most shared such fingerprints as ``(fingerprint,
+            documents)``, most shared first, at most ``top`` of them.
+        shared_threshold: the threshold used.
+    """
+
+    docs: int
+    distinct: int
+    zeros: int
+    ones: int
+    shared_docs: int
+    shared: tuple[tuple[int, int], ...]
+    shared_threshold: int

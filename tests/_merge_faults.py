@@ -8,9 +8,9 @@ from collections.abc import Iterator
 from typing import Any
 from unittest import mock
 
-from simstore.catalog import Compaction
-from simstore.store import Store
-from simstore.tables import TableSet
+from simstore.engine.catalog import Compaction
+from simstore.engine.tableset import TableSet
+from simstore.store.facade import Store
 
 
 class StepInterruptedError(Exception):

@@ -15,8 +15,8 @@ import numpy as np
 import pytest
 
 import simstore
-from simstore import writes
-from simstore.records import pack_key
+from simstore.keys import pack_key
+from simstore.store import writes
 
 
 def test_inserts_only_when_nothing_is_near(store: simstore.Store) -> None:

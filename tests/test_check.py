@@ -17,7 +17,8 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 import simstore
-from simstore import checking, runs
+from simstore.engine import runs
+from simstore.store import inspect as checking
 
 DOCS = 3000
 TABLE = 2

@@ -191,7 +191,7 @@ def test_parts_with_other_columns_are_unified_not_cast_or_dropped(
 def test_unified_schema_widens_only_where_no_value_changes(
     first: object, second: object, unified: object
 ) -> None:
-    from simstore.columnar import SchemaConflictError, unified_schema
+    from simstore.io.columnar import SchemaConflictError, unified_schema
 
     schemas = [
         ("one.parquet", pa.schema([("column", first)])),
@@ -219,7 +219,7 @@ def test_a_column_no_type_holds_is_refused_before_any_row_is_read(
     def no_rows(path: str, fmt: str) -> object:
         raise AssertionError(f"{path} was read before the schemas were checked")
 
-    monkeypatch.setattr("simstore.readers.read_rows", no_rows)
+    monkeypatch.setattr("simstore.io.readers.read_rows", no_rows)
     output = tmp_path / "out.parquet"
     assert main(["dedup", *paths, "-o", str(output), "--store", str(tmp_path / "s.simstore")]) == 1
     err = capsys.readouterr().err
@@ -235,11 +235,11 @@ def test_a_row_pyarrow_cannot_write_is_one_error_line(
 ) -> None:
     """Any pyarrow error at write time (here forced by a schema that cannot
     hold the text) is a `simstore: error:` line, not a traceback, and leaves no output."""
-    import simstore.cli_dedup
+    import simstore.cli.dedup
 
     [path] = _write_parts(tmp_path, pa.table({"id": ["a"], "text": [GPL_LIKE]}))
     monkeypatch.setattr(
-        simstore.cli_dedup,
+        simstore.cli.dedup,
         "output_schema",
         lambda inputs, options: pa.schema([("id", pa.string()), ("text", pa.int64())]),
     )
@@ -319,7 +319,7 @@ def test_integer_ids_against_a_store_of_string_keys(
     ],
 )
 def test_key_column_type_holds_every_key(id_type: object, keys: list[object], expected: object) -> None:
-    from simstore.columnar import key_column_type
+    from simstore.io.columnar import key_column_type
 
     key_type, as_text = key_column_type(id_type, keys)
     assert key_type == expected

@@ -10,7 +10,7 @@ from pathlib import Path
 import pytest
 
 from simstore.cli import main
-from simstore.simhash import ShortTextWarning
+from simstore.fingerprint.fingerprinter import ShortTextWarning
 
 ROWS = [
     {"id": 1, "text": "one two three four five six seven"},

@@ -207,7 +207,7 @@ def test_skipped_lines_are_in_order_across_chunks_and_worker_processes(
 ) -> None:
     """Several chunks, each fingerprinted by more than one process (more
     than a million characters a chunk)."""
-    import simstore.cli_common as cli_common
+    import simstore.cli.common as cli_common
 
     monkeypatch.setattr(cli_common, "FINGERPRINT_CHUNK_DOCS", 2_000)
     no_words = {3, 1_999, 2_000, 2_001, 3_500, 5_000}

@@ -106,7 +106,7 @@ def test_a_fifo_is_written_straight_through(corpus: str, tmp_path: Path) -> None
 def test_a_character_device_is_written_straight_through(corpus: str, tmp_path: Path) -> None:
     """`-o /dev/null`: the node is written, never replaced (as root the old code
     replaced it). A copy of /dev/null made in tmp_path stands in for it."""
-    from simstore.cli_outputs import resolve_output
+    from simstore.cli.output import resolve_output
 
     assert resolve_output("/dev/null").direct
     node = tmp_path / "null"
@@ -122,7 +122,7 @@ def test_a_character_device_is_written_straight_through(corpus: str, tmp_path: P
 def test_descriptor_paths_write_through_the_descriptor(corpus: str) -> None:
     """`-o /dev/stdout` (here `/dev/fd/1`, which the old code could not harm) writes the
     kept documents to stdout and the summary to stderr."""
-    from simstore.cli_outputs import resolve_output
+    from simstore.cli.output import resolve_output
 
     assert resolve_output("/dev/stdout").descriptor == 1
     assert resolve_output("/proc/self/fd/2").descriptor == 2
@@ -211,7 +211,7 @@ def test_a_read_only_directory(
     """In a directory where no file can be created, a writable OUT is written in place and a
     new one is refused naming the directory (it failed naming a temporary file). os.access
     is faked: the tests may run as root."""
-    from simstore import cli_outputs
+    from simstore.cli import output
 
     folder = tmp_path / "ro"
     folder.mkdir()
@@ -222,7 +222,7 @@ def test_a_read_only_directory(
             return False
         return real_access(path, mode)  # type: ignore[arg-type]
 
-    monkeypatch.setattr(cli_outputs.os, "access", access)
+    monkeypatch.setattr(output.os, "access", access)
     new = folder / "new.jsonl"
     assert main(["dedup", corpus, "-o", str(new)]) == 1
     assert capsys.readouterr().err == (
@@ -230,6 +230,6 @@ def test_a_read_only_directory(
     )
     existing = folder / "kept.jsonl"
     existing.write_text("old\n", encoding="utf-8")
-    assert cli_outputs.resolve_output(str(existing)).direct
+    assert output.resolve_output(str(existing)).direct
     assert main(["dedup", corpus, "-o", str(existing), "-q"]) == 0
     assert kept_ids(existing.read_text(encoding="utf-8")) == ["a", "b"]

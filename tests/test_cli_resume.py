@@ -15,7 +15,7 @@ from pathlib import Path
 import pytest
 
 from simstore.cli import main
-from simstore.cli_resume import log_path
+from simstore.cli.resume import log_path
 
 CORPUS = Path(__file__).parent.parent / "examples" / "corpus" / "kjv_near_duplicates.jsonl"
 LINES = CORPUS.read_text().splitlines()
@@ -35,9 +35,9 @@ def _run(arguments: list[str], capsys: pytest.CaptureFixture[str]) -> dict[str, 
 # committed (and logged), the second is not.
 DYING = """
 import os, signal, sys
-import simstore.store
+import simstore.store.facade
 
-real = simstore.store.Store.add_many
+real = simstore.store.facade.Store.add_many
 calls = []
 
 def dying(self, *args, **kwargs):
@@ -46,7 +46,7 @@ def dying(self, *args, **kwargs):
         os.kill(os.getpid(), signal.SIGKILL)
     return real(self, *args, **kwargs)
 
-simstore.store.Store.add_many = dying
+simstore.store.facade.Store.add_many = dying
 from simstore.cli import main
 sys.exit(main(sys.argv[1:]))
 """
@@ -90,14 +90,14 @@ def test_resume_skips_what_was_committed_and_redoes_what_changed(
     arguments = ["dedup", *map(str, files), "--store", str(store), "-o", str(tmp_path / "out.jsonl")]
     # A log as a killed run leaves it: all of a.jsonl and 50 documents of b.jsonl.
     first = _run(arguments, capsys)
-    from simstore.cli_resume import ProgressLog
-    from simstore.readers import Input
+    from simstore.cli.resume import ProgressLog
+    from simstore.io.readers import Input
 
     log = ProgressLog(str(store), resume=False)
     log.record(Input(str(files[0])), len(PARTS[0]))
     log.record(Input(str(files[1])), 50)
     fingerprinted: list[int] = []
-    import simstore.cli_common as cli_common
+    import simstore.cli.common as cli_common
 
     real = cli_common.fingerprint_documents
 
@@ -106,7 +106,7 @@ def test_resume_skips_what_was_committed_and_redoes_what_changed(
             fingerprinted.append(len(chunk))
             yield chunk, values, sketches
 
-    monkeypatch.setattr("simstore.cli_dedup.fingerprint_documents", counting)
+    monkeypatch.setattr("simstore.cli.dedup.fingerprint_documents", counting)
     assert _run([*arguments, "--resume"], capsys) == first
     assert sum(fingerprinted) == len(PARTS[1]) - 50  # only what the log did not hold
     # A changed input is read in full again, whatever the log says.
@@ -133,11 +133,11 @@ def test_a_foreign_file_where_the_log_goes_is_refused(
 # and the run dies as the third begins.
 DYING_IN_A_DIRECTORY = """
 import os, signal, sys
-import simstore.cli_common
-import simstore.store
+import simstore.cli.common
+import simstore.store.facade
 
-simstore.cli_common.FINGERPRINT_CHUNK_DOCS = 40
-real = simstore.store.Store.add_many
+simstore.cli.common.FINGERPRINT_CHUNK_DOCS = 40
+real = simstore.store.facade.Store.add_many
 calls = []
 
 def dying(self, *args, **kwargs):
@@ -146,7 +146,7 @@ def dying(self, *args, **kwargs):
         os.kill(os.getpid(), signal.SIGKILL)
     return real(self, *args, **kwargs)
 
-simstore.store.Store.add_many = dying
+simstore.store.facade.Store.add_many = dying
 from simstore.cli import main
 sys.exit(main(sys.argv[1:]))
 """
@@ -214,7 +214,7 @@ def test_a_killed_run_over_a_directory_resumes_to_the_uninterrupted_output(
 
 def _counting_fingerprints(monkeypatch: pytest.MonkeyPatch) -> list[int]:
     """The sizes of the chunks dedup fingerprints from now on."""
-    import simstore.cli_common as cli_common
+    import simstore.cli.common as cli_common
 
     fingerprinted: list[int] = []
     real = cli_common.fingerprint_documents
@@ -224,15 +224,15 @@ def _counting_fingerprints(monkeypatch: pytest.MonkeyPatch) -> list[int]:
             fingerprinted.append(len(chunk))
             yield chunk, values, sketches
 
-    monkeypatch.setattr("simstore.cli_dedup.fingerprint_documents", counting)
+    monkeypatch.setattr("simstore.cli.dedup.fingerprint_documents", counting)
     return fingerprinted
 
 
 def test_a_directory_that_changed_is_read_in_full_again(
     tmp_path: Path, capsys: pytest.CaptureFixture[str], monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    from simstore.cli_resume import ProgressLog
-    from simstore.readers import Input
+    from simstore.cli.resume import ProgressLog
+    from simstore.io.readers import Input
 
     folder = _text_files(tmp_path / "corpus")
     store = tmp_path / "s.simstore"
@@ -258,20 +258,20 @@ def test_an_interrupted_run_promises_a_resume_only_where_there_is_one(
     and the message says to run it again instead."""
     import io
 
-    import simstore.cli_common as cli_common
-    import simstore.store
+    import simstore.cli.common as cli_common
+    import simstore.store.facade
 
     monkeypatch.setattr(cli_common, "FINGERPRINT_CHUNK_DOCS", 40)
-    real = simstore.store.Store.add_many
+    real = simstore.store.facade.Store.add_many
     calls: list[int] = []
 
-    def interrupted(self: simstore.store.Store, *args: object, **kwargs: object) -> object:
+    def interrupted(self: simstore.store.facade.Store, *args: object, **kwargs: object) -> object:
         calls.append(1)
         if len(calls) == 2:
             os.kill(os.getpid(), signal.SIGINT)  # as the second chunk is committed
         return real(self, *args, **kwargs)  # type: ignore[arg-type]
 
-    monkeypatch.setattr(simstore.store.Store, "add_many", interrupted)
+    monkeypatch.setattr(simstore.store.facade.Store, "add_many", interrupted)
     corpus = tmp_path / "in.jsonl"
     _write(corpus, LINES)
     if source == "stdin":

@@ -17,7 +17,7 @@ import pytest
 
 import simstore
 from simstore.cli import main
-from simstore.cli_cleanup import SCRATCH_LOCK
+from simstore.cli.cleanup import SCRATCH_LOCK
 
 
 def _dedup_waiting_on_stdin(tmp_path: Path) -> subprocess.Popen[str]:
@@ -175,7 +175,7 @@ def test_an_interrupt_at_any_moment_leaves_no_empty_store_and_no_scratch(
     scratch_root.mkdir()
     monkeypatch.setattr(tempfile, "tempdir", str(scratch_root))
     # Chunks of 30 documents: a dedup --store run commits several times.
-    monkeypatch.setattr("simstore.cli_common.FINGERPRINT_CHUNK_DOCS", 30)
+    monkeypatch.setattr("simstore.cli.common.FINGERPRINT_CHUNK_DOCS", 30)
     source = _input(tmp_path)
     folder = tmp_path / "folder"
     folder.mkdir()

@@ -234,7 +234,7 @@ def test_dedup_applies_the_store_threshold_unless_told_otherwise(
 ) -> None:
     """dedup applied the new store's 0.8 threshold while --help and docs/cli.md
     presented --min-similarity as opt-in and --pairs as every pair within k."""
-    from simstore.choose import DEFAULT_MIN_SIMILARITY
+    from simstore.layout.choose import DEFAULT_MIN_SIMILARITY
 
     source = tmp_path / "pair.jsonl"
     _reworded_pair(source)

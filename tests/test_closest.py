@@ -14,9 +14,11 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 import simstore
-from simstore import planner, runs, tables
-from simstore.scan_plan import scan_plan
-from simstore.sketch import Sketch, estimate_jaccard, estimate_jaccard_one
+from simstore.engine import runs
+from simstore.engine import tableset as tables
+from simstore.fingerprint.sketch import Sketch, estimate_jaccard, estimate_jaccard_one
+from simstore.index.scan_plan import scan_plan
+from simstore.layout import planner
 
 EXAMPLES = settings(max_examples=30, deadline=None, suppress_health_check=[HealthCheck.too_slow])
 SKETCH = Sketch()
@@ -172,7 +174,7 @@ def test_a_copy_settles_after_one_table(store: simstore.Store, monkeypatch: pyte
         calls.append(1)
         real_scan(*args)
 
-    monkeypatch.setattr("simstore.tables._scan", counting_scan)
+    monkeypatch.setattr("simstore.engine.tableset._scan", counting_scan)
     assert [m.key for m in store.query(fingerprint=12345, limit=1)] == [0]
     limited = len(calls)
     calls.clear()

@@ -14,9 +14,9 @@ from hypothesis import strategies as st
 from test_pairs import planted
 
 import simstore
-from simstore.batch import Cluster
-from simstore.clusters import components, groups, pick_longest
-from simstore.pairs import brute_force_pairs
+from simstore.index.clusters import components, groups, pick_longest
+from simstore.index.pairs import brute_force_pairs
+from simstore.store.dedup import Cluster
 
 
 def plain_union_find(node_count: int, edges: list[tuple[int, int]]) -> list[int]:

@@ -1,4 +1,4 @@
-"""Group commit, write batches and flushing (simstore/commit.py).
+"""Group commit, write batches and flushing (simstore/commit/group.py).
 
 A group is formed deterministically: the test holds the store's lock, starts
 one thread per call and waits until each has joined the queue (the first one
@@ -22,10 +22,10 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 import simstore
-import simstore.writes
-from simstore import _lmdb, checkpoints, writelog
-from simstore.records import pack_key
-from simstore.store import Store
+import simstore.store.writes
+from simstore.engine import _lmdb, wal, writelog
+from simstore.keys import pack_key
+from simstore.store.facade import Store
 
 Call = Callable[[], Any]
 
@@ -73,7 +73,7 @@ class Flushes:
     before it (LMDB flushes the file before it writes the commit's meta page).
     With the log: ``records`` counts the flushes of records, each covering its
     transaction and every one before (records are written in commit order);
-    ``checkpoints`` counts checkpoints, each covering every commit up to the
+    ``checkpoints`` counts wal, each covering every commit up to the
     latest at its start. The checkpoints' thread is held off. One process
     writes, so the latest commit is this one's."""
 
@@ -84,12 +84,12 @@ class Flushes:
         self.covered: list[int] = []
         self.lock = threading.Lock()
         self.appended = -1
-        monkeypatch.setattr(checkpoints, "CHECKPOINT_INTERVAL", 3600.0)
+        monkeypatch.setattr(wal, "CHECKPOINT_INTERVAL", 3600.0)
         real_write = _lmdb.Environment.write
         real_flush_file = _lmdb.Environment.flush_file
         real_append = writelog.WriteLog.append
         real_log_flush = writelog.WriteLog.flush
-        real_checkpoint = checkpoints.LogWriter._checkpoint
+        real_checkpoint = wal.LogWriter._checkpoint
         flushes = self
 
         def write(env: _lmdb.Environment, body: Any, record: Any = None) -> Any:
@@ -118,7 +118,7 @@ class Flushes:
                 flushes.records += 1
                 flushes.covered.append(target)
 
-        def checkpoint(writer: checkpoints.LogWriter) -> None:
+        def checkpoint(writer: wal.LogWriter) -> None:
             real_checkpoint(writer)
             with flushes.lock:
                 flushes.checkpoints += 1
@@ -134,7 +134,7 @@ class Flushes:
         monkeypatch.setattr(_lmdb.Environment, "flush_file", flush_file)
         monkeypatch.setattr(writelog.WriteLog, "append", append)
         monkeypatch.setattr(writelog.WriteLog, "flush", log_flush)
-        monkeypatch.setattr(checkpoints.LogWriter, "_checkpoint", checkpoint)
+        monkeypatch.setattr(wal.LogWriter, "_checkpoint", checkpoint)
         monkeypatch.setattr(os, "fdatasync", fdatasync)
 
     def durable_up_to(self) -> int:
@@ -151,13 +151,13 @@ def logged(store: Store) -> bool:
 def txn_of(monkeypatch: pytest.MonkeyPatch) -> dict[bytes, int]:
     """The id of the (last) write transaction that wrote each packed key."""
     written: dict[bytes, int] = {}
-    real_put_one = simstore.writes.put_one
+    real_put_one = simstore.store.writes.put_one
 
     def put_one(engine: Any, txn: Any, state: Any, packed: bytes, *args: Any) -> Any:
         written[packed] = int(txn.id())
         return real_put_one(engine, txn, state, packed, *args)
 
-    monkeypatch.setattr(simstore.writes, "put_one", put_one)
+    monkeypatch.setattr(simstore.store.writes, "put_one", put_one)
     return written
 
 
@@ -165,7 +165,7 @@ def txn_of(monkeypatch: pytest.MonkeyPatch) -> dict[bytes, int]:
 def no_log(monkeypatch: pytest.MonkeyPatch) -> None:
     """Stores opened from now on have no write-ahead log (as where none can be
     made): ``sync=True`` commits pay LMDB's own flushes."""
-    monkeypatch.setattr(checkpoints.LogWriter, "open_file", staticmethod(lambda _path: None))
+    monkeypatch.setattr(wal.LogWriter, "open_file", staticmethod(lambda _path: None))
 
 
 @pytest.fixture(params=["log", "no log"])
@@ -658,7 +658,7 @@ def _gathering(store: Store) -> bool:
 def test_a_leader_waits_for_as_many_writers_as_the_last_group_held(
     sync_store: Store, monkeypatch: pytest.MonkeyPatch, txn_of: dict[bytes, int]
 ) -> None:
-    monkeypatch.setattr(simstore.commit, "GATHER_GAP_SECONDS", 30.0)
+    monkeypatch.setattr(simstore.commit.group, "GATHER_GAP_SECONDS", 30.0)
     run_as_group(sync_store, [lambda n=n: sync_store.add(f"a{n}", fingerprint=fp_of(n)) for n in range(3)])
     assert len({txn_of[pack_key(f"a{n}")] for n in range(3)}) == 1
     threads = []
@@ -686,11 +686,11 @@ def test_a_leader_stops_waiting_when_no_writer_comes(
     sync_store: Store, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     run_as_group(sync_store, [lambda n=n: sync_store.add(f"a{n}", fingerprint=fp_of(n)) for n in range(4)])
-    monkeypatch.setattr(simstore.commit, "GATHER_GAP_SECONDS", 0.2)
+    monkeypatch.setattr(simstore.commit.group, "GATHER_GAP_SECONDS", 0.2)
     started = time.monotonic()
     sync_store.add("alone-1", fingerprint=fp_of(20))  # waits once for the other three
     # A lone writer's groups hold one write: it waits no more.
-    monkeypatch.setattr(simstore.commit, "GATHER_GAP_SECONDS", 30.0)
+    monkeypatch.setattr(simstore.commit.group, "GATHER_GAP_SECONDS", 30.0)
     for n in range(2, 5):
         sync_store.add(f"alone-{n}", fingerprint=fp_of(20 + n))
     assert time.monotonic() - started < 15

@@ -1,5 +1,5 @@
 """An interrupt (``KeyboardInterrupt``) at chosen points of the group commit
-(simstore/commit.py), of the writers' mailbox, of a read and of a merge's sorts.
+(simstore/commit/group.py), of the writers' mailbox, of a read and of a merge's sorts.
 
 Each case raises the interrupt once, at one point, in one thread, and checks that
 the interrupted call alone sees it: the other threads' writes are committed (by a
@@ -27,12 +27,14 @@ import numpy as np
 import pytest
 
 import simstore
-import simstore.writes
-from simstore import _lmdb, checkpoints, commit, grouping, mailbox, merging
-from simstore.format import GROUP_KEY
-from simstore.grouping import CommitQueue
-from simstore.records import pack_key
-from simstore.store import Store
+import simstore.store.writes
+from simstore.commit import group as commit
+from simstore.commit import mailbox, queue
+from simstore.commit.queue import CommitQueue
+from simstore.engine import _lmdb, builder, wal
+from simstore.engine.format import GROUP_KEY
+from simstore.keys import pack_key
+from simstore.store.facade import Store
 
 PATIENCE = 60.0  # bounds a hang on a busy machine; nothing here waits that long when it works
 
@@ -127,7 +129,7 @@ def settled(store: Store) -> None:
 
 @pytest.fixture
 def no_log(monkeypatch: pytest.MonkeyPatch) -> None:
-    monkeypatch.setattr(checkpoints.LogWriter, "open_file", staticmethod(lambda _path: None))
+    monkeypatch.setattr(wal.LogWriter, "open_file", staticmethod(lambda _path: None))
 
 
 SYNCS = ["False", "interval", "True", "True without log"]
@@ -150,7 +152,7 @@ def any_store(request: pytest.FixtureRequest, store_path: str) -> Iterator[Store
 def test_a_leader_interrupted_in_a_body_leaves_its_group_to_a_new_leader(
     any_store: Store, monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    real_put_one = simstore.writes.put_one
+    real_put_one = simstore.store.writes.put_one
     at_b = once(lambda: in_thread("a"))
 
     def put_one(engine: Any, txn: Any, state: Any, packed: bytes, *args: Any) -> Any:
@@ -158,7 +160,7 @@ def test_a_leader_interrupted_in_a_body_leaves_its_group_to_a_new_leader(
             raise KeyboardInterrupt  # in the leader, running b's body
         return real_put_one(engine, txn, state, packed, *args)
 
-    monkeypatch.setattr(simstore.writes, "put_one", put_one)
+    monkeypatch.setattr(simstore.store.writes, "put_one", put_one)
     callers = Callers(any_store)
     callers.group(adds(any_store, "a", "b", "c"))
     outcomes = callers.join()
@@ -271,7 +273,7 @@ def test_a_leader_that_cannot_tell_whether_it_committed_says_so(
 
 def _commit_blocked_in(monkeypatch: pytest.MonkeyPatch, key: str, until: threading.Event) -> threading.Event:
     """Make the body writing ``key`` wait for ``until``; returns an event set once it waits."""
-    real_put_one = simstore.writes.put_one
+    real_put_one = simstore.store.writes.put_one
     waiting = threading.Event()
 
     def put_one(engine: Any, txn: Any, state: Any, packed: bytes, *args: Any) -> Any:
@@ -280,7 +282,7 @@ def _commit_blocked_in(monkeypatch: pytest.MonkeyPatch, key: str, until: threadi
             assert until.wait(PATIENCE)
         return real_put_one(engine, txn, state, packed, *args)
 
-    monkeypatch.setattr(simstore.writes, "put_one", put_one)
+    monkeypatch.setattr(simstore.store.writes, "put_one", put_one)
     return waiting
 
 
@@ -293,7 +295,7 @@ def test_a_leader_interrupted_as_it_hands_on_the_lead(
     real_pass_lead = CommitQueue.pass_lead
     in_a = once(lambda: in_thread("a"))
 
-    def pass_lead(queue: CommitQueue, request: grouping.Request) -> None:
+    def pass_lead(queue: CommitQueue, request: queue.Request) -> None:
         if in_a():
             raise KeyboardInterrupt  # before it handed anything on
         real_pass_lead(queue, request)
@@ -350,14 +352,14 @@ def wakes_of(monkeypatch: pytest.MonkeyPatch, name: str, **how: Any) -> threadin
     """Give the requests thread ``name`` makes an :class:`InterruptingWake`;
     returns the event a ``"before"`` waiter waits for."""
     before = threading.Event()
-    real_init = grouping.Request.__init__
+    real_init = queue.Request.__init__
 
-    def init(request: grouping.Request, *args: Any, **kwargs: Any) -> None:
+    def init(request: queue.Request, *args: Any, **kwargs: Any) -> None:
         real_init(request, *args, **kwargs)
         if in_thread(name):
             request.wake = InterruptingWake(request.wake, before=before, **how)  # type: ignore[assignment]
 
-    monkeypatch.setattr(grouping.Request, "__init__", init)
+    monkeypatch.setattr(queue.Request, "__init__", init)
     return before
 
 
@@ -412,7 +414,7 @@ def test_followers_of_a_leader_interrupted_before_its_commit_was_durable_make_it
         covered.append(target)
 
     written: dict[bytes, int] = {}
-    real_put_one = simstore.writes.put_one
+    real_put_one = simstore.store.writes.put_one
 
     def put_one(engine: Any, txn: Any, state: Any, packed: bytes, *args: Any) -> Any:
         written[packed] = int(txn.id())
@@ -427,7 +429,7 @@ def test_followers_of_a_leader_interrupted_before_its_commit_was_durable_make_it
         real_make_durable(self, engine, txn_id)
 
     monkeypatch.setattr(_lmdb.Environment, "flush_file", flush_file)
-    monkeypatch.setattr(simstore.writes, "put_one", put_one)
+    monkeypatch.setattr(simstore.store.writes, "put_one", put_one)
     monkeypatch.setattr(commit.GroupCommit, "_make_durable", make_durable)
     with simstore.open(store_path, k=3, sync=True) as store:
         assert store._engine.env.defer_meta_sync
@@ -502,7 +504,7 @@ def test_a_follower_interrupted_while_its_group_commits(
     before it, b is dropped, not run again, and never handed the lead."""
     b_interrupted = wakes_of(monkeypatch, "b", waiter="before")
     callers = Callers(any_store)
-    real_put_one = simstore.writes.put_one
+    real_put_one = simstore.store.writes.put_one
     at_c = once(lambda: in_thread("a"))
 
     def put_one(engine: Any, txn: Any, state: Any, packed: bytes, *args: Any) -> Any:
@@ -515,7 +517,7 @@ def test_a_follower_interrupted_while_its_group_commits(
                 raise KeyboardInterrupt
         return real_put_one(engine, txn, state, packed, *args)
 
-    monkeypatch.setattr(simstore.writes, "put_one", put_one)
+    monkeypatch.setattr(simstore.store.writes, "put_one", put_one)
     callers.group(adds(any_store, "a", "b", "c"))
     outcomes = callers.join()
     assert outcomes["b"][0] == "interrupted"
@@ -594,7 +596,7 @@ def test_an_interrupted_merge_does_not_wait_for_the_sort_queued(store: Store) ->
     started = threading.Event()
     release = threading.Event()
     sorted_tables: list[int] = []
-    real_sorted_entries = merging.sorted_entries
+    real_sorted_entries = builder.sorted_entries
 
     def sorted_entries(table: Any, *args: Any) -> Any:
         index = tables.index(table)
@@ -619,10 +621,10 @@ def test_an_interrupted_merge_does_not_wait_for_the_sort_queued(store: Store) ->
     try:
         fingerprints = np.arange(1, 101, dtype=np.uint64) * np.uint64(0x9E3779B97F4A7C15)
         with pytest.MonkeyPatch.context() as patch:
-            patch.setattr(merging, "sorted_entries", sorted_entries)
+            patch.setattr(builder, "sorted_entries", sorted_entries)
             with ThreadPoolExecutor(max_workers=1) as sorter:
                 sorter.submit(int).result()  # its thread started (an interrupt then would lose it)
-                writes = merging.TableWrites(
+                writes = builder.TableWrites(
                     np.arange(100, dtype=np.uint64), fingerprints, tables, sorter, [64] * len(tables)
                 )
                 sender = threading.Thread(target=interrupt_when_sorting)

@@ -1,5 +1,5 @@
 """Merges write a new run of every table in one transaction; compaction joins runs a key
-range of one table at a time (see simstore.tables and simstore.catalog). At every step,
+range of one table at a time (see simstore.engine.tableset and simstore.engine.catalog). At every step,
 after a step cut short by an exception or a kill, and whatever writes come between the
 steps, every answer must equal brute force, check() must pass, and later writes or
 compact() must finish the compaction."""
@@ -22,13 +22,13 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 import simstore
-import simstore.costs
-import simstore.maintenance
-import simstore.occupancy
-from simstore.catalog import plan_compaction
-from simstore.format import State
-from simstore.store import Store
-from simstore.tables import TableSet
+import simstore.engine.occupancy
+import simstore.index.costs
+import simstore.store.maintenance
+from simstore.engine.catalog import plan_compaction
+from simstore.engine.format import State
+from simstore.engine.tableset import TableSet
+from simstore.store.facade import Store
 
 K = 3
 BLOCKS = 5  # ten tables
@@ -39,7 +39,7 @@ def small_steps(entries: int) -> Iterator[None]:
     """Compaction steps of about ``entries`` entries, and no compaction unless asked."""
     with (
         mock.patch.object(TableSet.compaction_step, "__defaults__", (entries,)),
-        mock.patch.object(simstore.maintenance, "COMPACTION_CREDIT", 0),
+        mock.patch.object(simstore.store.maintenance, "COMPACTION_CREDIT", 0),
     ):
         yield
 
@@ -48,7 +48,7 @@ def small_steps(entries: int) -> Iterator[None]:
 def small_chunks() -> Iterator[None]:
     """Bitmap chunks of 64 bits, so that small runs take several steps too (a stored
     format setting: every store of these tests is made and read with it)."""
-    with mock.patch.object(simstore.occupancy, "CHUNK_BITS", 6):
+    with mock.patch.object(simstore.engine.occupancy, "CHUNK_BITS", 6):
         yield
 
 
@@ -68,7 +68,7 @@ def build(
         str(path), k=K, blocks=BLOCKS, sync=False, merge_threshold=10**9, merge_on_close=False
     )
     model = {key: int(fp) for key, fp in enumerate(fingerprints.tolist())}
-    with mock.patch.object(simstore.maintenance, "COMPACTION_CREDIT", 0):
+    with mock.patch.object(simstore.store.maintenance, "COMPACTION_CREDIT", 0):
         for run in range(runs):
             keys = list(range(run * per_run, (run + 1) * per_run))
             store.add_many(keys, fingerprints=fingerprints[keys[0] : keys[-1] + 1])
@@ -111,7 +111,7 @@ def test_state_round_trips() -> None:
 def test_answers_stay_exact_at_every_step(tmp_path: Path, crowded: bool) -> None:
     """Queries are exact at every step of a compaction, probed a run at a time
     or with every bucket read first (as crowded prefixes are)."""
-    with mock.patch.object(simstore.costs, "CROWDED_PREFIX", 0 if crowded else 1 << 40):
+    with mock.patch.object(simstore.index.costs, "CROWDED_PREFIX", 0 if crowded else 1 << 40):
         check_every_step(tmp_path, crowded)
 
 
@@ -119,7 +119,7 @@ def check_every_step(tmp_path: Path, crowded: bool) -> None:
     store, model = build(tmp_path / "s.simstore", 4, 150, in_delta=40)
     assert store._engine.tableset.crowded == crowded
     seen: list[tuple[int, int]] = []
-    real_step = simstore.maintenance.compaction_step
+    real_step = simstore.store.maintenance.compaction_step
 
     def step(engine: Any, *, everything: bool = False) -> int | None:
         moved = real_step(engine, everything=everything)
@@ -130,7 +130,7 @@ def check_every_step(tmp_path: Path, crowded: bool) -> None:
         assert_exact(store, model, queries=6)
         return moved
 
-    with small_steps(40), mock.patch.object(simstore.maintenance, "compaction_step", step):
+    with small_steps(40), mock.patch.object(simstore.store.maintenance, "compaction_step", step):
         store.compact()
     assert run_count(store) == 1
     assert compaction_under_way(store) is None
@@ -152,7 +152,7 @@ def test_merges_make_runs_and_compaction_keeps_them_few(tmp_path: Path) -> None:
             store.add(key, fingerprint=model[key])
             if key % 50 == 49:
                 counts.append(run_count(store))
-        assert max(counts) <= simstore.maintenance.URGENT_RUNS + 1
+        assert max(counts) <= simstore.store.maintenance.URGENT_RUNS + 1
         assert store.check() == []
         assert_exact(store, model)
 
@@ -294,7 +294,7 @@ def test_a_process_killed_in_a_step_leaves_a_store_another_process_finishes(tmp_
         import os, sys
         import simstore
         from simstore import occupancy
-        from simstore.tables import TableSet
+        from simstore.engine.tableset import TableSet
         occupancy.CHUNK_BITS = 6  # as the test's small_steps() has it
         real = TableSet.compaction_step
         taken = []
@@ -422,7 +422,9 @@ def test_stats_report_runs_and_a_compaction_under_way(tmp_path: Path) -> None:
                 )
             assert store.stats().runs == 5
             assert not store.stats().compacting
-            simstore.maintenance.compaction_step(store._engine)  # one small step of the compaction now due
+            simstore.store.maintenance.compaction_step(
+                store._engine
+            )  # one small step of the compaction now due
             assert store.stats().compacting
         store.compact()
         stats = store.stats()
@@ -454,7 +456,7 @@ def test_compact_rewrites_a_lone_run_that_removals_thinned(tmp_path: Path) -> No
         store.remove(key)
         del model[key]
     before = store.stats()
-    real_step = simstore.maintenance.compaction_step
+    real_step = simstore.store.maintenance.compaction_step
     steps = 0
 
     def step(engine: Any, *, everything: bool = False) -> int | None:
@@ -465,7 +467,7 @@ def test_compact_rewrites_a_lone_run_that_removals_thinned(tmp_path: Path) -> No
         assert_exact(store, model, queries=6)
         return moved
 
-    with small_steps(40), mock.patch.object(simstore.maintenance, "compaction_step", step):
+    with small_steps(40), mock.patch.object(simstore.store.maintenance, "compaction_step", step):
         moved = store.compact()
     assert moved == len(model) * len(store.tables)
     assert steps > len(store.tables)

@@ -110,7 +110,7 @@ def test_pairs_and_clusters_equal_one_store(client: Any, tmp_path: Path, seed: i
 
 def test_two_level_layout_pairs(client: Any, tmp_path: Path) -> None:
     keys, fingerprints, lengths = corpus(3, n_singles=800)
-    layout = simstore.planner.two_level(3, 4, 3, 4)
+    layout = simstore.layout.planner.two_level(3, 4, 3, 4)
     with one_store(tmp_path, keys, fingerprints, lengths) as store:
         expected = {tuple(pair)[:3] for pair in store.near_duplicate_pairs()}
     got = sd.near_duplicate_pairs(frame(keys, fingerprints, lengths), k=3, layout=layout).compute()
@@ -252,7 +252,7 @@ def test_verified_pairs_clusters_and_against_equal_one_store(
             one = store.clusters(min_similarity=threshold)
             assert dask_cluster_sets(clusters) == cluster_sets(one)
             # Each member's distance and similarity to its representative, as dedup --annotate gives them.
-            found = simstore.frames.provenance_of(
+            found = simstore.io.tables.provenance_of(
                 store, one, {key: row for row, key in enumerate(keys)}, len(keys), "first"
             )
             expected_rows = {

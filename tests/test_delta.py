@@ -15,13 +15,13 @@ from test_reopen import WRITER, run_child
 from test_state_machine import StoreMachine
 
 import simstore
-import simstore._lmdb
-import simstore.delta
-import simstore.maintenance
-import simstore.params
-from simstore.choose import LayoutRequest, choose_layout
-from simstore.delta import Delta, encode_add, encode_remove, encode_seq
-from simstore.permute import MAX_FINGERPRINT, Table
+import simstore.engine._lmdb
+import simstore.engine.delta
+import simstore.options
+import simstore.store.maintenance
+from simstore.engine.delta import Delta, encode_add, encode_remove, encode_seq
+from simstore.index.permute import MAX_FINGERPRINT, Table
+from simstore.layout.choose import LayoutRequest, choose_layout
 
 # Fingerprints cluster around a few centres, so that queries find neighbours.
 CENTRES = (0, MAX_FINGERPRINT, 0x0123_4567_89AB_CDEF, 1 << 63)
@@ -183,7 +183,7 @@ def test_a_large_delta_is_held_compactly() -> None:
 
 @pytest.fixture
 def tiny_recent_tier(monkeypatch: pytest.MonkeyPatch) -> None:
-    monkeypatch.setattr(simstore.delta, "RECENT_LIMIT", 3)
+    monkeypatch.setattr(simstore.engine.delta, "RECENT_LIMIT", 3)
 
 
 class TinyRecentTierStoreMachine(StoreMachine):
@@ -193,14 +193,14 @@ class TinyRecentTierStoreMachine(StoreMachine):
 
     def __init__(self) -> None:
         super().__init__()
-        self._saved_limit = simstore.delta.RECENT_LIMIT
-        simstore.delta.RECENT_LIMIT = 3
+        self._saved_limit = simstore.engine.delta.RECENT_LIMIT
+        simstore.engine.delta.RECENT_LIMIT = 3
 
     def teardown(self) -> None:
         try:
             super().teardown()
         finally:
-            simstore.delta.RECENT_LIMIT = self._saved_limit
+            simstore.engine.delta.RECENT_LIMIT = self._saved_limit
 
 
 TinyRecentTierStoreMachine.TestCase.settings = settings(
@@ -240,8 +240,8 @@ def test_the_default_threshold_and_an_explicit_one(store_path: str, monkeypatch:
     """With no merge_threshold, the delta merges at DEFAULT_MERGE_THRESHOLD whatever the
     tables hold (a merge writes a new run: its cost grows with the delta alone); a batch
     that fills the delta goes straight to the tables; an explicit merge_threshold wins."""
-    monkeypatch.setattr(simstore.params, "DEFAULT_MERGE_THRESHOLD", 10)
-    monkeypatch.setattr(simstore.maintenance, "DEFAULT_MERGE_THRESHOLD", 10)
+    monkeypatch.setattr(simstore.options, "DEFAULT_MERGE_THRESHOLD", 10)
+    monkeypatch.setattr(simstore.store.maintenance, "DEFAULT_MERGE_THRESHOLD", 10)
     rng = np.random.default_rng(11)
     with simstore.open(store_path, k=3, merge_on_close=False) as store:
         for key in range(9):
@@ -273,9 +273,9 @@ def test_a_merge_reserves_its_map_space_up_front(store_path: str, monkeypatch: p
     again from the start."""
     rng = np.random.default_rng(5)
     grown: list[int] = []
-    original_grow = simstore._lmdb.Environment._grow
+    original_grow = simstore.engine._lmdb.Environment._grow
 
-    def counting_grow(environment: simstore._lmdb.Environment) -> None:
+    def counting_grow(environment: simstore.engine._lmdb.Environment) -> None:
         grown.append(environment.map_size())
         original_grow(environment)
 
@@ -287,7 +287,7 @@ def test_a_merge_reserves_its_map_space_up_front(store_path: str, monkeypatch: p
     # A map no larger than the file: any room the merge needs must be made for it.
     tight = os.path.getsize(store_path)
     with simstore.open(store_path, map_size=tight, merge_threshold=10**6, sync=False) as store:
-        monkeypatch.setattr(simstore._lmdb.Environment, "_grow", counting_grow)
+        monkeypatch.setattr(simstore.engine._lmdb.Environment, "_grow", counting_grow)
         assert store.merge() == 5_000
         assert grown == []
         assert store.check() == []

@@ -243,7 +243,7 @@ def test_a_refused_key_does_not_disturb_the_next_one(filled: simstore.Store) -> 
 
 
 @pytest.mark.parametrize("key", [-(2**63), 2**64 - 1, 0, "", b""])
-def test_keys_at_the_limits_are_accepted(filled: simstore.Store, key: simstore.store.Key) -> None:
+def test_keys_at_the_limits_are_accepted(filled: simstore.Store, key: simstore.store.facade.Key) -> None:
     """The range ends and empty keys are valid."""
     filled.add(key, fingerprint=77)
     assert filled[key] == simstore.Record(key, 77, None)

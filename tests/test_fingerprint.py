@@ -22,9 +22,9 @@ import xxhash
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from simstore import simhash2
 from simstore.errors import InvalidTypeError, InvalidValueError
-from simstore.simhash import (
+from simstore.fingerprint import version2
+from simstore.fingerprint.fingerprinter import (
     ALGORITHM,
     ALGORITHM_1,
     FEATURE_HASH,
@@ -42,7 +42,7 @@ from simstore.simhash import (
     vote,
     weigh,
 )
-from simstore.text import normalise, tokenise
+from simstore.fingerprint.text import normalise, tokenise
 
 MASK = (1 << 64) - 1
 
@@ -136,7 +136,7 @@ def test_golden_fingerprints_version_1(name: str) -> None:
 
 @pytest.mark.parametrize("name", sorted(GOLDEN))
 def test_golden_fingerprints_version_2(name: str) -> None:
-    assert ALGORITHM == simhash2.ALGORITHM  # the default
+    assert ALGORITHM == version2.ALGORITHM  # the default
     assert _quiet(GOLDEN[name][0]) == GOLDEN_2[name]
 
 
@@ -310,7 +310,7 @@ def test_deterministic_across_processes_and_hash_seeds() -> None:
     code = (
         "import warnings, json, sys\n"
         "warnings.simplefilter('ignore')\n"
-        "from simstore.simhash import fingerprint\n"
+        "from simstore.fingerprint.fingerprinter import fingerprint\n"
         "print(json.dumps([fingerprint(t) for t in json.loads(sys.stdin.read())]))\n"
     )
     import json
@@ -341,7 +341,7 @@ def test_empty_or_featureless_text_is_refused(text: str) -> None:
 def test_short_text_warns_but_fingerprints() -> None:
     with pytest.warns(ShortTextWarning, match="distinct feature"):
         value = fingerprint("hello")
-    assert value == simhash2.token_hash(b"hello")  # one feature: its hash
+    assert value == version2.token_hash(b"hello")  # one feature: its hash
     with pytest.warns(ShortTextWarning):
         assert fingerprint("hello", algorithm=ALGORITHM_1) == xxhash.xxh3_64_intdigest(b"hello")
 
@@ -585,7 +585,7 @@ def test_reopened_store_fingerprints_with_its_recorded_settings(store_path: str)
 def test_unrecorded_settings_are_frozen_to_the_first_defaults() -> None:
     """A store whose meta records no fingerprinter settings fingerprints with the
     frozen format-1 settings: version 1's defaults, whatever today's are."""
-    from simstore.simhash import UNRECORDED_SETTINGS, Fingerprinter
+    from simstore.fingerprint.fingerprinter import UNRECORDED_SETTINGS, Fingerprinter
 
     assert Fingerprinter.from_settings(UNRECORDED_SETTINGS) == Fingerprinter(
         algorithm=ALGORITHM_1, sketch=None

@@ -1,4 +1,4 @@
-"""Commits shared across processes through the writers' mailbox (simstore.mailbox).
+"""Commits shared across processes through the writers' mailbox (simstore.commit.mailbox).
 
 Writer processes with ``sync=True`` post their single writes; whichever holds the
 lead commits them with its own, flushes, and answers. The deterministic tests hold
@@ -18,8 +18,8 @@ from typing import Any
 import pytest
 
 import simstore
-from simstore import handoff, mailbox
-from simstore.format import WRITERS_KEY
+from simstore.commit import mailbox, wire
+from simstore.engine.format import WRITERS_KEY
 
 pytestmark = pytest.mark.skipif(not mailbox._OFD, reason="no open-file-description locks here")
 
@@ -28,12 +28,12 @@ pytestmark = pytest.mark.skipif(not mailbox._OFD, reason="no open-file-descripti
 _CHILD = r"""
 import json, sys
 import simstore
-import simstore.commit
+import simstore.commit.group
 from simstore import _lmdb, mailbox, writelog
 
 path, call, args = sys.argv[1], sys.argv[2], json.loads(sys.argv[3])
 if len(sys.argv) > 4:  # how long a poster waits for the processes the last group held
-    simstore.commit.GATHER_PROCESSES_SECONDS = float(sys.argv[4])
+    simstore.commit.group.GATHER_PROCESSES_SECONDS = float(sys.argv[4])
 events = []
 real_write, real_flush = _lmdb.Environment.write, _lmdb.Environment.flush
 real_respond = mailbox.Mailbox.respond
@@ -180,7 +180,7 @@ def test_a_leader_that_died_before_answering(store_path: Path, committed: bool) 
                 engine.env.write(
                     lambda txn: txn.put(WRITERS_KEY, group.to_bytes(8, "big"), db=engine.handles.meta)
                 )
-        box.respond(slot, handoff.pack_outcomes([handoff.outcome_of(None, None)]), group, state=mailbox.TAKEN)
+        box.respond(slot, wire.pack_outcomes([wire.outcome_of(None, None)]), group, state=mailbox.TAKEN)
     finally:
         box.release_lead()
         box.close()
@@ -237,7 +237,7 @@ def test_a_group_reads_its_answers_at_once_without_the_lead(store_path: Path) ->
             for slot in slots:
                 # An error tells the answers apart (an add's outcome is None).
                 error = simstore.InvalidValueError(f"answer {slot}")
-                answer = handoff.pack_outcomes([handoff.outcome_of(None, error)])
+                answer = wire.pack_outcomes([wire.outcome_of(None, error)])
                 box.respond(slot, answer, 7, state=mailbox.DONE)
         reports = [_report(child) for child in children]  # while the lead is held here
         assert sorted(report["error"] for report in reports) == sorted(
@@ -260,7 +260,7 @@ def test_a_write_left_to_its_poster_is_committed_there(store_path: Path) -> None
             child = _start(store_path, "add", "left", fingerprint=1 << 55)
             _wait_posted(box, 1)
             slot = box.states().index(mailbox.POSTED)
-            left = handoff.pack_outcomes([handoff.outcome_of(None, handoff.LeftToPosterError())])
+            left = wire.pack_outcomes([wire.outcome_of(None, wire.LeftToPosterError())])
             box.respond(slot, left, 9, state=mailbox.DONE)
         time.sleep(0.3)
         assert child.poll() is None  # it waits for the lead to commit the write itself

@@ -11,7 +11,7 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 import simstore
-from simstore import occupancy
+from simstore.engine import occupancy
 from simstore.errors import CorruptStoreError
 
 

@@ -15,8 +15,8 @@ import pytest
 from _lmdb_files import last_transaction
 
 import simstore
-from simstore import opening
-from simstore.checkpoints import WRITE_AHEAD_LOG
+from simstore.engine.wal import WRITE_AHEAD_LOG
+from simstore.store import opening
 
 
 def _digest(path: Path) -> bytes:
@@ -184,7 +184,7 @@ def test_opening_adopts_a_map_another_process_grew(tmp_path: Path) -> None:
     from opening the sub-databases is met by adopting the new size, not raised."""
     import lmdb
 
-    from simstore import _lmdb
+    from simstore.engine import _lmdb
 
     path = str(tmp_path / "grown.simstore")
     with simstore.open(path) as store:
@@ -223,7 +223,7 @@ def test_opening_adopts_a_map_another_process_grew(tmp_path: Path) -> None:
 # until told to go on; then it adds a document of its own.
 _PAUSED_REPLACE = """
 import os, sys, time
-import simstore, simstore.opening as opening
+import simstore, simstore.store.opening as opening
 path, marker, go = sys.argv[1:4]
 real_create = opening._create_beside
 def create(*args):

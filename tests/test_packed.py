@@ -13,10 +13,11 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 import simstore
-from simstore import records
+from simstore.engine import records
+from simstore.engine.packed import PackedKeys, byte_order
+from simstore.engine.records import MAX_DIRECT_KEY_BYTES, encode_record, lookup_key
 from simstore.errors import InvalidTypeError, InvalidValueError
-from simstore.packed import PackedKeys, byte_order
-from simstore.records import MAX_DIRECT_KEY_BYTES, encode_record, lookup_key, pack_key
+from simstore.keys import pack_key
 
 keys_strategy = st.lists(
     st.one_of(

@@ -13,9 +13,9 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 import simstore
-from simstore.batch import Pair
-from simstore.pairs import all_pairs, brute_force_pairs, group_by_prefix, prefix_mask, run_pairs
-from simstore.permute import one_level_tables
+from simstore.index.pairs import all_pairs, brute_force_pairs, group_by_prefix, prefix_mask, run_pairs
+from simstore.index.permute import one_level_tables
+from simstore.store.dedup import Pair
 
 
 def planted(seed: int, singles: int, clusters: int, size: int, k: int) -> np.ndarray:

@@ -12,9 +12,7 @@ from test_pairs import planted
 
 pd = pytest.importorskip("pandas")
 
-from simstore.errors import InvalidValueError  # noqa: E402
-from simstore.pairs import brute_force_pairs  # noqa: E402
-from simstore.partitioned import (  # noqa: E402
+from simstore.dask.partitioned import (  # noqa: E402
     ROW_BITS,
     bucket_pairs,
     combine_forests,
@@ -25,8 +23,10 @@ from simstore.partitioned import (  # noqa: E402
     table_entries,
     with_roots,
 )
-from simstore.permute import one_level_tables  # noqa: E402
-from simstore.planner import two_level  # noqa: E402
+from simstore.errors import InvalidValueError  # noqa: E402
+from simstore.index.pairs import brute_force_pairs  # noqa: E402
+from simstore.index.permute import one_level_tables  # noqa: E402
+from simstore.layout.planner import two_level  # noqa: E402
 
 
 @settings(max_examples=40, deadline=None)

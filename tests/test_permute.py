@@ -1,4 +1,4 @@
-"""Tests of block layouts and permutation tables (simstore.permute)."""
+"""Tests of block layouts and permutation tables (simstore.index.permute)."""
 
 from __future__ import annotations
 
@@ -11,7 +11,7 @@ from hypothesis import strategies as st
 
 import simstore
 from simstore.errors import InvalidTypeError, InvalidValueError
-from simstore.permute import (
+from simstore.index.permute import (
     FINGERPRINT_BITS,
     MAX_FINGERPRINT,
     Table,
@@ -23,7 +23,7 @@ from simstore.permute import (
     one_level_tables,
     tables_permuter,
 )
-from simstore.planner import two_level
+from simstore.layout.planner import two_level
 
 # (k, blocks) layouts exercised below; blocks=None means the default for k.
 LAYOUTS: list[tuple[int, int]] = [

@@ -13,17 +13,17 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 import simstore
-from simstore import costs, occupancy
+from simstore.engine import occupancy
 from simstore.errors import InvalidTypeError, InvalidValueError
-from simstore.permute import MAX_TABLES, Table, one_level_tables
-from simstore.planner import (
+from simstore.index import costs
+from simstore.index.cover import covers, find_escape
+from simstore.index.permute import MAX_TABLES, Table, one_level_tables
+from simstore.layout.planner import (
     MAX_PLAN_K,
     Layout,
     best_layout,
     candidate_layouts,
-    covers,
     filter_pass_rate,
-    find_escape,
     format_plan,
     from_spec,
     one_level,

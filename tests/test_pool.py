@@ -19,7 +19,8 @@ import numpy as np
 import pytest
 
 import simstore
-from simstore import Fingerprinter, InvalidValueError, MainGuardError, ShortTextWarning, pool
+from simstore import Fingerprinter, InvalidValueError, MainGuardError, ShortTextWarning
+from simstore.fingerprint import pool
 
 POSIX = pytest.mark.skipif(os.name != "posix", reason="counts process starts through _posixsubprocess")
 LINUX_PROC = pytest.mark.skipif(not Path("/proc/self/stat").exists(), reason="reads /proc")
@@ -282,7 +283,7 @@ def test_a_worker_that_dies_mid_batch_raises_worker_error(
     # Answers "ready", then exits on its first chunk, as a worker killed by the OOM killer would.
     dying = (
         "import sys; sys.path[0:1] = [] if sys.argv[1] in sys.path else [sys.argv[1]]; "
-        "from simstore.pool import read_frame, write_frame; "
+        "from simstore.fingerprint.pool import read_frame, write_frame; "
         "read_frame(sys.stdin.buffer); write_frame(sys.stdout.buffer, ['ready']); "
         "read_frame(sys.stdin.buffer); sys.exit(9)"
     )
@@ -374,13 +375,12 @@ def test_the_command_line_starts_workers_once_a_run(
     process_starts: list[object], small_chunks: None, monkeypatch: pytest.MonkeyPatch, tmp_path: Path
 ) -> None:
     """dedup fingerprints its input in chunks; their worker is started once."""
-    from simstore import cli_common
-    from simstore.cli import main
+    from simstore.cli import common, main
 
     monkeypatch.setattr(pool, "AUTO_MIN_CHARS", 2000)
     monkeypatch.setattr(pool, "available_cores", lambda: 2)
     monkeypatch.setattr(pool, "idle_cores", lambda: 1)
-    monkeypatch.setattr(cli_common, "FINGERPRINT_CHUNK_DOCS", 100)
+    monkeypatch.setattr(common, "FINGERPRINT_CHUNK_DOCS", 100)
     _slowly(monkeypatch)
     rows = tmp_path / "rows.jsonl"
     rows.write_text("".join(f'{{"id": {i}, "text": "{text}"}}\n' for i, text in enumerate(_ENGLISH)))

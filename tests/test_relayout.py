@@ -39,7 +39,7 @@ def test_relayout_keeps_every_document_and_exact_answers(
         model = filled(store, rng, 1000)
         store.relayout(k=new_k, blocks=new_blocks)
         assert (store.k, store.blocks) == (new_k, new_blocks)
-        assert len(store.tables) == len(simstore.permute.one_level_tables(new_k, new_blocks))
+        assert len(store.tables) == len(simstore.index.permute.one_level_tables(new_k, new_blocks))
         assert store.stats().delta_docs == 0
         assert store.check() == []
         queries = [model[f"n{i}"] for i in range(50)] + rng.integers(0, 2**64, 20, dtype=np.uint64).tolist()
@@ -97,7 +97,7 @@ def test_a_relayout_that_fills_the_map_is_retried_whole(
     that cannot be opened (2 of 128 two-step re-layouts did, found by a user)."""
     import lmdb
 
-    from simstore.tables import TableSet
+    from simstore.engine.tableset import TableSet
 
     fingerprints = {i: i * 0x9E3779B97F4A7C15 % 2**64 for i in range(300)}
     with simstore.open(store_path, "n", k=5) as store:

@@ -12,7 +12,7 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 import simstore
-import simstore.tables
+import simstore.engine.tableset
 
 K = 3
 
@@ -69,7 +69,7 @@ def test_remove_many_matches_brute_force(
     delta_keys = [key for key in model if isinstance(key, str)]
     doomed = [key for key in tabled_keys if rng.random() < share]
     doomed += [key for key in delta_keys if rng.random() < delta_share]
-    with mock.patch.object(simstore.tables, "DELETE_SLICE_BUCKETS", slice_buckets):
+    with mock.patch.object(simstore.engine.tableset, "DELETE_SLICE_BUCKETS", slice_buckets):
         assert store.remove_many([*doomed, *doomed[:5]]) == len(doomed)  # repeats count once
     for key in doomed:
         del model[key]

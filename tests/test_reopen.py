@@ -580,8 +580,8 @@ def test_mode_n_creates_when_missing(store_path: str) -> None:
     """Mode 'n' on a missing path creates a store."""
     with simstore.open(store_path, "n") as store:
         assert len(store) == 0
-        assert store.k == simstore.choose.DEFAULT_K
-        assert store.min_similarity == simstore.choose.DEFAULT_MIN_SIMILARITY
+        assert store.k == simstore.layout.choose.DEFAULT_K
+        assert store.min_similarity == simstore.layout.choose.DEFAULT_MIN_SIMILARITY
 
 
 def test_mode_r_is_read_only(store_path: str) -> None:

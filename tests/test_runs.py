@@ -1,4 +1,4 @@
-"""The table format (simstore.runs): what is encoded decodes to the same
+"""The table format (simstore.engine.runs): what is encoded decodes to the same
 entries, a probe finds exactly the entries a brute-force filter would, and a
 damaged bucket is reported, never decoded."""
 
@@ -9,9 +9,9 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from simstore import runs
+from simstore.engine import runs
 from simstore.errors import CorruptStoreError
-from simstore.permute import MAX_FINGERPRINT
+from simstore.index.permute import MAX_FINGERPRINT
 
 U64 = st.integers(min_value=0, max_value=(1 << 64) - 1)
 

@@ -11,7 +11,7 @@ from hypothesis import strategies as st
 from test_pairs import planted
 
 import simstore
-from simstore.sharding import shard_of
+from simstore.index.sharding import shard_of
 
 
 def fill_shards(tmp_path: Path, keys: list[object], fingerprints: np.ndarray, shards: int) -> list[str]:

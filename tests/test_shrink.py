@@ -158,13 +158,13 @@ def test_a_failed_copy_leaves_the_store_as_it_was(tmp_path: Path, monkeypatch: p
     """No room for the copy: StoreFullError, the store untouched, the partial copy gone."""
     path = tmp_path / "s.simstore"
     model = filled(path)
-    real_copy = simstore._lmdb.copy_compacted_unlocked
+    real_copy = simstore.engine._lmdb.copy_compacted_unlocked
 
     def full_disk(source: str, target: str) -> None:
         real_copy(source, target)
         raise simstore.StoreFullError(28, f"{target}: no space left")
 
-    monkeypatch.setattr(simstore._lmdb, "copy_compacted_unlocked", full_disk)
+    monkeypatch.setattr(simstore.engine._lmdb, "copy_compacted_unlocked", full_disk)
     with pytest.raises(simstore.StoreFullError):
         simstore.shrink(path)
     assert sorted(os.listdir(tmp_path)) == ["s.simstore", "s.simstore-lock", "s.simstore-log"]
@@ -176,7 +176,7 @@ def test_a_failed_copy_leaves_the_store_as_it_was(tmp_path: Path, monkeypatch: p
 _PAUSED_SHRINK = textwrap.dedent(
     """
     import os, sys, time
-    import simstore, simstore._lmdb as boundary, simstore.shrinking as shrinking
+    import simstore, simstore.engine._lmdb as boundary, simstore.store.shrink as shrinking
     path, marker, go, pause_at = sys.argv[1:5]
     def pausing(real):
         def paused(*args):

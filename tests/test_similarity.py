@@ -20,7 +20,7 @@ from hypothesis import strategies as st
 import simstore
 from simstore import Fingerprinter
 from simstore.errors import InvalidTypeError, InvalidValueError, ParameterMismatchError
-from simstore.sketch import Sketch, estimate_jaccard
+from simstore.fingerprint.sketch import Sketch, estimate_jaccard
 
 pytestmark = pytest.mark.filterwarnings("ignore::simstore.ShortTextWarning")
 
@@ -195,7 +195,7 @@ def test_sketch_settings_are_stored_and_a_mismatch_refused_in_another_process(tm
         assert store.sketch == Sketch(bins=512, bits=2)
     code = (
         "import sys, simstore\n"
-        "from simstore.sketch import Sketch\n"
+        "from simstore.fingerprint.sketch import Sketch\n"
         "try:\n"
         "    simstore.open(sys.argv[1], 'r', fingerprinter=simstore.Fingerprinter())\n"
         "except simstore.ParameterMismatchError as exc:\n"
@@ -235,7 +235,7 @@ def test_stores_made_before_sketches_still_answer(tmp_path: Path) -> None:
     target = tmp_path / "migrated.simstore"
     with warnings.catch_warnings():
         warnings.simplefilter("ignore")
-        simstore.migrate(data, target)
+        simstore.store.migrate(data, target)
     with simstore.open(target, "r") as store:
         assert store.sketch is None
         key = next(iter(store))
@@ -359,7 +359,7 @@ def test_clusters_with_a_threshold_split_dissimilar_texts(tmp_path: Path) -> Non
 
 
 def test_a_stored_threshold_chooses_k_and_applies_by_default(tmp_path: Path) -> None:
-    from simstore.planner import k_for_similarity
+    from simstore.layout.planner import k_for_similarity
 
     words = VOCABULARY[:100]
     base = " ".join(words)
@@ -387,7 +387,7 @@ def test_a_stored_threshold_chooses_k_and_applies_by_default(tmp_path: Path) -> 
 
 
 def test_threshold_table_and_bad_thresholds_at_open(tmp_path: Path) -> None:
-    from simstore.planner import K_FOR_SIMILARITY, k_for_similarity
+    from simstore.layout.planner import K_FOR_SIMILARITY, k_for_similarity
 
     thresholds = [similarity for similarity, _ in K_FOR_SIMILARITY]
     assert thresholds == sorted(thresholds, reverse=True)

@@ -10,9 +10,10 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from simstore.errors import InvalidTypeError, InvalidValueError
-from simstore.permute import MAX_FINGERPRINT
-from simstore.planner import one_level
-from simstore.skew import Degenerate, TableSkew, degenerate_fingerprints, table_skew
+from simstore.index.permute import MAX_FINGERPRINT
+from simstore.index.skew import degenerate_fingerprints, table_skew
+from simstore.layout.planner import one_level
+from simstore.results import Degenerate, TableSkew
 
 U64 = np.uint64
 

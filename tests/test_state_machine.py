@@ -19,9 +19,9 @@ from hypothesis import strategies as st
 from hypothesis.stateful import RuleBasedStateMachine, initialize, invariant, precondition, rule
 
 import simstore
-import simstore.costs
-from simstore.permute import MAX_FINGERPRINT
-from simstore.tables import TableSet
+import simstore.index.costs
+from simstore.engine.tableset import TableSet
+from simstore.index.permute import MAX_FINGERPRINT
 
 Key = str | bytes | int
 
@@ -163,7 +163,7 @@ class StoreMachine(RuleBasedStateMachine):
         adds any (so that the model knows their order). With ``crowded``, queries
         read their buckets first and search them together, as they do when the
         runs' prefixes are crowded."""
-        self.crowding = mock.patch.object(simstore.costs, "CROWDED_PREFIX", 0 if crowded else 1 << 40)
+        self.crowding = mock.patch.object(simstore.index.costs, "CROWDED_PREFIX", 0 if crowded else 1 << 40)
         self.crowding.start()
         self.k = k
         self.threshold = threshold
@@ -316,7 +316,7 @@ class StoreMachine(RuleBasedStateMachine):
         steps = data.draw(st.integers(0, 12), label="steps taken")
         tiny = data.draw(st.sampled_from([1, 7, 100]), label="entries per step")
         with (
-            mock.patch.object(simstore.tables, "COMPACTION_STEP_ENTRIES", tiny),
+            mock.patch.object(simstore.engine.tableset, "COMPACTION_STEP_ENTRIES", tiny),
             mock.patch.object(TableSet.compaction_step, "__defaults__", (tiny,)),
             failing_after(steps, StepInterruptedError()),
             contextlib.suppress(StepInterruptedError),

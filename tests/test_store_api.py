@@ -17,10 +17,11 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 import simstore
-from simstore import records
+from simstore.engine import records
+from simstore.engine.packed import PackedKeys
+from simstore.engine.records import MAX_DIRECT_KEY_BYTES
 from simstore.errors import SimstoreError
-from simstore.packed import PackedKeys
-from simstore.records import MAX_DIRECT_KEY_BYTES, pack_key, pack_keys
+from simstore.keys import pack_key, pack_keys
 
 Key = str | bytes | int
 
@@ -427,7 +428,7 @@ def test_stats_fields(store_path: str, k: int, blocks: int | None) -> None:
         assert stats.tables == comb(expected_blocks, k) == len(stats.table_entries)
         assert stats.table_entries == (19,) * stats.tables
         assert len(stats.prefix_bits) == stats.tables
-        assert stats.format_version == simstore.format.FORMAT_VERSION == 2
+        assert stats.format_version == simstore.engine.format.FORMAT_VERSION == 2
         assert stats.readonly is False
         assert stats.path == store_path
         assert stats.bytes_on_disk > 0

@@ -13,8 +13,8 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 import simstore
-import simstore.costs
-from simstore.permute import MAX_FINGERPRINT
+import simstore.index.costs
+from simstore.index.permute import MAX_FINGERPRINT
 
 Key = str | bytes | int
 Expected = list[tuple[Key, int, int]]
@@ -154,7 +154,7 @@ def test_queries_equal_brute_force(k: int, blocks: int | None, crowded: bool, da
     phase = data.draw(st.sampled_from(PHASES), label="phase")
     with (
         tempfile.TemporaryDirectory() as folder,
-        mock.patch.object(simstore.costs, "CROWDED_PREFIX", 0 if crowded else 1 << 40),
+        mock.patch.object(simstore.index.costs, "CROWDED_PREFIX", 0 if crowded else 1 << 40),
     ):
         store = build(str(Path(folder) / "oracle.simstore"), k, blocks, stored, phase)
         with store:

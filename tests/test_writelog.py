@@ -8,8 +8,8 @@ from pathlib import Path
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from simstore import writelog
-from simstore.writelog import Checkpoint, WriteLog
+from simstore.engine import writelog
+from simstore.engine.writelog import Checkpoint, WriteLog
 
 RING = 4096
 SALT = 12345

@@ -407,7 +407,8 @@ def mover_diagnosis(store: Any, seed: int, mover: int) -> str:
 
 
 def store_lookup(key: str) -> bytes:
-    from simstore.records import lookup_key, pack_key
+    from simstore.engine.records import lookup_key
+    from simstore.keys import pack_key
 
     return lookup_key(pack_key(key))
 

@@ -155,7 +155,7 @@ def test_creation_without_hard_links_still_agrees(tmp_path: Path, monkeypatch: p
     assert sorted(os.listdir(tmp_path)) == [
         "nolink.simstore",
         "nolink.simstore-lock",
-        "nolink.simstore-writers",  # where sync=True writers meet (simstore.mailbox)
+        "nolink.simstore-writers",  # where sync=True writers meet (simstore.commit.mailbox)
     ]
 
 

@@ -29,7 +29,7 @@ from typing import Any
 import pytest
 
 import simstore
-from simstore import mailbox
+from simstore.commit import mailbox
 
 from .conftest import COUNTS
 

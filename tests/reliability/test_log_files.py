@@ -14,14 +14,14 @@ import lmdb
 import pytest
 
 import simstore
-from simstore import checkpoints
-from simstore.writelog import WriteLog
+from simstore.engine import wal
+from simstore.engine.writelog import WriteLog
 
 NEW_BOOT = b"another boot...."
 
 
 def _write_and_stop(path: str, count: int) -> None:
-    checkpoints.CHECKPOINT_INTERVAL = 3600.0  # records pile up after the checkpoint
+    wal.CHECKPOINT_INTERVAL = 3600.0  # records pile up after the checkpoint
     store = simstore.open(path, "w")
     for number in range(count):
         store.add(f"orig{number}", fingerprint=(number * 104729) << 10)
@@ -29,7 +29,7 @@ def _write_and_stop(path: str, count: int) -> None:
 
 
 def _reopen_after_restart(path: str, report: Path) -> None:
-    checkpoints.boot_id = lambda: NEW_BOOT
+    wal.boot_id = lambda: NEW_BOOT
     try:
         with simstore.open(path, "w") as store:
             keys = list(map(str, store.keys()))
@@ -55,7 +55,7 @@ def test_a_copy_with_a_history_of_its_own_put_in_place_keeps_its_documents(tmp_p
     writer = context.Process(target=_write_and_stop, args=(original, 2500))
     writer.start()
     writer.join()
-    log = WriteLog.open(checkpoints.log_path(original), writable=False)
+    log = WriteLog.open(wal.log_path(original), writable=False)
     checkpoint = log.checkpoint()
     assert checkpoint is not None
     last_record = [txn_id for txn_id, _, _ in log.records(checkpoint)][-1]
@@ -89,8 +89,8 @@ def test_a_fifo_at_the_log_does_not_block_a_read_only_open(tmp_path: Path) -> No
     path = str(tmp_path / "s.simstore")
     with simstore.open(path, "c", k=3) as store:
         store.add("a", fingerprint=1)
-    os.unlink(checkpoints.log_path(path))
-    os.mkfifo(checkpoints.log_path(path))
+    os.unlink(wal.log_path(path))
+    os.mkfifo(wal.log_path(path))
     reader = multiprocessing.get_context("fork").Process(target=_open_read_only, args=(path,))
     reader.start()
     reader.join(60)  # (an open takes milliseconds; a blocked one never returns)
@@ -101,7 +101,7 @@ def test_a_fifo_at_the_log_does_not_block_a_read_only_open(tmp_path: Path) -> No
     assert reader.exitcode == 0
     with simstore.open(path, "w") as store:  # a writer treats it as no log, and leaves it
         store.add("b", fingerprint=2)
-    assert Path(checkpoints.log_path(path)).is_fifo()
+    assert Path(wal.log_path(path)).is_fifo()
 
 
 @pytest.mark.parametrize("kind", ["fifo", "folder"])
@@ -143,7 +143,7 @@ def test_a_writer_that_cannot_write_the_log_is_refused(tmp_path: Path) -> None:
     path = str(tmp_path / "s.simstore")
     with simstore.open(path, "c", k=3) as store:
         store.add("a", fingerprint=1)
-    os.chmod(checkpoints.log_path(path), 0o444)
+    os.chmod(wal.log_path(path), 0o444)
     with pytest.raises(simstore.AccessDeniedError, match="write-ahead log"):
         simstore.open(path, "w", sync=False)
     with simstore.open(path, "r") as store:
@@ -171,7 +171,7 @@ def _stop_without_closing(path: str, sync: object) -> None:
 
 
 def _read_after_restart(path: str, report: Path) -> None:
-    checkpoints.boot_id = lambda: NEW_BOOT
+    wal.boot_id = lambda: NEW_BOOT
     try:
         with simstore.open(path, "r") as store:
             report.write_text(f"read {len(store)}")
@@ -214,7 +214,7 @@ def test_after_a_restart_a_store_left_unclean_is_rolled_back_before_it_is_read(
 
 @pytest.mark.parametrize(
     "failure",
-    [checkpoints.MapMovedError(), OSError(5, "Input/output error"), lmdb.MapResizedError("grown")],
+    [wal.MapMovedError(), OSError(5, "Input/output error"), lmdb.MapResizedError("grown")],
 )
 def test_a_checkpoint_that_fails_at_close_still_closes_the_file(
     tmp_path: Path, monkeypatch: pytest.MonkeyPatch, failure: BaseException
@@ -226,10 +226,10 @@ def test_a_checkpoint_that_fails_at_close_still_closes_the_file(
     store = simstore.open(path, "c", k=3, merge_on_close=False)
     store.add("a", fingerprint=1)
 
-    def fail(_writer: checkpoints.LogWriter) -> None:
+    def fail(_writer: wal.LogWriter) -> None:
         raise failure
 
-    monkeypatch.setattr(checkpoints.LogWriter, "checkpoint", fail)
+    monkeypatch.setattr(wal.LogWriter, "checkpoint", fail)
     store.close()
     monkeypatch.undo()
     with simstore.open(path, "w") as reopened:  # the record is in the log: nothing was lost

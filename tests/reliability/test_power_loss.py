@@ -25,13 +25,13 @@ import numpy as np
 import pytest
 
 import simstore
-from simstore import _lmdb, checkpoints
+from simstore.engine import _lmdb, wal
 
 PAGE = 4096
 
 
 def _write(path: str, copy_path: str, acknowledged_path: str, seed: int, interval: float) -> None:
-    checkpoints.CHECKPOINT_INTERVAL = interval
+    wal.CHECKPOINT_INTERVAL = interval
     flush_file = _lmdb.Environment.flush_file
 
     def flush_and_copy(env: _lmdb.Environment) -> None:
@@ -165,7 +165,7 @@ def _write_lose_power_and_reopen(
 
 
 def _reopen(path: str, found_path: str) -> None:
-    checkpoints.boot_id = lambda: b"another boot...."  # the machine restarted
+    wal.boot_id = lambda: b"another boot...."  # the machine restarted
     with simstore.open(path, "w") as store:
         problems = store.check()
         items = {key: str(fp) for key, fp in store.items()}
@@ -203,7 +203,7 @@ def _add_and_stop(path: str) -> None:
 
 
 def _read_after_restart(path: str, refusals: int) -> None:
-    checkpoints.boot_id = lambda: b"another boot...."
+    wal.boot_id = lambda: b"another boot...."
     try:
         with simstore.open(path, "r") as store:
             assert refusals == 0
@@ -225,14 +225,14 @@ def test_a_log_a_deleted_store_left_is_never_replayed_into_a_new_one(tmp_path: P
     with simstore.open(str(path), "c", k=3) as store:
         for number in range(20):
             store.add(f"old-{number}", fingerprint=number)
-        old = checkpoints.WriteLog.open(checkpoints.log_path(str(path)))
+        old = wal.WriteLog.open(wal.log_path(str(path)))
         old_salt = old.checkpoint().salt  # type: ignore[union-attr]
         old.close()
     for leftover in (path, Path(str(path) + "-lock")):
         leftover.unlink()
     with simstore.open(str(path), "c", k=3) as store:
         store.add("new", fingerprint=1)
-        log = checkpoints.WriteLog.open(checkpoints.log_path(str(path)))
+        log = wal.WriteLog.open(wal.log_path(str(path)))
         header = log.checkpoint()
         assert header is not None
         assert header.salt != old_salt

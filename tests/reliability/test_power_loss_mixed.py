@@ -31,7 +31,7 @@ import numpy as np
 import pytest
 
 import simstore
-from simstore import checkpoints
+from simstore.engine import wal
 
 PAGE = 4096
 SYNC_MODES: dict[str, Any] = {"durable": True, "fast": False, "interval": "interval"}
@@ -42,7 +42,7 @@ class DurableCopies:
     log, a copy of that file as it is (what a power loss keeps at least)."""
 
     def __init__(self, store_path: str) -> None:
-        log = checkpoints.log_path(store_path)
+        log = wal.log_path(store_path)
         self.files = {store_path: store_path + ".durable", log: log + ".durable"}
         self.lock_path = store_path + ".copies-lock"
 
@@ -78,7 +78,7 @@ def _writer(store_path: str, role: str, seed: int, steps: int, start: Any) -> No
     the writers that do not flush each commit, once a flush of theirs returned
     (``durable``); then stops without closing the store."""
     DurableCopies(store_path).install()
-    checkpoints.CHECKPOINT_INTERVAL = random.Random(seed).choice([0.01, 0.2, 3600.0])
+    wal.CHECKPOINT_INTERVAL = random.Random(seed).choice([0.01, 0.2, 3600.0])
     rng = random.Random(seed)
     start.wait()
     journal = open(f"{store_path}.{role}.journal", "w")  # noqa: SIM115 - kept to the end
@@ -148,7 +148,7 @@ def _power_loss(path: Path, durable_copy: Path, keep: float, rng: random.Random)
 
 
 def _reopen(path: str, found_path: str) -> None:
-    checkpoints.boot_id = lambda: b"another boot...."  # the machine restarted
+    wal.boot_id = lambda: b"another boot...."  # the machine restarted
     try:
         with simstore.open(path, "w") as store:
             problems = store.check()
@@ -217,7 +217,7 @@ def _run(tmp_path: Path, roles: list[str], together: bool, seed: int, keep: floa
             child.join()
             assert child.exitcode == 0
     rng = random.Random(seed)
-    log = Path(checkpoints.log_path(str(store_path)))
+    log = Path(wal.log_path(str(store_path)))
     _power_loss(store_path, Path(str(store_path) + ".durable"), keep, rng)
     _power_loss(log, Path(str(log) + ".durable"), keep, rng)
     found_path = tmp_path / "found.json"

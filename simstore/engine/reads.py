@@ -1,0 +1,254 @@
+"""Reading an open store: near-duplicate queries, and the documents by key.
+
+Functions of an open engine (:mod:`simstore.engine.core`). A query consults the
+delta (:meth:`simstore.engine.delta.Delta.matches`) and then the tables
+(:meth:`simstore.engine.tableset.TableSet.find`) in one snapshot, and turns the
+internal ids it found into :class:`~simstore.Match` results.
+"""
+
+from __future__ import annotations
+
+import operator
+from collections.abc import Iterable, Sequence
+from typing import TYPE_CHECKING
+
+import numpy as np
+
+from simstore.engine import _lmdb
+from simstore.engine.query import permute_columns, rows_of
+from simstore.engine.records import decode_record, encode_id, lookup_key
+from simstore.engine.settings import store_sketch
+from simstore.errors import CorruptStoreError, InvalidTypeError, InvalidValueError, KeyNotFoundError
+from simstore.fingerprint.sketch import U8Array, estimate_jaccard
+from simstore.index.permute import U64Array
+from simstore.keys import Key, KeyLike, pack_key, unpack_key, unpack_meta
+from simstore.results import Match, Record, match_order
+
+if TYPE_CHECKING:
+    from simstore.engine.core import Engine
+
+# A query_many of at least this many queries reads every table's bitmaps
+# before it starts (single queries read one table's after their answer).
+BATCH_READS_BITMAPS = 64
+
+
+# ------------------------------------------------------------------ queries
+
+
+def query(
+    engine: Engine, fingerprint: int, sketch: bytes | None, k: int, with_meta: bool, threshold: float | None
+) -> list[Match]:
+    """``Store.query`` of a fingerprint and its sketch, arguments checked."""
+    with engine.read() as txn:
+        # Permute inside the read: it may have adopted another process's new layout.
+        permuted = engine.permute_all(fingerprint)
+        records: dict[int, bytes] = {}
+        found = find(engine, txn, permuted, fingerprint, k, records)
+        matches = resolve(engine, txn, found, with_meta, records, sketch, threshold)
+        if engine.tableset.bitmaps_unread:
+            engine.tableset.read_bitmaps(txn)
+        return matches
+
+
+def query_many(
+    engine: Engine,
+    queries: U64Array,
+    sketches: U8Array | None,
+    k: int,
+    with_meta: bool,
+    threshold: float | None,
+) -> list[list[Match]]:
+    """``Store.query_many`` of fingerprints and their sketches, arguments checked."""
+    results: list[list[Match]] = []
+    with engine.read() as txn:
+        # A batch may as well read every bitmap first.
+        engine.tableset.read_bitmaps(txn, 1 << 30 if len(queries) >= BATCH_READS_BITMAPS else 1)
+        columns = permute_columns(engine.tables, queries)
+        query_list = queries.tolist()
+        founds = [
+            engine.delta.matches(permuted, query, k)
+            for query, permuted in zip(query_list, rows_of(columns), strict=True)
+        ]
+        records: list[dict[int, bytes]] = [{} for _ in query_list]
+        engine.tableset.find_many(
+            txn, columns, query_list, k, founds, records, engine.handles.docs, engine.permute_all
+        )
+        for index, (found, found_records) in enumerate(zip(founds, records, strict=True)):
+            sketch = None if sketches is None else sketches[index].tobytes()
+            results.append(resolve(engine, txn, found, with_meta, found_records, sketch, threshold))
+    return results
+
+
+def find(
+    engine: Engine,
+    txn: _lmdb.Txn,
+    permuted: Sequence[int],
+    fingerprint: int,
+    k: int,
+    records: dict[int, bytes],
+) -> dict[int, int]:
+    """``{doc_id: distance}`` of everything within ``k`` bits, delta
+    included; ``records`` gets the record of each table match (read to
+    check its distance), for :func:`resolve`."""
+    found = engine.delta.matches(permuted, fingerprint, k)
+    engine.tableset.find(
+        txn, permuted, fingerprint, k, found, records, engine.handles.docs, engine.permute_all
+    )
+    return found
+
+
+def resolve(
+    engine: Engine,
+    txn: _lmdb.Txn,
+    found: dict[int, int],
+    with_meta: bool = False,
+    records: dict[int, bytes] | None = None,
+    sketch: bytes | None = None,
+    threshold: float | None = None,
+) -> list[Match]:
+    """The matches of ``found`` (``{doc_id: distance}``), sorted, with
+    their similarity to the query's ``sketch`` (if given), and without
+    those less similar than ``threshold``."""
+    if not found:
+        return []
+    docs = engine.handles.docs
+    docmeta = engine.handles.docmeta
+    similarity_of: dict[int, float] = {}
+    if sketch is not None and engine.handles.sketches is not None:
+        similarity_of = similarities(engine, txn, found, sketch)
+    matches = []
+    for doc_id, distance in found.items():
+        similarity = similarity_of.get(doc_id)
+        if threshold is not None and similarity is not None and similarity < threshold:
+            continue
+        id_bytes = encode_id(doc_id)
+        raw = records.get(doc_id) if records else None
+        if raw is None:
+            raw = txn.get(id_bytes, db=docs)
+        if raw is None:
+            raise CorruptStoreError(f"document {doc_id} is indexed but has no record")
+        fingerprint, packed = decode_record(raw)
+        meta = unpack_meta(txn.get(id_bytes, db=docmeta)) if with_meta else None
+        matches.append(Match(unpack_key(packed), distance, fingerprint, meta, similarity))
+    if len(matches) > 1:
+        matches.sort(key=match_order)
+    return matches
+
+
+def similarities(engine: Engine, txn: _lmdb.Txn, found: Iterable[int], sketch: bytes) -> dict[int, float]:
+    """The estimated similarity to ``sketch`` of each document of
+    ``found`` (internal ids) that has a sketch."""
+    database = engine.handles.sketches
+    geometry = store_sketch(engine)
+    assert database is not None
+    assert geometry is not None
+    doc_ids: list[int] = []
+    rows: list[bytes] = []
+    for doc_id in found:
+        raw = txn.get(encode_id(doc_id), db=database)
+        if raw is not None:
+            doc_ids.append(doc_id)
+            rows.append(raw)
+    if not rows:
+        return {}
+    stored = np.frombuffer(b"".join(rows), dtype=np.uint8).reshape(len(rows), -1)
+    if stored.shape[1] != geometry.nbytes:
+        raise CorruptStoreError(
+            f"a stored sketch is {stored.shape[1]} bytes, not the store's {geometry.nbytes}"
+        )
+    estimates = estimate_jaccard(np.frombuffer(sketch, dtype=np.uint8), stored, geometry)
+    return dict(zip(doc_ids, estimates.tolist(), strict=True))
+
+
+# ---------------------------------------------------------------- documents
+
+
+def record_of(engine: Engine, key: KeyLike) -> Record | None:
+    """The record stored under ``key``, or ``None``."""
+    found_by = lookup_key(pack_key(key))
+    with engine.read() as txn:
+        id_bytes = txn.get(found_by, db=engine.handles.keys)
+        if id_bytes is None:
+            return None
+        raw = txn.get(id_bytes, db=engine.handles.docs)
+        if raw is None:
+            raise CorruptStoreError(f"key {key!r} is in the key table but has no record")
+        fingerprint, packed = decode_record(raw)
+        meta = unpack_meta(txn.get(id_bytes, db=engine.handles.docmeta))
+        return Record(unpack_key(packed), fingerprint, meta)
+
+
+def sketch_of(engine: Engine, key: KeyLike) -> bytes | None:
+    """The verification sketch stored for ``key``, or ``None`` if it has none.
+
+    Raises:
+        KeyNotFoundError: no document has this key.
+    """
+    found_by = lookup_key(pack_key(key))
+    with engine.read() as txn:
+        id_bytes = txn.get(found_by, db=engine.handles.keys)
+        if id_bytes is None:
+            raise KeyNotFoundError(f"no document with key {key!r}")
+        database = engine.handles.sketches
+        raw = None if database is None else txn.get(id_bytes, db=database)
+        return None if raw is None else bytes(raw)
+
+
+def contains(engine: Engine, key: object) -> bool:
+    """Whether a document is stored under ``key`` (``False`` for what cannot be a key)."""
+    try:
+        found_by = lookup_key(pack_key(key))
+    except (InvalidTypeError, InvalidValueError):
+        return False
+    with engine.read() as txn:
+        return txn.get(found_by, db=engine.handles.keys) is not None
+
+
+def document_count(engine: Engine) -> int:
+    with engine.read() as txn:
+        return int(txn.stat(engine.handles.keys)["entries"])
+
+
+def keys(engine: Engine) -> list[Key]:
+    """Every key, in the order its document was first added."""
+    with engine.read() as txn:
+        cursor = txn.cursor(engine.handles.docs)
+        return [unpack_key(decode_record(raw)[1]) for raw in cursor.iternext(keys=False, values=True)]
+
+
+def items(engine: Engine) -> list[tuple[Key, int]]:
+    """``(key, fingerprint)`` pairs in insertion order, from one snapshot."""
+    with engine.read() as txn:
+        pairs = []
+        for raw in txn.cursor(engine.handles.docs).iternext(keys=False, values=True):
+            fingerprint, packed = decode_record(raw)
+            pairs.append((unpack_key(packed), fingerprint))
+    return pairs
+
+
+def fingerprints(engine: Engine) -> U64Array:
+    """Every stored fingerprint, in insertion order."""
+    with engine.read() as txn:
+        return stored_fingerprints(engine, txn)
+
+
+def all_documents(engine: Engine, txn: _lmdb.Txn) -> tuple[U64Array, U64Array]:
+    """Every document's ``(internal id, fingerprint)`` from the records."""
+    # Two passes of C-level loops (join over the cursor's iterator), not
+    # one Python loop: 0.48 s instead of 0.55 s for a million records.
+    id_bytes = b"".join(txn.cursor(engine.handles.docs).iternext(keys=True, values=False))
+    fingerprints = stored_fingerprints(engine, txn)
+    if len(fingerprints) * 8 != len(id_bytes):
+        raise CorruptStoreError("a document id is not 8 bytes; the store may be damaged")
+    return np.frombuffer(id_bytes, dtype=">u8").astype(np.uint64), fingerprints
+
+
+def stored_fingerprints(engine: Engine, txn: _lmdb.Txn) -> U64Array:
+    """Every document's fingerprint, in id order, from the records."""
+    first_eight = operator.itemgetter(slice(0, 8))
+    records = txn.cursor(engine.handles.docs).iternext(keys=False, values=True)
+    count = int(txn.stat(engine.handles.docs)["entries"])
+    fingerprint_bytes = b"".join(map(first_eight, records))
+    if len(fingerprint_bytes) != 8 * count:
+        raise CorruptStoreError("a document record is too short; the store may be damaged")
+    return np.frombuffer(fingerprint_bytes, dtype=">u8").astype(np.uint64)

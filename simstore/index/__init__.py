@@ -1,0 +1,19 @@
+"""Manku, Jain & Das Sarma's permutation scheme over uint64 arrays: tables, whether they
+cover k, all pairs and clusters of an array. No file, no LMDB.
+
+Modules:
+
+- ``clusters``: Clusters of a pair graph: connected components (union-find, vectorised
+  with numpy) and stars (leader clustering).
+- ``cover``: Whether permutation tables are exact for ``k``.
+- ``costs``: Measured constants of the layout planner's cost model, in one place.
+- ``pairs``: All near-duplicate pairs of a set of fingerprints: Manku's batch mode,
+  vectorised.
+- ``permute``: Block layouts and permutation tables (Manku, Jain & Das Sarma, WWW 2007).
+- ``scan_plan``: The order a query that wants only its closest matches visits the tables
+  in, and how far each step of it has settled.
+- ``sharding``: Which shard a key belongs to: one stable function shared by the Dask
+  builder, which writes the shards, and :class:`simstore.ShardedStore`, which routes
+  adds and removals to them.
+- ``skew``: Skew statistics: how far a table's prefix ranges are from uniform.
+"""

@@ -1,0 +1,102 @@
+"""Turning what a caller asked for (k, blocks, a layout, a corpus size) into
+the permutation tables of a new store or a re-layout.
+
+Nothing here does I/O.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from dataclasses import dataclass
+from typing import Any
+
+from simstore.errors import InvalidTypeError, InvalidValueError, SimstoreError
+from simstore.fingerprint.fingerprinter import Fingerprinter
+from simstore.index.cover import covers
+from simstore.index.permute import Table, default_blocks, one_level_tables
+from simstore.layout.planner import best_layout, from_spec, k_for_similarity
+
+#: The k of a new store: on real text whose near-duplicates occurred naturally
+#: (benchmarks/bench_quality.py --real: documentation across releases, licence
+#: texts, Chinese manuals, templated reference pages), k = 5 finds 98 % of the
+#: pairs with Jaccard similarity >= 0.97 (every corpus >= 97 %); k = 3 found
+#: 92 % (60 % on licence paragraphs). Costs: see README "Choosing k".
+DEFAULT_K = 5
+#: The similarity threshold of a new store whose fingerprinter makes sketches:
+#: a match shares at least ~80 % of its word 3-shingles. At k = 5 it keeps
+#: every pair >= 0.97 that k finds and no pair below 0.5 (precision 99.0 %
+#: unverified, 62.5 % on templated pages).
+DEFAULT_MIN_SIMILARITY = 0.8
+
+
+@dataclass(frozen=True)
+class LayoutRequest:
+    """What the caller of :func:`simstore.open` or ``relayout`` asked for;
+    ``None`` lets the file (or the defaults) decide."""
+
+    k: int | None
+    blocks: int | None
+    fingerprinter: Fingerprinter | None
+    layout: Any
+    expected_docs: int | None
+    min_similarity: float | None = None
+
+
+def requested_k(requested: LayoutRequest) -> int:
+    """The ``k`` of a new store: asked for, or what its threshold needs, or the default."""
+    if requested.k is not None:
+        return requested.k
+    if requested.min_similarity is not None:
+        return k_for_similarity(requested.min_similarity)
+    return DEFAULT_K
+
+
+def layout_tables(layout: Any, k: int | None) -> tuple[int, tuple[Table, ...], dict[str, Any] | None]:
+    """``(k, tables, spec)`` of a user-supplied layout, checked to be exact."""
+    layout_k = getattr(layout, "k", k)
+    tables = tuple(getattr(layout, "tables", layout))
+    if not tables or not all(isinstance(table, Table) for table in tables):
+        raise InvalidTypeError(
+            "layout must be a simstore.layout.planner.Layout or a sequence of simstore.Table"
+        )
+    if layout_k is None:
+        raise InvalidValueError("a layout given as bare tables needs k=")
+    if k is not None and k != layout_k:
+        raise InvalidValueError(f"k={k} but the layout was planned for k={layout_k}")
+    if not covers(tables, layout_k):
+        raise InvalidValueError(
+            f"the layout's tables do not guarantee finding every fingerprint within k={layout_k} bits"
+        )
+    spec = getattr(layout, "spec", None)
+    return layout_k, tables, dict(spec) if spec is not None else None
+
+
+def choose_layout(requested: LayoutRequest) -> tuple[int, tuple[Table, ...], dict[str, Any], int | None]:
+    """``(k, tables, layout description, blocks)`` for a new set of tables."""
+    if requested.layout is not None and requested.blocks is not None:
+        raise InvalidValueError("pass either blocks= or layout=, not both")
+    if requested.layout is not None:
+        chosen_k, tables, spec = layout_tables(requested.layout, requested.k)
+        layout_spec = spec if spec is not None else {"kind": "custom"}
+        blocks = layout_spec.get("blocks")
+        return chosen_k, tables, layout_spec, blocks if isinstance(blocks, int) else None
+    if requested.blocks is None and requested.expected_docs is not None:
+        planned = best_layout(requested_k(requested), requested.expected_docs)
+        layout_spec = dict(planned.spec)
+        blocks = layout_spec.get("blocks")
+        return planned.k, tuple(planned.tables), layout_spec, blocks if isinstance(blocks, int) else None
+    chosen_k = requested_k(requested)
+    chosen_blocks = default_blocks(chosen_k) if requested.blocks is None else requested.blocks
+    tables = tuple(one_level_tables(chosen_k, chosen_blocks))
+    return chosen_k, tables, {"kind": "one-level", "blocks": chosen_blocks}, chosen_blocks
+
+
+def layout_name(k: int, spec: Mapping[str, Any] | None) -> str:
+    """A readable name of the stored layout, e.g. ``1-level 5 blocks``."""
+    spec = spec or {}
+    if spec.get("kind") in ("one-level", "two-level"):
+        try:
+            return from_spec(k, spec).name
+        except SimstoreError:
+            pass
+    return str(spec.get("kind", "custom"))

@@ -1,0 +1,275 @@
+"""Keeping the tables in shape: merges, compaction, re-layouts, and the map
+room they need, as functions of an open engine (:mod:`simstore.engine.core`).
+"""
+
+from __future__ import annotations
+
+import errno
+import os
+import warnings
+from collections.abc import Sequence
+from typing import TYPE_CHECKING, Any
+
+from simstore.engine import _lmdb
+from simstore.engine.catalog import Catalog, plan_compaction
+from simstore.engine.delta import Change
+from simstore.engine.format import CATALOG_KEY, META_KEY, State, StoredParams, encode_meta
+from simstore.engine.reads import all_documents, document_count
+from simstore.engine.runs import filter_bits_for
+from simstore.engine.tableset import TableSet, run_bytes
+from simstore.errors import InvalidTypeError, InvalidValueError, StoreFullError, StoreNotFoundError
+from simstore.index.permute import Table, validate_k
+from simstore.layout.choose import LayoutRequest, choose_layout
+from simstore.options import COMPACTION_CREDIT, DEFAULT_MERGE_THRESHOLD
+from simstore.results import MaintenanceWarning, StoreFullWarning
+from simstore.version import __version__
+
+if TYPE_CHECKING:
+    from simstore.engine.core import Engine
+
+# With more runs than this (compaction fell behind the merges), every write
+# takes a compaction step, credit or not: queries probe every run.
+URGENT_RUNS = 8
+# compact() rewrites a lone run once removals took out 1/THINNED_RUN_SHARE of
+# the entries it was laid out for: its buckets and bitmaps shrink to fit.
+THINNED_RUN_SHARE = 5
+
+
+def merge(engine: Engine) -> int:
+    """``Store.merge``: the delta written into the tables as a new run of
+    every table, in one write transaction; the number of documents merged."""
+    reserve_for(engine, 0, 0, run_entries=len(engine.delta))
+
+    def body(txn: _lmdb.Txn, state: State) -> tuple[int, State, Change]:
+        doc_ids, fingerprints = engine.delta.arrays()
+        if not len(doc_ids):
+            return 0, state, Change([], [])
+        catalog = engine.tableset.write_run(txn, engine.tableset.catalog, doc_ids, fingerprints)
+        txn.drop(engine.handles.delta, delete=False)
+        merged = state._replace(merge_epoch=state.merge_epoch + 1)
+        return len(doc_ids), merged, Change([], [], merged=True, catalog=catalog)
+
+    merged = engine.write(body)
+    engine.compaction_credit += merged * len(engine.tables) * COMPACTION_CREDIT
+    return merged
+
+
+def compact(engine: Engine, *, copy_to: str | os.PathLike[str] | None = None) -> int:
+    """``Store.compact``: every run joined into one, a bounded step (one
+    write transaction) at a time, then optionally a compacted copy written to
+    ``copy_to``; the number of table entries moved."""
+    if copy_to is not None:
+        try:
+            copy_to = os.fspath(copy_to)
+        except TypeError as exc:
+            raise InvalidTypeError(f"copy_to must be a path, got {type(copy_to).__name__}") from exc
+        folder = os.path.dirname(os.path.abspath(copy_to))
+        if not os.path.isdir(folder):
+            raise StoreNotFoundError(
+                errno.ENOENT, f"cannot write {copy_to}: the folder {folder} does not exist"
+            )
+        if os.path.lexists(copy_to):
+            raise InvalidValueError(
+                f"{copy_to} exists already; compact writes a new file and replaces nothing"
+            )
+    merge(engine)
+    moved = 0
+    while True:
+        step = compaction_step(engine, everything=True)
+        if step is None:
+            break
+        moved += step
+    if copy_to is not None:
+        with engine.lock:
+            engine.check_usable()
+            engine.env.copy_compacted(copy_to)
+    return moved
+
+
+def compaction_step(engine: Engine, *, everything: bool = False) -> int | None:
+    """One step of the compaction under way (starting one if due, or with
+    ``everything`` one of all runs): the entries it moved, or ``None``
+    when there was nothing to do."""
+    known = engine.tableset.catalog
+    due = known.compaction is not None or plan_compaction([run.entries for run in known.runs]) is not None
+    if not everything and not due:
+        # Nothing due in the catalog last seen: no write transaction (and
+        # no wait for the store's lock, which a group commit may hold) to
+        # find that out again. Runs another process added since are
+        # joined at a later call, once a read has brought the catalog in.
+        return None
+
+    def body(txn: _lmdb.Txn, state: State) -> tuple[int | None, State, Change]:
+        tableset = engine.tableset
+        catalog = tableset.catalog
+        if catalog.compaction is None:
+            planned: Catalog | None = None
+            if everything:
+                # Every run joined holds every document out of the delta: the
+                # output is laid out for that many, which gives back the room
+                # (buckets, bitmaps) of documents removed since it was written.
+                tabled = int(txn.stat(engine.handles.docs)["entries"]) - len(engine.delta)
+                if len(catalog.runs) > 1 or (catalog.runs and _thinned(catalog.runs[0].entries, tabled)):
+                    planned = tableset.start_compaction(catalog, (0, len(catalog.runs)), entries=tabled)
+            else:
+                planned = tableset.plan(catalog)
+            if planned is None:
+                return None, state, Change([], [])
+            catalog = planned
+        catalog, moved = tableset.compaction_step(txn, catalog)
+        return moved, state, Change([], [], catalog=catalog)
+
+    return engine.write(body)
+
+
+def _thinned(written: int, holds: int) -> bool:
+    """Whether a run laid out for ``written`` entries that ``holds`` now is
+    worth rewriting on its own: removals took out a fifth of it or more."""
+    return holds * THINNED_RUN_SHARE < written * (THINNED_RUN_SHARE - 1)
+
+
+def maintain(engine: Engine, documents: int, *, pay_all: bool = False) -> None:
+    """After a write of ``documents``: merge a full delta, and do the
+    compaction work those documents owe.
+
+    Every document put into the tables earns ``COMPACTION_CREDIT`` entry
+    moves per table; a step is taken while credit is left (one step per
+    call, or all of them with ``pay_all``), so that compaction keeps pace
+    with writes and no single call waits for more than one step. The
+    write has committed by now: a merge or step that fails for lack of
+    space must not make it look failed. The documents stay in the durable
+    delta, queries still find them, and a later write tries again.
+    """
+    if engine.readonly:
+        return
+    try:
+        if len(engine.delta) >= merge_threshold(engine):
+            merge(engine)
+        if documents and pay_all:
+            engine.compaction_credit = max(
+                engine.compaction_credit, documents * len(engine.tables) * COMPACTION_CREDIT
+            )
+        while engine.compaction_credit > 0 or len(engine.tableset.catalog.runs) > URGENT_RUNS:
+            moved = compaction_step(engine)
+            if moved is None:  # nothing due: the credit is kept for the next compaction
+                break
+            engine.compaction_credit -= max(moved, 1)
+            if not pay_all:
+                break
+    except StoreFullError as exc:
+        warnings.warn(
+            f"{engine.path}: the delta could not be merged or the tables compacted ({exc}); "
+            "nothing is lost, and a later write tries again",
+            StoreFullWarning,
+            stacklevel=3,
+        )
+    except Exception as exc:
+        # The write has committed: an error here must not make it look
+        # failed (a caller would take the documents for not stored).
+        warnings.warn(
+            f"{engine.path}: the merge or compaction after a write failed "
+            f"({type(exc).__name__}: {exc}); the write stands, and a later write tries again",
+            MaintenanceWarning,
+            stacklevel=3,
+        )
+
+
+def relayout(
+    engine: Engine,
+    layout: Any = None,
+    *,
+    k: int | None = None,
+    blocks: int | None = None,
+    expected_docs: int | None = None,
+) -> None:
+    """``Store.relayout``: the tables rebuilt in a new layout beside the old
+    ones, in one write transaction whose commit switches the meta record over."""
+    if sum(option is not None for option in (layout, blocks, expected_docs)) > 1:
+        raise InvalidValueError("pass one of layout=, blocks= or expected_docs=")
+    if k is not None:
+        k = validate_k(k)
+    # A layout carries its own k; otherwise k stays unless given. With
+    # nothing else asked, choose_layout picks Manku's default blocks for k.
+    new_k = k if k is not None or layout is not None else engine.params.k
+    requested = LayoutRequest(new_k, blocks, None, layout, expected_docs)
+    chosen_k, tables, spec, chosen_blocks = choose_layout(requested)
+    reserve_for(engine, 0, 0, run_entries=document_count(engine), tables=tables)
+
+    def body(txn: _lmdb.Txn, state: State) -> tuple[None, State, Change]:
+        generation = engine.params.generation + 1
+        # Opened afresh in every attempt (see Environment.open_tables): a
+        # first attempt that filled the map dropped, and so closed, them.
+        old_tables = engine.env.open_tables(txn, len(engine.tables), engine.params.generation)
+        databases = engine.env.create_tables(txn, len(tables), generation)
+        doc_ids, fingerprints = all_documents(engine, txn)
+        tableset = TableSet(tables, databases, filter_bits_for(chosen_k))
+        catalog = tableset.write_run(txn, Catalog(), doc_ids, fingerprints)
+        for db in old_tables:
+            txn.drop(db, delete=True)
+        txn.drop(engine.handles.delta, delete=False)
+        params = StoredParams(
+            k=chosen_k,
+            blocks=chosen_blocks,
+            tables=tables,
+            layout=spec,
+            fingerprinter=engine.params.fingerprinter,
+            segmenter=engine.params.segmenter,
+            created_by=engine.params.created_by,
+            generation=generation,
+            min_similarity=engine.params.min_similarity,
+        )
+        txn.put(META_KEY, encode_meta(params, version=__version__), db=engine.handles.meta)
+        new_state = state._replace(merge_epoch=state.merge_epoch + 1)
+        # Stored here, not through Change: the new catalog belongs to the
+        # new layout, which this store adopts by reloading below.
+        txn.put(CATALOG_KEY, catalog.encode(), db=engine.handles.meta)
+        new_state = new_state._replace(catalog_version=state.catalog_version + 1)
+        return None, new_state, Change([], [], merged=True)
+
+    with engine.lock:
+        # Held from the commit to the reload: the dropped tables' handles
+        # died with the commit, and no other thread may use them meanwhile.
+        engine.write(body)
+        engine.reload_layout()
+
+
+def reserve_for(
+    engine: Engine,
+    documents: int,
+    key_bytes: int,
+    *,
+    run_entries: int,
+    tables: Sequence[Table] | None = None,
+    extra_values: tuple[int, int] = (0, 0),
+) -> None:
+    """Grow the map ahead of a write of ``documents`` new documents (their
+    keys ``key_bytes`` long in all) and a new run of ``run_entries``
+    entries in every table (of ``tables``, the store's own unless given),
+    and ``extra_values`` ``(count, bytes)`` of further values (sketches and
+    metadata: a map that fills reruns the whole transaction, so a large
+    batch that left them out was rerun once per growth step)."""
+    # Per new document, its record and key-table entry: the key twice
+    # and 40 bytes of ids, fingerprint and LMDB nodes (measured: 56 bytes
+    # a document beside 8-byte keys); or its delta log entry, as much.
+    # The map adds its own headroom (Environment.reserve).
+    value_count, value_bytes = extra_values
+    estimate = documents * 40 + 2 * key_bytes + value_count * 24 + value_bytes
+    if run_entries:
+        max_id = 2 * (document_count(engine) + documents)  # the id width, roughly
+        estimate += run_bytes(
+            run_entries,
+            engine.tables if tables is None else tables,
+            max_id,
+            engine.tableset.filter_bits if tables is None else filter_bits_for(engine.params.k),
+        )
+    with engine.lock:
+        engine.check_usable()
+        if engine.readonly:
+            return
+        engine.env.reserve(estimate)
+
+
+def merge_threshold(engine: Engine) -> int:
+    """The delta size at which the delta is merged into the tables."""
+    explicit = engine.options.merge_threshold
+    return DEFAULT_MERGE_THRESHOLD if explicit is None else explicit
