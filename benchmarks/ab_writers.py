@@ -37,7 +37,7 @@ import json, multiprocessing, os, sys, threading, time
 sys.path.insert(0, sys.argv[1])
 import numpy as np
 import simstore
-from simstore import mailbox
+from simstore.commit import mailbox
 
 path, processes, threads = sys.argv[2], int(sys.argv[3]), int(sys.argv[4])
 adds, first = int(sys.argv[5]), int(sys.argv[6])

@@ -240,7 +240,7 @@ PIECE_CHARS = 1 << 20
 # Where a piece may end: after white space or Chinese punctuation. None of
 # them composes with what follows under NFKC (nor after case folding), nor
 # is part of a token, so the tokens of two pieces are those of the whole
-# (tests/test_simhash2.py checks the first over every code point).
+# (tests/fingerprint/test_simhash2.py checks the first over every code point).
 PIECE_ENDS = " \t\n\r\u3002\uff0c\u3001\uff01\uff1f\uff1b\uff1a"
 _PIECE_END = re.compile(f"[{PIECE_ENDS}]")
 

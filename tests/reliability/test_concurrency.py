@@ -407,7 +407,7 @@ def test_fork_while_another_thread_is_inside_the_store(tmp_path: Path) -> None:
         import os, signal, sys, threading
         import numpy as np
         import simstore
-        from simstore import engine as engine_module
+        from simstore.engine import core as engine_module
 
         store = simstore.open(sys.argv[1], "c", sync=False)
         store.add_many([f"k{i}" for i in range(2000)], np.arange(2000, dtype=np.uint64) * 7919)

@@ -5,7 +5,7 @@ After each kill the store must open, ``check()`` must be clean, and every page a
 writer acknowledged must be there with its fingerprint; pages in flight may or may not
 be, but never anything else.
 
-A kill cannot show what a power loss keeps: that is ``tests/test_commit.py``'s counted
+A kill cannot show what a power loss keeps: that is ``tests/commit/test_commit.py``'s counted
 flushes and ``docs/durability.md``.
 """
 

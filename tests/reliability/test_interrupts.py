@@ -9,7 +9,7 @@ and found by a query, nothing is stored that no caller asked for, and ``check()`
 clean. With ``sync=True`` a writer process adds beside them: an interrupt in this process,
 holding the writers' mailbox's lead or waiting for it, never stalls that process.
 
-The deterministic cases, one interrupt at each chosen point, are ``tests/test_commit_interrupts.py``.
+The deterministic cases, one interrupt at each chosen point, are ``tests/commit/test_commit_interrupts.py``.
 """
 
 from __future__ import annotations

@@ -14,7 +14,7 @@ from typing import Any
 
 import numpy as np
 import pytest
-from test_pairs import planted
+from _oracles import planted
 
 dd = pytest.importorskip("dask.dataframe")
 distributed = pytest.importorskip("distributed")

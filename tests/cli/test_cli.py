@@ -190,7 +190,9 @@ def test_check_reports_problems_and_exits_1(good_store: str, capsys: pytest.Capt
 
 # ---------------------------------------------------------------- new verbs
 
-CORPUS = os.path.join(os.path.dirname(__file__), os.pardir, "examples", "corpus", "kjv_near_duplicates.jsonl")
+CORPUS = os.path.join(
+    os.path.dirname(__file__), os.pardir, os.pardir, "examples", "corpus", "kjv_near_duplicates.jsonl"
+)
 
 BASE = (
     "In the beginning God created the heaven and the earth. And the earth was without form, and void; "

@@ -18,7 +18,7 @@ import pytest
 import simstore
 from simstore.cli import main
 
-DATA = Path(__file__).parent / "data"
+DATA = Path(__file__).parents[1] / "data"
 
 
 def expected_documents() -> dict[Any, tuple[int, dict[str, Any] | None]]:

@@ -231,7 +231,7 @@ def test_sketches_of_another_geometry_are_refused(tmp_path: Path) -> None:
 
 def test_stores_made_before_sketches_still_answer(tmp_path: Path) -> None:
     # The shipped format-1 store, migrated, keeps its settings: no sketch.
-    data = Path(__file__).parent / "data" / "format1.simstore"
+    data = Path(__file__).parents[1] / "data" / "format1.simstore"
     target = tmp_path / "migrated.simstore"
     with warnings.catch_warnings():
         warnings.simplefilter("ignore")

@@ -16,7 +16,7 @@ import pytest
 import simstore
 from simstore.cli import main
 
-CORPUS = Path(__file__).resolve().parents[1] / "examples" / "corpus" / "kjv_near_duplicates.jsonl"
+CORPUS = Path(__file__).resolve().parents[2] / "examples" / "corpus" / "kjv_near_duplicates.jsonl"
 
 
 def _rows() -> list[dict[str, object]]:

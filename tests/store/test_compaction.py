@@ -293,7 +293,7 @@ def test_a_process_killed_in_a_step_leaves_a_store_another_process_finishes(tmp_
         """
         import os, sys
         import simstore
-        from simstore import occupancy
+        from simstore.engine import occupancy
         from simstore.engine.tableset import TableSet
         occupancy.CHUNK_BITS = 6  # as the test's small_steps() has it
         real = TableSet.compaction_step

@@ -6,9 +6,9 @@ from pathlib import Path
 
 import numpy as np
 import pytest
+from _oracles import planted
 from hypothesis import given, settings
 from hypothesis import strategies as st
-from test_pairs import planted
 
 import simstore
 from simstore.index.sharding import shard_of

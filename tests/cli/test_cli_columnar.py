@@ -17,7 +17,7 @@ feather = pytest.importorskip("pyarrow.feather")
 import simstore  # noqa: E402
 from simstore.cli import main  # noqa: E402
 
-CORPUS = Path(__file__).parent.parent / "examples" / "corpus" / "kjv_near_duplicates.jsonl"
+CORPUS = Path(__file__).parents[2] / "examples" / "corpus" / "kjv_near_duplicates.jsonl"
 
 
 @pytest.fixture(scope="module")

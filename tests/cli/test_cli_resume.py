@@ -17,7 +17,7 @@ import pytest
 from simstore.cli import main
 from simstore.cli.resume import log_path
 
-CORPUS = Path(__file__).parent.parent / "examples" / "corpus" / "kjv_near_duplicates.jsonl"
+CORPUS = Path(__file__).parents[2] / "examples" / "corpus" / "kjv_near_duplicates.jsonl"
 LINES = CORPUS.read_text().splitlines()
 PARTS = [LINES[:120], LINES[120:240], LINES[240:]]
 

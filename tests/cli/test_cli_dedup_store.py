@@ -11,7 +11,7 @@ import pytest
 
 from simstore.cli import main
 
-CORPUS = Path(__file__).resolve().parents[1] / "examples" / "corpus" / "kjv_near_duplicates.jsonl"
+CORPUS = Path(__file__).resolve().parents[2] / "examples" / "corpus" / "kjv_near_duplicates.jsonl"
 
 
 def _renamed_copy(path: Path, prefix: str) -> Path:

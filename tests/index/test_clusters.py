@@ -9,30 +9,14 @@ from collections.abc import Iterator
 
 import numpy as np
 import pytest
+from _oracles import plain_union_find, planted
 from hypothesis import given, settings
 from hypothesis import strategies as st
-from test_pairs import planted
 
 import simstore
 from simstore.index.clusters import components, groups, pick_longest
 from simstore.index.pairs import brute_force_pairs
 from simstore.store.dedup import Cluster
-
-
-def plain_union_find(node_count: int, edges: list[tuple[int, int]]) -> list[int]:
-    """The oracle: a dict-free textbook union-find, labels = smallest node of the component."""
-    parent = list(range(node_count))
-
-    def find(node: int) -> int:
-        while parent[node] != node:
-            node = parent[node]
-        return node
-
-    for a, b in edges:
-        root_a, root_b = find(a), find(b)
-        if root_a != root_b:
-            parent[max(root_a, root_b)] = min(root_a, root_b)
-    return [find(node) for node in range(node_count)]
 
 
 @settings(max_examples=100, deadline=None)

@@ -17,7 +17,7 @@ from simstore.cli import main  # noqa: E402
 from simstore.errors import InvalidValueError  # noqa: E402
 from simstore.hf import against_dataset, dedup_dataset  # noqa: E402
 
-CORPUS = Path(__file__).parent.parent / "examples" / "corpus" / "kjv_near_duplicates.jsonl"
+CORPUS = Path(__file__).parents[2] / "examples" / "corpus" / "kjv_near_duplicates.jsonl"
 ROWS = [json.loads(line) for line in CORPUS.read_text().splitlines()]
 
 pytestmark = pytest.mark.filterwarnings("ignore::simstore.ShortTextWarning")

@@ -6,7 +6,7 @@ the interrupted call alone sees it: the other threads' writes are committed (by 
 new leader if theirs was interrupted before its commit), or get their outcome, or,
 where the fate of their write cannot be told, ``CommitInterruptedError``; nothing
 waits for ever; and the store holds what the callers were told, its delta in step
-with the file. Groups are formed as in ``tests/test_commit.py``: the test holds the
+with the file. Groups are formed as in ``tests/commit/test_commit.py``: the test holds the
 store's lock until every caller has joined the queue. ``tests/reliability/
 test_interrupts.py`` sends real signals at random moments.
 """

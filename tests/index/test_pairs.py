@@ -9,6 +9,7 @@ from collections.abc import Iterator
 
 import numpy as np
 import pytest
+from _oracles import planted
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
@@ -16,23 +17,6 @@ import simstore
 from simstore.index.pairs import all_pairs, brute_force_pairs, group_by_prefix, prefix_mask, run_pairs
 from simstore.index.permute import one_level_tables
 from simstore.store.dedup import Pair
-
-
-def planted(seed: int, singles: int, clusters: int, size: int, k: int) -> np.ndarray:
-    """Random fingerprints plus ``clusters`` groups of ``size`` near-duplicates: each
-    member flips up to ``k`` random bits of the previous one (so groups form chains),
-    with some exact repeats, in shuffled order."""
-    rng = np.random.default_rng(seed)
-    values = [int(v) for v in rng.integers(0, 2**64, singles, dtype=np.uint64)]
-    for _ in range(clusters):
-        current = int(rng.integers(0, 2**64, dtype=np.uint64))
-        for _ in range(size):
-            values.append(current)
-            flips = int(rng.integers(0, k + 1))
-            for bit in rng.choice(64, size=flips, replace=False).tolist():
-                current ^= 1 << bit
-    rng.shuffle(values)
-    return np.array(values, dtype=np.uint64)
 
 
 def found_pairs(

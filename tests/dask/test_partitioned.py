@@ -5,10 +5,9 @@ from __future__ import annotations
 
 import numpy as np
 import pytest
+from _oracles import plain_union_find, planted
 from hypothesis import given, settings
 from hypothesis import strategies as st
-from test_clusters import plain_union_find
-from test_pairs import planted
 
 pd = pytest.importorskip("pandas")
 

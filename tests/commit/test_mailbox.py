@@ -29,7 +29,7 @@ _CHILD = r"""
 import json, sys
 import simstore
 import simstore.commit.group
-from simstore import _lmdb, mailbox, writelog
+from simstore.commit import mailbox; from simstore.engine import _lmdb, writelog
 
 path, call, args = sys.argv[1], sys.argv[2], json.loads(sys.argv[3])
 if len(sys.argv) > 4:  # how long a poster waits for the processes the last group held

@@ -11,7 +11,7 @@ import pytest
 import simstore
 from simstore.cli import main
 
-CORPUS = Path(__file__).parent.parent / "examples" / "corpus" / "kjv_near_duplicates.jsonl"
+CORPUS = Path(__file__).parents[2] / "examples" / "corpus" / "kjv_near_duplicates.jsonl"
 
 
 def _json_lines(path: Path) -> list[dict[str, object]]:
@@ -258,7 +258,7 @@ def test_dedup_applies_the_store_threshold_unless_told_otherwise(
     with pytest.raises(SystemExit):
         main(["dedup", "--help"])
     help_text = " ".join(capsys.readouterr().out.split())
-    docs = " ".join((Path(__file__).parent.parent / "docs" / "cli.md").read_text(encoding="utf-8").split())
+    docs = " ".join((Path(__file__).parents[2] / "docs" / "cli.md").read_text(encoding="utf-8").split())
     for text in (help_text, docs):
         plain = text.replace("`", "").replace("*", "")
         assert f"{DEFAULT_MIN_SIMILARITY} for the temporary store and a new --store" in plain
@@ -323,5 +323,5 @@ def test_keep_none_annotation_is_documented_for_the_representative(
         main(["dedup", "--help"])
     help_text = " ".join(capsys.readouterr().out.split())
     assert "empty for the representative itself, which --keep none drops too" in help_text
-    docs = " ".join((Path(__file__).parent.parent / "docs" / "cli.md").read_text(encoding="utf-8").split())
+    docs = " ".join((Path(__file__).parents[2] / "docs" / "cli.md").read_text(encoding="utf-8").split())
     assert "a document is kept exactly when its `cluster_id` is empty" in docs

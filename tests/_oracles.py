@@ -1,0 +1,39 @@
+"""Oracles and corpora shared by tests in several folders: planted
+near-duplicate fingerprints, and a textbook union-find."""
+
+from __future__ import annotations
+
+import numpy as np
+
+
+def planted(seed: int, singles: int, clusters: int, size: int, k: int) -> np.ndarray:
+    """Random fingerprints plus ``clusters`` groups of ``size`` near-duplicates: each
+    member flips up to ``k`` random bits of the previous one (so groups form chains),
+    with some exact repeats, in shuffled order."""
+    rng = np.random.default_rng(seed)
+    values = [int(v) for v in rng.integers(0, 2**64, singles, dtype=np.uint64)]
+    for _ in range(clusters):
+        current = int(rng.integers(0, 2**64, dtype=np.uint64))
+        for _ in range(size):
+            values.append(current)
+            flips = int(rng.integers(0, k + 1))
+            for bit in rng.choice(64, size=flips, replace=False).tolist():
+                current ^= 1 << bit
+    rng.shuffle(values)
+    return np.array(values, dtype=np.uint64)
+
+
+def plain_union_find(node_count: int, edges: list[tuple[int, int]]) -> list[int]:
+    """The oracle: a dict-free textbook union-find, labels = smallest node of the component."""
+    parent = list(range(node_count))
+
+    def find(node: int) -> int:
+        while parent[node] != node:
+            node = parent[node]
+        return node
+
+    for a, b in edges:
+        root_a, root_b = find(a), find(b)
+        if root_a != root_b:
+            parent[max(root_a, root_b)] = min(root_a, root_b)
+    return [find(node) for node in range(node_count)]
