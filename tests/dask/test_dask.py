@@ -88,7 +88,7 @@ def dask_cluster_sets(result: Any) -> set[tuple[Any, tuple[Any, ...]]]:
     return found
 
 
-@pytest.mark.parametrize("seed", [1, 2])
+@pytest.mark.parametrize("seed", [1, pytest.param(2, marks=pytest.mark.soak)])
 def test_pairs_and_clusters_equal_one_store(client: Any, tmp_path: Path, seed: int) -> None:
     keys, fingerprints, lengths = corpus(seed)
     ddf = frame(keys, fingerprints, lengths)

@@ -252,6 +252,14 @@ def test_one_writer_after_another(tmp_path: Path, roles: list[str], seed: int, k
     _run(tmp_path, roles, together=False, seed=seed, keep=keep)
 
 
-@pytest.mark.parametrize(("seed", "keep"), [(11, 0.3), (12, 0.6), (13, 0.9), (14, 0.0)])
+@pytest.mark.parametrize(
+    ("seed", "keep"),
+    [
+        (11, 0.3),
+        pytest.param(12, 0.6, marks=pytest.mark.soak),
+        pytest.param(13, 0.9, marks=pytest.mark.soak),
+        (14, 0.0),
+    ],
+)
 def test_writers_of_every_mode_and_a_maintainer_at_once(tmp_path: Path, seed: int, keep: float) -> None:
     _run(tmp_path, ["durable", "fast", "interval", "maintainer"], together=True, seed=seed, keep=keep)
