@@ -5,7 +5,9 @@ from __future__ import annotations
 import os
 from collections.abc import Iterator
 from pathlib import Path
+from typing import Any
 
+import _counts
 import pytest
 
 import simstore
@@ -21,6 +23,25 @@ def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item
     for item in items:
         if item.get_closest_marker("soak"):
             item.add_marker(skip)
+
+
+def pytest_sessionfinish(session: pytest.Session) -> None:
+    """On an xdist worker: hand this process's reliability counts to the controller."""
+    output = getattr(session.config, "workeroutput", None)
+    if output is not None:
+        output["reliability_counts"] = dict(_counts.COUNTS)
+
+
+@pytest.hookimpl(optionalhook=True)
+def pytest_testnodedown(node: Any, error: object) -> None:
+    """On the xdist controller: a worker's counts, added to the run's."""
+    _counts.COUNTS.update(getattr(node, "workeroutput", {}).get("reliability_counts", {}))
+
+
+def pytest_terminal_summary(terminalreporter: Any) -> None:
+    if _counts.COUNTS:
+        listed = ", ".join(f"{name}={value}" for name, value in sorted(_counts.COUNTS.items()))
+        terminalreporter.write_line(f"reliability counts: {listed}")
 
 
 @pytest.fixture

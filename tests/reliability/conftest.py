@@ -17,11 +17,11 @@ import subprocess
 import sys
 import textwrap
 import time
-from collections import Counter
 from collections.abc import Iterable, Iterator
 from pathlib import Path
 from typing import Any
 
+import _counts
 import numpy as np
 import pytest
 
@@ -32,8 +32,9 @@ from . import _workload
 TESTS_DIR = str(Path(__file__).resolve().parent.parent)
 HERE = Path(__file__).resolve().parent
 
-# Counts of what the suite did, printed at the end of the run (see NOTES.md).
-COUNTS: Counter[str] = Counter()
+# Counts of what the suite did, printed at the end of the run (see NOTES.md;
+# tests/conftest.py gathers them from every xdist worker).
+COUNTS = _counts.COUNTS
 
 
 def soak_enabled(config: pytest.Config) -> bool:
@@ -47,12 +48,6 @@ def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item
     for item in items:
         if HERE in Path(str(item.path)).parents and item.get_closest_marker("slow"):
             item.add_marker(skip)
-
-
-def pytest_terminal_summary(terminalreporter: Any) -> None:
-    if COUNTS:
-        listed = ", ".join(f"{name}={value}" for name, value in sorted(COUNTS.items()))
-        terminalreporter.write_line(f"reliability counts: {listed}")
 
 
 # -- the zygote ----------------------------------------------------------------------------
