@@ -37,9 +37,10 @@ from collections.abc import Callable, Iterator, Sequence
 from dataclasses import dataclass
 from types import FrameType
 
-from simstore.cli.common import LOG_LINE_SECONDS, PROG
+from simstore.cli.common import PROG
 from simstore.cli.dedup import configure_dedup, run_dedup
 from simstore.cli.maintain import configure_compact, configure_migrate, run_compact, run_migrate
+from simstore.cli.progress import LOG_LINE_SECONDS
 from simstore.cli.store_verbs import (
     configure_add,
     configure_export,

@@ -15,33 +15,21 @@ from dataclasses import dataclass
 from typing import Any
 
 from simstore.cli.cleanup import scratch_folder
-from simstore.cli.common import (
-    QUERY_CHUNK,
+from simstore.cli.common import QUERY_CHUNK, CommandError, counted, key_to_json, non_negative, print_json
+from simstore.cli.documents import (
     Collected,
-    CommandError,
-    ReadingBar,
-    StoreOnDemand,
     add_input_options,
-    check_distance,
     check_inputs,
-    counted,
     fingerprint_documents,
     inputs_of,
-    key_to_json,
-    non_negative,
-    note,
-    open_existing,
-    open_or_create,
-    print_json,
-    progress,
     read_options,
-    similarity,
     skip_reporter,
-    table_progress,
     unique_keys,
 )
 from simstore.cli.output import Output, output_stream, refuse_clobbers, resolve_output
+from simstore.cli.progress import ReadingBar, note, progress, table_progress
 from simstore.cli.resume import ProgressLog, resumable
+from simstore.cli.stores import StoreOnDemand, check_distance, open_existing, open_or_create, similarity
 from simstore.io.columnar import COLUMNAR_FORMATS, ColumnarWriter, key_column_type, unified_schema
 from simstore.io.readers import (
     FORMATS,

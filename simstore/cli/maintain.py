@@ -4,7 +4,9 @@ from __future__ import annotations
 
 import argparse
 
-from simstore.cli.common import CommandError, counted, open_existing, print_json, progress
+from simstore.cli.common import CommandError, counted, print_json
+from simstore.cli.progress import progress
+from simstore.cli.stores import open_existing
 from simstore.errors import StoreLockedError, StoreNotFoundError
 from simstore.store.migrate import migrate
 from simstore.store.shrink import shrink

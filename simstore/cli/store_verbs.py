@@ -19,34 +19,30 @@ from simstore.cli.check_child import check_in_child
 from simstore.cli.cleanup import existing_files, remove_new_store
 from simstore.cli.common import (
     PROG,
-    Collected,
     CommandError,
-    ReadingBar,
-    StoreOnDemand,
-    add_input_options,
-    check_distance,
-    check_inputs,
     counted,
     document_count,
-    fingerprint_documents,
     from_json,
     hex_fingerprint,
-    inputs_of,
     json_safe,
     key_to_json,
     non_negative,
-    note,
-    open_existing,
-    open_or_create,
     parse_fingerprint,
     print_json,
-    progress,
-    read_options,
     show_key,
-    similarity,
+)
+from simstore.cli.documents import (
+    Collected,
+    add_input_options,
+    check_inputs,
+    fingerprint_documents,
+    inputs_of,
+    read_options,
     skip_reporter,
 )
 from simstore.cli.output import output_stream, refuse_clobbers, resolve_output
+from simstore.cli.progress import ReadingBar, note, progress
+from simstore.cli.stores import StoreOnDemand, check_distance, open_existing, open_or_create, similarity
 from simstore.errors import InvalidTypeError, InvalidValueError, ParameterMismatchError, SimstoreError
 from simstore.fingerprint.fingerprinter import Fingerprinter, ShortTextWarning
 from simstore.io.readers import (

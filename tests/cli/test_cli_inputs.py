@@ -207,9 +207,9 @@ def test_skipped_lines_are_in_order_across_chunks_and_worker_processes(
 ) -> None:
     """Several chunks, each fingerprinted by more than one process (more
     than a million characters a chunk)."""
-    import simstore.cli.common as cli_common
+    import simstore.cli.documents as cli_documents
 
-    monkeypatch.setattr(cli_common, "FINGERPRINT_CHUNK_DOCS", 2_000)
+    monkeypatch.setattr(cli_documents, "FINGERPRINT_CHUNK_DOCS", 2_000)
     no_words = {3, 1_999, 2_000, 2_001, 3_500, 5_000}
     bad_json = {1, 2, 1_998, 2_002, 3_499, 4_999}
     source = _with_bad_lines(tmp_path / "in.jsonl", 5_000, no_words, bad_json, repeats={2_500}, repeated=10)

@@ -97,9 +97,9 @@ def test_resume_skips_what_was_committed_and_redoes_what_changed(
     log.record(Input(str(files[0])), len(PARTS[0]))
     log.record(Input(str(files[1])), 50)
     fingerprinted: list[int] = []
-    import simstore.cli.common as cli_common
+    import simstore.cli.documents as cli_documents
 
-    real = cli_common.fingerprint_documents
+    real = cli_documents.fingerprint_documents
 
     def counting(*args: object, **kwargs: object) -> object:
         for chunk, values, sketches in real(*args, **kwargs):  # type: ignore[arg-type]
@@ -136,7 +136,7 @@ import os, signal, sys
 import simstore.cli.common
 import simstore.store.facade
 
-simstore.cli.common.FINGERPRINT_CHUNK_DOCS = 40
+simstore.cli.documents.FINGERPRINT_CHUNK_DOCS = 40
 real = simstore.store.facade.Store.add_many
 calls = []
 
@@ -214,10 +214,10 @@ def test_a_killed_run_over_a_directory_resumes_to_the_uninterrupted_output(
 
 def _counting_fingerprints(monkeypatch: pytest.MonkeyPatch) -> list[int]:
     """The sizes of the chunks dedup fingerprints from now on."""
-    import simstore.cli.common as cli_common
+    import simstore.cli.documents as cli_documents
 
     fingerprinted: list[int] = []
-    real = cli_common.fingerprint_documents
+    real = cli_documents.fingerprint_documents
 
     def counting(*args: object, **kwargs: object) -> object:
         for chunk, values, sketches in real(*args, **kwargs):  # type: ignore[arg-type]
@@ -258,10 +258,10 @@ def test_an_interrupted_run_promises_a_resume_only_where_there_is_one(
     and the message says to run it again instead."""
     import io
 
-    import simstore.cli.common as cli_common
+    import simstore.cli.documents as cli_documents
     import simstore.store.facade
 
-    monkeypatch.setattr(cli_common, "FINGERPRINT_CHUNK_DOCS", 40)
+    monkeypatch.setattr(cli_documents, "FINGERPRINT_CHUNK_DOCS", 40)
     real = simstore.store.facade.Store.add_many
     calls: list[int] = []
 

@@ -175,7 +175,7 @@ def test_an_interrupt_at_any_moment_leaves_no_empty_store_and_no_scratch(
     scratch_root.mkdir()
     monkeypatch.setattr(tempfile, "tempdir", str(scratch_root))
     # Chunks of 30 documents: a dedup --store run commits several times.
-    monkeypatch.setattr("simstore.cli.common.FINGERPRINT_CHUNK_DOCS", 30)
+    monkeypatch.setattr("simstore.cli.documents.FINGERPRINT_CHUNK_DOCS", 30)
     source = _input(tmp_path)
     folder = tmp_path / "folder"
     folder.mkdir()

@@ -375,12 +375,12 @@ def test_the_command_line_starts_workers_once_a_run(
     process_starts: list[object], small_chunks: None, monkeypatch: pytest.MonkeyPatch, tmp_path: Path
 ) -> None:
     """dedup fingerprints its input in chunks; their worker is started once."""
-    from simstore.cli import common, main
+    from simstore.cli import documents, main
 
     monkeypatch.setattr(pool, "AUTO_MIN_CHARS", 2000)
     monkeypatch.setattr(pool, "available_cores", lambda: 2)
     monkeypatch.setattr(pool, "idle_cores", lambda: 1)
-    monkeypatch.setattr(common, "FINGERPRINT_CHUNK_DOCS", 100)
+    monkeypatch.setattr(documents, "FINGERPRINT_CHUNK_DOCS", 100)
     _slowly(monkeypatch)
     rows = tmp_path / "rows.jsonl"
     rows.write_text("".join(f'{{"id": {i}, "text": "{text}"}}\n' for i, text in enumerate(_ENGLISH)))
