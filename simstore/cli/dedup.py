@@ -31,10 +31,9 @@ from simstore.cli.progress import ReadingBar, note, progress, table_progress
 from simstore.cli.resume import ProgressLog, resumable
 from simstore.cli.stores import StoreOnDemand, check_distance, open_existing, open_or_create, similarity
 from simstore.io.columnar import COLUMNAR_FORMATS, ColumnarWriter, key_column_type, unified_schema
+from simstore.io.inputs import Document
 from simstore.io.readers import (
     FORMATS,
-    Document,
-    DocumentWriter,
     ErrorCounter,
     Input,
     ReadOptions,
@@ -46,6 +45,7 @@ from simstore.io.readers import (
     read_documents,
 )
 from simstore.io.tables import member_provenance
+from simstore.io.writers import DocumentWriter
 from simstore.keys import Key
 from simstore.layout.choose import DEFAULT_K, DEFAULT_MIN_SIMILARITY
 from simstore.store.dedup import KEEP_POLICIES, LINKAGES, Cluster

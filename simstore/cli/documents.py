@@ -21,21 +21,18 @@ from simstore.errors import InvalidValueError
 from simstore.fingerprint.fingerprinter import Fingerprinter, ShortTextWarning
 from simstore.fingerprint.pool import Workers, available_cores
 from simstore.fingerprint.sketch import Sketch
+from simstore.io.inputs import STDIN, STDIN_NAME, Document, InputError
 from simstore.io.readers import (
     FORMATS,
     ON_ERROR,
-    STDIN,
-    STDIN_NAME,
-    Document,
     ErrorCounter,
     Input,
-    InputError,
     ReadOptions,
     check_input,
     format_of,
     named_format,
-    sniff_format,
 )
+from simstore.io.streams import sniff_format
 from simstore.keys import Key
 from simstore.store.dedup import LENGTH_FIELD
 from simstore.store.facade import Store

@@ -33,7 +33,7 @@ from typing import Any
 
 from simstore.cli.cleanup import remove_file, signals_held
 from simstore.cli.common import CommandError
-from simstore.io.readers import STDIN
+from simstore.io.inputs import STDIN
 
 #: Paths that name a descriptor of this process (``/dev/stdout`` links to
 #: ``/proc/self/fd/1``, whose target is not a path one can rename over).

@@ -45,14 +45,9 @@ from simstore.cli.progress import ReadingBar, note, progress
 from simstore.cli.stores import StoreOnDemand, check_distance, open_existing, open_or_create, similarity
 from simstore.errors import InvalidTypeError, InvalidValueError, ParameterMismatchError, SimstoreError
 from simstore.fingerprint.fingerprinter import Fingerprinter, ShortTextWarning
-from simstore.io.readers import (
-    ON_ERROR,
-    STDIN,
-    STDIN_NAME,
-    InputError,
-    read_documents,
-    text_lines,
-)
+from simstore.io.inputs import STDIN, STDIN_NAME, InputError
+from simstore.io.readers import ON_ERROR, read_documents
+from simstore.io.streams import text_lines
 from simstore.keys import Key
 from simstore.layout.choose import DEFAULT_K
 from simstore.layout.planner import format_plan, plan

@@ -32,31 +32,30 @@ A document without an id field gets the key ``"SOURCE:LINE"`` (for example
 
 from __future__ import annotations
 
-import base64
-import codecs
 import contextlib
 import csv
-import datetime
-import gzip
 import io
 import json
 import os
 import stat
 import sys
-import tempfile
-import zlib
 from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence
 from dataclasses import dataclass, field
-from typing import IO, Any, TextIO, TypeVar, cast
+from typing import IO, Any
 
-from simstore.errors import SimstoreError
 from simstore.io.columnar import COLUMNAR_FORMATS, PyarrowMissingError, read_rows, schema_of
-from simstore.keys import Key
+from simstore.io.inputs import STDIN, STDIN_NAME, Document, InputError, _json_value
+from simstore.io.streams import (
+    _DAMAGED_GZIP,
+    NUL_MESSAGE,
+    _checked_stream,
+    _decoded_lines,
+    _gzip_checked,
+    _sniffed,
+)
 
 FORMATS = ("auto", "jsonl", "csv", "tsv", "text", *COLUMNAR_FORMATS)
 ON_ERROR = ("fail", "skip")
-STDIN = "-"
-STDIN_NAME = "<stdin>"
 DEFAULT_ID_FIELD = "id"
 DEFAULT_TEXT_FIELD = "text"
 
@@ -72,33 +71,6 @@ _EXTENSIONS = {
     ".feather": "arrow",
     ".ipc": "arrow",
 }
-
-
-class InputError(SimstoreError, ValueError):
-    """A bad input line (or file): ``source``, 1-based ``line`` (0 for the
-    whole file) and what is wrong with it."""
-
-    def __init__(self, source: str, line: int, message: str) -> None:
-        super().__init__(f"{source}:{line}: {message}" if line else f"{source}: {message}")
-        self.source = source
-        self.line = line
-        self.message = message
-
-
-@dataclass(frozen=True)
-class Document:
-    """One input document and where it came from.
-
-    ``record`` is what was read, for writing the document back out: the JSON
-    object or CSV row (a dict), or the line or file text (a str).
-    """
-
-    key: Key
-    text: str
-    source: str
-    line: int
-    record: Any
-    meta: dict[str, Any] | None = None
 
 
 @dataclass(frozen=True)
@@ -411,94 +383,8 @@ def named_format(path: str) -> str | None:
     return _by_extension(path)
 
 
-_Result = TypeVar("_Result")
-_DAMAGED_GZIP = (EOFError, gzip.BadGzipFile, zlib.error)
-
-
-def _gzip_checked(
-    name: str, results: Iterator[_Result], line_of: Callable[[_Result], int]
-) -> Iterator[_Result]:
-    """``results``, with truncated or damaged gzip data raised as an
-    :class:`InputError` at the line after the last one read: how far a
-    truncated download got (line 1 when nothing could be read)."""
-    line = 0
-    try:
-        for result in results:
-            line = line_of(result) or line
-            yield result
-    except _DAMAGED_GZIP as exc:
-        raise InputError(name, line + 1, f"damaged gzip data ({exc})") from exc
-
-
 def _line_of(result: Document | InputError) -> int:
     return result.line
-
-
-#: Bytes read to recognise a compressed or binary file.
-_SNIFF_BYTES = 16
-_GZIP_MAGIC = b"\x1f\x8b"
-#: Formats recognised by their first bytes, to say what a binary input is.
-_BINARY_MAGIC = (
-    (b"PAR1", "a Parquet file: name it *.parquet or pass --input-format parquet"),
-    (b"ARROW1", "an Arrow file: name it *.arrow or pass --input-format arrow"),
-    (b"ORC", "an ORC file, which simstore cannot read yet; convert it to JSON lines first"),
-    (b"PK\x03\x04", "a zip archive; unpack it and give the files or their directory"),
-    (b"BZh", "bzip2-compressed; decompress it (bzcat FILE | simstore ... -)"),
-    (b"\xfd7zXZ\x00", "xz-compressed; decompress it (xzcat FILE | simstore ... -)"),
-    (b"\x28\xb5\x2f\xfd", "zstd-compressed; decompress it (zstdcat FILE | simstore ... -)"),
-    (b"SQLite format 3\x00", "an SQLite database, not text"),
-    (codecs.BOM_UTF16_LE, "UTF-16 text; convert it to UTF-8 (iconv -f UTF-16 -t UTF-8)"),
-    (codecs.BOM_UTF16_BE, "UTF-16 text; convert it to UTF-8 (iconv -f UTF-16 -t UTF-8)"),
-)
-NUL_MESSAGE = (
-    "a NUL byte: this is a binary file, not text (simstore reads JSON lines, CSV, TSV, "
-    "plain text and their .gz)"
-)
-
-
-def _checked_stream(raw: IO[bytes], name: str) -> IO[bytes]:
-    """``raw`` ready to read as text: decompressed if it is gzip (known by its
-    first bytes, whatever its name; stdin too), and refused with a whole-file
-    :class:`InputError` if its first bytes say it is a binary format.
-
-    A NUL byte further on is refused line by line (:func:`_decoded_lines`).
-    """
-    if raw.seekable():
-        head = raw.read(_SNIFF_BYTES)
-        raw.seek(-len(head), os.SEEK_CUR)
-        stream = raw
-    else:
-        head = raw.read(_SNIFF_BYTES)  # a pipe: give the bytes back in front
-        stream = cast(IO[bytes], io.BufferedReader(_Chained([head], raw)))
-    if head.startswith(_GZIP_MAGIC):
-        decompressed = gzip.GzipFile(fileobj=stream, mode="rb")
-        head = decompressed.peek(_SNIFF_BYTES)[:_SNIFF_BYTES]
-        stream = cast(IO[bytes], decompressed)
-    if _looks_binary(head):
-        # The magic numbers only name what the bytes already say: a text
-        # file may well begin with "ORC" or "PAR1".
-        for magic, what in _BINARY_MAGIC:
-            if head.startswith(magic):
-                raise InputError(name, 1, f"is {what}")
-    if b"\x00" in head:
-        raise InputError(name, head[: head.index(b"\x00")].count(b"\n") + 1, NUL_MESSAGE)
-    return stream
-
-
-#: Bytes no text holds: C0 controls other than tab, newlines, form feed and escape.
-_BINARY_BYTES = frozenset(range(32)) - frozenset(b"\t\n\v\f\r\x1b")
-
-
-def _looks_binary(head: bytes) -> bool:
-    """Whether the first bytes of an input hold a byte no text holds, or are
-    not UTF-8 (a character cut off at the end of ``head`` aside)."""
-    if any(byte in _BINARY_BYTES for byte in head):
-        return True
-    try:
-        codecs.getincrementaldecoder("utf-8")().decode(head, final=False)
-    except UnicodeDecodeError:
-        return True
-    return False
 
 
 def _read_stdin(item: Input, options: ReadOptions) -> Iterator[Document | InputError]:
@@ -517,83 +403,6 @@ def _read_stdin_checked(item: Input, options: ReadOptions) -> Iterator[Document 
     yield from _read_stream(stream, fmt, name, options)
 
 
-def _sniffed(stream: IO[bytes]) -> tuple[str, IO[bytes]]:
-    """``jsonl`` if the first non-blank line starts with ``{``, else ``text``;
-    and the stream, with the lines read to tell given back in front."""
-    head: list[bytes] = []
-    for line in stream:
-        head.append(line)
-        if line.strip():
-            break
-    first = head[-1].lstrip(codecs.BOM_UTF8).lstrip() if head else b""
-    fmt = "jsonl" if first.startswith(b"{") else "text"
-    return fmt, cast(IO[bytes], io.BufferedReader(_Chained(head, stream)))
-
-
-def text_lines(path: str) -> Iterator[tuple[int, str | InputError]]:
-    """The lines of the file at ``path`` (``-``: stdin), numbered from 1, as
-    the readers see them: gzip decompressed, binary refused, a line that is
-    not UTF-8 an :class:`InputError` in its place."""
-    name = STDIN_NAME if path == STDIN else path
-    if path == STDIN:
-        raw: IO[bytes] | None = getattr(sys.stdin, "buffer", None)
-        if raw is None:
-            raw = io.BytesIO(sys.stdin.read().encode("utf-8"))
-        yield from _gzip_checked(name, _lines_of(raw, name), _number_of)
-        return
-    if not os.path.exists(path):
-        raise InputError(name, 0, "no such file")
-    with open(path, "rb") as file:
-        yield from _gzip_checked(name, _lines_of(file, name), _number_of)
-
-
-def _lines_of(raw: IO[bytes], name: str) -> Iterator[tuple[int, str | InputError]]:
-    yield from _decoded_lines(_checked_stream(raw, name), name)
-
-
-def _number_of(numbered: tuple[int, str | InputError]) -> int:
-    return numbered[0]
-
-
-def sniff_format(path: str, name: str = STDIN_NAME) -> str:
-    """``jsonl`` if the first non-blank line of the file at ``path`` (gzip
-    decompressed) starts with ``{``, else ``text``: how ``auto`` reads stdin.
-    ``name`` is the input's name in messages."""
-    with open(path, "rb") as raw:
-        try:
-            for line in _checked_stream(raw, name):
-                if line.strip():
-                    return "jsonl" if line.lstrip(codecs.BOM_UTF8).lstrip().startswith(b"{") else "text"
-        except _DAMAGED_GZIP as exc:
-            raise InputError(name, 1, f"damaged gzip data ({exc})") from exc
-    return "text"
-
-
-class _Chained(io.RawIOBase):
-    """Lines already read, then the rest of a stream, as one binary stream."""
-
-    def __init__(self, head: list[bytes], rest: IO[bytes]) -> None:
-        super().__init__()
-        self._head = list(head)
-        self._rest = rest
-
-    def readable(self) -> bool:
-        return True
-
-    def readinto(self, buffer: Any) -> int:
-        # read1: what the pipe holds now; read(n) would wait for n bytes, so
-        # `add --batch-size N -` would commit nothing until 8 KiB arrived.
-        read_some = getattr(self._rest, "read1", self._rest.read)
-        data = self._head.pop(0) if self._head else read_some(len(buffer))
-        if not data:
-            return 0
-        if len(data) > len(buffer):
-            self._head.insert(0, data[len(buffer) :])
-            data = data[: len(buffer)]
-        buffer[: len(data)] = data
-        return len(data)
-
-
 def _read_stream(
     stream: IO[bytes], fmt: str, name: str, options: ReadOptions
 ) -> Iterator[Document | InputError]:
@@ -603,23 +412,6 @@ def _read_stream(
         yield from _read_delimited(stream, name, options, "," if fmt == "csv" else "\t")
     else:
         yield from _read_text(stream, name)
-
-
-def _decoded_lines(stream: Iterable[bytes], name: str) -> Iterator[tuple[int, str | InputError]]:
-    """Each line decoded, or an :class:`InputError` for a line that is not
-    UTF-8; a NUL byte raises one for the whole file (a binary file read as
-    text would give lines of garbage, each of them skippable)."""
-    for number, raw in enumerate(stream, 1):
-        if b"\x00" in raw:
-            raise InputError(name, number, NUL_MESSAGE)
-        try:
-            line = raw.decode("utf-8")
-        except UnicodeDecodeError as exc:
-            yield number, InputError(name, number, f"not UTF-8 ({exc.reason} at byte {exc.start})")
-            continue
-        if number == 1:
-            line = line.removeprefix("\ufeff")
-        yield number, line
 
 
 def _read_text(stream: IO[bytes], name: str) -> Iterator[Document | InputError]:
@@ -779,124 +571,6 @@ def _read_directory(item: Input, tracker: ReadProgress) -> Iterator[Document | I
 
 
 # ------------------------------------------------------------------- writing
-
-
-class DocumentWriter:
-    """Writes documents back in an input format: ``jsonl`` writes the record
-    read (or ``{"id": key, "text": text}`` for text and directory inputs),
-    ``text`` the line, ``csv``/``tsv`` the row under a header of every
-    field of the rows written.
-
-    A CSV header must come first, yet a later record may hold a field no
-    earlier one did (JSON lines vary): so CSV and TSV rows are kept in a
-    temporary file until :meth:`finish`, which writes the header (``header``
-    first, then every other field in first-seen order, then the fields of
-    ``last``) and then the rows, each with an empty cell for a field it
-    lacks. No field is ever left out.
-    """
-
-    def __init__(
-        self, stream: TextIO, fmt: str, header: Sequence[str] | None = None, last: Sequence[str] = ()
-    ) -> None:
-        self.stream = stream
-        self.format = fmt
-        # Every field name seen, in order (a dict keeps it): the header to be.
-        self._fields: dict[str, None] = {} if header is None else dict.fromkeys([*header, *last])
-        self._last = list(last)
-        self._header_given = header is not None
-        self._spool: IO[str] | None = None
-        if fmt in ("csv", "tsv"):
-            # Closed by finish(), or by close() after an error.
-            self._spool = tempfile.TemporaryFile("w+", encoding="utf-8", newline="")  # noqa: SIM115
-
-    def write(self, document: Document, extra: Mapping[str, Any] | None = None) -> None:
-        """Write ``document``, with the fields of ``extra`` added (columns of
-        a CSV row, keys of a JSON object; a text line cannot carry them)."""
-        if self._spool is not None:
-            record = _record_of(document)
-            row = {name: _csv_value(value) for name, value in record.items()}
-            if extra is not None:
-                row.update(extra)
-            for name in row:
-                self._fields.setdefault(str(name), None)
-            # A row's cells in header order as it stands: fields only ever
-            # join the header at its end, so finish() pads the row's tail.
-            cells = [_csv_cell(row.get(name)) for name in self._fields]
-            self._spool.write(json.dumps(cells, ensure_ascii=False) + "\n")
-        elif self.format == "text":
-            self.stream.write(document.text.replace("\n", " ") + "\n")
-        else:
-            record = _record_of(document)
-            if extra is not None:
-                record = {**record, **extra}
-            self.stream.write(json.dumps(record, ensure_ascii=False, default=_json_value) + "\n")
-
-    def finish(self) -> None:
-        """End the output: a CSV or TSV file's header, then its rows. With
-        no row written, the ``header`` given still goes out alone, so that
-        an output with no rows still names its columns."""
-        if self._spool is None:
-            return
-        with self._spool:
-            if not self._fields and not self._header_given:
-                return
-            # A spooled row's cells are in the order fields were seen; the
-            # header puts ``last`` at the end.
-            position = {name: index for index, name in enumerate(self._fields)}
-            last = [name for name in self._last if name in position]
-            names = [name for name in self._fields if name not in last] + last
-            writer = csv.writer(
-                self.stream, delimiter="," if self.format == "csv" else "\t", lineterminator="\n"
-            )
-            writer.writerow(names)
-            self._spool.seek(0)
-            for line in self._spool:
-                cells = json.loads(line)
-                cells += [""] * (len(position) - len(cells))
-                writer.writerow([cells[position[name]] for name in names])
-
-    def close(self) -> None:
-        """Drop what :meth:`finish` did not write (after an error)."""
-        if self._spool is not None:
-            self._spool.close()
-
-
-def _record_of(document: Document) -> dict[str, Any]:
-    """The fields a document is written with: the JSON object or row read,
-    or ``{"id": key, "text": text}`` for a text line or file."""
-    if isinstance(document.record, dict):
-        return document.record
-    return {"id": document.key, "text": document.text}
-
-
-def _json_value(value: Any) -> Any:
-    """A Parquet or Arrow value JSON has no type for: bytes as ``{"$bytes":
-    base64}`` (as ``simstore export`` writes them), dates and times in ISO
-    8601, anything else (decimals, durations) as its text."""
-    if isinstance(value, bytes):
-        return {"$bytes": base64.b64encode(value).decode("ascii")}
-    if isinstance(value, datetime.date | datetime.time):
-        return value.isoformat()
-    return str(value)
-
-
-def _csv_value(value: Any) -> Any:
-    """A value as a CSV cell: lists and objects as JSON, bytes as base64,
-    dates and times in ISO 8601 (the csv module writes others as text)."""
-    if isinstance(value, bytes):
-        return base64.b64encode(value).decode("ascii")
-    if isinstance(value, dict | list):
-        return json.dumps(value, ensure_ascii=False, default=_json_value)
-    if isinstance(value, datetime.date | datetime.time):
-        return value.isoformat()
-    return value
-
-
-def _csv_cell(value: Any) -> str:
-    """A value as the text the csv module writes for it (``None`` as empty)."""
-    if value is None:
-        return ""
-    return value if isinstance(value, str) else str(value)
 
 
 def delimited_header(item: Input, fmt: str) -> list[str] | None:
