@@ -25,7 +25,7 @@ import time
 from collections.abc import Callable
 from pathlib import Path
 
-# simstore.fingerprint.text._HAN, copied so that this runs without simstore installed.
+# simstore.fingerprinting.text._HAN, copied so that this runs without simstore installed.
 _HAN = "\u3007\u3400-\u4dbf\u4e00-\u9fff\uf900-\ufaff\U00020000-\U0002fa1f\U00030000-\U000323af"
 CORPORA = Path(__file__).resolve().parent / "corpora"
 

@@ -62,9 +62,9 @@ import numpy as np
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
-from simstore.fingerprint import version2
-from simstore.fingerprint.fingerprinter import ALGORITHM_1, Fingerprinter, ShortTextWarning
-from simstore.fingerprint.text import _jieba_tokenizer, _segment_cache
+from simstore.fingerprinting import version2
+from simstore.fingerprinting.fingerprinter import ALGORITHM_1, Fingerprinter, ShortTextWarning
+from simstore.fingerprinting.text import _jieba_tokenizer, _segment_cache
 
 CORPORA = Path(__file__).resolve().parent / "corpora"
 METHODS = (
@@ -237,7 +237,7 @@ import sys, warnings
 warnings.simplefilter("ignore")
 sys.path.insert(0, {bench_dir!r})
 import bench_fingerprint as bench
-from simstore.fingerprint.fingerprinter import Fingerprinter
+from simstore.fingerprinting.fingerprinter import Fingerprinter
 before = bench.peak_rss_mib()
 values = Fingerprinter().fingerprint_many(bench._stream({repeat}))
 print(before, bench.peak_rss_mib(), len(values))

@@ -78,8 +78,8 @@ import numpy.typing as npt
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
-from simstore.fingerprint import version2
-from simstore.fingerprint.fingerprinter import (
+from simstore.fingerprinting import version2
+from simstore.fingerprinting.fingerprinter import (
     ALGORITHM,
     ALGORITHM_1,
     Fingerprinter,
@@ -90,7 +90,7 @@ from simstore.fingerprint.fingerprinter import (
     vote,
     weigh,
 )
-from simstore.fingerprint.text import normalise, tokenise
+from simstore.fingerprinting.text import normalise, tokenise
 
 HERE = Path(__file__).resolve().parent
 CORPORA = HERE / "corpora"

@@ -219,7 +219,7 @@ def man_pages(root: Path, pattern: str) -> list[Path]:
 
 def token_count(text: str) -> int:
     """simstore's token count of ``text`` (jieba for Han)."""
-    from simstore.fingerprint.text import normalise, tokenise
+    from simstore.fingerprinting.text import normalise, tokenise
 
     return len(tokenise(normalise(text)))
 

@@ -8,7 +8,7 @@ k = 0..12:
 
 - ``simstore``: the default ``simstore.Fingerprinter()``, every pair within k bits;
 - ``simstore+verify>=t``: the same candidates, kept when the verification sketch
-  (``simstore.fingerprint.sketch``, made in the same pass) estimates J >= t, for t = 0.8, 0.9, 0.97;
+  (``simstore.fingerprinting.sketch``, made in the same pass) estimates J >= t, for t = 0.8, 0.9, 0.97;
 - ``simhash (PyPI)``: the ``simhash`` package's default ``Simhash(text)``;
 - ``MinHashLSH``: datasketch ``MinHashLSH(threshold=0.8, num_perm=128)`` on the same
   shingles (one row: it has no k).
@@ -277,9 +277,9 @@ def smallest_k(distance: npt.NDArray[np.int64], target: float = RECALL_TARGET) -
 
 
 def sketch_module() -> Any:
-    """simstore.fingerprint.sketch, or None where this simstore has no verification sketch."""
+    """simstore.fingerprinting.sketch, or None where this simstore has no verification sketch."""
     try:
-        import simstore.fingerprint.sketch as module
+        import simstore.fingerprinting.sketch as module
     except ImportError:
         return None
     return module
@@ -289,7 +289,7 @@ def geometry_sketches(
     texts: Sequence[str], geometries: Sequence[tuple[int, int]]
 ) -> dict[tuple[int, int], npt.NDArray[np.uint8]]:
     """Sketches of ``texts`` at each (bins, bits), from one pass over the text."""
-    from simstore.fingerprint import version2
+    from simstore.fingerprinting import version2
 
     module = sketch_module()
     shingles, starts = version2.batch_shingles(list(texts), shingle=module.SHINGLE_TOKENS)

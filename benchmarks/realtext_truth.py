@@ -1,7 +1,7 @@
 """Exact ground truth for the real-text benchmark: Jaccard of word 3-shingles, all pairs.
 
 A document's shingles are the runs of three consecutive tokens of
-``simstore.fingerprint.text.tokenise(simstore.fingerprint.text.normalise(text))`` (jieba for Han); a document
+``tokenise(normalise(text))`` of ``simstore.fingerprinting.text`` (jieba for Han); a document
 of fewer than three tokens is the one shingle of all its tokens, and one of none has
 no shingle (its Jaccard with anything is 0).
 
@@ -37,7 +37,7 @@ class Pairs(NamedTuple):
 
 def tokens_of(texts: Sequence[str]) -> list[list[str]]:
     """simstore's tokens of each text (normalised first)."""
-    from simstore.fingerprint.text import normalise, tokenise
+    from simstore.fingerprinting.text import normalise, tokenise
 
     return [tokenise(normalise(text)) for text in texts]
 

@@ -31,14 +31,14 @@ from simstore.errors import (
     StoreNotFoundError,
     WorkerError,
 )
-from simstore.fingerprint.fingerprinter import (
+from simstore.fingerprinting.fingerprinter import (
     Fingerprinter,
     ShortTextWarning,
     fingerprint,
     fingerprint_vector,
 )
-from simstore.fingerprint.pool import Workers
-from simstore.fingerprint.sketch import Sketch, estimate_jaccard
+from simstore.fingerprinting.pool import Workers
+from simstore.fingerprinting.sketch import Sketch, estimate_jaccard
 from simstore.index.permute import Table, hamming
 from simstore.index.sharding import shard_of
 from simstore.io.tables import dedup_table

@@ -115,7 +115,7 @@ BELOW_THE_FACADE = {
     "commit",
     "layout",
     "index",
-    "fingerprint",
+    "fingerprinting",
     "keys",
     "results",
     "errors",
@@ -146,3 +146,14 @@ def test_the_facade_holds_no_engine_state_of_its_own() -> None:
         if isinstance(node, ast.ClassDef)
     ]
     assert not [name for name in classes if name.endswith("Mixin")]
+
+
+def test_no_public_name_hides_a_subpackage() -> None:
+    """``simstore.fingerprint`` (the function) once hid a subpackage of that
+    name: ``import simstore.fingerprint.text as t`` then failed. Every
+    subpackage is reachable as an attribute of the package."""
+    import importlib
+
+    for folder in sorted(p for p in PACKAGE.iterdir() if (p / "__init__.py").exists()):
+        module = importlib.import_module(f"simstore.{folder.name}")
+        assert getattr(simstore, folder.name) is module, folder.name

@@ -63,7 +63,7 @@ from simstore.cli.store_verbs import (
     run_stats,
 )
 from simstore.errors import SimstoreError
-from simstore.fingerprint.fingerprinter import ShortTextWarning
+from simstore.fingerprinting.fingerprinter import ShortTextWarning
 from simstore.version import __version__
 
 #: The exit status when the reader of stdout went away: 128 + SIGPIPE, what a

@@ -18,9 +18,9 @@ import numpy as np
 
 from simstore.cli.common import PROG, CommandError
 from simstore.errors import InvalidValueError
-from simstore.fingerprint.fingerprinter import Fingerprinter, ShortTextWarning
-from simstore.fingerprint.pool import Workers, available_cores
-from simstore.fingerprint.sketch import Sketch
+from simstore.fingerprinting.fingerprinter import Fingerprinter, ShortTextWarning
+from simstore.fingerprinting.pool import Workers, available_cores
+from simstore.fingerprinting.sketch import Sketch
 from simstore.io.inputs import STDIN, STDIN_NAME, Document, InputError
 from simstore.io.readers import (
     FORMATS,
@@ -228,7 +228,7 @@ def fingerprint_documents(
     any other. ``errors`` (which the reading of ``documents`` reports to)
     reports every skipped line in input order: a chunk's are held until it
     is fingerprinted, as a text with no features is found only then. Worker
-    processes, where they pay (an automatic pool, see :mod:`simstore.fingerprint.pool`),
+    processes, where they pay (an automatic pool, see :mod:`simstore.fingerprinting.pool`),
     are started once for all the chunks."""
     with Workers(available_cores(), automatic=True) as workers:
         yield from _fingerprint_chunks(store, documents, options, errors, workers, with_length, chunk_docs)

@@ -44,7 +44,7 @@ from simstore.cli.output import output_stream, refuse_clobbers, resolve_output
 from simstore.cli.progress import ReadingBar, note, progress
 from simstore.cli.stores import StoreOnDemand, check_distance, open_existing, open_or_create, similarity
 from simstore.errors import InvalidTypeError, InvalidValueError, ParameterMismatchError, SimstoreError
-from simstore.fingerprint.fingerprinter import Fingerprinter, ShortTextWarning
+from simstore.fingerprinting.fingerprinter import Fingerprinter, ShortTextWarning
 from simstore.io.inputs import STDIN, STDIN_NAME, InputError
 from simstore.io.readers import ON_ERROR, read_documents
 from simstore.io.streams import text_lines

@@ -13,7 +13,7 @@ from simstore.cli.cleanup import existing_files, remove_new_store, remove_stale_
 from simstore.cli.common import CommandError
 from simstore.cli.documents import Collected
 from simstore.errors import ParameterMismatchError, SimstoreError, StoreNotFoundError
-from simstore.fingerprint.fingerprinter import Fingerprinter
+from simstore.fingerprinting.fingerprinter import Fingerprinter
 from simstore.index.permute import validate_k
 from simstore.store.facade import Store
 from simstore.store.opening import open as open_store

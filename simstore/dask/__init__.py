@@ -66,8 +66,8 @@ from simstore.dask.partitioned import (
     with_roots,
 )
 from simstore.errors import InvalidTypeError, InvalidValueError
-from simstore.fingerprint.fingerprinter import Fingerprinter
-from simstore.fingerprint.sketch import Sketch, SketchRows, check_similarity, estimate_jaccard, sketch_rows
+from simstore.fingerprinting.fingerprinter import Fingerprinter
+from simstore.fingerprinting.sketch import Sketch, SketchRows, check_similarity, estimate_jaccard, sketch_rows
 from simstore.index.permute import Table, validate_k
 from simstore.index.sharding import check_shards, shards_of_packed
 from simstore.layout.choose import DEFAULT_K, LayoutRequest, choose_layout

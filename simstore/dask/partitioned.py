@@ -20,7 +20,7 @@ import numpy as np
 import pandas as pd
 
 from simstore.errors import InvalidValueError
-from simstore.fingerprint.sketch import Sketch, estimate_jaccard, sketch_rows
+from simstore.fingerprinting.sketch import Sketch, estimate_jaccard, sketch_rows
 from simstore.index.clusters import components
 from simstore.index.pairs import IntArray, prefix_masks, run_pairs
 from simstore.index.permute import Table, U64Array, as_fingerprint_array

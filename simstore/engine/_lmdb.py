@@ -56,7 +56,7 @@ DB_DOCS = b"docs"
 DB_DOCMETA = b"docmeta"
 DB_DELTA = b"delta"
 FIXED_DB_NAMES = (DB_META, DB_KEYS, DB_DOCS, DB_DOCMETA, DB_DELTA)
-#: Each document's verification sketch (simstore.fingerprint.sketch), under its id: only
+#: Each document's verification sketch (simstore.fingerprinting.sketch), under its id: only
 #: in stores whose fingerprinter makes sketches (none before they existed).
 DB_SKETCHES = b"sketches"
 #: Named sub-databases a store may hold: the fixed ones, the sketches, the tables.

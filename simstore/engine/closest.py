@@ -27,7 +27,7 @@ from simstore.engine.records import decode_record, encode_id
 from simstore.engine.settings import store_sketch
 from simstore.engine.tableset import sharing_records
 from simstore.errors import CorruptStoreError, InvalidTypeError, InvalidValueError
-from simstore.fingerprint.sketch import U8Array, estimate_jaccard_one
+from simstore.fingerprinting.sketch import U8Array, estimate_jaccard_one
 from simstore.index.permute import U64Array
 from simstore.keys import Key, sort_key, unpack_key, unpack_meta
 from simstore.results import Match

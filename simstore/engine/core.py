@@ -38,7 +38,7 @@ from simstore.engine.runs import filter_bits_for
 from simstore.engine.tableset import TableSet
 from simstore.engine.wal import WRITE_AHEAD_LOG
 from simstore.errors import CorruptStoreError, ReadOnlyError, StoreClosedError
-from simstore.fingerprint.fingerprinter import Fingerprinter
+from simstore.fingerprinting.fingerprinter import Fingerprinter
 from simstore.index.permute import Table, tables_permuter
 from simstore.options import Options
 

@@ -160,7 +160,7 @@ def decode_meta(raw: bytes, *, accept: int = FORMAT_VERSION) -> StoredParams:
         raise FormatVersionError(
             f"the store has format version {version} (simstore 0.1), whose tables this simstore "
             f"does not read; convert it with `simstore migrate OLD NEW` (or "
-            f"simstore.store.migrate(old, new)), which leaves the old file as it is"
+            f"simstore.migrate(old, new)), which leaves the old file as it is"
         )
     try:
         k = validate_k(record["k"])

@@ -19,7 +19,7 @@ from simstore.engine.query import permute_columns, rows_of
 from simstore.engine.records import decode_record, encode_id, lookup_key
 from simstore.engine.settings import store_sketch
 from simstore.errors import CorruptStoreError, InvalidTypeError, InvalidValueError, KeyNotFoundError
-from simstore.fingerprint.sketch import U8Array, estimate_jaccard
+from simstore.fingerprinting.sketch import U8Array, estimate_jaccard
 from simstore.index.permute import U64Array
 from simstore.keys import Key, KeyLike, pack_key, unpack_key, unpack_meta
 from simstore.results import Match, Record, match_order

@@ -6,9 +6,9 @@ from __future__ import annotations
 from typing import TYPE_CHECKING
 
 from simstore.errors import warn_caller
-from simstore.fingerprint.fingerprinter import UNRECORDED_SETTINGS, Fingerprinter
-from simstore.fingerprint.sketch import Sketch
-from simstore.fingerprint.text import segmenter_info
+from simstore.fingerprinting.fingerprinter import UNRECORDED_SETTINGS, Fingerprinter
+from simstore.fingerprinting.sketch import Sketch
+from simstore.fingerprinting.text import segmenter_info
 from simstore.results import SegmenterChangedWarning
 
 if TYPE_CHECKING:

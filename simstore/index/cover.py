@@ -53,7 +53,8 @@ def covers(tables: Sequence[Table], k: int) -> bool:
     """Whether any two fingerprints within ``k`` bits share the full prefix
     of at least one of ``tables`` (see :func:`find_escape`).
 
-    >>> covers(one_level(3, 5).tables, 3), covers(one_level(3, 5).tables, 4)
+    >>> from simstore.index.permute import one_level_tables
+    >>> covers(one_level_tables(3, 5), 3), covers(one_level_tables(3, 5), 4)
     (True, False)
     """
     return find_escape(tables, k) is None

@@ -18,7 +18,7 @@ import numpy.typing as npt
 
 from simstore.columns import as_column
 from simstore.errors import InvalidTypeError, InvalidValueError
-from simstore.fingerprint.sketch import estimate_jaccard
+from simstore.fingerprinting.sketch import estimate_jaccard
 
 __all__ = [
     "Provenance",

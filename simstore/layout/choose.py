@@ -11,7 +11,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from simstore.errors import InvalidTypeError, InvalidValueError, SimstoreError
-from simstore.fingerprint.fingerprinter import Fingerprinter
+from simstore.fingerprinting.fingerprinter import Fingerprinter
 from simstore.index.cover import covers
 from simstore.index.permute import Table, default_blocks, one_level_tables
 from simstore.layout.planner import best_layout, from_spec, k_for_similarity
@@ -56,9 +56,7 @@ def layout_tables(layout: Any, k: int | None) -> tuple[int, tuple[Table, ...], d
     layout_k = getattr(layout, "k", k)
     tables = tuple(getattr(layout, "tables", layout))
     if not tables or not all(isinstance(table, Table) for table in tables):
-        raise InvalidTypeError(
-            "layout must be a simstore.layout.planner.Layout or a sequence of simstore.Table"
-        )
+        raise InvalidTypeError("layout must be a simstore.Layout or a sequence of simstore.Table")
     if layout_k is None:
         raise InvalidValueError("a layout given as bare tables needs k=")
     if k is not None and k != layout_k:

@@ -39,7 +39,7 @@ import numpy as np
 
 from simstore.engine import occupancy, runs
 from simstore.errors import InvalidTypeError, InvalidValueError
-from simstore.fingerprint.sketch import check_similarity
+from simstore.fingerprinting.sketch import check_similarity
 from simstore.index import costs
 from simstore.index.permute import (
     FINGERPRINT_BITS,

@@ -17,7 +17,7 @@ from simstore.columns import as_column
 from simstore.engine.packed import PackedKeys
 from simstore.engine.settings import fingerprinter, store_sketch
 from simstore.errors import InvalidTypeError, InvalidValueError
-from simstore.fingerprint.sketch import U8Array, check_similarity
+from simstore.fingerprinting.sketch import U8Array, check_similarity
 from simstore.index.permute import U64Array, as_fingerprint_array, check_fingerprint, validate_k
 from simstore.keys import pack_meta
 

@@ -19,7 +19,7 @@ from simstore.engine import _lmdb
 from simstore.engine.records import decode_record, encode_id
 from simstore.engine.settings import store_sketch
 from simstore.errors import CorruptStoreError, InvalidTypeError, InvalidValueError
-from simstore.fingerprint.sketch import Sketch, estimate_jaccard
+from simstore.fingerprinting.sketch import Sketch, estimate_jaccard
 from simstore.index.clusters import components, groups, pick_longest, stars
 from simstore.index.pairs import IntArray, prefix_masks, table_pairs
 from simstore.index.permute import U64Array

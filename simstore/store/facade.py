@@ -35,8 +35,8 @@ from simstore.commit.group import group_commit
 from simstore.engine import closest, reads, settings
 from simstore.engine.core import Engine
 from simstore.errors import InvalidTypeError, KeyNotFoundError
-from simstore.fingerprint.fingerprinter import Fingerprinter
-from simstore.fingerprint.sketch import Sketch, U8Array
+from simstore.fingerprinting.fingerprinter import Fingerprinter
+from simstore.fingerprinting.sketch import Sketch, U8Array
 from simstore.index.permute import Table, U64Array
 from simstore.keys import Key, KeyLike, pack_key, pack_meta
 from simstore.results import Match, Record, Stats

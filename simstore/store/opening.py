@@ -37,9 +37,9 @@ from simstore.errors import (
     StoreLockedError,
     StoreNotFoundError,
 )
-from simstore.fingerprint.fingerprinter import Fingerprinter
-from simstore.fingerprint.sketch import check_similarity
-from simstore.fingerprint.text import segmenter_info
+from simstore.fingerprinting.fingerprinter import Fingerprinter
+from simstore.fingerprinting.sketch import check_similarity
+from simstore.fingerprinting.text import segmenter_info
 from simstore.index.permute import validate_k
 from simstore.layout.choose import DEFAULT_MIN_SIMILARITY, LayoutRequest, choose_layout, layout_tables
 from simstore.options import Options

@@ -18,7 +18,7 @@ import numpy as np
 
 from simstore.engine import closest, reads
 from simstore.errors import InvalidTypeError, InvalidValueError, ShardMismatchError
-from simstore.fingerprint.fingerprinter import Fingerprinter
+from simstore.fingerprinting.fingerprinter import Fingerprinter
 from simstore.index.permute import U64Array
 from simstore.index.sharding import shard_of, shards_of_packed
 from simstore.keys import Key, KeyLike

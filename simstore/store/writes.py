@@ -36,7 +36,7 @@ from simstore.engine.records import (
     sliced,
 )
 from simstore.errors import CorruptStoreError, InvalidTypeError, InvalidValueError, KeyNotFoundError
-from simstore.fingerprint.sketch import U8Array
+from simstore.fingerprinting.sketch import U8Array
 from simstore.index.permute import U64Array
 from simstore.keys import KeyLike, pack_key, unpack_key
 from simstore.results import Match

@@ -10,7 +10,7 @@ from pathlib import Path
 import pytest
 
 from simstore.cli import main
-from simstore.fingerprint.fingerprinter import ShortTextWarning
+from simstore.fingerprinting.fingerprinter import ShortTextWarning
 
 ROWS = [
     {"id": 1, "text": "one two three four five six seven"},

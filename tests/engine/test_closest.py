@@ -16,7 +16,7 @@ from hypothesis import strategies as st
 import simstore
 from simstore.engine import runs
 from simstore.engine import tableset as tables
-from simstore.fingerprint.sketch import Sketch, estimate_jaccard, estimate_jaccard_one
+from simstore.fingerprinting.sketch import Sketch, estimate_jaccard, estimate_jaccard_one
 from simstore.index.scan_plan import scan_plan
 from simstore.layout import planner
 

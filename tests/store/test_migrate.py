@@ -70,9 +70,9 @@ def test_migrate_copies_every_document_and_answers_as_the_old_documents_say(
     before = digest(old_store)
     new = tmp_path / "new.simstore"
     seen: list[tuple[int, int]] = []
-    assert simstore.store.migrate(
-        old_store, new, progress=lambda done, total: seen.append((done, total))
-    ) == len(documents)
+    assert simstore.migrate(old_store, new, progress=lambda done, total: seen.append((done, total))) == len(
+        documents
+    )
     assert seen[-1] == (len(documents), len(documents))
     assert digest(old_store) == before
     with simstore.open(new, "r") as store:
@@ -108,23 +108,23 @@ def test_migrate_replaces_nothing_and_refuses_what_is_not_format_1(old_store: Pa
     taken = tmp_path / "taken"
     taken.write_text("mine")
     with pytest.raises(simstore.InvalidValueError, match="exists already"):
-        simstore.store.migrate(old_store, taken)
+        simstore.migrate(old_store, taken)
     assert taken.read_text() == "mine"
 
     current = tmp_path / "current.simstore"
     with simstore.open(current, "n") as store:
         store.add("a", fingerprint=1)
     with pytest.raises(simstore.FormatVersionError, match="needs no migration"):
-        simstore.store.migrate(current, tmp_path / "out.simstore")
+        simstore.migrate(current, tmp_path / "out.simstore")
     assert not (tmp_path / "out.simstore").exists()
 
     not_a_store = tmp_path / "notes.txt"
     not_a_store.write_text("hello" * 1000)
     with pytest.raises(simstore.NotAStoreError):
-        simstore.store.migrate(not_a_store, tmp_path / "out2.simstore")
+        simstore.migrate(not_a_store, tmp_path / "out2.simstore")
     assert not (tmp_path / "out2.simstore").exists()
     with pytest.raises(simstore.StoreNotFoundError):
-        simstore.store.migrate(tmp_path / "missing.simstore", tmp_path / "out3.simstore")
+        simstore.migrate(tmp_path / "missing.simstore", tmp_path / "out3.simstore")
 
 
 def test_the_migrate_verb(old_store: Path, tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:

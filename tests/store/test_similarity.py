@@ -20,7 +20,7 @@ from hypothesis import strategies as st
 import simstore
 from simstore import Fingerprinter
 from simstore.errors import InvalidTypeError, InvalidValueError, ParameterMismatchError
-from simstore.fingerprint.sketch import Sketch, estimate_jaccard
+from simstore.fingerprinting.sketch import Sketch, estimate_jaccard
 
 pytestmark = pytest.mark.filterwarnings("ignore::simstore.ShortTextWarning")
 
@@ -195,7 +195,7 @@ def test_sketch_settings_are_stored_and_a_mismatch_refused_in_another_process(tm
         assert store.sketch == Sketch(bins=512, bits=2)
     code = (
         "import sys, simstore\n"
-        "from simstore.fingerprint.sketch import Sketch\n"
+        "from simstore.fingerprinting.sketch import Sketch\n"
         "try:\n"
         "    simstore.open(sys.argv[1], 'r', fingerprinter=simstore.Fingerprinter())\n"
         "except simstore.ParameterMismatchError as exc:\n"
@@ -235,7 +235,7 @@ def test_stores_made_before_sketches_still_answer(tmp_path: Path) -> None:
     target = tmp_path / "migrated.simstore"
     with warnings.catch_warnings():
         warnings.simplefilter("ignore")
-        simstore.store.migrate(data, target)
+        simstore.migrate(data, target)
     with simstore.open(target, "r") as store:
         assert store.sketch is None
         key = next(iter(store))

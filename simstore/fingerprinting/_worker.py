@@ -1,4 +1,4 @@
-"""A fingerprinting worker process (see :mod:`simstore.fingerprint.pool`).
+"""A fingerprinting worker process (see :mod:`simstore.fingerprinting.pool`).
 
 Started as ``python -c ... <package root> <parent pid>``; reads
 ``[fingerprint settings, with sketches]``, answers ``["ready"]``, then
@@ -57,8 +57,8 @@ def main(parent_pid: int) -> int:
     import numpy as np
 
     from simstore.errors import InvalidValueError
-    from simstore.fingerprint.fingerprinter import Fingerprinter
-    from simstore.fingerprint.pool import read_frame, write_frame
+    from simstore.fingerprinting.fingerprinter import Fingerprinter
+    from simstore.fingerprinting.pool import read_frame, write_frame
 
     first = read_frame(protocol_in)
     if first is None:

@@ -1,4 +1,4 @@
-"""Tests of text normalisation and tokenisation (simstore.fingerprint.text)."""
+"""Tests of text normalisation and tokenisation (simstore.fingerprinting.text)."""
 
 from __future__ import annotations
 
@@ -11,7 +11,7 @@ from hypothesis import given
 from hypothesis import strategies as st
 
 from simstore.errors import InvalidTypeError, InvalidValueError
-from simstore.fingerprint.text import (
+from simstore.fingerprinting.text import (
     _control_table,
     _strip_controls,
     _token_pattern,
@@ -177,8 +177,8 @@ def test_segmenter_info_names_versions_and_checksums() -> None:
 def test_import_and_segmenter_info_do_not_load_jieba() -> None:
     code = (
         "import sys\n"
-        "from simstore.fingerprint.text import segmenter_info\n"
-        "from simstore.fingerprint.fingerprinter import fingerprint\n"
+        "from simstore.fingerprinting.text import segmenter_info\n"
+        "from simstore.fingerprinting.fingerprinter import fingerprint\n"
         "segmenter_info()\n"
         "fingerprint('plain english words only, no chinese at all here')\n"
         "print('jieba' in sys.modules)\n"
@@ -193,7 +193,7 @@ def test_import_and_segmenter_info_do_not_load_jieba() -> None:
 
 
 def test_jieba_is_silent_on_stderr() -> None:
-    code = "import simstore.fingerprint.text as t\nprint(t.tokenise('我爱北京天安门'))\n"
+    code = "import simstore.fingerprinting.text as t\nprint(t.tokenise('我爱北京天安门'))\n"
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True)
     assert "北京" in out.stdout
     assert out.stderr == ""
@@ -219,7 +219,7 @@ def test_control_stripping_equals_the_translate_table(text: str) -> None:
 
 
 def test_segment_han_remembers_runs_without_changing_them(monkeypatch: pytest.MonkeyPatch) -> None:
-    import simstore.fingerprint.text as text_module
+    import simstore.fingerprinting.text as text_module
 
     runs = ["我们在北京", "天安门广场", "我们在北京", "看到了很多人", "结巴中文分词"]
     jieba_alone = [text_module._jieba_tokenizer().lcut(run) for run in runs]
@@ -243,7 +243,7 @@ def test_loading_jieba_is_quiet_but_shows_its_errors(
 
     import jieba
 
-    from simstore.fingerprint import text
+    from simstore.fingerprinting import text
 
     logger = logging.getLogger("jieba")
     monkeypatch.setattr(logger, "level", logging.DEBUG)  # jieba's own default

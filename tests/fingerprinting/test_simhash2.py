@@ -1,4 +1,4 @@
-"""Version 2 of the text fingerprint (simstore.fingerprint.version2): the numpy batch path
+"""Version 2 of the text fingerprint (simstore.fingerprinting.version2): the numpy batch path
 equals the plain-Python specification for any text, alone or in any batch;
 the feature hash is well spread; stores keep the version they were made with."""
 
@@ -17,8 +17,8 @@ from hypothesis import strategies as st
 
 import simstore
 from simstore.errors import InvalidValueError
-from simstore.fingerprint.fingerprinter import ALGORITHM, ALGORITHM_1, Fingerprinter, ShortTextWarning
-from simstore.fingerprint.version2 import (
+from simstore.fingerprinting.fingerprinter import ALGORITHM, ALGORITHM_1, Fingerprinter, ShortTextWarning
+from simstore.fingerprinting.version2 import (
     batch_fingerprints,
     fingerprint_reference,
     mix64,
@@ -231,7 +231,7 @@ def test_a_batch_hashed_in_segments_and_blocks_equals_the_specification(
     segment's end is joined to its rest), their features made, voted and
     sketched BLOCK_FEATURES at a time: tiny sizes here, so that tokens span
     many segments and equal features many blocks."""
-    import simstore.fingerprint.version2 as simhash2
+    import simstore.fingerprinting.version2 as simhash2
 
     expected = [_reference_or_error(text, ngrams=ngrams) for text in texts]
     usable = [text for text, result in zip(texts, expected, strict=True) if not isinstance(result, str)]
@@ -241,7 +241,7 @@ def test_a_batch_hashed_in_segments_and_blocks_equals_the_specification(
     with pytest.MonkeyPatch.context() as patch:
         patch.setattr(simhash2, "SEGMENT_BYTES", segment_bytes)
         patch.setattr(simhash2, "BLOCK_FEATURES", block_features)
-        patch.setattr("simstore.fingerprint.sketch.BLOCK_FEATURES", block_features)
+        patch.setattr("simstore.fingerprinting.sketch.BLOCK_FEATURES", block_features)
         values, counts = batch_fingerprints(usable, ngrams=ngrams)
         pieces = Fingerprinter(ngrams=ngrams).fingerprints_and_sketches(usable)
     assert list(zip(values.tolist(), counts.tolist(), strict=True)) == [
@@ -278,7 +278,7 @@ def test_a_piece_of_a_long_text_ends_where_normalisation_and_tokens_allow() -> N
     normalises alike with it or without it."""
     import unicodedata
 
-    from simstore.fingerprint.version2 import PIECE_ENDS
+    from simstore.fingerprinting.version2 import PIECE_ENDS
 
     def normalised(text: str) -> str:
         return unicodedata.normalize("NFKC", unicodedata.normalize("NFKC", text).casefold())
@@ -308,7 +308,7 @@ _WITH_PIECE_ENDS = st.lists(
 @settings(max_examples=150, deadline=None)
 @given(_WITH_PIECE_ENDS, st.integers(min_value=1, max_value=12))
 def test_a_long_text_tokenised_in_pieces_equals_the_specification(text: str, piece_chars: int) -> None:
-    import simstore.fingerprint.version2 as simhash2
+    import simstore.fingerprinting.version2 as simhash2
 
     expected = _reference_or_error(text)
     with pytest.MonkeyPatch.context() as patch:

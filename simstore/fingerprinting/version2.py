@@ -1,7 +1,7 @@
 """Version 2 of the text fingerprint (``simstore-text-simhash-2``): the
 features of a whole batch hashed and voted with numpy over its UTF-8 bytes.
 
-Version 1 (:mod:`simstore.fingerprint.fingerprinter`) calls XXH3 once per distinct feature and
+Version 1 (:mod:`simstore.fingerprinting.fingerprinter`) calls XXH3 once per distinct feature and
 counts features with a ``Counter``: about 70 % of its time went to per-feature
 Python calls (issue 21), which capped English near 10 MB/s a core. Version 2
 keeps version 1's normalisation, tokens, n-grams, weights and vote, and
@@ -45,7 +45,7 @@ import numpy as np
 import numpy.typing as npt
 
 from simstore.errors import InvalidValueError
-from simstore.fingerprint.text import normalise, tokenise
+from simstore.fingerprinting.text import normalise, tokenise
 
 __all__ = [
     "ALGORITHM",
@@ -240,7 +240,7 @@ PIECE_CHARS = 1 << 20
 # Where a piece may end: after white space or Chinese punctuation. None of
 # them composes with what follows under NFKC (nor after case folding), nor
 # is part of a token, so the tokens of two pieces are those of the whole
-# (tests/fingerprint/test_simhash2.py checks the first over every code point).
+# (tests/fingerprinting/test_simhash2.py checks the first over every code point).
 PIECE_ENDS = " \t\n\r\u3002\uff0c\u3001\uff01\uff1f\uff1b\uff1a"
 _PIECE_END = re.compile(f"[{PIECE_ENDS}]")
 
@@ -290,7 +290,7 @@ def token_fingerprints(
     seed: int = 0,
 ) -> tuple[npt.NDArray[np.uint64], npt.NDArray[np.int64]]:
     """:func:`batch_fingerprints` of texts already cut into ``tokens``
-    (:func:`simstore.fingerprint.text.tokenise` of normalised text): for benchmarks that
+    (:func:`simstore.fingerprinting.text.tokenise` of normalised text): for benchmarks that
     compare settings without segmenting again."""
     parts = [" ".join(tokens).encode("utf-8") for tokens in token_lists]
     try:

@@ -23,8 +23,8 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from simstore.errors import InvalidTypeError, InvalidValueError
-from simstore.fingerprint import version2
-from simstore.fingerprint.fingerprinter import (
+from simstore.fingerprinting import version2
+from simstore.fingerprinting.fingerprinter import (
     ALGORITHM,
     ALGORITHM_1,
     FEATURE_HASH,
@@ -42,7 +42,7 @@ from simstore.fingerprint.fingerprinter import (
     vote,
     weigh,
 )
-from simstore.fingerprint.text import normalise, tokenise
+from simstore.fingerprinting.text import normalise, tokenise
 
 MASK = (1 << 64) - 1
 
@@ -310,7 +310,7 @@ def test_deterministic_across_processes_and_hash_seeds() -> None:
     code = (
         "import warnings, json, sys\n"
         "warnings.simplefilter('ignore')\n"
-        "from simstore.fingerprint.fingerprinter import fingerprint\n"
+        "from simstore.fingerprinting.fingerprinter import fingerprint\n"
         "print(json.dumps([fingerprint(t) for t in json.loads(sys.stdin.read())]))\n"
     )
     import json
@@ -585,7 +585,7 @@ def test_reopened_store_fingerprints_with_its_recorded_settings(store_path: str)
 def test_unrecorded_settings_are_frozen_to_the_first_defaults() -> None:
     """A store whose meta records no fingerprinter settings fingerprints with the
     frozen format-1 settings: version 1's defaults, whatever today's are."""
-    from simstore.fingerprint.fingerprinter import UNRECORDED_SETTINGS, Fingerprinter
+    from simstore.fingerprinting.fingerprinter import UNRECORDED_SETTINGS, Fingerprinter
 
     assert Fingerprinter.from_settings(UNRECORDED_SETTINGS) == Fingerprinter(
         algorithm=ALGORITHM_1, sketch=None

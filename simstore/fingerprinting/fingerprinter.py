@@ -3,10 +3,10 @@ of dense vectors.
 
 The text algorithm, exactly (so that other tools can reproduce it):
 
-1. **Normalise** (:func:`simstore.fingerprint.text.normalise`): NFKC, ``str.casefold``,
+1. **Normalise** (:func:`simstore.fingerprinting.text.normalise`): NFKC, ``str.casefold``,
    NFKC again, white-space controls to a space and other Cc/Cf characters
    removed, white-space runs collapsed to one space and stripped.
-2. **Tokenise** (:func:`simstore.fingerprint.text.tokenise`): runs of Han ideographs are
+2. **Tokenise** (:func:`simstore.fingerprinting.text.tokenise`): runs of Han ideographs are
    segmented by jieba (bundled dictionary, ``HMM=hmm``); runs of other word
    characters (``\\w`` plus combining marks) are one token each; each
    character of category So (emoji) is a token; the rest is dropped.
@@ -20,7 +20,7 @@ The text algorithm, exactly (so that other tools can reproduce it):
    hashes it with **XXH3-64** (``xxhash.xxh3_64_intdigest(data, seed)``),
    seed ``seed`` (default 0), giving an unsigned 64-bit integer; version 2
    (``simstore-text-simhash-2``, the default) hashes tokens and folds n-grams
-   as :mod:`simstore.fingerprint.version2` states, with numpy over a whole batch.
+   as :mod:`simstore.fingerprinting.version2` states, with numpy over a whole batch.
 5. **Weights** (integers, so the vote is exact on every machine), per
    distinct feature string, from how often it occurs (``tf``):
 
@@ -65,10 +65,10 @@ import numpy.typing as npt
 import xxhash
 
 from simstore.errors import InvalidTypeError, InvalidValueError, warn_caller
-from simstore.fingerprint import version2
-from simstore.fingerprint.pool import Workers, chunks, fingerprint_in_processes
-from simstore.fingerprint.sketch import SHINGLE_TOKENS, Sketch, SketchRows, sketches_of_shingles
-from simstore.fingerprint.text import as_text, jieba_idf, normalise, segmenter_info, tokenise
+from simstore.fingerprinting import version2
+from simstore.fingerprinting.pool import Workers, chunks, fingerprint_in_processes
+from simstore.fingerprinting.sketch import SHINGLE_TOKENS, Sketch, SketchRows, sketches_of_shingles
+from simstore.fingerprinting.text import as_text, jieba_idf, normalise, segmenter_info, tokenise
 
 __all__ = [
     "ALGORITHM",
@@ -99,7 +99,7 @@ ALGORITHM_1 = "simstore-text-simhash-1"
 FEATURE_HASH_1 = "xxh3_64"
 #: The algorithm of new fingerprinters (and so of new stores): version 2,
 #: version 1 with a feature hash computed with numpy for a whole batch
-#: (:mod:`simstore.fingerprint.version2`), several times faster. A store keeps the
+#: (:mod:`simstore.fingerprinting.version2`), several times faster. A store keeps the
 #: algorithm it was made with.
 ALGORITHM = version2.ALGORITHM
 FEATURE_HASH = version2.FEATURE_HASH
@@ -248,7 +248,7 @@ class Fingerprinter:
     :data:`ALGORITHM_1`, whose feature hash is XXH3-64 per feature string
     (several times slower; the only one with ``tfidf`` and ``top_n``).
     ``sketch``: the verification sketch made beside each fingerprint
-    (:class:`simstore.fingerprint.sketch.Sketch`, 128 bytes by default), which estimates
+    (:class:`simstore.fingerprinting.sketch.Sketch`, 128 bytes by default), which estimates
     how much text two documents share; ``None`` makes none (stores made
     before sketches existed have none).
     """
@@ -342,7 +342,7 @@ class Fingerprinter:
         one per core the load average leaves idle. Workers cost 0.6-0.8 s of
         CPU to start, 2.2 s more at their first Han text (jieba's
         dictionary), need no ``__main__`` guard in the caller's script, and
-        end with this process. ``workers`` (a :class:`simstore.fingerprint.pool.Workers`,
+        end with this process. ``workers`` (a :class:`simstore.fingerprinting.pool.Workers`,
         in place of ``processes``) keeps them across calls, started once.
         Texts are read lazily, chunk by chunk.
 

@@ -10,7 +10,7 @@ coming, and one worker for each core the load average leaves idle. A
 :class:`Workers` pool keeps its processes across batches (the command line
 fingerprints its input in chunks of up to 16M characters), so each starts
 once a run, not once a chunk. Each is
-``python -m simstore.fingerprint._worker``, a fresh interpreter reading requests on
+``python -m simstore.fingerprinting._worker``, a fresh interpreter reading requests on
 stdin, not a ``multiprocessing`` child, because:
 
 - ``multiprocessing``'s spawn re-imports the caller's ``__main__`` in every
@@ -48,7 +48,7 @@ import numpy as np
 import numpy.typing as npt
 
 from simstore.errors import InvalidTypeError, InvalidValueError, MainGuardError, WorkerError
-from simstore.fingerprint.text import as_text
+from simstore.fingerprinting.text import as_text
 
 __all__ = [
     "AUTO_MIN_CHARS",
@@ -89,7 +89,7 @@ ChunkFunction = Callable[[list[str], int], ChunkResult]
 
 
 def chunks(texts: Iterable[object]) -> Iterator[Chunk]:
-    """Validated texts (see :func:`simstore.fingerprint.text.as_text`) in chunks of
+    """Validated texts (see :func:`simstore.fingerprinting.text.as_text`) in chunks of
     about :data:`CHUNK_CHARS` characters, read lazily so that memory stays
     flat in the input's size. A bad text raises naming its index."""
     if isinstance(texts, (str, bytes)):
@@ -505,7 +505,7 @@ class _Worker:
 # putting site-packages before the standard library could shadow it).
 _WORKER_CODE = (
     "import sys; root = sys.argv[1]; sys.path[0:1] = [] if root in sys.path else [root]; "
-    "from simstore.fingerprint._worker import main; sys.exit(main(int(sys.argv[2])))"
+    "from simstore.fingerprinting._worker import main; sys.exit(main(int(sys.argv[2])))"
 )
 
 

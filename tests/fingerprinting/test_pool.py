@@ -20,7 +20,7 @@ import pytest
 
 import simstore
 from simstore import Fingerprinter, InvalidValueError, MainGuardError, ShortTextWarning
-from simstore.fingerprint import pool
+from simstore.fingerprinting import pool
 
 POSIX = pytest.mark.skipif(os.name != "posix", reason="counts process starts through _posixsubprocess")
 LINUX_PROC = pytest.mark.skipif(not Path("/proc/self/stat").exists(), reason="reads /proc")
@@ -159,7 +159,7 @@ def test_script_without_main_guard_runs_once_and_exits(tmp_path: Path) -> None:
         textwrap.dedent(
             f"""
             import simstore
-            from simstore.fingerprint import pool
+            from simstore.fingerprinting import pool
 
             pool.CHUNK_TEXTS = 5
             with open({str(tmp_path / "runs.txt")!r}, "a") as runs:
@@ -283,7 +283,7 @@ def test_a_worker_that_dies_mid_batch_raises_worker_error(
     # Answers "ready", then exits on its first chunk, as a worker killed by the OOM killer would.
     dying = (
         "import sys; sys.path[0:1] = [] if sys.argv[1] in sys.path else [sys.argv[1]]; "
-        "from simstore.fingerprint.pool import read_frame, write_frame; "
+        "from simstore.fingerprinting.pool import read_frame, write_frame; "
         "read_frame(sys.stdin.buffer); write_frame(sys.stdout.buffer, ['ready']); "
         "read_frame(sys.stdin.buffer); sys.exit(9)"
     )

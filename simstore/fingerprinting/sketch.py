@@ -12,7 +12,7 @@ The algorithm (``oph-shingle3-1``), one-permutation MinHash with empty bins
 1. **Shingles**: the text's tokens (normalised and tokenised as for the
    fingerprint), hashed as fingerprint version 2 hashes tokens, and every run
    of 3 consecutive tokens folded into one 64-bit hash as version 2 folds an
-   n-gram (:mod:`simstore.fingerprint.version2`); a text of 1 or 2 tokens is the one
+   n-gram (:mod:`simstore.fingerprinting.version2`); a text of 1 or 2 tokens is the one
    shingle of all its tokens. The shingles are a set: repeats count once.
 2. **Bins**: each shingle hash ``s`` is mixed again, ``v = mix64(s ^
    SKETCH_SALT)``; its top ``log2(bins)`` bits choose its bin. Each bin keeps
@@ -43,7 +43,7 @@ import numpy as np
 import numpy.typing as npt
 
 from simstore.errors import InvalidTypeError, InvalidValueError
-from simstore.fingerprint.version2 import BLOCK_FEATURES, mix64, mix64_array
+from simstore.fingerprinting.version2 import BLOCK_FEATURES, mix64, mix64_array
 
 __all__ = [
     "SKETCH_ALGORITHM",

@@ -4,7 +4,7 @@ Imports only the exception hierarchy and :mod:`simstore.results` from above.
 
 Modules:
 
-- ``_worker``: A fingerprinting worker process (see :mod:`simstore.fingerprint.pool`).
+- ``_worker``: A fingerprinting worker process (see :mod:`simstore.fingerprinting.pool`).
 - ``fingerprinter``: 64-bit simhash fingerprints of text (Chinese, other scripts, or
   mixed) and of dense vectors.
 - ``pool``: Fingerprinting on several cores: worker processes that die with their
