@@ -13,13 +13,19 @@
   keeps it for ``--output``;
 - :class:`AnonPeakSampler` records the peak anonymous RSS of a block (memory
   beyond the page cache), :func:`round_percentiles` gives percentiles per
-  timed pass, :func:`versions` the installed versions of named packages.
+  timed pass, :func:`versions` the installed versions of named packages;
+- :func:`parse_with_quick` adds every maintained script's ``--quick`` smoke mode
+  (tiny sizes, a few seconds; ``run_suite.py --quick`` runs them all in CI), and
+  :func:`have` / :func:`skip_peer` leave out an optional peer that is not installed,
+  saying so.
 
 Nothing here imports simstore, so any script can use it.
 """
 
 from __future__ import annotations
 
+import argparse
+import importlib.util
 import json
 import multiprocessing
 import os
@@ -133,13 +139,14 @@ def load_average() -> str:
 
 def source_state(root: str | os.PathLike[str], package: str) -> str:
     """The git commit of ``root`` (read-only query) and a digest of ``package``'s
-    ``*.py`` files, so a result names the exact code it measured."""
+    ``*.py`` files (subpackages included), so a result names the exact code it measured."""
     import hashlib
     import subprocess
 
     digest = hashlib.sha256()
-    for source in sorted(Path(root, package).glob("*.py")):
-        digest.update(source.name.encode())
+    base = Path(root, package)
+    for source in sorted(base.rglob("*.py")):
+        digest.update(source.relative_to(base).as_posix().encode())
         digest.update(source.read_bytes())
     try:
         commit = subprocess.run(
@@ -150,7 +157,7 @@ def source_state(root: str | os.PathLike[str], package: str) -> str:
         ).stdout.strip()
     except (OSError, subprocess.CalledProcessError):
         commit = "?"
-    return f"commit {commit}, {package}/*.py sha256 {digest.hexdigest()[:12]}"
+    return f"commit {commit}, {package}/**/*.py sha256 {digest.hexdigest()[:12]}"
 
 
 def command_line() -> str:
@@ -400,3 +407,35 @@ def write_result_json(path: Path, result: dict[str, Any], *, update: bool) -> No
             previous["exact"] = previous.get("exact", True) and result["exact"]
         result = previous
     path.write_text(json.dumps(result, indent=1, default=float) + "\n")
+
+
+QUICK_HELP = (
+    "smoke run: tiny sizes and no optional peer that is not installed, a few seconds; "
+    "proves the script runs (CI: benchmarks/run_suite.py --quick), measures nothing worth keeping"
+)
+
+
+def parse_with_quick(
+    parser: argparse.ArgumentParser, quick: dict[str, Any], argv: Sequence[str] | None = None
+) -> argparse.Namespace:
+    """Parse the command line with a ``--quick`` flag: with it, ``quick`` (option
+    destination -> value) replaces those options' defaults; options given on the
+    command line still win."""
+    parser.add_argument("--quick", action="store_true", help=QUICK_HELP)
+    known, _ = parser.parse_known_args(argv)
+    if known.quick:
+        parser.set_defaults(**quick)
+    return parser.parse_args(argv)
+
+
+def have(module: str) -> bool:
+    """Whether ``module`` can be imported (without importing it)."""
+    try:
+        return importlib.util.find_spec(module) is not None
+    except (ImportError, ValueError):
+        return False
+
+
+def skip_peer(name: str, why: str) -> None:
+    """Say on stderr that an optional peer is left out of this run, and why."""
+    print(f"skipped: {name} ({why})", file=sys.stderr)
