@@ -197,14 +197,23 @@ def _isolated_entry(
     return result, peak_rss_mib(), rss_breakdown_mib()
 
 
+# Set by ``--quick`` (:func:`parse_with_quick`): a smoke run calls the systems in
+# this process, since each spawn child would cost a second of imports on the
+# 2-core VM and its peak RSS means nothing at tiny sizes anyway.
+_IN_PROCESS = False
+
+
 def run_isolated(func: Callable[..., T], *args: Any, **kwargs: Any) -> tuple[T, float, dict[str, float]]:
-    """Run ``func(*args, **kwargs)`` in a fresh ``spawn`` process.
+    """Run ``func(*args, **kwargs)`` in a fresh ``spawn`` process (in this one
+    under ``--quick``).
 
     Returns:
         ``(result, peak RSS in MiB, current RSS breakdown at the end)`` of the
         child. ``func`` must be a module-level function and its arguments and
         result picklable.
     """
+    if _IN_PROCESS:
+        return _isolated_entry(func, args, kwargs)
     context = multiprocessing.get_context("spawn")
     with context.Pool(1, maxtasksperchild=1) as pool:
         return pool.apply(_isolated_entry, (func, args, kwargs))
@@ -419,12 +428,18 @@ def parse_with_quick(
     parser: argparse.ArgumentParser, quick: dict[str, Any], argv: Sequence[str] | None = None
 ) -> argparse.Namespace:
     """Parse the command line with a ``--quick`` flag: with it, ``quick`` (option
-    destination -> value) replaces those options' defaults; options given on the
-    command line still win."""
+    destination -> value) replaces those options' defaults (options given on the
+    command line still win) and :func:`run_isolated` stays in this process."""
+    global _IN_PROCESS
     parser.add_argument("--quick", action="store_true", help=QUICK_HELP)
     known, _ = parser.parse_known_args(argv)
     if known.quick:
         parser.set_defaults(**quick)
+        _IN_PROCESS = True
+        print(
+            "quick smoke run: tiny sizes, no spawn children; the figures are not measurements",
+            file=sys.stderr,
+        )
     return parser.parse_args(argv)
 
 

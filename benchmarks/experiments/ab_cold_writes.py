@@ -19,6 +19,9 @@ The ways:
 - ``readahead``: LMDB's default mapping (faults read ahead, into large folios);
 - ``warm``: as ``random``, after reading the whole file once with ``pread``
   (POSIX_FADV_RANDOM on the descriptor) before the first add.
+
+Machine: the project's 2-core AMD EPYC VM (KVM, 23.5 GiB RAM, ext4, CPython 3.11), shared
+with other jobs; the header of each result file gives its versions and load average.
 """
 
 from __future__ import annotations

@@ -13,6 +13,9 @@ the numpy ``TablesPermuter`` (what it picks for larger layouts, and what every
 query used before), the order alternating from query to query (see
 ``_ab_queries.py`` for why in one process). Queries and passes as in
 ``ab_crowded.py``; also prints the permutation alone, per fingerprint.
+
+Machine: the project's 2-core AMD EPYC VM (KVM, 23.5 GiB RAM, ext4, CPython 3.11), shared
+with other jobs; the header of each result file gives its versions and load average.
 """
 
 from __future__ import annotations

@@ -8,6 +8,9 @@ Each tree is put first on ``PYTHONPATH`` of its process (a git worktree of the
 revision to compare, or ``.``). The cache is dropped with
 ``POSIX_FADV_DONTNEED`` (Linux), so the first queries read the file: bucket
 pages, records and, one (table, run) pair a query, the occupancy bitmaps.
+
+Machine: the project's 2-core AMD EPYC VM (KVM, 23.5 GiB RAM, ext4, CPython 3.11), shared
+with other jobs; the header of each result file gives its versions and load average.
 """
 
 from __future__ import annotations

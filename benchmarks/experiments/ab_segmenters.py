@@ -12,6 +12,9 @@ Run in a venv holding the candidates (none is a simstore dependency)::
 
     pip install jieba==0.42.1 rjieba jieba-fast-dat
     python benchmarks/experiments/ab_segmenters.py --synthetic 20000
+
+Machine: the project's 2-core AMD EPYC VM (KVM, 23.5 GiB RAM, ext4, CPython 3.11), shared
+with other jobs; the header of each result file gives its versions and load average.
 """
 
 from __future__ import annotations

@@ -15,6 +15,9 @@ average (from the count each leader records in the mailbox, where the tree has
 one), and the store's pages in use after the run (``Stats.bytes_used``). Each
 run puts its tree first on ``sys.path`` and runs from ``/``, so neither the
 current directory nor an editable install shadows it.
+
+Machine: the project's 2-core AMD EPYC VM (KVM, 23.5 GiB RAM, ext4, CPython 3.11), shared
+with other jobs; the header of each result file gives its versions and load average.
 """
 
 from __future__ import annotations

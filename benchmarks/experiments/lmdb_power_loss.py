@@ -15,6 +15,9 @@ on it must give exactly the data at the end. A trial run with a read transaction
 open on the checkpoint meanwhile (*pinned*: LMDB then reuses none of its pages)
 and one without are counted apart. A failure can abort the process (LMDB
 asserts on a damaged page), so each trial runs in a child.
+
+Machine: the project's 2-core AMD EPYC VM (KVM, 23.5 GiB RAM, ext4, CPython 3.11), shared
+with other jobs; the header of each result file gives its versions and load average.
 """
 
 from __future__ import annotations

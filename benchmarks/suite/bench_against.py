@@ -50,7 +50,7 @@ from pathlib import Path
 import numpy as np
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))  # benchmarks/: _common
-from _common import Report, fmt_range, load_average, source_state
+from _common import Report, fmt_range, load_average, parse_with_quick, source_state
 
 MIN_WORDS = 8
 WINDOWS = (1, 2, 3)
@@ -133,7 +133,7 @@ def main() -> None:
         "--dir", default=None, help="where the rows and stores go (default: a temporary folder)"
     )
     parser.add_argument("--output", help="also write the markdown report here")
-    args = parser.parse_args()
+    args = parse_with_quick(parser, {"store_rows": 400, "query_rows": 100, "rounds": 1})
     trees = [str(Path(tree).resolve()) for tree in args.trees.split(",")]
 
     documents = copyright_documents()

@@ -31,7 +31,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[1]))  # benchmarks/: _co
 
 import pyarrow as pa
 import pyarrow.parquet as pq
-from _common import Report, fmt, fmt_range
+from _common import Report, fmt, fmt_range, parse_with_quick
 from bench_verify import make_texts
 
 # The child reports its own peak anonymous RSS (memory beyond the page cache
@@ -64,7 +64,7 @@ def main() -> int:
     parser.add_argument("--rounds", type=int, default=2)
     parser.add_argument("--data-dir", default=None)
     parser.add_argument("--output", default=None)
-    args = parser.parse_args()
+    args = parse_with_quick(parser, {"rows": 2000, "rounds": 1})
     report = Report()
     scratch = tempfile.mkdtemp(prefix="bench-columnar-", dir=args.data_dir)
     report.header(f"Parquet against JSONL: simstore dedup of {args.rows:,} rows", scratch)

@@ -49,7 +49,7 @@ import numpy.typing as npt
 sys.path.insert(0, str(Path(__file__).resolve().parents[2]))
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))  # benchmarks/: _common
 
-from _common import Report, load_average, percentiles, source_state
+from _common import Report, load_average, parse_with_quick, percentiles, source_state
 
 import simstore
 from simstore.engine import occupancy
@@ -176,7 +176,7 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
     parser.add_argument("--rounds", type=int, default=3)
     parser.add_argument("--dir", default=None, help="folder for the store files (default: temp)")
     parser.add_argument("--output", default=None, help="write the markdown report here")
-    return parser.parse_args(argv)
+    return parse_with_quick(parser, {"n": 5000, "queries": 50, "rounds": 1}, argv)
 
 
 def main(argv: list[str] | None = None) -> int:

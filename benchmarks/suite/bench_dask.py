@@ -73,6 +73,7 @@ from _common import (
     Stopwatch,
     fmt,
     fmt_range,
+    parse_with_quick,
     peak_rss_mib,
     run_isolated,
     source_state,
@@ -404,7 +405,7 @@ def main() -> None:
     )
     parser.add_argument("--dir", default=None, help="folder for stores and worker spill (default: temp)")
     parser.add_argument("--output", default=None)
-    args = parser.parse_args()
+    args = parse_with_quick(parser, {"n": 20_000, "partitions": 2, "repeats": 1, "memory_limit": "1GiB"})
     import simstore.dask as sdask
 
     folder = tempfile.mkdtemp(prefix="bench_dask_", dir=args.dir)

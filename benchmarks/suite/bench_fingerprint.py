@@ -61,6 +61,9 @@ from typing import Any
 import numpy as np
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[2]))
+sys.path.insert(0, str(Path(__file__).resolve().parents[1]))  # benchmarks/: _common
+
+from _common import parse_with_quick
 
 from simstore.fingerprint import version2
 from simstore.fingerprint.fingerprinter import ALGORITHM_1, Fingerprinter, ShortTextWarning
@@ -83,14 +86,18 @@ def load(name: str) -> list[str]:
         return [json.loads(line)["text"] for line in handle]
 
 
+# Documents per workload (``--docs``; None: every document of the corpora).
+LIMIT: int | None = None
+
+
 def workloads() -> dict[str, list[str]]:
-    english, chinese = load("en_long"), load("zh_long")
+    english, chinese = load("en_long")[:LIMIT], load("zh_long")[:LIMIT]
     mixed = [e + "\n\n" + c for e, c in zip(english, chinese, strict=False)]
     return {
         "English": english,
         "Chinese": chinese,
         "mixed": mixed,
-        "short": load("en_short") + load("zh_short"),
+        "short": (load("en_short") + load("zh_short"))[:LIMIT],
     }
 
 
@@ -204,6 +211,7 @@ import sys, warnings
 warnings.simplefilter("ignore")
 sys.path.insert(0, {bench_dir!r})
 import bench_fingerprint as bench
+bench.LIMIT = {limit!r}
 texts = bench.workloads()[{workload!r}]
 batch, one = bench.methods()[{method!r}]
 batch(texts[:3])
@@ -219,7 +227,7 @@ def memory(only_methods: Sequence[str]) -> list[dict[str, object]]:
     for workload in workloads():
         for name in only_methods:
             code = _MEMORY_CHILD.format(
-                bench_dir=str(Path(__file__).resolve().parent), workload=workload, method=name
+                bench_dir=str(Path(__file__).resolve().parent), workload=workload, method=name, limit=LIMIT
             )
             out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True)
             if out.returncode:
@@ -366,7 +374,11 @@ def main(argv: Sequence[str] | None = None) -> None:
     parser.add_argument("--flat", type=int, nargs="*", default=[1, 16], help="stream sizes (copies) for flat")
     parser.add_argument("--methods", nargs="*", default=list(METHODS))
     parser.add_argument("--out", type=Path, help="write the tables as markdown here")
-    args = parser.parse_args(argv)
+    parser.add_argument("--docs", type=int, default=None, help="documents per workload (default: all)")
+    quick = {"rounds": 1, "repeat": 1, "many_rounds": 1, "flat": [1], "docs": 5, "only": ["single"]}
+    args = parse_with_quick(parser, quick, argv)
+    global LIMIT
+    LIMIT = args.docs
     parts = set(args.only or ("single", "memory", "flat", "many"))
     if "none" in parts:
         return

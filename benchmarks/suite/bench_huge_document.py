@@ -32,7 +32,7 @@ from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))  # benchmarks/: _common
 
-from _common import Report
+from _common import Report, parse_with_quick
 
 ROOT = Path(__file__).resolve().parents[2]
 
@@ -79,7 +79,7 @@ def main() -> None:
     parser.add_argument("--rounds", type=int, default=3)
     parser.add_argument("--baseline", type=Path, help="a folder holding another simstore package")
     parser.add_argument("--output", type=Path)
-    args = parser.parse_args()
+    args = parse_with_quick(parser, {"sizes": "1", "rounds": 1})
     trees = {"this tree": ROOT}
     if args.baseline is not None:
         trees = {"baseline": args.baseline.resolve(), **trees}

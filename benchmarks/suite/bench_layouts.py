@@ -50,7 +50,7 @@ import numpy.typing as npt
 sys.path.insert(0, str(Path(__file__).resolve().parents[2]))
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))  # benchmarks/: _common
 
-from _common import Report, load_average, percentiles, source_state
+from _common import Report, load_average, parse_with_quick, percentiles, source_state
 from bench_costs import bits_label, bulk_load, candidates_per_query, make_fingerprints
 
 import simstore
@@ -225,7 +225,9 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
     )
     parser.add_argument("--dir", default=None, help="folder for the store files (default: temp)")
     parser.add_argument("--output", default=None, help="write the markdown report here")
-    return parser.parse_args(argv)
+    return parse_with_quick(
+        parser, {"n": 5000, "k": [3], "top": 1, "queries": 50, "rounds": 1, "verify": 10}, argv
+    )
 
 
 def main(argv: list[str] | None = None) -> int:

@@ -57,6 +57,9 @@ process commits alone) and the leaders' gathering (a leader commits whoever
 is there, without waiting for the writers the last group held). For example::
 
     python benchmarks/suite/bench_online.py --systems writers --output benchmarks/results/writers_1M.md
+
+Machine: the project's 2-core AMD EPYC VM (KVM, 23.5 GiB RAM, ext4, CPython 3.11), shared
+with other jobs; the header of each result file gives its versions and load average.
 """
 
 from __future__ import annotations
@@ -85,9 +88,12 @@ from _common import (
     AnonPeakSampler,
     Report,
     fmt_range,
+    have,
     load_average,
     machine,
+    parse_with_quick,
     run_isolated,
+    skip_peer,
     source_state,
     summary,
     versions,
@@ -470,8 +476,24 @@ def main() -> int:
         action="store_true",
         help="merge the systems measured now into the existing JSON beside --output instead of replacing it",
     )
-    args = parser.parse_args()
+    args = parse_with_quick(
+        parser,
+        {
+            "n": 5000,
+            "adds": 2000,
+            "merges": 1,
+            "sync_adds": 20,
+            "floor_adds": 200,
+            "repeats": 1,
+            "threads": 2,
+            "processes": 1,
+            "writer_adds": 100,
+        },
+    )
     systems = [name.strip() for name in args.systems.split(",") if name.strip()]
+    if not have("faiss") and any(system.startswith("faiss") for system in systems):
+        skip_peer("faiss", "faiss-cpu is not installed: pip install -e '.[bench]'")
+        systems = [system for system in systems if not system.startswith("faiss")]
     n = args.n
     if args.adds is None:
         args.adds = sum(merge_thresholds(n, args.merges))

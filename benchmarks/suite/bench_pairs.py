@@ -48,7 +48,7 @@ from pathlib import Path
 import numpy as np
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))  # benchmarks/: _common
-from _common import Report, Stopwatch, fmt, fmt_range, percentiles, source_state
+from _common import Report, Stopwatch, fmt, fmt_range, parse_with_quick, percentiles, source_state
 
 import simstore
 from simstore.index.permute import one_level_tables
@@ -152,7 +152,7 @@ def main() -> None:
     parser.add_argument("--simhash-python", default=None, help="a Python with simhash-py installed")
     parser.add_argument("--skip-reference", action="store_true", help="do not run the numpy reference")
     parser.add_argument("--output", default=None)
-    args = parser.parse_args()
+    args = parse_with_quick(parser, {"n": 5000, "repeats": 1})
 
     report = Report()
     folder = tempfile.mkdtemp(prefix="bench_pairs_", dir=args.dir)

@@ -91,11 +91,14 @@ from _common import (
     Report,
     baseline_rss_mib,
     fmt_range,
+    have,
     load_average,
     machine,
+    parse_with_quick,
     round_percentiles,
     rss_breakdown_mib,
     run_isolated,
+    skip_peer,
     source_state,
     versions,
     write_result_json,
@@ -713,8 +716,13 @@ def main() -> int:
         action="store_true",
         help="merge the systems measured now into an existing peers_<N>.json instead of replacing it",
     )
-    args = parser.parse_args()
+    args = parse_with_quick(
+        parser, {"n": "5000", "queries": 100, "rounds": 1, "repeats": 1, "reopen_repeats": 1}
+    )
     args.systems = [name.strip() for name in args.systems.split(",") if name.strip()]
+    if not have("faiss") and any(system.startswith("faiss") for system in args.systems):
+        skip_peer("faiss", "faiss-cpu is not installed: pip install -e '.[bench]'")
+        args.systems = [system for system in args.systems if not system.startswith("faiss")]
     unknown = set(args.systems) - set(SYSTEMS)
     if unknown:
         parser.error(f"unknown systems {sorted(unknown)}")

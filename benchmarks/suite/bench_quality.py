@@ -78,6 +78,9 @@ import numpy as np
 import numpy.typing as npt
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[2]))
+sys.path.insert(0, str(Path(__file__).resolve().parents[1]))  # benchmarks/: _common
+
+from _common import parse_with_quick
 
 from simstore.fingerprint import version2
 from simstore.fingerprint.fingerprinter import (
@@ -647,7 +650,6 @@ def main(argv: Sequence[str] | None = None) -> None:
     parser.add_argument("--simhash-python", default="/tmp/simhash-venv/bin/python")
     parser.add_argument("--configs", nargs="*", default=list(DEFAULT_CONFIGS))
     parser.add_argument("--corpora", nargs="*", default=list(CORPUS_NAMES))
-    parser.add_argument("--quick", action="store_true")
     parser.add_argument("--missed", action="store_true", help="describe the J >= 0.97 pairs missed at k=3")
     parser.add_argument("--no-plots", action="store_true", help="leave the plots as they are")
     parser.add_argument("--seeds", type=int, default=1, help="also score feature-hash seeds 0..N-1")
@@ -667,7 +669,8 @@ def main(argv: Sequence[str] | None = None) -> None:
         default=1,
         help="with --real: smallest-k table for feature-hash seeds 0..N-1",
     )
-    args = parser.parse_args(argv)
+    # --quick also scores only a third of each corpus (at least 30 documents).
+    args = parse_with_quick(parser, {"configs": ["default"], "corpora": ["en_short"], "no_plots": True}, argv)
     if args.real:
         run_real(args)
         return
@@ -682,7 +685,7 @@ def main(argv: Sequence[str] | None = None) -> None:
 
 def run_real(args: argparse.Namespace) -> None:
     """``--real``: build the missing real-text corpora, then score them."""
-    sys.path.insert(0, str(HERE))
+    sys.path.insert(0, str(HERE / "suite"))
     import realtext_corpora
     import realtext_quality
 

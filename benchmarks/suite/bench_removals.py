@@ -31,7 +31,15 @@ import numpy as np
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))  # benchmarks/: _common
 
-from _common import AnonPeakSampler, Report, Stopwatch, parse_count, percentiles, source_state
+from _common import (
+    AnonPeakSampler,
+    Report,
+    Stopwatch,
+    parse_count,
+    parse_with_quick,
+    percentiles,
+    source_state,
+)
 
 import simstore
 
@@ -62,7 +70,7 @@ def main() -> int:
     parser.add_argument("--k", type=int, default=3)
     parser.add_argument("--data-dir", default=None, help="where the store goes (default: a temporary folder)")
     parser.add_argument("--output", help="write the report as markdown here")
-    args = parser.parse_args()
+    args = parse_with_quick(parser, {"docs": "5000", "batch": 1000})
     docs = parse_count(args.docs)
     removed = int(docs * args.remove)
     folder = tempfile.mkdtemp(prefix="bench_removals_", dir=args.data_dir)

@@ -87,6 +87,7 @@ from _common import (
     fmt_range,
     load_average,
     min_med_max,
+    parse_with_quick,
     run_isolated,
     source_state,
     summary,
@@ -592,7 +593,10 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     parser.add_argument("--dir", default=None, help="folder for store files (default: system temp)")
     parser.add_argument("--output", default=None, help="also write the markdown report here")
     parser.add_argument("--profile", action="store_true", help="also profile with pyinstrument")
-    return parser.parse_args(argv)
+    quick = {"n": 5000, "queries": 100, "rounds": 1, "repeats": 1, "online": 1000, "online_sync": 10}
+    return parse_with_quick(
+        parser, quick | {"raw_online": 500, "thresholds": (2000,), "sweep_repeats": 1}, argv
+    )
 
 
 def main(argv: list[str] | None = None) -> int:

@@ -29,7 +29,7 @@ import numpy as np
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))  # benchmarks/: _common
 
-from _common import AnonPeakSampler, Report, fmt, fmt_range, percentiles
+from _common import AnonPeakSampler, Report, fmt, fmt_range, parse_with_quick, percentiles
 
 import simstore
 
@@ -87,7 +87,7 @@ def main() -> int:
     parser.add_argument("-k", type=int, default=3)
     parser.add_argument("--data-dir", default=None)
     parser.add_argument("--output", default=None)
-    args = parser.parse_args()
+    args = parse_with_quick(parser, {"docs": 1000, "queries": 50, "rounds": 1})
     warnings.simplefilter("ignore", simstore.ShortTextWarning)
     report = Report()
     scratch = tempfile.mkdtemp(prefix="bench-verify-", dir=args.data_dir)

@@ -40,7 +40,7 @@ from pathlib import Path
 import numpy as np
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))  # benchmarks/: _common
-from _common import Report, fmt_range, load_average, source_state
+from _common import Report, fmt_range, load_average, parse_with_quick, source_state
 from bench_against import copyright_documents, write_rows
 
 CHILD = (
@@ -78,7 +78,7 @@ def main() -> None:
     parser.add_argument("--sizes", default="1000,4000,16000,64000", help="documents, for the library runs")
     parser.add_argument("--dir", default=None)
     parser.add_argument("--output")
-    args = parser.parse_args()
+    args = parse_with_quick(parser, {"rows": 400, "rounds": 1, "sizes": "200,400"})
     trees = [str(Path(tree).resolve()) for tree in args.trees.split(",")]
     sizes = [int(size) for size in args.sizes.split(",") if size]
     if shutil.which("taskset") is None:
