@@ -65,7 +65,7 @@ SUITE: dict[str, tuple[str, ...]] = {
 SLOW = {"bench_columnar", "bench_against", "bench_workers", "bench_dask"}
 # Modules of the suite that are not benchmarks themselves (used by the scripts
 # above); their docstrings are checked for the machine only where they run alone.
-HELPERS = {"_simhash_worker", "realtext_quality", "realtext_report", "realtext_truth"}
+HELPERS = {"_simhash_worker", "realtext_quality", "realtext_report", "realtext_truth", "results_pages"}
 MACHINE = re.compile(r"machine|\bVM\b|core", re.IGNORECASE)
 
 
