@@ -42,7 +42,8 @@ feature-hash seeds 0..N-1, ``--real-configs SPEC ...`` scores other configuratio
 ``--configs`` picks configurations (name=ngrams,weighting[,top_n], ngrams
 like ``1+2``; the weighting ``cap:A:C``, benchmark-only, weighs a feature
 ``1 + A ln min(tf, C)``) to compare,
-``--quick`` uses a third of each corpus, ``--missed`` describes the
+``--quick`` (the smoke run) uses a third of one corpus (``en_short``, unless
+``--corpora``), the default configuration only and no plots, ``--missed`` describes the
 J >= 0.97 pairs the first configuration misses at k = 3.
 
 One feature-hash seed is one random draw: a pair's distance is close to
