@@ -13,13 +13,19 @@
   keeps it for ``--output``;
 - :class:`AnonPeakSampler` records the peak anonymous RSS of a block (memory
   beyond the page cache), :func:`round_percentiles` gives percentiles per
-  timed pass, :func:`versions` the installed versions of named packages.
+  timed pass, :func:`versions` the installed versions of named packages;
+- :func:`parse_with_quick` adds every maintained script's ``--quick`` smoke mode
+  (tiny sizes, a few seconds; ``run_suite.py --quick`` runs them all in CI), and
+  :func:`have` / :func:`skip_peer` leave out an optional peer that is not installed,
+  saying so.
 
 Nothing here imports simstore, so any script can use it.
 """
 
 from __future__ import annotations
 
+import argparse
+import importlib.util
 import json
 import multiprocessing
 import os
@@ -133,13 +139,14 @@ def load_average() -> str:
 
 def source_state(root: str | os.PathLike[str], package: str) -> str:
     """The git commit of ``root`` (read-only query) and a digest of ``package``'s
-    ``*.py`` files, so a result names the exact code it measured."""
+    ``*.py`` files (subpackages included), so a result names the exact code it measured."""
     import hashlib
     import subprocess
 
     digest = hashlib.sha256()
-    for source in sorted(Path(root, package).glob("*.py")):
-        digest.update(source.name.encode())
+    base = Path(root, package)
+    for source in sorted(base.rglob("*.py")):
+        digest.update(source.relative_to(base).as_posix().encode())
         digest.update(source.read_bytes())
     try:
         commit = subprocess.run(
@@ -150,7 +157,7 @@ def source_state(root: str | os.PathLike[str], package: str) -> str:
         ).stdout.strip()
     except (OSError, subprocess.CalledProcessError):
         commit = "?"
-    return f"commit {commit}, {package}/*.py sha256 {digest.hexdigest()[:12]}"
+    return f"commit {commit}, {package}/**/*.py sha256 {digest.hexdigest()[:12]}"
 
 
 def command_line() -> str:
@@ -190,14 +197,23 @@ def _isolated_entry(
     return result, peak_rss_mib(), rss_breakdown_mib()
 
 
+# Set by ``--quick`` (:func:`parse_with_quick`): a smoke run calls the systems in
+# this process, since each spawn child would cost a second of imports on the
+# 2-core VM and its peak RSS means nothing at tiny sizes anyway.
+_IN_PROCESS = False
+
+
 def run_isolated(func: Callable[..., T], *args: Any, **kwargs: Any) -> tuple[T, float, dict[str, float]]:
-    """Run ``func(*args, **kwargs)`` in a fresh ``spawn`` process.
+    """Run ``func(*args, **kwargs)`` in a fresh ``spawn`` process (in this one
+    under ``--quick``).
 
     Returns:
         ``(result, peak RSS in MiB, current RSS breakdown at the end)`` of the
         child. ``func`` must be a module-level function and its arguments and
         result picklable.
     """
+    if _IN_PROCESS:
+        return _isolated_entry(func, args, kwargs)
     context = multiprocessing.get_context("spawn")
     with context.Pool(1, maxtasksperchild=1) as pool:
         return pool.apply(_isolated_entry, (func, args, kwargs))
@@ -400,3 +416,41 @@ def write_result_json(path: Path, result: dict[str, Any], *, update: bool) -> No
             previous["exact"] = previous.get("exact", True) and result["exact"]
         result = previous
     path.write_text(json.dumps(result, indent=1, default=float) + "\n")
+
+
+QUICK_HELP = (
+    "smoke run: tiny sizes and no optional peer that is not installed, a few seconds; "
+    "proves the script runs (CI: benchmarks/run_suite.py --quick), measures nothing worth keeping"
+)
+
+
+def parse_with_quick(
+    parser: argparse.ArgumentParser, quick: dict[str, Any], argv: Sequence[str] | None = None
+) -> argparse.Namespace:
+    """Parse the command line with a ``--quick`` flag: with it, ``quick`` (option
+    destination -> value) replaces those options' defaults (options given on the
+    command line still win) and :func:`run_isolated` stays in this process."""
+    global _IN_PROCESS
+    parser.add_argument("--quick", action="store_true", help=QUICK_HELP)
+    known, _ = parser.parse_known_args(argv)
+    if known.quick:
+        parser.set_defaults(**quick)
+        _IN_PROCESS = True
+        print(
+            "quick smoke run: tiny sizes, no spawn children; the figures are not measurements",
+            file=sys.stderr,
+        )
+    return parser.parse_args(argv)
+
+
+def have(module: str) -> bool:
+    """Whether ``module`` can be imported (without importing it)."""
+    try:
+        return importlib.util.find_spec(module) is not None
+    except (ImportError, ValueError):
+        return False
+
+
+def skip_peer(name: str, why: str) -> None:
+    """Say on stderr that an optional peer is left out of this run, and why."""
+    print(f"skipped: {name} ({why})", file=sys.stderr)

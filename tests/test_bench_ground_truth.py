@@ -1,4 +1,4 @@
-"""The real-text benchmark's all-pairs Jaccard (benchmarks/realtext_truth.py) against brute force."""
+"""The real-text benchmark's all-pairs Jaccard (benchmarks/suite/realtext_truth.py) against brute force."""
 
 from __future__ import annotations
 
@@ -10,7 +10,7 @@ import numpy as np
 import pytest
 
 pytest.importorskip("scipy")
-sys.path.insert(0, str(Path(__file__).resolve().parent.parent / "benchmarks"))
+sys.path.insert(0, str(Path(__file__).resolve().parent.parent / "benchmarks" / "suite"))
 
 import realtext_truth as truth
 

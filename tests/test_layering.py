@@ -150,7 +150,7 @@ def test_the_facade_holds_no_engine_state_of_its_own() -> None:
 
 def test_no_public_name_hides_a_subpackage() -> None:
     """``simstore.fingerprint`` (the function) once hid a subpackage of that
-    name: ``import simstore.fingerprint.text as t`` then failed. Every
+    name: ``import simstore.fingerprinting.text as t`` then failed. Every
     subpackage is reachable as an attribute of the package."""
     import importlib
 

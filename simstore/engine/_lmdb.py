@@ -306,7 +306,7 @@ class Environment:
                 # scan) enter the page cache as large folios, and the kernel
                 # writes a dirty folio back whole: a durable single add after
                 # a bulk load flushed 529 pages instead of 13, at half the
-                # speed (benchmarks/group_commit_cpu.py, docs/engine.md). The
+                # speed (benchmarks/experiments/group_commit_cpu.py, docs/engine.md). The
                 # price is paid by sequential scans of a cold cache only.
                 readahead=False,
             )

@@ -951,7 +951,7 @@ def sharing_records(txn: Txn, docs: Database, shared: dict[bytes, bytes | None])
     ``shared``, for the other queries of a batch in the same snapshot:
     documents that share boilerplate are candidates of many queries (19K
     distinct records were read 248K times by 10K queries of the benchmark in
-    ``benchmarks/bench_against.py``). Buckets are not kept: a batch of
+    ``benchmarks/suite/bench_against.py``). Buckets are not kept: a batch of
     unrelated queries reads each once."""
     read = txn.get
 

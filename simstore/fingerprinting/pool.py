@@ -74,7 +74,7 @@ CHUNK_TEXTS = 20_000
 #: simstore) and 2.2 s more to load jieba's dictionary at its first Han text;
 #: fingerprinting runs at 4-6M characters a CPU second, so a worker pays for
 #: its start only after several million characters, and a run shorter than
-#: this one's fingerprinting never waits for one (see benchmarks/bench_workers.py).
+#: this one's fingerprinting never waits for one (see benchmarks/suite/bench_workers.py).
 AUTO_MIN_CHARS = 16_000_000
 
 _LENGTH_BYTES = 8

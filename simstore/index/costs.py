@@ -18,11 +18,11 @@ The query constants are fitted by hand (within ~25 %) to real stores of N =
 1,000,000 random fingerprints, single ``store.query`` calls on a warm store
 opened read-only, one-level layouts from 4 to 56 tables::
 
-    python benchmarks/bench_costs.py --output benchmarks/results/bench_costs_1M.md
+    python benchmarks/suite/bench_costs.py --output benchmarks/results/bench_costs_1M.md
 
 (2026-11-25 15:36 UTC, load average ~0.4-0.9, format 2 with crowded
 prefixes; 2-core AMD EPYC VM, CPython 3.11.7, numpy 2.4.6, py-lmdb 3.0.0 /
-LMDB 0.9.36), plus ``benchmarks/ab_crowded.py`` at 10M and 30M for the
+LMDB 0.9.36), plus ``benchmarks/experiments/ab_crowded.py`` at 10M and 30M for the
 crowded ones. The results file lists every layout's figures; its
 least-squares fit gave a negative per-candidate cost over the uncrowded
 layouts (too few of them walk candidates), so PER_CANDIDATE_US is the
@@ -43,7 +43,7 @@ PER_TABLE_US = 0.30
 # stores up to PROBE_BASE_BYTES.
 PER_PROBE_US = 3.6
 # A probe costs more in a bigger store (more cache and TLB misses per B-tree
-# descent). Per-probe costs implied by benchmarks/bench_layouts.py (query p50
+# descent). Per-probe costs implied by benchmarks/suite/bench_layouts.py (query p50
 # minus the fixed and per-candidate terms, over the tables), against the
 # store's size: ~2.4-2.6 µs up to 1.1 GB, 2.9 at 1.5 GB, 3.4 at 2.3 GB,
 # 3.6-3.7 at 3.2-5.9 GB (N = 10M), 4.2-4.4 at 4.4-13 GB (N = 1M, k = 8).
@@ -79,7 +79,7 @@ PER_ENTRY_BYTES = 7.9
 # over a table's runs, on average over the tables) a query reads every bucket
 # it needs first and searches them together in numpy (TableSet.find). The
 # two ways cross at about 3.4 (k = 5's 21 tables at 1M: 108 against 109 µs;
-# at 3M 113 against 120; at 10M 115 against 154; benchmarks/ab_crowded.py):
+# at 3M 113 against 120; at 10M 115 against 154; benchmarks/experiments/ab_crowded.py):
 # k = 5 from about 1.2M documents, never k = 3's 25-26-bit prefixes below 150M.
 CROWDED_PREFIX = 4.0
 # Query, crowded: fixed, per bucket read (get, checksum, the tags into

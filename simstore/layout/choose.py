@@ -17,7 +17,7 @@ from simstore.index.permute import Table, default_blocks, one_level_tables
 from simstore.layout.planner import best_layout, from_spec, k_for_similarity
 
 #: The k of a new store: on real text whose near-duplicates occurred naturally
-#: (benchmarks/bench_quality.py --real: documentation across releases, licence
+#: (benchmarks/suite/bench_quality.py --real: documentation across releases, licence
 #: texts, Chinese manuals, templated reference pages), k = 5 finds 98 % of the
 #: pairs with Jaccard similarity >= 0.97 (every corpus >= 97 %); k = 3 found
 #: 92 % (60 % on licence paragraphs). Costs: see README "Choosing k".

@@ -405,7 +405,7 @@ def _dominated(layout: Layout, others: Sequence[Layout]) -> bool:
 #: For a similarity threshold ``J``, the smallest ``k`` at which at least 97 %
 #: of the near-duplicate pairs with Jaccard similarity (of word 3-shingles) at
 #: least ``J`` (exact copies aside) lie within ``k`` bits of each other, pooled
-#: over the real-text corpora of ``benchmarks/bench_quality.py --real`` (texts
+#: over the real-text corpora of ``benchmarks/suite/bench_quality.py --real`` (texts
 #: of 20 tokens or more). A threshold between two rows takes the lower row's
 #: ``k`` (more recall).
 K_FOR_SIMILARITY: tuple[tuple[float, int], ...] = ((0.97, 5), (0.9, 8), (0.8, 11))

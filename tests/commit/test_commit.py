@@ -779,7 +779,7 @@ def test_every_map_is_opened_without_readahead(store_path: str, sync: bool | str
     """Writers and readers map the file with MADV_RANDOM (LMDB's MDB_NORDAHEAD): with
     readahead, pages faulted in order become large page-cache folios that the kernel
     writes back whole, and a durable single add after a bulk load flushed 529 pages
-    instead of 13 (benchmarks/group_commit_cpu.py)."""
+    instead of 13 (benchmarks/experiments/group_commit_cpu.py)."""
     with simstore.open(store_path, "c", k=3, sync=sync) as store:  # type: ignore[arg-type]
         store.add_many(range(100), fingerprints=np.arange(100, dtype=np.uint64) * 0x9E3779B97F4A7C15)
         assert store._engine.env.env.flags()["readahead"] is False

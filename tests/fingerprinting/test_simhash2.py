@@ -255,7 +255,7 @@ def test_a_huge_document_takes_memory_in_proportion_with_a_small_constant() -> N
     """A 29 MB document took 1.05 GB (issue 34): per-byte arrays of 8 bytes an
     element, some 35 bytes a byte of text. Now the per-byte work is done a
     segment at a time, and what grows with the text is a few arrays of one
-    or two 8-byte hashes a token (benchmarks/bench_huge_document.py)."""
+    or two 8-byte hashes a token (benchmarks/suite/bench_huge_document.py)."""
     import tracemalloc
 
     rng = random.Random(5)
