@@ -1,6 +1,7 @@
-"""What the ``simstore`` command line's verbs share: opening stores (with
-messages in the command line's words), argument types, JSON output, input
-files, progress bars, and fingerprinting documents in chunks."""
+"""What the ``simstore`` command line's verbs share: the program's name,
+its usage error, argument types, and keys and values as JSON. Opening
+stores is :mod:`simstore.cli.stores`, progress :mod:`simstore.cli.progress`,
+reading and fingerprinting documents :mod:`simstore.cli.documents`."""
 
 from __future__ import annotations
 
