@@ -31,14 +31,10 @@ from simstore.errors import (
     StoreNotFoundError,
     WorkerError,
 )
-from simstore.fingerprint.fingerprinter import (
-    Fingerprinter,
-    ShortTextWarning,
-    fingerprint,
-    fingerprint_vector,
-)
+from simstore.fingerprint.fingerprinter import Fingerprinter, ShortTextWarning, fingerprint
 from simstore.fingerprint.pool import Workers
 from simstore.fingerprint.sketch import Sketch, estimate_jaccard
+from simstore.fingerprint.vectors import fingerprint_vector
 from simstore.index.permute import Table, hamming
 from simstore.index.sharding import shard_of
 from simstore.io.tables import dedup_table

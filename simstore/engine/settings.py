@@ -6,7 +6,8 @@ from __future__ import annotations
 from typing import TYPE_CHECKING
 
 from simstore.errors import warn_caller
-from simstore.fingerprint.fingerprinter import UNRECORDED_SETTINGS, Fingerprinter
+from simstore.fingerprint.algorithms import UNRECORDED_SETTINGS
+from simstore.fingerprint.fingerprinter import Fingerprinter
 from simstore.fingerprint.sketch import Sketch
 from simstore.fingerprint.text import segmenter_info
 from simstore.results import SegmenterChangedWarning
