@@ -159,7 +159,7 @@ def test_script_without_main_guard_runs_once_and_exits(tmp_path: Path) -> None:
         textwrap.dedent(
             f"""
             import simstore
-            from simstore import pool
+            from simstore.fingerprint import pool
 
             pool.CHUNK_TEXTS = 5
             with open({str(tmp_path / "runs.txt")!r}, "a") as runs:

@@ -114,6 +114,8 @@ def vote_batch(
     from ``feature_starts[i]`` to ``feature_starts[i + 1]``; each slice is
     sorted in place). ``weighting`` is ``binary``, ``tf`` or ``log``."""
     count = len(feature_starts) - 1
+    if count == 1 and len(features) <= BLOCK_FEATURES:
+        return _vote_one(features, weighting)
     # Sorting each text's slice in place groups equal features; numpy's
     # SIMD sort of values is ~10x faster than an argsort or lexsort of the
     # (text, feature) pairs, even with one call per text.
@@ -157,6 +159,25 @@ def vote_batch(
     winners = 2.0 * positive > totals[:, None]
     packed = np.packbits(winners, axis=1, bitorder="little")
     return packed.view("<u8").reshape(count).astype(np.uint64), distinct_per_text
+
+
+def _vote_one(
+    features: npt.NDArray[np.uint64], weighting: str
+) -> tuple[npt.NDArray[np.uint64], npt.NDArray[np.int64]]:
+    """:func:`vote_batch` of one text's features (sorted in place): its
+    distinct features weighed and voted by :func:`vote`, a handful of numpy
+    calls where the batch's bookkeeping costs some fifty (a short text's
+    whole fingerprint took less)."""
+    features.sort()
+    first = np.empty(len(features), dtype=np.bool_)
+    first[:1] = True
+    np.not_equal(features[1:], features[:-1], out=first[1:])
+    group_starts = np.flatnonzero(first)
+    counts = np.empty(len(group_starts), dtype=np.int64)
+    counts[:-1] = group_starts[1:] - group_starts[:-1]
+    counts[-1:] = len(features) - group_starts[-1:]
+    value = vote(features[group_starts], weigh([], counts, weighting))
+    return np.array([value], dtype=np.uint64), np.array([len(counts)], dtype=np.int64)
 
 
 def _block_end(features: npt.NDArray[np.uint64], feature_starts: npt.NDArray[np.int64], low: int) -> int:
