@@ -83,12 +83,22 @@ class TokenBatch:
     """The tokens of a batch of validated texts, from one normalise-and-
     tokenise pass (see the module docstring for what it holds)."""
 
-    def __init__(self, parts: list[bytes], strings: list[list[str]] | None = None) -> None:
-        #: Each text as bytes whose word runs are its tokens.
-        self.parts = parts
+    def __init__(self, parts: list[bytes] | None, strings: list[list[str]] | None = None) -> None:
+        if parts is None and strings is None:
+            raise InvalidValueError("a TokenBatch needs parts or strings")
+        self._parts = parts
         #: Each text's tokens as strings, if the batch was made with ``strings=True``.
         self.strings = strings
         self._hashed: dict[int, tuple[Hashes, Counts]] = {}
+
+    @property
+    def parts(self) -> list[bytes]:
+        """Each text as bytes whose word runs are its tokens (made from
+        ``strings`` when first asked for: version 1 without sketches never asks)."""
+        if self._parts is None:
+            assert self.strings is not None
+            self._parts = [" ".join(tokens).encode("utf-8") for tokens in self.strings]
+        return self._parts
 
     @classmethod
     def of_texts(cls, texts: Sequence[str], *, hmm: bool, strings: bool = False) -> TokenBatch:
@@ -101,17 +111,16 @@ class TokenBatch:
             [token for piece in _pieces(text) for token in tokenise(normalise(piece), hmm=hmm)]
             for text in texts
         ]
-        return cls([" ".join(tokens).encode("utf-8") for tokens in token_lists], token_lists)
+        return cls(None, token_lists)
 
     @classmethod
     def of_tokens(cls, token_lists: Sequence[Sequence[str]]) -> TokenBatch:
         """A batch of texts already cut into tokens (for benchmarks that
         compare settings without segmenting again)."""
-        lists = [list(tokens) for tokens in token_lists]
-        return cls([" ".join(tokens).encode("utf-8") for tokens in lists], lists)
+        return cls(None, [list(tokens) for tokens in token_lists])
 
     def __len__(self) -> int:
-        return len(self.parts)
+        return len(self.strings) if self.strings is not None else len(self.parts)
 
     def token_hashes(self, seed: int) -> tuple[Hashes, Counts]:
         """Every token's version-2 hash (with ``seed``), text after text, and
