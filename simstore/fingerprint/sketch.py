@@ -198,8 +198,12 @@ def sketches_of_shingles(
         slot = text_of * bins + (mixed >> shift).astype(np.int64)
         np.minimum.at(smallest, slot, mixed)
         filled[slot] = True
+    # Codes of the filled bins only: a short text fills a few of its 256
+    # bins, and the modulo of every bin was most of a short text's sketch.
     modulus = _U64((1 << sketch.bits) - 1)
-    codes = np.where(filled, (smallest & _U64(0xFFFFFFFF)) % modulus + _U64(1), _U64(0)).astype(np.uint8)
+    codes = np.zeros(count * bins, dtype=np.uint8)
+    where = np.flatnonzero(filled)
+    codes[where] = (smallest[where] & _U64(0xFFFFFFFF)) % modulus + _U64(1)
     return _pack(codes.reshape(count, bins), sketch.bits)
 
 
