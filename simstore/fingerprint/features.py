@@ -1,7 +1,8 @@
-"""The features of a text: its n-grams, for each ``n`` in ``ngrams`` in
-that order, every run of ``n`` consecutive tokens (``n = 1``: the tokens);
-a text with fewer tokens than every ``n`` has the one feature of all its
-tokens.
+"""The features of a text: its n-grams.
+
+For each ``n`` in ``ngrams``, in that order, every run of ``n`` consecutive
+tokens (``n = 1``: the tokens); a text with fewer tokens than every ``n``
+has the one feature of all its tokens.
 
 Version 2 and the verification sketch fold each n-gram's token hashes into
 one 64-bit hash (:func:`ngram_features`, a whole :class:`~simstore.fingerprint.tokens.TokenBatch`

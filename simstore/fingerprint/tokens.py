@@ -196,7 +196,7 @@ _WORD_RUN = re.compile(rb"[0-9A-Za-z_\x80-\xff]+")
 _TOKEN_CACHE_SIZE = 100_000
 
 
-@functools.cache
+@functools.lru_cache(maxsize=4)  # a few seeds: a process rarely uses more than one
 def _token_cache(seed: int) -> dict[bytes, int]:
     return {}
 
