@@ -162,3 +162,21 @@ def test_no_production_module_imports_the_reference() -> None:
             if "simstore.fingerprint.reference" in names:
                 importers.append(str(path.relative_to(package)))
     assert importers == []
+
+
+@pytest.mark.filterwarnings("ignore::simstore.ShortTextWarning")
+def test_add_query_and_add_if_new_normalise_a_short_text_once(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    import simstore
+
+    sample = "北京天气。"
+    with simstore.open(str(tmp_path / "s.simstore"), "n", k=3) as store:
+        store.add("warm", text="天气很好。")  # the first text also checks the segmenter
+        seen = _count_normalisations(monkeypatch)
+        store.add("a", text=sample)
+        assert len(seen) == 1
+        store.query(text=sample)
+        assert len(seen) == 2
+        store.add_if_new("b", text=sample)
+        assert len(seen) == 3
