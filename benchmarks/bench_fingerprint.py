@@ -366,20 +366,22 @@ def ab(rounds: int, label: str, path: Path) -> None:
     for call in calls.values():  # load jieba, warm numpy
         call(texts["short Chinese"][:20])
     seconds: dict[str, list[float]] = {}
+    cpu_seconds: dict[str, list[float]] = {}
     for _ in range(rounds):
         for workload, batch in texts.items():
             for name, call in calls.items():
                 _forget()
-                started = time.perf_counter()
+                started, cpu_started = time.perf_counter(), time.process_time()
                 call(batch)
-                seconds.setdefault(f"{workload} | {name}", []).append(
-                    (time.perf_counter() - started) / len(batch) * 1e6
-                )
+                key = f"{workload} | {name}"
+                seconds.setdefault(key, []).append((time.perf_counter() - started) / len(batch) * 1e6)
+                cpu_seconds.setdefault(key, []).append((time.process_time() - cpu_started) / len(batch) * 1e6)
     row = {
         "label": label,
         "tree": str(_tree()),
         "load": os.getloadavg()[0],
         "us_per_text": {key: statistics.median(values) for key, values in seconds.items()},
+        "cpu_us_per_text": {key: statistics.median(values) for key, values in cpu_seconds.items()},
     }
     with open(path, "a", encoding="utf-8") as handle:
         handle.write(json.dumps(row) + "\n")
@@ -387,22 +389,23 @@ def ab(rounds: int, label: str, path: Path) -> None:
         print(f"  {label:10s} {key:50s} {value:9.1f} us/text", flush=True)
 
 
-def ab_report(path: Path, out: Path | None, argv: Sequence[str]) -> None:
-    """Each label's median over its runs, and the ratio first label / others."""
+def ab_report(path: Path, out: Path | None, argv: Sequence[str], measure: str = "us_per_text") -> None:
+    """Each label's median over its runs, and the ratio first label / others:
+    of wall time (``us_per_text``) or CPU time (``cpu_us_per_text``)."""
     runs = [json.loads(line) for line in path.read_text(encoding="utf-8").splitlines() if line.strip()]
     labels = list(dict.fromkeys(run["label"] for run in runs))
-    keys = list(runs[0]["us_per_text"])
+    keys = list(runs[0][measure])
     medians = {
         label: {
-            key: statistics.median(run["us_per_text"][key] for run in runs if run["label"] == label)
-            for key in keys
+            key: statistics.median(run[measure][key] for run in runs if run["label"] == label) for key in keys
         }
         for label in labels
     }
     base = labels[0]
     counts = ", ".join(f"{label}: {sum(run['label'] == label for run in runs)} runs" for label in labels)
     lines = [
-        f"`python benchmarks/bench_fingerprint.py {' '.join(argv)}` ({counts}, alternating)",
+        f"`python benchmarks/bench_fingerprint.py {' '.join(argv)}` ({counts}, alternating; "
+        f"{'CPU' if measure.startswith('cpu') else 'wall'} time, median of the runs' medians)",
         "",
         "| texts | call | "
         + " | ".join(f"{label} us/text" for label in labels)
@@ -490,6 +493,7 @@ def main(argv: Sequence[str] | None = None) -> None:
     parser.add_argument("--tree", type=Path, help="time the simstore of this checkout (ab)")
     parser.add_argument("--label", default="this", help="the name of this run's tree (ab)")
     parser.add_argument("--ab-json", type=Path, default=Path("ab.jsonl"), help="ab's results, appended")
+    parser.add_argument("--cpu", action="store_true", help="ab-report: CPU time in place of wall time")
     parser.add_argument("--flat", type=int, nargs="*", default=[1, 16], help="stream sizes (copies) for flat")
     parser.add_argument("--methods", nargs="*", default=list(METHODS))
     parser.add_argument("--out", type=Path, help="write the tables as markdown here")
@@ -503,7 +507,7 @@ def main(argv: Sequence[str] | None = None) -> None:
         ab(args.rounds, args.label, args.ab_json)
         return
     if "ab-report" in parts:
-        ab_report(args.ab_json, args.out, written_argv)
+        ab_report(args.ab_json, args.out, written_argv, "cpu_us_per_text" if args.cpu else "us_per_text")
         return
     warnings.simplefilter("ignore", ShortTextWarning)
     print(
