@@ -31,14 +31,10 @@ from simstore.errors import (
     StoreNotFoundError,
     WorkerError,
 )
-from simstore.fingerprinting.fingerprinter import (
-    Fingerprinter,
-    ShortTextWarning,
-    fingerprint,
-    fingerprint_vector,
-)
+from simstore.fingerprinting.fingerprinter import Fingerprinter, ShortTextWarning, fingerprint
 from simstore.fingerprinting.pool import Workers
 from simstore.fingerprinting.sketch import Sketch, estimate_jaccard
+from simstore.fingerprinting.vectors import fingerprint_vector
 from simstore.index.permute import Table, hamming
 from simstore.index.sharding import shard_of
 from simstore.io.tables import dedup_table

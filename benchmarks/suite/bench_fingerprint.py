@@ -40,6 +40,25 @@ jieba 0.42.1, simhash 2.1.2)::
 ``fingerprint_many`` over generator streams of ``--flat`` copies of English +
 Chinese (1.6 MB a copy); ``many`` compares 1 and 2 processes, alternating, on
 a stream of ``--repeat`` copies, worker start-up included.
+
+``--only ab`` times the public calls (``fingerprint``, ``fingerprint_and_sketch``
+one text at a time; ``fingerprint_many``, ``fingerprints_and_sketches`` on the
+whole list), versions 2 and 1, on short texts (the ``en_short``/``zh_short``
+corpora, all under 520 characters) and long ones (``en_long``/``zh_long``),
+in microseconds a text (median of ``--rounds``, the calls interleaved, jieba's
+and the token hashes' memories cleared before each call), and appends one JSON
+line to ``--ab-json``. It uses only public names, so ``--tree DIR`` can time
+another checkout of simstore (say, ``git archive layout | tar -x -C DIR``)
+with this same script. Alternate the two trees a few times, then
+``--only ab-report --ab-json FILE --out FILE.md`` gives each tree's median and
+the ratios::
+
+    git archive layout | (mkdir -p /tmp/base && tar -x -C /tmp/base)
+    for i in 1 2 3 4; do
+        python benchmarks/bench_fingerprint.py --only ab --tree /tmp/base --label layout --ab-json ab.jsonl
+        python benchmarks/bench_fingerprint.py --only ab --label onepass --ab-json ab.jsonl
+    done
+    python benchmarks/bench_fingerprint.py --only ab-report --ab-json ab.jsonl --out ab.md
 """
 
 from __future__ import annotations
@@ -60,14 +79,23 @@ from typing import Any
 
 import numpy as np
 
-sys.path.insert(0, str(Path(__file__).resolve().parents[2]))
+
+def _tree() -> Path:
+    """The checkout whose simstore is timed: ``--tree DIR``, or this one."""
+    if "--tree" in sys.argv[:-1]:
+        return Path(sys.argv[sys.argv.index("--tree") + 1]).resolve()
+    return Path(__file__).resolve().parents[2]
+
+
+sys.path.insert(0, str(_tree()))
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))  # benchmarks/: _common
 
-from _common import parse_with_quick
+from _common import parse_with_quick  # noqa: E402
 
-from simstore.fingerprinting import version2
-from simstore.fingerprinting.fingerprinter import ALGORITHM_1, Fingerprinter, ShortTextWarning
-from simstore.fingerprinting.text import _jieba_tokenizer, _segment_cache
+from simstore import Fingerprinter, ShortTextWarning  # noqa: E402
+from simstore.fingerprinting.text import _jieba_tokenizer, _segment_cache  # noqa: E402
+
+ALGORITHM_1 = "simstore-text-simhash-1"
 
 CORPORA = Path(__file__).resolve().parents[1] / "corpora"
 METHODS = (
@@ -107,18 +135,27 @@ def megabytes(texts: Sequence[str]) -> float:
 
 def _floor(texts: list[str]) -> object:
     """Tokens of the batch hashed the way version 2 does, nothing more."""
-    parts = version2._batch_bytes(texts, True)
-    data = np.frombuffer(b" ".join(parts), dtype=np.uint8)
-    starts = np.zeros(len(parts), dtype=np.int64)
-    np.cumsum(np.fromiter(map(len, parts), dtype=np.int64, count=len(parts))[:-1] + 1, out=starts[1:])
-    return version2._token_hashes(data, starts, 0)
+    from simstore.fingerprinting.tokens import TokenBatch
+
+    return TokenBatch.of_texts(texts, hmm=True).token_hashes(0)
+
+
+def _forget() -> None:
+    """Clear what fingerprinting remembers between calls: jieba's words for
+    each Han run, and (where this simstore has it) token hashes."""
+    _segment_cache(True).clear()
+    try:
+        from simstore.fingerprinting.tokens import _token_cache
+    except ImportError:  # a simstore before the one-pass TokenBatch
+        return
+    _token_cache(0).clear()
 
 
 def _cold(function: Callable[[Any], object]) -> Callable[[Any], object]:
     """``function``, called with jieba's remembered runs forgotten first."""
 
     def cold(argument: Any) -> object:
-        _segment_cache(True).clear()
+        _forget()
         return function(argument)
 
     return cold
@@ -314,6 +351,94 @@ def many(repeat: int, rounds: int) -> list[dict[str, object]]:
     return rows
 
 
+AB_CALLS = ("fingerprint", "fingerprint_and_sketch", "fingerprint_many", "fingerprints_and_sketches")
+
+
+def ab(rounds: int, label: str, path: Path) -> None:
+    """Microseconds a text of each public call, short and long texts, both
+    versions: one JSON line appended to ``path`` (see the module docstring)."""
+    texts = {
+        "short English": load("en_short"),
+        "short Chinese": load("zh_short"),
+        "long English": load("en_long"),
+        "long Chinese": load("zh_long"),
+    }
+    fingerprinters = {"v2": Fingerprinter(), "v1": Fingerprinter(algorithm=ALGORITHM_1)}
+    calls: dict[str, Callable[[list[str]], object]] = {}
+    for version, fingerprinter in fingerprinters.items():
+        one, one_sketched = fingerprinter.fingerprint, fingerprinter.fingerprint_and_sketch
+        calls[f"{version} fingerprint"] = lambda batch, one=one: [one(text) for text in batch]
+        calls[f"{version} fingerprint_and_sketch"] = lambda batch, f=one_sketched: [f(text) for text in batch]
+        calls[f"{version} fingerprint_many"] = fingerprinter.fingerprint_many
+        calls[f"{version} fingerprints_and_sketches"] = fingerprinter.fingerprints_and_sketches
+    for call in calls.values():  # load jieba, warm numpy
+        call(texts["short Chinese"][:20])
+    seconds: dict[str, list[float]] = {}
+    cpu_seconds: dict[str, list[float]] = {}
+    for _ in range(rounds):
+        for workload, batch in texts.items():
+            for name, call in calls.items():
+                _forget()
+                started, cpu_started = time.perf_counter(), time.process_time()
+                call(batch)
+                key = f"{workload} | {name}"
+                seconds.setdefault(key, []).append((time.perf_counter() - started) / len(batch) * 1e6)
+                cpu_seconds.setdefault(key, []).append((time.process_time() - cpu_started) / len(batch) * 1e6)
+    row = {
+        "label": label,
+        "tree": str(_tree()),
+        "load": os.getloadavg()[0],
+        "us_per_text": {key: statistics.median(values) for key, values in seconds.items()},
+        "cpu_us_per_text": {key: statistics.median(values) for key, values in cpu_seconds.items()},
+    }
+    with open(path, "a", encoding="utf-8") as handle:
+        handle.write(json.dumps(row) + "\n")
+    for key, value in row["us_per_text"].items():  # type: ignore[attr-defined]
+        print(f"  {label:10s} {key:50s} {value:9.1f} us/text", flush=True)
+
+
+def ab_report(path: Path, out: Path | None, argv: Sequence[str], measure: str = "us_per_text") -> None:
+    """Each label's median over its runs, and the ratio first label / others:
+    of wall time (``us_per_text``) or CPU time (``cpu_us_per_text``)."""
+    runs = [json.loads(line) for line in path.read_text(encoding="utf-8").splitlines() if line.strip()]
+    labels = list(dict.fromkeys(run["label"] for run in runs))
+    keys = list(runs[0][measure])
+    medians = {
+        label: {
+            key: statistics.median(run[measure][key] for run in runs if run["label"] == label) for key in keys
+        }
+        for label in labels
+    }
+    base = labels[0]
+    counts = ", ".join(f"{label}: {sum(run['label'] == label for run in runs)} runs" for label in labels)
+    lines = [
+        f"`python benchmarks/bench_fingerprint.py {' '.join(argv)}` ({counts}, alternating; "
+        f"{'CPU' if measure.startswith('cpu') else 'wall'} time, median of the runs' medians)",
+        "",
+        "| texts | call | "
+        + " | ".join(f"{label} us/text" for label in labels)
+        + " | "
+        + " | ".join(f"{base} / {label}" for label in labels[1:])
+        + " |",
+        "|---|---|" + "---|" * (2 * len(labels) - 1),
+    ]
+    for key in keys:
+        workload, call = key.split(" | ")
+        values = [medians[label][key] for label in labels]
+        ratios = [values[0] / value for value in values[1:]]
+        lines.append(
+            f"| {workload} | {call} | "
+            + " | ".join(f"{value:.1f}" for value in values)
+            + " | "
+            + " | ".join(f"{ratio:.2f}x" for ratio in ratios)
+            + " |"
+        )
+    text = "\n".join(lines) + "\n"
+    print(text)
+    if out:
+        out.write_text(text, encoding="utf-8")
+
+
 def _cpu(usage: resource.struct_rusage) -> float:
     return usage.ru_utime + usage.ru_stime
 
@@ -370,7 +495,13 @@ def main(argv: Sequence[str] | None = None) -> None:
     parser.add_argument("--rounds", type=int, default=5)
     parser.add_argument("--repeat", type=int, default=30, help="copies of English + Chinese for the stream")
     parser.add_argument("--many-rounds", type=int, default=2)
-    parser.add_argument("--only", nargs="*", choices=("single", "memory", "flat", "many", "none"))
+    parser.add_argument(
+        "--only", nargs="*", choices=("single", "memory", "flat", "many", "ab", "ab-report", "none")
+    )
+    parser.add_argument("--tree", type=Path, help="time the simstore of this checkout (ab)")
+    parser.add_argument("--label", default="this", help="the name of this run's tree (ab)")
+    parser.add_argument("--ab-json", type=Path, default=Path("ab.jsonl"), help="ab's results, appended")
+    parser.add_argument("--cpu", action="store_true", help="ab-report: CPU time in place of wall time")
     parser.add_argument("--flat", type=int, nargs="*", default=[1, 16], help="stream sizes (copies) for flat")
     parser.add_argument("--methods", nargs="*", default=list(METHODS))
     parser.add_argument("--out", type=Path, help="write the tables as markdown here")
@@ -381,6 +512,14 @@ def main(argv: Sequence[str] | None = None) -> None:
     LIMIT = args.docs
     parts = set(args.only or ("single", "memory", "flat", "many"))
     if "none" in parts:
+        return
+    warnings.simplefilter("ignore", ShortTextWarning)
+    written_argv = sys.argv[1:] if argv is None else argv
+    if "ab" in parts:
+        ab(args.rounds, args.label, args.ab_json)
+        return
+    if "ab-report" in parts:
+        ab_report(args.ab_json, args.out, written_argv, "cpu_us_per_text" if args.cpu else "us_per_text")
         return
     warnings.simplefilter("ignore", ShortTextWarning)
     print(

@@ -83,19 +83,12 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[1]))  # benchmarks/: _co
 
 from _common import parse_with_quick
 
-from simstore.fingerprinting import version2
-from simstore.fingerprinting.fingerprinter import (
-    ALGORITHM,
-    ALGORITHM_1,
-    Fingerprinter,
-    count_features,
-    feature_hashes,
-    features,
-    top_features,
-    vote,
-    weigh,
-)
+from simstore.fingerprinting.algorithms import ALGORITHM, ALGORITHM_1, ALGORITHMS, token_fingerprints
+from simstore.fingerprinting.features import count_features, features
+from simstore.fingerprinting.fingerprinter import Fingerprinter
+from simstore.fingerprinting.hashing import feature_hashes
 from simstore.fingerprinting.text import normalise, tokenise
+from simstore.fingerprinting.vote import top_features, vote, weigh
 
 HERE = Path(__file__).resolve().parents[1]  # benchmarks/
 CORPORA = HERE / "corpora"
@@ -235,10 +228,8 @@ def simstore_fingerprints(config: Config, token_lists: list[list[str]]) -> npt.N
     """Fingerprints from pre-computed tokens (the same steps as
     Fingerprinter.fingerprint, without re-running jieba per configuration)."""
     fp = config.fingerprinter
-    if fp.algorithm == version2.ALGORITHM and config.cap is None:
-        return version2.token_fingerprints(
-            token_lists, ngrams=fp.ngrams, weighting=fp.weighting, seed=fp.seed
-        )[0]
+    if fp.algorithm == ALGORITHM and config.cap is None:
+        return token_fingerprints(token_lists, ngrams=fp.ngrams, weighting=fp.weighting, seed=fp.seed)[0]
     out = np.zeros(len(token_lists), dtype=np.uint64)
     for index, tokens in enumerate(token_lists):
         distinct, counts = count_features(features(tokens, fp.ngrams))
@@ -572,7 +563,8 @@ def parse_config(spec: str) -> Config:
             name, Fingerprinter(ngrams=ngrams, top_n=top_n, algorithm=ALGORITHM_1), (float(slope), int(cap))
         )
     weighting = parts[1]
-    algorithm = ALGORITHM_1 if weighting not in version2.WEIGHTINGS or top_n is not None else ALGORITHM
+    version_2 = weighting in ALGORITHMS[ALGORITHM].weightings and top_n is None
+    algorithm = ALGORITHM if version_2 else ALGORITHM_1
     return Config(name, Fingerprinter(ngrams=ngrams, weighting=weighting, top_n=top_n, algorithm=algorithm))  # type: ignore[arg-type]
 
 

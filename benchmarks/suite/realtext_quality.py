@@ -279,7 +279,7 @@ def smallest_k(distance: npt.NDArray[np.int64], target: float = RECALL_TARGET) -
 def sketch_module() -> Any:
     """simstore.fingerprinting.sketch, or None where this simstore has no verification sketch."""
     try:
-        import simstore.fingerprinting.sketch as module
+        from simstore.fingerprinting import sketch as module
     except ImportError:
         return None
     return module
@@ -289,10 +289,8 @@ def geometry_sketches(
     texts: Sequence[str], geometries: Sequence[tuple[int, int]]
 ) -> dict[tuple[int, int], npt.NDArray[np.uint8]]:
     """Sketches of ``texts`` at each (bins, bits), from one pass over the text."""
-    from simstore.fingerprinting import version2
-
     module = sketch_module()
-    shingles, starts = version2.batch_shingles(list(texts), shingle=module.SHINGLE_TOKENS)
+    shingles, starts = module.batch_shingles(list(texts), shingle=module.SHINGLE_TOKENS)
     out = {}
     for bins, bits in geometries:
         out[(bins, bits)] = module.sketches_of_shingles(shingles, starts, module.Sketch(bins=bins, bits=bits))

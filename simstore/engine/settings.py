@@ -6,7 +6,8 @@ from __future__ import annotations
 from typing import TYPE_CHECKING
 
 from simstore.errors import warn_caller
-from simstore.fingerprinting.fingerprinter import UNRECORDED_SETTINGS, Fingerprinter
+from simstore.fingerprinting.algorithms import UNRECORDED_SETTINGS
+from simstore.fingerprinting.fingerprinter import Fingerprinter
 from simstore.fingerprinting.sketch import Sketch
 from simstore.fingerprinting.text import segmenter_info
 from simstore.results import SegmenterChangedWarning

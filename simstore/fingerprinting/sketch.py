@@ -10,9 +10,10 @@ The algorithm (``oph-shingle3-1``), one-permutation MinHash with empty bins
 (Li, Owen and Zhang, NIPS 2012), exactly:
 
 1. **Shingles**: the text's tokens (normalised and tokenised as for the
-   fingerprint), hashed as fingerprint version 2 hashes tokens, and every run
-   of 3 consecutive tokens folded into one 64-bit hash as version 2 folds an
-   n-gram (:mod:`simstore.fingerprinting.version2`); a text of 1 or 2 tokens is the one
+   fingerprint, in the same pass), hashed as fingerprint version 2 hashes
+   tokens, and every run of 3 consecutive tokens folded into one 64-bit hash
+   as version 2 folds an n-gram (:mod:`simstore.fingerprinting.hashing`), whatever
+   the fingerprint's version; a text of 1 or 2 tokens is the one
    shingle of all its tokens. The shingles are a set: repeats count once.
 2. **Bins**: each shingle hash ``s`` is mixed again, ``v = mix64(s ^
    SKETCH_SALT)``; its top ``log2(bins)`` bits choose its bin. Each bin keeps
@@ -43,17 +44,22 @@ import numpy as np
 import numpy.typing as npt
 
 from simstore.errors import InvalidTypeError, InvalidValueError
-from simstore.fingerprinting.version2 import BLOCK_FEATURES, mix64, mix64_array
+from simstore.fingerprinting.features import ngram_features
+from simstore.fingerprinting.hashing import mix64_array
+from simstore.fingerprinting.tokens import NoTokensError, TokenBatch, refusal
 
 __all__ = [
+    "SHINGLE_TOKENS",
     "SKETCH_ALGORITHM",
     "Sketch",
+    "SketchRows",
     "U8Array",
+    "batch_shingles",
     "check_similarity",
     "estimate_jaccard",
     "estimate_jaccard_one",
-    "sketch_reference",
     "sketch_rows",
+    "sketches_of_batch",
     "sketches_of_shingles",
 ]
 
@@ -65,6 +71,9 @@ _CODE_BITS = (2, 4, 8)
 U8Array = npt.NDArray[np.uint8]
 _MASK = (1 << 64) - 1
 _U64 = np.uint64
+#: Shingles made into sketches at a time: the arrays made for them stay a
+#: few MB however long a text is.
+BLOCK_FEATURES = 1 << 18
 
 
 class SketchRows(np.ndarray):
@@ -143,6 +152,32 @@ def check_similarity(value: object) -> float:
 # -- making sketches ----------------------------------------------------------
 
 
+def sketches_of_batch(batch: TokenBatch, seed: int, sketch: Sketch) -> npt.NDArray[np.uint8]:
+    """The packed sketches of a batch's texts, from the token hashes its
+    fingerprint used (``seed`` is the fingerprinter's): a ``(texts,
+    sketch.nbytes)`` uint8 array. Raises
+    :class:`~simstore.fingerprinting.tokens.NoTokensError` for a text without tokens."""
+    hashes, tokens_per_text = batch.token_hashes(seed)
+    return sketches_of_shingles(*ngram_features(hashes, tokens_per_text, (SHINGLE_TOKENS,)), sketch)
+
+
+def batch_shingles(
+    texts: Sequence[str], *, shingle: int, seed: int = 0, hmm: bool = True, start: int = 0
+) -> tuple[npt.NDArray[np.uint64], npt.NDArray[np.int64]]:
+    """The hashes of the ``shingle``-token shingles of validated ``texts``
+    (hashed as n-gram features are; a text of fewer tokens has the one
+    shingle of all its tokens) text after text, and the ``len(texts) + 1``
+    offsets where each text's start. A text without tokens raises
+    :class:`InvalidValueError` naming its index (``start`` + position)."""
+    if not texts:
+        return np.zeros(0, dtype=np.uint64), np.zeros(1, dtype=np.int64)
+    try:
+        hashes, tokens_per_text = TokenBatch.of_texts(texts, hmm=hmm).token_hashes(seed)
+    except NoTokensError as missing:
+        raise refusal(texts, missing, start) from None
+    return ngram_features(hashes, tokens_per_text, (shingle,))
+
+
 def sketches_of_shingles(
     shingles: npt.NDArray[np.uint64], starts: npt.NDArray[np.int64], sketch: Sketch
 ) -> npt.NDArray[np.uint8]:
@@ -163,8 +198,12 @@ def sketches_of_shingles(
         slot = text_of * bins + (mixed >> shift).astype(np.int64)
         np.minimum.at(smallest, slot, mixed)
         filled[slot] = True
+    # Codes of the filled bins only: a short text fills a few of its 256
+    # bins, and the modulo of every bin was most of a short text's sketch.
     modulus = _U64((1 << sketch.bits) - 1)
-    codes = np.where(filled, (smallest & _U64(0xFFFFFFFF)) % modulus + _U64(1), _U64(0)).astype(np.uint8)
+    codes = np.zeros(count * bins, dtype=np.uint8)
+    where = np.flatnonzero(filled)
+    codes[where] = (smallest[where] & _U64(0xFFFFFFFF)) % modulus + _U64(1)
     return _pack(codes.reshape(count, bins), sketch.bits)
 
 
@@ -175,25 +214,6 @@ def _pack(codes: npt.NDArray[np.uint8], bits: int) -> npt.NDArray[np.uint8]:
     for j in range(per_byte):
         packed |= codes[:, j::per_byte] << np.uint8(bits * j)
     return packed
-
-
-def sketch_reference(shingle_hashes: Sequence[int], sketch: Sketch) -> bytes:
-    """One text's packed sketch from its shingle hashes, in plain Python
-    (slow; the specification :func:`sketches_of_shingles` is tested against)."""
-    bins = sketch.bins
-    shift = 64 - (bins.bit_length() - 1)
-    smallest: dict[int, int] = {}
-    for shingle in shingle_hashes:
-        value = mix64(shingle ^ SKETCH_SALT)
-        slot = value >> shift
-        if value < smallest.get(slot, _MASK + 1):
-            smallest[slot] = value
-    modulus = (1 << sketch.bits) - 1
-    codes = [(smallest[i] & 0xFFFFFFFF) % modulus + 1 if i in smallest else 0 for i in range(bins)]
-    per_byte = 8 // sketch.bits
-    return bytes(
-        sum(codes[i + j] << (sketch.bits * j) for j in range(per_byte)) for i in range(0, bins, per_byte)
-    )
 
 
 def sketch_rows(items: Sequence[object], sketch: Sketch) -> tuple[U8Array, npt.NDArray[np.bool_]]:

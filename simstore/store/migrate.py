@@ -27,7 +27,8 @@ from simstore.errors import (
     SimstoreError,
     StoreNotFoundError,
 )
-from simstore.fingerprinting.fingerprinter import UNRECORDED_SETTINGS, Fingerprinter
+from simstore.fingerprinting.algorithms import UNRECORDED_SETTINGS
+from simstore.fingerprinting.fingerprinter import Fingerprinter
 from simstore.index.permute import MAX_TABLES
 from simstore.keys import unpack_key, unpack_meta
 from simstore.layout.planner import from_spec

@@ -23,26 +23,24 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from simstore.errors import InvalidTypeError, InvalidValueError
-from simstore.fingerprinting import version2
-from simstore.fingerprinting.fingerprinter import (
+from simstore.fingerprinting.algorithms import (
     ALGORITHM,
     ALGORITHM_1,
+    ALGORITHM_2,
     FEATURE_HASH,
     FEATURE_HASH_1,
+)
+from simstore.fingerprinting.features import count_features, features
+from simstore.fingerprinting.fingerprinter import (
     SHORT_TEXT_FEATURES,
     Fingerprinter,
     ShortTextWarning,
-    count_features,
-    feature_hashes,
-    features,
     fingerprint,
-    fingerprint_vector,
-    hyperplanes,
-    top_features,
-    vote,
-    weigh,
 )
+from simstore.fingerprinting.hashing import feature_hashes, token_hash
 from simstore.fingerprinting.text import normalise, tokenise
+from simstore.fingerprinting.vectors import fingerprint_vector, hyperplanes
+from simstore.fingerprinting.vote import top_features, vote, weigh
 
 MASK = (1 << 64) - 1
 
@@ -136,7 +134,7 @@ def test_golden_fingerprints_version_1(name: str) -> None:
 
 @pytest.mark.parametrize("name", sorted(GOLDEN))
 def test_golden_fingerprints_version_2(name: str) -> None:
-    assert ALGORITHM == version2.ALGORITHM  # the default
+    assert ALGORITHM == ALGORITHM_2  # the default
     assert _quiet(GOLDEN[name][0]) == GOLDEN_2[name]
 
 
@@ -341,7 +339,7 @@ def test_empty_or_featureless_text_is_refused(text: str) -> None:
 def test_short_text_warns_but_fingerprints() -> None:
     with pytest.warns(ShortTextWarning, match="distinct feature"):
         value = fingerprint("hello")
-    assert value == version2.token_hash(b"hello")  # one feature: its hash
+    assert value == token_hash(b"hello")  # one feature: its hash
     with pytest.warns(ShortTextWarning):
         assert fingerprint("hello", algorithm=ALGORITHM_1) == xxhash.xxh3_64_intdigest(b"hello")
 
@@ -585,7 +583,8 @@ def test_reopened_store_fingerprints_with_its_recorded_settings(store_path: str)
 def test_unrecorded_settings_are_frozen_to_the_first_defaults() -> None:
     """A store whose meta records no fingerprinter settings fingerprints with the
     frozen format-1 settings: version 1's defaults, whatever today's are."""
-    from simstore.fingerprinting.fingerprinter import UNRECORDED_SETTINGS, Fingerprinter
+    from simstore.fingerprinting.algorithms import UNRECORDED_SETTINGS
+    from simstore.fingerprinting.fingerprinter import Fingerprinter
 
     assert Fingerprinter.from_settings(UNRECORDED_SETTINGS) == Fingerprinter(
         algorithm=ALGORITHM_1, sketch=None

@@ -1,4 +1,4 @@
-"""Version 2 of the text fingerprint (simstore.fingerprinting.version2): the numpy batch path
+"""Version 2 of the text fingerprint (simstore.fingerprinting.algorithms): the numpy batch path
 equals the plain-Python specification for any text, alone or in any batch;
 the feature hash is well spread; stores keep the version they were made with."""
 
@@ -17,14 +17,10 @@ from hypothesis import strategies as st
 
 import simstore
 from simstore.errors import InvalidValueError
-from simstore.fingerprinting.fingerprinter import ALGORITHM, ALGORITHM_1, Fingerprinter, ShortTextWarning
-from simstore.fingerprinting.version2 import (
-    batch_fingerprints,
-    fingerprint_reference,
-    mix64,
-    mix64_array,
-    token_hash,
-)
+from simstore.fingerprinting.algorithms import ALGORITHM, ALGORITHM_1, batch_fingerprints
+from simstore.fingerprinting.fingerprinter import Fingerprinter, ShortTextWarning
+from simstore.fingerprinting.hashing import mix64, mix64_array, token_hash
+from simstore.fingerprinting.reference import fingerprint_reference
 
 # Characters chosen to reach every branch of normalisation and tokenising:
 # ASCII words, punctuation and controls (removed ones join words), Han (jieba),
@@ -231,7 +227,7 @@ def test_a_batch_hashed_in_segments_and_blocks_equals_the_specification(
     segment's end is joined to its rest), their features made, voted and
     sketched BLOCK_FEATURES at a time: tiny sizes here, so that tokens span
     many segments and equal features many blocks."""
-    import simstore.fingerprinting.version2 as simhash2
+    from simstore.fingerprinting import features, sketch, tokens, vote
 
     expected = [_reference_or_error(text, ngrams=ngrams) for text in texts]
     usable = [text for text, result in zip(texts, expected, strict=True) if not isinstance(result, str)]
@@ -239,9 +235,11 @@ def test_a_batch_hashed_in_segments_and_blocks_equals_the_specification(
         return
     whole = Fingerprinter(ngrams=ngrams).fingerprints_and_sketches(usable)
     with pytest.MonkeyPatch.context() as patch:
-        patch.setattr(simhash2, "SEGMENT_BYTES", segment_bytes)
-        patch.setattr(simhash2, "BLOCK_FEATURES", block_features)
-        patch.setattr("simstore.fingerprinting.sketch.BLOCK_FEATURES", block_features)
+        patch.setattr(tokens, "SEGMENT_BYTES", segment_bytes)
+        patch.setattr(tokens, "SMALL_BATCH_BYTES", 0)  # the numpy path, which has segments
+        patch.setattr(features, "BLOCK_FEATURES", block_features)
+        patch.setattr(vote, "BLOCK_FEATURES", block_features)
+        patch.setattr(sketch, "BLOCK_FEATURES", block_features)
         values, counts = batch_fingerprints(usable, ngrams=ngrams)
         pieces = Fingerprinter(ngrams=ngrams).fingerprints_and_sketches(usable)
     assert list(zip(values.tolist(), counts.tolist(), strict=True)) == [
@@ -278,7 +276,7 @@ def test_a_piece_of_a_long_text_ends_where_normalisation_and_tokens_allow() -> N
     normalises alike with it or without it."""
     import unicodedata
 
-    from simstore.fingerprinting.version2 import PIECE_ENDS
+    from simstore.fingerprinting.tokens import PIECE_ENDS
 
     def normalised(text: str) -> str:
         return unicodedata.normalize("NFKC", unicodedata.normalize("NFKC", text).casefold())
@@ -308,9 +306,9 @@ _WITH_PIECE_ENDS = st.lists(
 @settings(max_examples=150, deadline=None)
 @given(_WITH_PIECE_ENDS, st.integers(min_value=1, max_value=12))
 def test_a_long_text_tokenised_in_pieces_equals_the_specification(text: str, piece_chars: int) -> None:
-    import simstore.fingerprinting.version2 as simhash2
+    from simstore.fingerprinting import tokens
 
     expected = _reference_or_error(text)
     with pytest.MonkeyPatch.context() as patch:
-        patch.setattr(simhash2, "PIECE_CHARS", piece_chars)
+        patch.setattr(tokens, "PIECE_CHARS", piece_chars)
         assert _batch_one(text) == expected

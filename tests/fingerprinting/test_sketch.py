@@ -10,8 +10,8 @@ from hypothesis import strategies as st
 
 from simstore import Fingerprinter
 from simstore.errors import InvalidTypeError, InvalidValueError
-from simstore.fingerprinting.sketch import Sketch, estimate_jaccard, sketch_reference, sketches_of_shingles
-from simstore.fingerprinting.version2 import batch_shingles, shingles_reference
+from simstore.fingerprinting.reference import shingles_reference, sketch_reference
+from simstore.fingerprinting.sketch import Sketch, batch_shingles, estimate_jaccard, sketches_of_shingles
 
 WORDS = [f"w{i}" for i in range(400)]
 GEOMETRIES = [Sketch(), Sketch(bins=128, bits=8), Sketch(bins=512, bits=2), Sketch(bins=64, bits=8)]

@@ -193,7 +193,7 @@ def test_import_and_segmenter_info_do_not_load_jieba() -> None:
 
 
 def test_jieba_is_silent_on_stderr() -> None:
-    code = "import simstore.fingerprinting.text as t\nprint(t.tokenise('我爱北京天安门'))\n"
+    code = "from simstore.fingerprinting import text as t\nprint(t.tokenise('我爱北京天安门'))\n"
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True)
     assert "北京" in out.stdout
     assert out.stderr == ""
@@ -219,7 +219,7 @@ def test_control_stripping_equals_the_translate_table(text: str) -> None:
 
 
 def test_segment_han_remembers_runs_without_changing_them(monkeypatch: pytest.MonkeyPatch) -> None:
-    import simstore.fingerprinting.text as text_module
+    from simstore.fingerprinting import text as text_module
 
     runs = ["我们在北京", "天安门广场", "我们在北京", "看到了很多人", "结巴中文分词"]
     jieba_alone = [text_module._jieba_tokenizer().lcut(run) for run in runs]
