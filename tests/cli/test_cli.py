@@ -362,7 +362,7 @@ def test_add_batches_report_what_was_committed(
     write_jsonl(path, records)
     with open(path, "a", encoding="utf-8") as handle:
         handle.write("oops\n")
-    import simstore.cli.common as cli
+    import simstore.cli.documents as cli
 
     original = cli.FINGERPRINT_CHUNK_DOCS
     cli.FINGERPRINT_CHUNK_DOCS = 2
@@ -635,7 +635,7 @@ def test_add_batch_size_commits_at_exact_multiples(
 ) -> None:
     """--batch-size 5 commits 5, 5, 5, 5, 3, whatever the fingerprinting chunks (here 3
     documents each, cut by characters); it committed 6, 6, 6, 5 (3000 gave 4483, 8986...)."""
-    import simstore.cli.common as cli
+    import simstore.cli.documents as cli
 
     path = _numbered_corpus(os.path.join(str(tmp_path), "n.jsonl"), 23)
     monkeypatch.setattr(cli, "FINGERPRINT_CHUNK_CHARS", 3 * len(f"{BASE} number 00"))
