@@ -213,27 +213,45 @@ def query(
 ) -> list[Match]:
     """``Store.query`` limited to its closest ``limit`` matches, arguments checked."""
     with engine.read() as txn:
-        permuted = engine.permute_all(fingerprint)
-        found = engine.delta.matches(permuted, fingerprint, k)
         records: dict[int, bytes] = {}
-        search = Search(engine, k, limit, threshold, with_meta)
-        closest = Closest(engine, txn, search, found, records, sketch)
-        tableset = engine.tableset
-        tableset.find(
-            txn,
-            permuted,
-            fingerprint,
-            k,
-            found,
-            records,
-            engine.handles.docs,
-            engine.permute_all,
-            closest.settle,
-        )
-        closest.finish()
-        if tableset.bitmaps_unread:
-            tableset.read_bitmaps(txn)
-        return closest.matches
+        matches = closest_in(engine, txn, fingerprint, sketch, k, with_meta, threshold, limit, records)
+        if engine.tableset.bitmaps_unread:
+            engine.tableset.read_bitmaps(txn)
+        return matches
+
+
+def closest_in(
+    engine: Engine,
+    txn: _lmdb.Txn,
+    fingerprint: int,
+    sketch: bytes | None,
+    k: int,
+    with_meta: bool,
+    threshold: float | None,
+    limit: int,
+    records: dict[int, bytes],
+    own_id: int | None = None,
+) -> list[Match]:
+    """The closest ``limit`` matches of one fingerprint in the delta and the
+    tables, read in ``txn`` (the document ``own_id`` left out), the search
+    stopped once it has them."""
+    permuted = engine.permute_all(fingerprint)
+    found = engine.delta.matches(permuted, fingerprint, k)
+    search = Search(engine, k, limit, threshold, with_meta)
+    closest = Closest(engine, txn, search, found, records, sketch, own_id)
+    engine.tableset.find(
+        txn,
+        permuted,
+        fingerprint,
+        k,
+        found,
+        records,
+        engine.handles.docs,
+        engine.permute_all,
+        closest.settle,
+    )
+    closest.finish()
+    return closest.matches
 
 
 def query_many(

@@ -19,7 +19,7 @@ import numpy as np
 from simstore.commit.group import group_commit
 from simstore.commit.queue import Body, Spec
 from simstore.engine import _lmdb
-from simstore.engine.closest import Closest, Search
+from simstore.engine.closest import closest_in
 from simstore.engine.delta import Change, encode_add, encode_remove, encode_seq
 from simstore.engine.format import State
 from simstore.engine.packed import IntArray, PackedKeys, Positions
@@ -135,30 +135,16 @@ def _others_near(
 ) -> list[Match]:
     """``add_if_new``'s look-up: the matches (the closest ``limit``, or all)
     of the documents other than ``own_id``, the one stored under the key."""
-    permuted = engine.permute_all(fingerprint)
     records: dict[int, bytes] = {}
     if limit is None:
-        found = find(engine, txn, permuted, fingerprint, k, records)
+        found = find(engine, txn, engine.permute_all(fingerprint), fingerprint, k, records)
         if own_id is not None:
             found.pop(own_id, None)
         matches = resolve(engine, txn, found, with_meta, records, sketch, threshold) if found else []
     else:
-        found = engine.delta.matches(permuted, fingerprint, k)
-        search = Search(engine, k, limit, threshold, with_meta)
-        closest = Closest(engine, txn, search, found, records, sketch, own_id)
-        engine.tableset.find(
-            txn,
-            permuted,
-            fingerprint,
-            k,
-            found,
-            records,
-            engine.handles.docs,
-            engine.permute_all,
-            closest.settle,
+        matches = closest_in(
+            engine, txn, fingerprint, sketch, k, with_meta, threshold, limit, records, own_id
         )
-        closest.finish()
-        matches = closest.matches
     if engine.tableset.bitmaps_unread:
         engine.tableset.read_bitmaps(txn)
     return matches
