@@ -28,7 +28,7 @@ import shutil
 import signal
 import tempfile
 import threading
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from types import FrameType
 
 from simstore.errors import SimstoreError
@@ -81,6 +81,16 @@ def signals_held() -> Iterator[None]:
             os.kill(os.getpid(), noted_signal)  # delivered now, to the handler it would have met
 
 
+def redone_if_interrupted(action: Callable[[], object]) -> None:
+    """Run a clean-up ``action``; if an interrupt cuts it short (or falls as
+    it begins), run it again in full, then let the interrupt go on."""
+    try:
+        action()
+    except KeyboardInterrupt:
+        action()
+        raise
+
+
 def remove_file(path: str) -> None:
     """Remove the file at ``path`` if it is there."""
     with contextlib.suppress(OSError):
@@ -124,11 +134,7 @@ def remove_unused_store(path: str, existed_before: set[str], documents: int | No
 def remove_new_store(path: str, existed_before: set[str]) -> None:
     """:func:`remove_unused_store` of a closed store, done again in full if
     an interrupt cuts it short (or falls as it begins)."""
-    try:
-        remove_unused_store(path, existed_before, None)
-    except KeyboardInterrupt:
-        remove_unused_store(path, existed_before, None)
-        raise
+    redone_if_interrupted(lambda: remove_unused_store(path, existed_before, None))
 
 
 # ------------------------------------------------------------- scratch folders
@@ -152,11 +158,7 @@ def scratch_folder(prefix: str = SCRATCH_PREFIX) -> Iterator[str]:
     finally:
         # An interrupt cutting the removal short (or falling as it begins) is
         # raised after it has been done again in full.
-        try:
-            _remove_scratch(folder, locks)
-        except KeyboardInterrupt:
-            _remove_scratch(folder, locks)
-            raise
+        redone_if_interrupted(lambda: _remove_scratch(folder, locks))
 
 
 def _remove_scratch(folder: str | None, locks: list[int]) -> None:

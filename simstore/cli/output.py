@@ -31,7 +31,7 @@ from collections.abc import Iterator, Sequence
 from dataclasses import dataclass
 from typing import Any
 
-from simstore.cli.cleanup import remove_file, signals_held
+from simstore.cli.cleanup import redone_if_interrupted, remove_file, signals_held
 from simstore.cli.common import CommandError
 from simstore.io.inputs import STDIN
 
@@ -226,11 +226,7 @@ def output_stream(output: Output | str, *, binary: bool = False) -> Iterator[Any
         os.replace(temporary, output.path)
     except BaseException:
         if temporary is not None:
-            try:  # see simstore.cli.cleanup.scratch_folder
-                remove_file(temporary)
-            except KeyboardInterrupt:
-                remove_file(temporary)
-                raise
+            redone_if_interrupted(lambda: remove_file(temporary))
         raise
 
 

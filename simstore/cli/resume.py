@@ -26,7 +26,7 @@ import stat
 import tempfile
 from typing import Any
 
-from simstore.cli.cleanup import remove_file, signals_held
+from simstore.cli.cleanup import redone_if_interrupted, remove_file, signals_held
 from simstore.cli.common import CommandError
 from simstore.io.readers import Input
 
@@ -144,11 +144,7 @@ class ProgressLog:
             os.replace(temporary, self.path)
         except BaseException:
             if temporary is not None:
-                try:  # see simstore.cli.cleanup.scratch_folder
-                    remove_file(temporary)
-                except KeyboardInterrupt:
-                    remove_file(temporary)
-                    raise
+                redone_if_interrupted(lambda: remove_file(temporary))
             raise
 
     def finish(self) -> None:
