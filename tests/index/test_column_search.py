@@ -1,0 +1,104 @@
+"""The column search equals a brute-force Hamming scan, at every k and for
+every scheme offered, with repeated fingerprints, and reports each match once."""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+from _oracles import planted
+from hypothesis import given, settings
+from hypothesis import strategies as st
+
+from simstore.errors import InvalidValueError
+from simstore.index.column_search import build_run, search
+from simstore.index.multi_index import MultiIndex, exact_schemes
+
+
+def brute_force(
+    stored: np.ndarray, ids: np.ndarray, queries: np.ndarray, k: int
+) -> list[tuple[int, int, int]]:
+    distances = np.bitwise_count(queries[:, np.newaxis] ^ stored[np.newaxis, :]).astype(np.int64)
+    rows, columns = np.nonzero(distances <= k)
+    return sorted(zip(rows.tolist(), ids[columns].tolist(), distances[rows, columns].tolist(), strict=True))
+
+
+def found(
+    scheme: MultiIndex, stored: np.ndarray, ids: np.ndarray, queries: np.ndarray, k: int
+) -> list[tuple[int, int, int]]:
+    matches = search(scheme, build_run(scheme, stored, ids), queries, k)
+    return sorted(
+        zip(matches.queries.tolist(), matches.ids.tolist(), matches.distances.tolist(), strict=True)
+    )
+
+
+def near_queries(stored: np.ndarray, count: int, max_flips: int, seed: int) -> np.ndarray:
+    rng = np.random.default_rng(seed)
+    queries = stored[rng.integers(0, len(stored), count)].copy()
+    for row in range(count):
+        for bit in rng.choice(64, size=int(rng.integers(0, max_flips + 1)), replace=False).tolist():
+            queries[row] ^= np.uint64(1 << bit)
+    return queries
+
+
+@pytest.mark.parametrize("k", range(13))
+def test_every_scheme_equals_brute_force_at_its_k_and_below(k: int) -> None:
+    stored = planted(seed=k, singles=600, clusters=40, size=6, k=k)
+    ids = np.arange(1000, 1000 + len(stored), dtype=np.uint64)
+    queries = np.concatenate(
+        [near_queries(stored, 60, k + 2, seed=k), np.array([0, 2**64 - 1], dtype=np.uint64)]
+    )
+    for scheme in list(exact_schemes(k))[:8]:
+        for distance in {0, k // 2, k}:
+            assert found(scheme, stored, ids, queries, distance) == brute_force(
+                stored, ids, queries, distance
+            ), (
+                scheme.label(),
+                distance,
+            )
+
+
+@settings(max_examples=60, deadline=None)
+@given(
+    st.lists(st.integers(0, 2**64 - 1), min_size=0, max_size=40),
+    st.lists(st.integers(0, 2**64 - 1), min_size=0, max_size=8),
+    st.integers(0, 12),
+    st.data(),
+)
+def test_search_equals_brute_force(
+    stored_values: list[int], query_values: list[int], k: int, data: st.DataObject
+) -> None:
+    # Queries are near stored ones (with repeats among the stored) so that
+    # matches exist: every query's neighbours are stored fingerprints with a
+    # few bits flipped.
+    stored = np.array(stored_values + stored_values[:3], dtype=np.uint64)
+    near = [value ^ (1 << data.draw(st.integers(0, 63))) for value in stored_values[:4]]
+    queries = np.array(query_values + near + stored_values[:2], dtype=np.uint64)
+    ids = np.array(data.draw(st.permutations(range(len(stored)))), dtype=np.uint64)
+    scheme = data.draw(st.sampled_from(list(exact_schemes(k))))
+    assert found(scheme, stored, ids, queries, k) == brute_force(stored, ids, queries, k)
+
+
+def test_each_match_is_reported_once_even_when_every_table_finds_it() -> None:
+    scheme = MultiIndex((21, 21, 22), (1, 1, 1))
+    stored = np.array([12345, 12345 ^ 1, 2**63], dtype=np.uint64)
+    ids = np.array([7, 8, 9], dtype=np.uint64)
+    matches = search(scheme, build_run(scheme, stored, ids), np.array([12345], dtype=np.uint64), 5)
+    assert sorted(matches.ids.tolist()) == [7, 8]
+    assert sorted(matches.distances.tolist()) == [0, 1]
+
+
+def test_empty_runs_and_batches_find_nothing() -> None:
+    scheme = MultiIndex((32, 32), (1, 1))
+    empty = np.empty(0, dtype=np.uint64)
+    assert len(search(scheme, build_run(scheme, empty, empty), np.array([1, 2], dtype=np.uint64), 3)) == 0
+    run = build_run(scheme, np.array([1, 2], dtype=np.uint64), np.array([1, 2], dtype=np.uint64))
+    assert len(search(scheme, run, empty, 3)) == 0
+
+
+def test_a_k_past_the_scheme_is_refused() -> None:
+    scheme = MultiIndex((32, 32), (1, 1))
+    run = build_run(scheme, np.array([1], dtype=np.uint64), np.array([1], dtype=np.uint64))
+    with pytest.raises(InvalidValueError, match="answers k up to 3"):
+        search(scheme, run, np.array([1], dtype=np.uint64), 4)
+    with pytest.raises(InvalidValueError):
+        build_run(scheme, np.array([1, 2], dtype=np.uint64), np.array([1], dtype=np.uint64))
