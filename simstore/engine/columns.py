@@ -1,0 +1,150 @@
+"""Format 3's run values: a multi-index run's sorted columns as LMDB values.
+
+A run of a multi-index scheme (:mod:`simstore.index.column_search`) is, in
+each table's sub-database, a few values under the key ``run id (4 bytes,
+big-endian) + kind (1 byte)``, so a run's values sit together in key order:
+
+- ``KEYS``: the table's sorted keys (table 0: the fingerprints; table ``i``:
+  the fingerprints rotated so that segment ``i`` leads), little-endian uint64;
+- ``IDS`` (table 0 only): each fingerprint's document id, little-endian,
+  4 or 8 bytes as the run's largest id needs;
+- ``DIRECTORY``: for every value of the keys' top ``bits`` bits, the position
+  of its first key, and the column's length last (little-endian uint32 or
+  uint64): a probe's range starts inside one directory slot.
+
+Each value is a 16-byte header (kind, item size, the directory's bits, a
+CRC-32 of the payload, the item count) and then the payload, padded to at
+least ``MIN_VALUE_BYTES``. Values that large are stored on LMDB overflow
+pages, contiguous in the file and 8-byte aligned in the map, so a reader views
+a payload in place with ``np.frombuffer`` and copies nothing; the CRC is
+checked by ``check()``, not by every query.
+
+Nothing here does I/O.
+"""
+
+from __future__ import annotations
+
+import math
+import struct
+import zlib
+from dataclasses import dataclass
+from typing import Any
+
+import numpy as np
+import numpy.typing as npt
+
+from simstore.errors import CorruptStoreError
+from simstore.index.permute import FINGERPRINT_BITS, U64Array
+
+KEYS = 0
+IDS = 1
+DIRECTORY = 2
+KINDS = (KEYS, IDS, DIRECTORY)
+
+KEY = struct.Struct(">IB")
+HEADER = struct.Struct("<BBBxIQ")
+#: Values below this size would sit inside LMDB's leaf pages, where their
+#: payload is not 8-byte aligned: smaller ones are padded up to it.
+MIN_VALUE_BYTES = 2048
+#: A directory slot holds this many keys on average, at most twice as many
+#: (the directory costs 4 / DIRECTORY_TARGET to 8 / DIRECTORY_TARGET bytes a
+#: document and a probe's range is found inside one slot).
+DIRECTORY_TARGET = 4
+#: The directory's least and most bits: at least one overflow page of
+#: entries, at most 64 MiB of them.
+MIN_DIRECTORY_BITS = 9
+MAX_DIRECTORY_BITS = 24
+
+_DTYPES: dict[int, np.dtype[Any]] = {4: np.dtype("<u4"), 8: np.dtype("<u8")}
+IdArray = npt.NDArray[np.unsignedinteger[Any]]
+
+
+@dataclass(frozen=True)
+class Directory:
+    """A column's directory: ``positions[v]`` is the first key whose top
+    ``bits`` bits are ``v``; ``positions[2**bits]`` is the column's length."""
+
+    bits: int
+    positions: npt.NDArray[np.unsignedinteger[Any]]
+
+
+def run_key(run_id: int, kind: int) -> bytes:
+    """The key of a run's value of ``kind`` in a table's sub-database."""
+    return KEY.pack(run_id, kind)
+
+
+def parse_key(key: bytes) -> tuple[int, int]:
+    """``(run id, kind)`` of a table key; ``CorruptStoreError`` if it is none."""
+    if len(key) != KEY.size or key[4] not in KINDS:
+        raise CorruptStoreError(f"a table holds a key that is no run value: {key.hex()}")
+    run_id, kind = KEY.unpack(key)
+    return int(run_id), int(kind)
+
+
+def directory_bits(entries: int, width: int) -> int:
+    """Directory bits for a column of ``entries`` keys whose probes fix their
+    top ``width`` bits: about :data:`DIRECTORY_TARGET` keys a slot, never
+    past the segment."""
+    wanted = math.floor(math.log2(entries / DIRECTORY_TARGET)) if entries > DIRECTORY_TARGET else 0
+    return min(max(wanted, MIN_DIRECTORY_BITS), width, MAX_DIRECTORY_BITS)
+
+
+def build_directory(sorted_keys: U64Array, bits: int) -> Directory:
+    """The directory of ``sorted_keys`` over their top ``bits`` bits."""
+    if not 0 <= bits <= MAX_DIRECTORY_BITS:
+        raise ValueError(f"directory bits must be in 0..{MAX_DIRECTORY_BITS}, got {bits}")
+    dtype = _DTYPES[4] if len(sorted_keys) < 1 << 32 else _DTYPES[8]
+    slots = (sorted_keys >> np.uint64(FINGERPRINT_BITS - bits)).astype(np.int64) if bits else None
+    positions = np.zeros((1 << bits) + 1, dtype=dtype)
+    if slots is None:
+        positions[1] = len(sorted_keys)
+    else:
+        positions[1:] = np.cumsum(np.bincount(slots, minlength=1 << bits))
+    return Directory(bits, positions)
+
+
+def id_width(ids: IdArray) -> int:
+    """Bytes an id takes in a run holding ``ids``."""
+    return 4 if len(ids) == 0 or int(ids.max()) < 1 << 32 else 8
+
+
+def encode(kind: int, payload: npt.NDArray[Any], *, bits: int = 0) -> bytes:
+    """One run value: the header, ``payload``'s bytes, padding."""
+    item_size = payload.dtype.itemsize
+    if item_size not in _DTYPES:
+        raise ValueError(f"a run value holds 4- or 8-byte items, not {payload.dtype}")
+    data = np.ascontiguousarray(payload, dtype=_DTYPES[item_size]).tobytes()
+    header = HEADER.pack(kind, item_size, bits, zlib.crc32(data), len(payload))
+    padding = max(0, MIN_VALUE_BYTES - HEADER.size - len(data))
+    return header + data + bytes(padding)
+
+
+def decode(value: Any, kind: int, *, verify: bool = False) -> tuple[npt.NDArray[Any], int]:
+    """The payload of a run value (a view of ``value``, no copy) and its
+    directory bits. ``verify`` checks the CRC too (a pass over the bytes).
+
+    Raises:
+        CorruptStoreError: the value is not a run value of ``kind``.
+    """
+    view = memoryview(value)
+    if view.nbytes < HEADER.size:
+        raise CorruptStoreError(f"a run value of {view.nbytes} bytes is shorter than its header")
+    stored_kind, item_size, bits, crc, count = HEADER.unpack_from(view)
+    if stored_kind != kind or item_size not in _DTYPES or bits > MAX_DIRECTORY_BITS:
+        raise CorruptStoreError(
+            f"a run value's header is damaged (kind {stored_kind}, item size {item_size})"
+        )
+    if HEADER.size + count * item_size > view.nbytes:
+        raise CorruptStoreError(f"a run value claims {count} items but holds {view.nbytes} bytes")
+    payload = np.frombuffer(view, dtype=_DTYPES[item_size], count=count, offset=HEADER.size)
+    if verify and zlib.crc32(view[HEADER.size : HEADER.size + count * item_size]) != crc:
+        raise CorruptStoreError("a run value fails its CRC")
+    return payload, int(bits)
+
+
+def decode_directory(value: Any, entries: int, *, verify: bool = False) -> Directory:
+    """A directory value, checked against its column's ``entries``."""
+    positions, bits = decode(value, DIRECTORY, verify=verify)
+    if len(positions) != (1 << bits) + 1 or int(positions[-1]) != entries or int(positions[0]) != 0:
+        raise CorruptStoreError(f"a run's directory does not describe its {entries} keys")
+    return Directory(bits, positions)

@@ -1,0 +1,168 @@
+"""Format 3's run values in a real LMDB file: written, viewed in place with
+no copy, searched exactly, checked, and refused when damaged."""
+
+from __future__ import annotations
+
+from collections.abc import Iterator
+from pathlib import Path
+
+import lmdb
+import numpy as np
+import pytest
+from _oracles import planted
+
+from simstore.engine import columns
+from simstore.engine.column_tables import drop_run, view_run, write_run
+from simstore.errors import CorruptStoreError
+from simstore.index.column_search import search
+from simstore.index.multi_index import MultiIndex, choose
+
+SCHEME = MultiIndex((21, 21, 22), (1, 1, 1))
+
+
+@pytest.fixture
+def env(tmp_path: Path) -> Iterator[lmdb.Environment]:
+    environment = lmdb.open(str(tmp_path / "runs"), max_dbs=8, map_size=1 << 28)
+    yield environment
+    environment.close()
+
+
+def tables(env: lmdb.Environment, count: int) -> list[object]:
+    return [env.open_db(f"t{table}".encode()) for table in range(count)]
+
+
+def brute_force(stored: np.ndarray, ids: np.ndarray, queries: np.ndarray, k: int) -> list[tuple[int, int]]:
+    distances = np.bitwise_count(queries[:, np.newaxis] ^ stored[np.newaxis, :])
+    rows, found = np.nonzero(distances <= k)
+    return sorted(zip(rows.tolist(), ids[found].tolist(), strict=True))
+
+
+@pytest.mark.parametrize("k", [0, 3, 5, 8])
+def test_written_runs_viewed_in_place_answer_as_a_brute_force_scan(env: lmdb.Environment, k: int) -> None:
+    scheme = choose(k, 10_000)
+    databases = tables(env, scheme.tables)
+    first = planted(seed=k, singles=3000, clusters=100, size=5, k=k)
+    second = planted(seed=k + 100, singles=500, clusters=20, size=4, k=k)
+    first_ids = np.arange(len(first), dtype=np.uint64)
+    second_ids = np.arange(len(first), len(first) + len(second), dtype=np.uint64) + (1 << 40)
+    with env.begin(write=True) as txn:
+        assert write_run(txn, databases, scheme, 1, first, first_ids) == len(first)
+        assert write_run(txn, databases, scheme, 7, second, second_ids) == len(second)
+    queries = np.concatenate([first[:200], second[:50] ^ np.uint64(1 << 63)])
+    with env.begin(buffers=True) as txn:
+        found = []
+        for run_id, entries in ((1, len(first)), (7, len(second))):
+            viewed = view_run(txn, databases, scheme, run_id, entries, verify=True)
+            matches = search(scheme, viewed.run, queries, k)
+            found += list(zip(matches.queries.tolist(), matches.ids.tolist(), strict=True))
+            for column in (viewed.run.fingerprints, viewed.run.ids, *viewed.run.rotated):
+                assert not column.flags.owndata  # a view of the map, not a copy
+                assert column.ctypes.data % 8 == 0
+    stored = np.concatenate([first, second])
+    ids = np.concatenate([first_ids, second_ids])
+    assert sorted(found) == brute_force(stored, ids, queries, k)
+
+
+def test_ids_past_32_bits_take_8_bytes_and_small_ones_4(env: lmdb.Environment) -> None:
+    databases = tables(env, SCHEME.tables)
+    fingerprints = np.array([5, 6, 7], dtype=np.uint64)
+    with env.begin(write=True) as txn:
+        write_run(txn, databases, SCHEME, 1, fingerprints, np.array([1, 2, 3], dtype=np.uint64))
+        write_run(txn, databases, SCHEME, 2, fingerprints, np.array([1, 2, 1 << 33], dtype=np.uint64))
+    with env.begin(buffers=True) as txn:
+        assert view_run(txn, databases, SCHEME, 1, 3).run.ids.dtype.itemsize == 4
+        wide = view_run(txn, databases, SCHEME, 2, 3).run
+        assert wide.ids.dtype.itemsize == 8
+        assert sorted(wide.ids.tolist()) == [1, 2, 1 << 33]
+
+
+def test_an_empty_run_is_a_run_that_finds_nothing(env: lmdb.Environment) -> None:
+    databases = tables(env, SCHEME.tables)
+    empty = np.empty(0, dtype=np.uint64)
+    with env.begin(write=True) as txn:
+        write_run(txn, databases, SCHEME, 1, empty, empty)
+    with env.begin(buffers=True) as txn:
+        viewed = view_run(txn, databases, SCHEME, 1, 0, verify=True)
+        assert len(search(SCHEME, viewed.run, np.array([0, 1], dtype=np.uint64), 5)) == 0
+
+
+def test_a_run_id_is_written_once_and_dropped_whole(env: lmdb.Environment) -> None:
+    databases = tables(env, SCHEME.tables)
+    fingerprints = np.array([1, 2, 3], dtype=np.uint64)
+    with env.begin(write=True) as txn:
+        write_run(txn, databases, SCHEME, 4, fingerprints, fingerprints)
+    with env.begin(write=True) as txn, pytest.raises(CorruptStoreError, match="already holds run 4"):
+        write_run(txn, databases, SCHEME, 4, fingerprints, fingerprints)
+    with env.begin(write=True) as txn:
+        drop_run(txn, databases, 4)
+    with env.begin(buffers=True) as txn:
+        for database in databases:
+            assert txn.stat(database)["entries"] == 0
+        with pytest.raises(CorruptStoreError, match="lacks value"):
+            view_run(txn, databases, SCHEME, 4, 3)
+
+
+def _flipped(value: bytearray, offset: int) -> bytearray:
+    value[offset] ^= 1
+    return value
+
+
+def _set(value: bytearray, offset: int, byte: int) -> bytearray:
+    value[offset] = byte
+    return value
+
+
+def _damage(env: lmdb.Environment, database: object, key: bytes, change: object) -> None:
+    with env.begin(write=True) as txn:
+        value = bytearray(txn.get(key, db=database))
+        value = change(value)
+        txn.put(key, bytes(value), db=database)
+
+
+@pytest.mark.parametrize(
+    ("table", "kind", "change", "plain_too"),
+    [
+        (0, columns.KEYS, lambda v: v[: columns.HEADER.size] + v[columns.HEADER.size + 8 * 5000 - 8 :], True),
+        (1, columns.KEYS, lambda v: _flipped(v, 40), False),
+        (0, columns.IDS, lambda v: _set(v, 0, 9), True),
+        (2, columns.DIRECTORY, lambda v: v[:8], True),
+        (1, columns.DIRECTORY, lambda v: _set(v, columns.HEADER.size + 4, 1), False),
+    ],
+    ids=["keys cut short", "keys bit flipped", "ids kind wrong", "directory truncated", "directory wrong"],
+)
+def test_damage_is_reported_as_corruption(
+    env: lmdb.Environment, table: int, kind: int, change: object, plain_too: bool
+) -> None:
+    databases = tables(env, SCHEME.tables)
+    rng = np.random.default_rng(3)
+    fingerprints = rng.integers(0, 2**64, 5000, dtype=np.uint64)
+    with env.begin(write=True) as txn:
+        write_run(txn, databases, SCHEME, 1, fingerprints, np.arange(5000, dtype=np.uint64))
+    _damage(env, databases[table], columns.run_key(1, kind), change)
+    with env.begin(buffers=True) as txn:
+        with pytest.raises(CorruptStoreError):
+            view_run(txn, databases, SCHEME, 1, 5000, verify=True)
+        if plain_too:  # damage found without the CRC pass, by every reader
+            with pytest.raises(CorruptStoreError):
+                view_run(txn, databases, SCHEME, 1, 5000)
+
+
+def test_a_key_that_is_no_run_value_is_refused() -> None:
+    assert columns.parse_key(columns.run_key(3, columns.IDS)) == (3, columns.IDS)
+    with pytest.raises(CorruptStoreError):
+        columns.parse_key(b"\x00\x00\x00\x03\x09")
+    with pytest.raises(CorruptStoreError):
+        columns.parse_key(b"\x00\x00\x00\x03")
+
+
+def test_directory_slots_hold_a_few_keys_and_never_pass_the_segment() -> None:
+    assert columns.directory_bits(10_000_000, 21) == 21
+    assert columns.directory_bits(1_000_000, 21) == 17
+    assert columns.directory_bits(10, 21) == columns.MIN_DIRECTORY_BITS
+    assert columns.directory_bits(10**10, 64) == columns.MAX_DIRECTORY_BITS
+    keys = np.sort(np.random.default_rng(1).integers(0, 2**64, 1000, dtype=np.uint64))
+    directory = columns.build_directory(keys, 9)
+    slots = (keys >> np.uint64(55)).astype(np.int64)
+    for slot in (0, 100, 511):
+        assert int(directory.positions[slot]) == int(np.searchsorted(slots, slot))
+    assert int(directory.positions[-1]) == 1000
