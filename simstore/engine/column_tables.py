@@ -13,24 +13,15 @@ does: fancy indexing copies).
 from __future__ import annotations
 
 from collections.abc import Sequence
-from dataclasses import dataclass
 
 import numpy as np
 
 from simstore.engine import columns
 from simstore.engine._lmdb import Database, Txn
 from simstore.errors import CorruptStoreError
-from simstore.index.column_search import ColumnRun, IdArray, build_run
+from simstore.index.column_search import ColumnRun, Directory, IdArray, build_directory, build_run
 from simstore.index.multi_index import MultiIndex
 from simstore.index.permute import U64Array
-
-
-@dataclass(frozen=True)
-class RunColumns:
-    """A run's columns as viewed in place, with each table's directory."""
-
-    run: ColumnRun
-    directories: tuple[columns.Directory, ...]
 
 
 def write_run(
@@ -44,11 +35,11 @@ def write_run(
     """Write a run of ``fingerprints`` (``ids[j]`` the id of ``fingerprints[j]``)
     under ``run_id`` in every table; returns its entry count."""
     _check_tables(databases, scheme)
-    built = build_run(scheme, fingerprints, ids)
+    built = build_run(scheme, fingerprints, ids, directories=True)
     id_dtype = np.dtype("<u4") if columns.id_width(built.ids) == 4 else np.dtype("<u8")
     for table, database in enumerate(databases):
         keys = built.column(table)
-        directory = columns.build_directory(keys, columns.directory_bits(len(keys), scheme.widths[table]))
+        directory = built.directories[table]
         values = [
             (columns.KEYS, columns.encode(columns.KEYS, keys)),
             (columns.DIRECTORY, columns.encode(columns.DIRECTORY, directory.positions, bits=directory.bits)),
@@ -69,8 +60,8 @@ def view_run(
     entries: int,
     *,
     verify: bool = False,
-) -> RunColumns:
-    """Run ``run_id``'s columns, viewed in place (``txn`` reads buffers).
+) -> ColumnRun:
+    """Run ``run_id``'s columns and directories, viewed in place (``txn`` reads buffers).
 
     Raises:
         CorruptStoreError: a value is missing, damaged or disagrees with
@@ -79,7 +70,7 @@ def view_run(
     """
     _check_tables(databases, scheme)
     keys: list[U64Array] = []
-    directories: list[columns.Directory] = []
+    directories: list[Directory] = []
     ids: IdArray | None = None
     for table, database in enumerate(databases):
         column, _bits = columns.decode(
@@ -95,7 +86,7 @@ def view_run(
         if directory.bits > scheme.widths[table]:
             raise CorruptStoreError(f"table {table}'s directory of run {run_id} is wider than its segment")
         if verify and not bool(
-            np.array_equal(directory.positions, columns.build_directory(column, directory.bits).positions)
+            np.array_equal(directory.positions, build_directory(column, directory.bits).positions)
         ):
             raise CorruptStoreError(f"table {table}'s directory of run {run_id} disagrees with its keys")
         keys.append(column)
@@ -109,7 +100,7 @@ def view_run(
     assert ids is not None
     if verify:
         _check_same_fingerprints(scheme, keys, run_id)
-    return RunColumns(ColumnRun(keys[0], ids, tuple(keys[1:])), tuple(directories))
+    return ColumnRun(keys[0], ids, tuple(keys[1:]), tuple(directories))
 
 
 def drop_run(txn: Txn, databases: Sequence[Database], run_id: int) -> None:

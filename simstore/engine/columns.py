@@ -24,17 +24,15 @@ Nothing here does I/O.
 
 from __future__ import annotations
 
-import math
 import struct
 import zlib
-from dataclasses import dataclass
 from typing import Any
 
 import numpy as np
 import numpy.typing as npt
 
 from simstore.errors import CorruptStoreError
-from simstore.index.permute import FINGERPRINT_BITS, U64Array
+from simstore.index.column_search import MAX_DIRECTORY_BITS, Directory
 
 KEYS = 0
 IDS = 1
@@ -46,26 +44,8 @@ HEADER = struct.Struct("<BBBxIQ")
 #: Values below this size would sit inside LMDB's leaf pages, where their
 #: payload is not 8-byte aligned: smaller ones are padded up to it.
 MIN_VALUE_BYTES = 2048
-#: A directory slot holds this many keys on average, at most twice as many
-#: (the directory costs 4 / DIRECTORY_TARGET to 8 / DIRECTORY_TARGET bytes a
-#: document and a probe's range is found inside one slot).
-DIRECTORY_TARGET = 4
-#: The directory's least and most bits: at least one overflow page of
-#: entries, at most 64 MiB of them.
-MIN_DIRECTORY_BITS = 9
-MAX_DIRECTORY_BITS = 24
-
 _DTYPES: dict[int, np.dtype[Any]] = {4: np.dtype("<u4"), 8: np.dtype("<u8")}
 IdArray = npt.NDArray[np.unsignedinteger[Any]]
-
-
-@dataclass(frozen=True)
-class Directory:
-    """A column's directory: ``positions[v]`` is the first key whose top
-    ``bits`` bits are ``v``; ``positions[2**bits]`` is the column's length."""
-
-    bits: int
-    positions: npt.NDArray[np.unsignedinteger[Any]]
 
 
 def run_key(run_id: int, kind: int) -> bytes:
@@ -79,28 +59,6 @@ def parse_key(key: bytes) -> tuple[int, int]:
         raise CorruptStoreError(f"a table holds a key that is no run value: {key.hex()}")
     run_id, kind = KEY.unpack(key)
     return int(run_id), int(kind)
-
-
-def directory_bits(entries: int, width: int) -> int:
-    """Directory bits for a column of ``entries`` keys whose probes fix their
-    top ``width`` bits: about :data:`DIRECTORY_TARGET` keys a slot, never
-    past the segment."""
-    wanted = math.floor(math.log2(entries / DIRECTORY_TARGET)) if entries > DIRECTORY_TARGET else 0
-    return min(max(wanted, MIN_DIRECTORY_BITS), width, MAX_DIRECTORY_BITS)
-
-
-def build_directory(sorted_keys: U64Array, bits: int) -> Directory:
-    """The directory of ``sorted_keys`` over their top ``bits`` bits."""
-    if not 0 <= bits <= MAX_DIRECTORY_BITS:
-        raise ValueError(f"directory bits must be in 0..{MAX_DIRECTORY_BITS}, got {bits}")
-    dtype = _DTYPES[4] if len(sorted_keys) < 1 << 32 else _DTYPES[8]
-    slots = (sorted_keys >> np.uint64(FINGERPRINT_BITS - bits)).astype(np.int64) if bits else None
-    positions = np.zeros((1 << bits) + 1, dtype=dtype)
-    if slots is None:
-        positions[1] = len(sorted_keys)
-    else:
-        positions[1:] = np.cumsum(np.bincount(slots, minlength=1 << bits))
-    return Directory(bits, positions)
 
 
 def id_width(ids: IdArray) -> int:

@@ -8,19 +8,24 @@ fingerprints rotated left by segment ``i``'s start, sorted. A rotated key
 holds the whole fingerprint, so a candidate is verified from the column it
 was found in, and only the matches go back to table 0 for their ids.
 
-A batch of queries costs a fixed number of numpy calls per table, whatever
-the number of probes or queries: every probe's range by two vectorised
-binary searches, every candidate gathered, un-rotated and popcounted in one
-pass. Each match is reported once: by the first table whose segment it
-agrees with within that table's radius (the probes of one table are distinct
-segment values, so a key answers at most one of them).
+Each column has a *directory* of its keys' top bits (at most the table's
+segment): a probe's keys lie in one directory slot, found by two array
+lookups. A :class:`Snapshot` places every run's columns and directories in
+one flat buffer (a store's memory-mapped file, or an array built here), so a
+batch of queries costs a fixed number of numpy calls, whatever the number of
+tables, runs, probes or queries: every probe's slot read at once, every
+candidate gathered, un-rotated and popcounted in one pass. A match is
+reported once: by the first table whose segment it agrees with within that
+table's radius, and once per document (a fingerprint several documents share
+is looked up in table 0 once).
 
-The columns are plain arrays: built in memory here, or views of a store's
-values mapped from disk. Nothing here does I/O.
+Nothing here does I/O.
 """
 
 from __future__ import annotations
 
+import math
+from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import Any
 
@@ -29,10 +34,31 @@ import numpy.typing as npt
 
 from simstore.errors import InvalidValueError
 from simstore.index.multi_index import MultiIndex
-from simstore.index.permute import FINGERPRINT_BITS, MAX_FINGERPRINT, U64Array
+from simstore.index.permute import FINGERPRINT_BITS, U64Array
 
 IntArray = npt.NDArray[np.int64]
 IdArray = npt.NDArray[np.unsignedinteger[Any]]
+
+
+#: A directory slot holds this many keys on average, at most twice as many
+#: (the directory costs 4 / DIRECTORY_TARGET to 8 / DIRECTORY_TARGET bytes a
+#: document, less once the slot is the whole segment; a probe reads one
+#: slot's keys). Measured at 1M (k = 3, 5, 8): 1 answers batches 2.5-5x
+#: faster than 4 (every key a probe reads past its own is work).
+DIRECTORY_TARGET = 1
+#: The directory's least and most bits: at least 2 KiB of entries (an LMDB
+#: overflow page), at most 64 MiB.
+MIN_DIRECTORY_BITS = 9
+MAX_DIRECTORY_BITS = 24
+
+
+@dataclass(frozen=True)
+class Directory:
+    """A sorted column's directory: ``positions[v]`` is the first key whose
+    top ``bits`` bits are ``v``; ``positions[2**bits]`` is the column's length."""
+
+    bits: int
+    positions: npt.NDArray[np.unsignedinteger[Any]]
 
 
 @dataclass(frozen=True)
@@ -43,11 +69,14 @@ class ColumnRun:
         fingerprints: table 0's column, ascending (ties in id order).
         ids: the document id of each entry of ``fingerprints``.
         rotated: the sorted columns of tables 1 and up.
+        directories: each table's directory, or none (probes then find their
+            ranges by binary search).
     """
 
     fingerprints: U64Array
     ids: IdArray
     rotated: tuple[U64Array, ...]
+    directories: tuple[Directory, ...] = ()
 
     def __len__(self) -> int:
         return len(self.fingerprints)
@@ -72,9 +101,33 @@ class Matches:
         return len(self.queries)
 
 
-def build_run(scheme: MultiIndex, fingerprints: U64Array, ids: IdArray) -> ColumnRun:
+def directory_bits(entries: int, width: int) -> int:
+    """Directory bits for a column of ``entries`` keys whose probes fix their
+    top ``width`` bits: about :data:`DIRECTORY_TARGET` keys a slot, never
+    past the segment (a probe's keys then lie in one slot)."""
+    wanted = math.floor(math.log2(entries / DIRECTORY_TARGET)) if entries > DIRECTORY_TARGET else 0
+    return min(max(wanted, MIN_DIRECTORY_BITS), width, MAX_DIRECTORY_BITS)
+
+
+def build_directory(sorted_keys: U64Array, bits: int) -> Directory:
+    """The directory of ``sorted_keys`` over their top ``bits`` bits."""
+    if not 0 <= bits <= MAX_DIRECTORY_BITS:
+        raise InvalidValueError(f"directory bits must be in 0..{MAX_DIRECTORY_BITS}, got {bits}")
+    dtype = np.dtype(np.uint32) if len(sorted_keys) < 1 << 32 else np.dtype(np.uint64)
+    positions: npt.NDArray[np.unsignedinteger[Any]] = np.zeros((1 << bits) + 1, dtype=dtype)
+    if bits:
+        slots = (sorted_keys >> np.uint64(FINGERPRINT_BITS - bits)).astype(np.int64)
+        positions[1:] = np.cumsum(np.bincount(slots, minlength=1 << bits))
+    else:
+        positions[1] = len(sorted_keys)
+    return Directory(bits, positions)
+
+
+def build_run(
+    scheme: MultiIndex, fingerprints: U64Array, ids: IdArray, *, directories: bool = False
+) -> ColumnRun:
     """The columns of a run holding ``fingerprints`` (``ids[j]`` is the id of
-    ``fingerprints[j]``)."""
+    ``fingerprints[j]``), with each table's directory if ``directories``."""
     fingerprints = np.asarray(fingerprints, dtype=np.uint64)
     ids = np.asarray(ids)
     if fingerprints.ndim != 1 or ids.shape != fingerprints.shape:
@@ -85,94 +138,290 @@ def build_run(scheme: MultiIndex, fingerprints: U64Array, ids: IdArray) -> Colum
         keys = scheme.rotate(fingerprints, table)
         keys.sort()
         rotated.append(keys)
-    return ColumnRun(fingerprints[order], ids[order], tuple(rotated))
+    run = ColumnRun(fingerprints[order], ids[order], tuple(rotated))
+    return _with_directories(scheme, run) if directories else run
+
+
+@dataclass(frozen=True)
+class RunPlace:
+    """Where one run lies in a snapshot's buffer, in items from its start.
+
+    Attributes:
+        entries: the run's documents.
+        key_words: each table's first key (8-byte items).
+        directory_bits: each table's directory bits.
+        directory_halves: each table's first directory position (4-byte items).
+        id_index: the first id: an 8-byte item if ``id_bytes`` is 8, else a 4-byte one.
+        id_bytes: 4 or 8.
+    """
+
+    entries: int
+    key_words: tuple[int, ...]
+    directory_bits: tuple[int, ...]
+    directory_halves: tuple[int, ...]
+    id_index: int
+    id_bytes: int
+
+
+#: Probe rows (queries x probes x runs) a batch searches at once: bounds the
+#: batch's temporary arrays to a few tens of MiB.
+BATCH_ROWS = 1 << 16
+
+
+class Snapshot:
+    """Runs of one scheme placed in one buffer, ready to search.
+
+    ``words`` is the buffer as little-endian 8-byte items; its 4-byte
+    halves hold the directories and narrow ids. Per-probe arrays (each
+    run's probes of each table, with where its slot and keys are) are made
+    once here, so a search costs no Python work per probe.
+    """
+
+    def __init__(self, scheme: MultiIndex, words: U64Array, runs: Sequence[RunPlace]) -> None:
+        for place in runs:
+            if len(place.key_words) != scheme.tables or len(place.directory_bits) != scheme.tables:
+                raise InvalidValueError(
+                    f"a run placed with {len(place.key_words)} tables, not {scheme.tables}"
+                )
+            if any(
+                not 0 < bits <= width for bits, width in zip(place.directory_bits, scheme.widths, strict=True)
+            ):
+                raise InvalidValueError(f"directory bits {place.directory_bits} do not fit {scheme.label()}")
+        self.scheme = scheme
+        self.words = words
+        self.halves: npt.NDArray[np.uint32] = words.view(np.dtype("<u4"))
+        self.runs = tuple(runs)
+        self.entries = sum(place.entries for place in runs)
+        rows = [
+            (run, table, int(mask))
+            for run, place in enumerate(self.runs)
+            if place.entries
+            for table in range(scheme.tables)
+            for mask in scheme.flip_masks(table).tolist()
+        ]
+        run_of = np.array([row[0] for row in rows], dtype=np.int64)
+        table_of = np.array([row[1] for row in rows], dtype=np.int64)
+        self._row_table = table_of
+        self._row_run = run_of
+        self._row_mask = np.array([row[2] for row in rows], dtype=np.uint64)
+        widths = np.array(scheme.widths, dtype=np.int64)
+        starts = np.array(scheme.starts, dtype=np.int64)
+        self._starts = starts.astype(np.uint64)
+        self._back_starts = ((FINGERPRINT_BITS - starts) % FINGERPRINT_BITS).astype(np.uint64)
+        self._row_start = starts[table_of].astype(np.uint64)
+        self._row_back_start = self._back_starts[table_of]
+        self._row_prefix = np.array([scheme.prefix_mask(table) for table in range(scheme.tables)], np.uint64)[
+            table_of
+        ]
+        bits = np.array([place.directory_bits for place in self.runs], dtype=np.int64).reshape(
+            -1, scheme.tables
+        )
+        dir_base = np.array([place.directory_halves for place in self.runs], np.int64).reshape(
+            -1, scheme.tables
+        )
+        key_base = np.array([place.key_words for place in self.runs], dtype=np.int64).reshape(
+            -1, scheme.tables
+        )
+        self._row_dir_shift = (FINGERPRINT_BITS - bits[run_of, table_of]).astype(np.uint64)
+        self._row_dir_base = dir_base[run_of, table_of].astype(np.uint64)
+        self._row_key_base = key_base[run_of, table_of]
+        self._row_narrow = bits[run_of, table_of] < widths[table_of]
+        # Table 0 of each run, for turning fingerprints into ids.
+        self._run_dir0_shift = (FINGERPRINT_BITS - bits[:, 0]).astype(np.uint64)
+        self._run_dir0_base = dir_base[:, 0].astype(np.uint64)
+        self._run_key0_base = key_base[:, 0]
+        self._run_id_index = np.array([place.id_index for place in self.runs], dtype=np.int64)
+        self._run_wide_ids = np.array([place.id_bytes == 8 for place in self.runs], dtype=bool)
+        self._narrow = bool(self._row_narrow.any())
+        self._wide_ids = bool(self._run_wide_ids.all())
+        self._segment_masks = [
+            np.uint64(((1 << width) - 1) << (FINGERPRINT_BITS - start - width))
+            for width, start in zip(scheme.widths, scheme.starts, strict=True)
+        ]
+
+    @classmethod
+    def of(cls, scheme: MultiIndex, runs: Sequence[ColumnRun]) -> Snapshot:
+        """A snapshot of runs held in memory (copied into one buffer)."""
+        parts: list[npt.NDArray[Any]] = []
+        places: list[RunPlace] = []
+        size = 0
+
+        def place(array: npt.NDArray[Any]) -> int:
+            nonlocal size
+            words = np.ascontiguousarray(array)
+            if words.dtype.itemsize == 4 and len(words) % 2:
+                words = np.append(words, words.dtype.type(0))
+            words = words.view(np.dtype("<u8"))
+            parts.append(words)
+            size += len(words)
+            return size - len(words)
+
+        for run in runs:
+            built = run if run.directories else _with_directories(scheme, run)
+            key_words = tuple(place(built.column(table).astype("<u8")) for table in range(scheme.tables))
+            directory_halves = tuple(
+                2 * place(directory.positions.astype("<u4")) for directory in built.directories
+            )
+            id_index = place(built.ids.astype("<u8"))
+            bits = tuple(directory.bits for directory in built.directories)
+            places.append(RunPlace(len(built), key_words, bits, directory_halves, id_index, 8))
+        words = np.concatenate(parts) if parts else np.zeros(1, dtype=np.dtype("<u8"))
+        return cls(scheme, words, places)
+
+    def search(self, queries: U64Array, k: int) -> Matches:
+        """Every document within ``k`` bits of each of ``queries``.
+
+        Raises:
+            InvalidValueError: ``k`` is past what the scheme answers exactly.
+        """
+        if not 0 <= k <= self.scheme.k:
+            raise InvalidValueError(
+                f"the scheme {self.scheme.label()} answers k up to {self.scheme.k}, not {k}"
+            )
+        queries = np.asarray(queries, dtype=np.uint64).reshape(-1)
+        rows = len(self._row_table)
+        if not rows or not len(queries):
+            return _no_matches()
+        step = max(1, BATCH_ROWS // rows)
+        parts = [
+            self._search(queries[first : first + step], first, k) for first in range(0, len(queries), step)
+        ]
+        return parts[0] if len(parts) == 1 else _joined(parts)
+
+    def _search(self, queries: U64Array, offset: int, k: int) -> Matches:
+        rows = len(self._row_table)
+        # Every probe of every table of every run: the lowest key of its
+        # range, and the directory slot holding its keys.
+        shifted = queries[:, np.newaxis]
+        rotated = (shifted << self._starts) | (shifted >> self._back_starts)
+        lows = ((rotated[:, self._row_table] & self._row_prefix) ^ self._row_mask).reshape(-1)
+        slots = (lows.reshape(-1, rows) >> self._row_dir_shift) + self._row_dir_base
+        first = self.halves[slots].reshape(-1)
+        positions, probe = _expand(first, self.halves[slots + np.uint64(1)].reshape(-1) - first)
+        row = probe % rows
+        places = self._row_key_base[row] + positions
+        keys = self.words[places]
+        fingerprints = (keys >> self._row_start[row]) | (keys << self._row_back_start[row])
+        query = probe // rows
+        distances = np.bitwise_count(fingerprints ^ queries[query])
+        near = distances <= k
+        if self._narrow:
+            # A slot narrower than the segment holds other probes' keys too.
+            near &= ~self._row_narrow[row] | ((keys & self._row_prefix[row]) == lows[probe])
+        found = np.flatnonzero(near)
+        if not len(found):
+            return _no_matches()
+        return self._reported(
+            queries, offset, query[found], row[found], places[found], fingerprints[found], distances[found]
+        )
+
+    def _reported(
+        self,
+        queries: U64Array,
+        offset: int,
+        query: IntArray,
+        row: IntArray,
+        places: IntArray,
+        fingerprints: U64Array,
+        distances: npt.NDArray[Any],
+    ) -> Matches:
+        """The matches found, each reported once, with ids."""
+        table = self._row_table[row]
+        later = np.flatnonzero(table)
+        if len(later):
+            # Reported by the first table whose segment is within its radius
+            # and, in tables past the first, once per fingerprint (table 0
+            # gives every document holding it).
+            differ = fingerprints[later] ^ queries[query[later]]
+            first_table = np.full(len(later), self.scheme.tables, dtype=np.int64)
+            for index in reversed(range(self.scheme.tables)):
+                first_table[
+                    np.bitwise_count(differ & self._segment_masks[index]) <= self.scheme.radii[index]
+                ] = index
+            column_start = self._row_key_base[row[later]]
+            at = places[later]
+            repeated = (at > column_start) & (self.words[np.maximum(at - 1, column_start)] == self.words[at])
+            dropped = later[(first_table != table[later]) | repeated]
+            if len(dropped):
+                kept = np.ones(len(row), dtype=bool)
+                kept[dropped] = False
+                query, row, places, fingerprints, distances = (
+                    query[kept],
+                    row[kept],
+                    places[kept],
+                    fingerprints[kept],
+                    distances[kept],
+                )
+                table = table[kept]
+                later = np.flatnonzero(table)
+        run = self._row_run[row]
+        direct = np.flatnonzero(table == 0)
+        direct_runs = run[direct]
+        ids = self._ids(direct_runs, places[direct] - self._run_key0_base[direct_runs])
+        if not len(later):
+            return Matches(query[direct] + offset, ids, distances[direct].astype(np.int64))
+        # The later tables' documents: every table-0 entry of their run that
+        # holds the fingerprint.
+        later_run = run[later]
+        later_fingerprints = fingerprints[later]
+        slot0 = (later_fingerprints >> self._run_dir0_shift[later_run]) + self._run_dir0_base[later_run]
+        first0 = self.halves[slot0]
+        spots, owner = _expand(first0, self.halves[slot0 + np.uint64(1)] - first0)
+        same = self.words[self._run_key0_base[later_run[owner]] + spots] == later_fingerprints[owner]
+        spots, owner = spots[same], owner[same]
+        later_ids = self._ids(later_run[owner], spots)
+        return Matches(
+            np.concatenate([query[direct], query[later][owner]]) + offset,
+            np.concatenate([ids, later_ids]),
+            np.concatenate([distances[direct], distances[later][owner]]).astype(np.int64),
+        )
+
+    def _ids(self, runs: IntArray, positions: IntArray) -> npt.NDArray[np.uint64]:
+        indexes = self._run_id_index[runs] + positions
+        if self._wide_ids:
+            wide_only: npt.NDArray[np.uint64] = self.words[indexes]
+            return wide_only
+        wide = self._run_wide_ids[runs]
+        ids = np.empty(len(runs), dtype=np.uint64)
+        ids[wide] = self.words[indexes[wide]]
+        ids[~wide] = self.halves[indexes[~wide]]
+        return ids
 
 
 def search(scheme: MultiIndex, run: ColumnRun, queries: U64Array, k: int) -> Matches:
-    """Every document of ``run`` within ``k`` bits of each of ``queries``.
-
-    Raises:
-        InvalidValueError: ``k`` is past what the scheme answers exactly.
-    """
-    if not 0 <= k <= scheme.k:
-        raise InvalidValueError(f"the scheme {scheme.label()} answers k up to {scheme.k}, not {k}")
-    queries = np.asarray(queries, dtype=np.uint64).reshape(-1)
-    found_rows: list[IntArray] = []
-    found_fingerprints: list[U64Array] = []
-    found_distances: list[IntArray] = []
-    table0_positions: IntArray = np.empty(0, dtype=np.int64)
-    table0_rows: IntArray = np.empty(0, dtype=np.int64)
-    table0_distances: IntArray = np.empty(0, dtype=np.int64)
-    if len(run) and len(queries):
-        for table in range(scheme.tables):
-            rows, positions, fingerprints, distances = _table_matches(scheme, run, queries, k, table)
-            if table == 0:
-                table0_rows, table0_positions, table0_distances = rows, positions, distances
-            else:
-                found_rows.append(rows)
-                found_fingerprints.append(fingerprints)
-                found_distances.append(distances)
-    # Matches of later tables are fingerprints: their ids are in table 0,
-    # one entry per document holding that fingerprint.
-    fingerprints = np.concatenate(found_fingerprints) if found_fingerprints else np.empty(0, np.uint64)
-    first = np.searchsorted(run.fingerprints, fingerprints, side="left")
-    past = np.searchsorted(run.fingerprints, fingerprints, side="right")
-    positions, owner = _expand(first, past)
-    later_rows = np.concatenate(found_rows)[owner] if found_rows else np.empty(0, np.int64)
-    later_distances = np.concatenate(found_distances)[owner] if found_distances else np.empty(0, np.int64)
-    rows = np.concatenate([table0_rows, later_rows])
-    distances = np.concatenate([table0_distances, later_distances])
-    all_positions = np.concatenate([table0_positions, positions])
-    return Matches(rows.astype(np.int64), run.ids[all_positions], distances.astype(np.int64))
+    """Every document of one in-memory ``run`` within ``k`` bits of each of
+    ``queries`` (a snapshot of that run alone)."""
+    return Snapshot.of(scheme, [run]).search(queries, k)
 
 
-def _table_matches(
-    scheme: MultiIndex, run: ColumnRun, queries: U64Array, k: int, table: int
-) -> tuple[IntArray, IntArray, U64Array, IntArray]:
-    """The matches table ``table`` answers for: query rows, positions in its
-    column, fingerprints, distances."""
-    column = run.column(table)
-    lows = scheme.probe_keys(queries, table)
-    probes = lows.shape[1]
-    lows = lows.reshape(-1)
-    highs = lows | np.uint64(MAX_FINGERPRINT ^ scheme.prefix_mask(table))
-    first = np.searchsorted(column, lows, side="left")
-    past = np.searchsorted(column, highs, side="right")
-    positions, probe_of = _expand(first, past)
-    rows = probe_of // probes
-    fingerprints = column[positions]
-    if table:
-        fingerprints = scheme.unrotate(fingerprints, table)
-    differ = fingerprints ^ queries[rows]
-    distances = np.bitwise_count(differ).astype(np.int64)
-    near = distances <= k
-    if table:
-        # Reported by the first table whose segment is within its radius, and
-        # once per fingerprint (its ids come from table 0, all at once).
-        near &= ~_found_earlier(scheme, differ, table)
-        near &= (positions == 0) | (column[positions - 1] != column[positions])
-    return rows[near], positions[near], fingerprints[near], distances[near]
+def _with_directories(scheme: MultiIndex, run: ColumnRun) -> ColumnRun:
+    built = tuple(
+        build_directory(run.column(table), directory_bits(len(run), scheme.widths[table]))
+        for table in range(scheme.tables)
+    )
+    return ColumnRun(run.fingerprints, run.ids, run.rotated, built)
 
 
-def _found_earlier(scheme: MultiIndex, differ: U64Array, table: int) -> npt.NDArray[np.bool_]:
-    """Whether some table before ``table`` also finds each difference."""
-    earlier = np.zeros(differ.shape, dtype=bool)
-    for before in range(table):
-        width, start = scheme.widths[before], scheme.starts[before]
-        segment_mask = ((1 << width) - 1) << (FINGERPRINT_BITS - start - width)
-        earlier |= np.bitwise_count(differ & np.uint64(segment_mask)) <= scheme.radii[before]
-    return earlier
+def _no_matches() -> Matches:
+    return Matches(np.empty(0, np.int64), np.empty(0, np.uint64), np.empty(0, np.int64))
 
 
-def _expand(first: IntArray, past: IntArray) -> tuple[IntArray, IntArray]:
-    """Every position in the ranges ``[first[j], past[j])``, and the ``j`` of each."""
-    counts = (past - first).astype(np.int64)
-    total = int(counts.sum())
+def _joined(parts: Sequence[Matches]) -> Matches:
+    return Matches(
+        np.concatenate([part.queries for part in parts]),
+        np.concatenate([part.ids for part in parts]),
+        np.concatenate([part.distances for part in parts]),
+    )
+
+
+def _expand(first: npt.NDArray[Any], counts: npt.NDArray[Any]) -> tuple[IntArray, IntArray]:
+    """Every position in the ranges of ``counts[j]`` positions from
+    ``first[j]``, and the ``j`` of each."""
     owner = np.repeat(np.arange(len(counts), dtype=np.int64), counts)
-    if total == 0:
+    if not len(owner):
         return np.empty(0, dtype=np.int64), owner
     # Position = range start + offset inside the range: offsets are a running
     # count that restarts at every range.
-    starts_before = np.cumsum(counts) - counts
-    positions = np.arange(total, dtype=np.int64) - starts_before[owner] + first[owner]
+    starts_before = np.cumsum(counts, dtype=np.int64) - counts
+    positions = np.arange(len(owner), dtype=np.int64) - starts_before[owner] + first[owner]
     return positions, owner

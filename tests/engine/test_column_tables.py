@@ -53,9 +53,11 @@ def test_written_runs_viewed_in_place_answer_as_a_brute_force_scan(env: lmdb.Env
         found = []
         for run_id, entries in ((1, len(first)), (7, len(second))):
             viewed = view_run(txn, databases, scheme, run_id, entries, verify=True)
-            matches = search(scheme, viewed.run, queries, k)
+            assert len(viewed.directories) == scheme.tables
+            matches = search(scheme, viewed, queries, k)
             found += list(zip(matches.queries.tolist(), matches.ids.tolist(), strict=True))
-            for column in (viewed.run.fingerprints, viewed.run.ids, *viewed.run.rotated):
+            directories = [directory.positions for directory in viewed.directories]
+            for column in (viewed.fingerprints, viewed.ids, *viewed.rotated, *directories):
                 assert not column.flags.owndata  # a view of the map, not a copy
                 assert column.ctypes.data % 8 == 0
     stored = np.concatenate([first, second])
@@ -70,8 +72,8 @@ def test_ids_past_32_bits_take_8_bytes_and_small_ones_4(env: lmdb.Environment) -
         write_run(txn, databases, SCHEME, 1, fingerprints, np.array([1, 2, 3], dtype=np.uint64))
         write_run(txn, databases, SCHEME, 2, fingerprints, np.array([1, 2, 1 << 33], dtype=np.uint64))
     with env.begin(buffers=True) as txn:
-        assert view_run(txn, databases, SCHEME, 1, 3).run.ids.dtype.itemsize == 4
-        wide = view_run(txn, databases, SCHEME, 2, 3).run
+        assert view_run(txn, databases, SCHEME, 1, 3).ids.dtype.itemsize == 4
+        wide = view_run(txn, databases, SCHEME, 2, 3)
         assert wide.ids.dtype.itemsize == 8
         assert sorted(wide.ids.tolist()) == [1, 2, 1 << 33]
 
@@ -83,7 +85,7 @@ def test_an_empty_run_is_a_run_that_finds_nothing(env: lmdb.Environment) -> None
         write_run(txn, databases, SCHEME, 1, empty, empty)
     with env.begin(buffers=True) as txn:
         viewed = view_run(txn, databases, SCHEME, 1, 0, verify=True)
-        assert len(search(SCHEME, viewed.run, np.array([0, 1], dtype=np.uint64), 5)) == 0
+        assert len(search(SCHEME, viewed, np.array([0, 1], dtype=np.uint64), 5)) == 0
 
 
 def test_a_run_id_is_written_once_and_dropped_whole(env: lmdb.Environment) -> None:
@@ -153,16 +155,3 @@ def test_a_key_that_is_no_run_value_is_refused() -> None:
         columns.parse_key(b"\x00\x00\x00\x03\x09")
     with pytest.raises(CorruptStoreError):
         columns.parse_key(b"\x00\x00\x00\x03")
-
-
-def test_directory_slots_hold_a_few_keys_and_never_pass_the_segment() -> None:
-    assert columns.directory_bits(10_000_000, 21) == 21
-    assert columns.directory_bits(1_000_000, 21) == 17
-    assert columns.directory_bits(10, 21) == columns.MIN_DIRECTORY_BITS
-    assert columns.directory_bits(10**10, 64) == columns.MAX_DIRECTORY_BITS
-    keys = np.sort(np.random.default_rng(1).integers(0, 2**64, 1000, dtype=np.uint64))
-    directory = columns.build_directory(keys, 9)
-    slots = (keys >> np.uint64(55)).astype(np.int64)
-    for slot in (0, 100, 511):
-        assert int(directory.positions[slot]) == int(np.searchsorted(slots, slot))
-    assert int(directory.positions[-1]) == 1000

@@ -10,7 +10,15 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from simstore.errors import InvalidValueError
-from simstore.index.column_search import build_run, search
+from simstore.index.column_search import (
+    MAX_DIRECTORY_BITS,
+    MIN_DIRECTORY_BITS,
+    Snapshot,
+    build_directory,
+    build_run,
+    directory_bits,
+    search,
+)
 from simstore.index.multi_index import MultiIndex, exact_schemes
 
 
@@ -23,9 +31,15 @@ def brute_force(
 
 
 def found(
-    scheme: MultiIndex, stored: np.ndarray, ids: np.ndarray, queries: np.ndarray, k: int
+    scheme: MultiIndex,
+    stored: np.ndarray,
+    ids: np.ndarray,
+    queries: np.ndarray,
+    k: int,
+    *,
+    directories: bool = False,
 ) -> list[tuple[int, int, int]]:
-    matches = search(scheme, build_run(scheme, stored, ids), queries, k)
+    matches = search(scheme, build_run(scheme, stored, ids, directories=directories), queries, k)
     return sorted(
         zip(matches.queries.tolist(), matches.ids.tolist(), matches.distances.tolist(), strict=True)
     )
@@ -40,8 +54,9 @@ def near_queries(stored: np.ndarray, count: int, max_flips: int, seed: int) -> n
     return queries
 
 
+@pytest.mark.parametrize("directories", [False, True], ids=["binary search", "directory"])
 @pytest.mark.parametrize("k", range(13))
-def test_every_scheme_equals_brute_force_at_its_k_and_below(k: int) -> None:
+def test_every_scheme_equals_brute_force_at_its_k_and_below(k: int, directories: bool) -> None:
     stored = planted(seed=k, singles=600, clusters=40, size=6, k=k)
     ids = np.arange(1000, 1000 + len(stored), dtype=np.uint64)
     queries = np.concatenate(
@@ -49,9 +64,8 @@ def test_every_scheme_equals_brute_force_at_its_k_and_below(k: int) -> None:
     )
     for scheme in list(exact_schemes(k))[:8]:
         for distance in {0, k // 2, k}:
-            assert found(scheme, stored, ids, queries, distance) == brute_force(
-                stored, ids, queries, distance
-            ), (
+            expected = brute_force(stored, ids, queries, distance)
+            assert found(scheme, stored, ids, queries, distance, directories=directories) == expected, (
                 scheme.label(),
                 distance,
             )
@@ -75,7 +89,10 @@ def test_search_equals_brute_force(
     queries = np.array(query_values + near + stored_values[:2], dtype=np.uint64)
     ids = np.array(data.draw(st.permutations(range(len(stored)))), dtype=np.uint64)
     scheme = data.draw(st.sampled_from(list(exact_schemes(k))))
-    assert found(scheme, stored, ids, queries, k) == brute_force(stored, ids, queries, k)
+    directories = data.draw(st.booleans())
+    assert found(scheme, stored, ids, queries, k, directories=directories) == brute_force(
+        stored, ids, queries, k
+    )
 
 
 def test_each_match_is_reported_once_even_when_every_table_finds_it() -> None:
@@ -102,3 +119,47 @@ def test_a_k_past_the_scheme_is_refused() -> None:
         search(scheme, run, np.array([1], dtype=np.uint64), 4)
     with pytest.raises(InvalidValueError):
         build_run(scheme, np.array([1, 2], dtype=np.uint64), np.array([1], dtype=np.uint64))
+
+
+def test_directory_slots_hold_a_few_keys_and_never_pass_the_segment() -> None:
+    assert directory_bits(10_000_000, 21) == 21
+    assert directory_bits(1_000_000, 21) == 19
+    assert directory_bits(10, 21) == MIN_DIRECTORY_BITS
+    assert directory_bits(10, 8) == 8
+    assert directory_bits(10**10, 64) == MAX_DIRECTORY_BITS
+    keys = np.sort(np.random.default_rng(1).integers(0, 2**64, 1000, dtype=np.uint64))
+    directory = build_directory(keys, 9)
+    slots = (keys >> np.uint64(55)).astype(np.int64)
+    for slot in (0, 100, 511):
+        assert int(directory.positions[slot]) == int(np.searchsorted(slots, slot))
+    assert int(directory.positions[-1]) == 1000
+    assert build_directory(keys, 0).positions.tolist() == [0, 1000]
+    with pytest.raises(InvalidValueError):
+        build_directory(keys, MAX_DIRECTORY_BITS + 1)
+
+
+@pytest.mark.parametrize("k", [0, 3, 5, 8])
+def test_a_snapshot_of_several_runs_equals_brute_force_over_their_union(k: int) -> None:
+    # Runs of different sizes (one empty, one a crowd of one repeated
+    # fingerprint and its neighbours), searched together.
+    scheme = exact_schemes_for_test(k)
+    rng = np.random.default_rng(k)
+    crowd_value = int(rng.integers(0, 2**63))
+    crowd = np.array(
+        [crowd_value] * 300 + [crowd_value ^ (1 << bit) for bit in range(0, 64, 3)], dtype=np.uint64
+    )
+    parts = [planted(seed=k, singles=2000, clusters=50, size=5, k=k), np.empty(0, dtype=np.uint64), crowd]
+    ids = [np.arange(len(part), dtype=np.uint64) + 10_000 * index for index, part in enumerate(parts)]
+    snapshot = Snapshot.of(
+        scheme, [build_run(scheme, part, part_ids) for part, part_ids in zip(parts, ids, strict=True)]
+    )
+    stored, all_ids = np.concatenate(parts), np.concatenate(ids)
+    queries = np.concatenate([near_queries(parts[0], 100, k + 1, seed=k), crowd[:2], crowd[-3:]])
+    matches = snapshot.search(queries, k)
+    got = sorted(zip(matches.queries.tolist(), matches.ids.tolist(), matches.distances.tolist(), strict=True))
+    assert got == brute_force(stored, all_ids, queries, k)
+    assert len(got) == len(set(got))
+
+
+def exact_schemes_for_test(k: int) -> MultiIndex:
+    return list(exact_schemes(k))[-1]
