@@ -25,6 +25,7 @@ Nothing here does I/O.
 from __future__ import annotations
 
 import math
+import weakref
 from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import Any
@@ -61,7 +62,7 @@ class Directory:
     positions: npt.NDArray[np.unsignedinteger[Any]]
 
 
-@dataclass(frozen=True)
+@dataclass(frozen=True, eq=False)
 class ColumnRun:
     """One run's columns.
 
@@ -390,8 +391,14 @@ class Snapshot:
 
 def search(scheme: MultiIndex, run: ColumnRun, queries: U64Array, k: int) -> Matches:
     """Every document of one in-memory ``run`` within ``k`` bits of each of
-    ``queries`` (a snapshot of that run alone)."""
-    return Snapshot.of(scheme, [run]).search(queries, k)
+    ``queries`` (a snapshot of that run alone, made once per run and scheme)."""
+    snapshot = _snapshots.get(run)
+    if snapshot is None or snapshot.scheme != scheme:
+        snapshot = _snapshots[run] = Snapshot.of(scheme, [run])
+    return snapshot.search(queries, k)
+
+
+_snapshots: weakref.WeakKeyDictionary[ColumnRun, Snapshot] = weakref.WeakKeyDictionary()
 
 
 def _with_directories(scheme: MultiIndex, run: ColumnRun) -> ColumnRun:
