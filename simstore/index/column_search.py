@@ -235,10 +235,6 @@ class Snapshot:
         self._run_wide_ids = np.array([place.id_bytes == 8 for place in self.runs], dtype=bool)
         self._narrow = bool(self._row_narrow.any())
         self._wide_ids = bool(self._run_wide_ids.all())
-        self._segment_masks = [
-            np.uint64(((1 << width) - 1) << (FINGERPRINT_BITS - start - width))
-            for width, start in zip(scheme.widths, scheme.starts, strict=True)
-        ]
 
     @classmethod
     def of(cls, scheme: MultiIndex, runs: Sequence[ColumnRun]) -> Snapshot:
@@ -312,70 +308,43 @@ class Snapshot:
         found = np.flatnonzero(near)
         if not len(found):
             return _no_matches()
-        return self._reported(
-            queries, offset, query[found], row[found], places[found], fingerprints[found], distances[found]
-        )
+        return self._reported(query[found], offset, row[found], fingerprints[found], distances[found])
 
     def _reported(
         self,
-        queries: U64Array,
-        offset: int,
         query: IntArray,
+        offset: int,
         row: IntArray,
-        places: IntArray,
         fingerprints: U64Array,
         distances: npt.NDArray[Any],
     ) -> Matches:
         """The matches found, each reported once, with ids."""
-        table = self._row_table[row]
-        later = np.flatnonzero(table)
-        if len(later):
-            # Reported by the first table whose segment is within its radius
-            # and, in tables past the first, once per fingerprint (table 0
-            # gives every document holding it).
-            differ = fingerprints[later] ^ queries[query[later]]
-            first_table = np.full(len(later), self.scheme.tables, dtype=np.int64)
-            for index in reversed(range(self.scheme.tables)):
-                first_table[
-                    np.bitwise_count(differ & self._segment_masks[index]) <= self.scheme.radii[index]
-                ] = index
-            column_start = self._row_key_base[row[later]]
-            at = places[later]
-            repeated = (at > column_start) & (self.words[np.maximum(at - 1, column_start)] == self.words[at])
-            dropped = later[(first_table != table[later]) | repeated]
-            if len(dropped):
-                kept = np.ones(len(row), dtype=bool)
-                kept[dropped] = False
-                query, row, places, fingerprints, distances = (
-                    query[kept],
-                    row[kept],
-                    places[kept],
-                    fingerprints[kept],
-                    distances[kept],
-                )
-                table = table[kept]
-                later = np.flatnonzero(table)
+        # A document near the query is usually found in several tables: keep
+        # one of each (query, run, fingerprint), then take every document of
+        # that run holding the fingerprint from its table 0.
         run = self._row_run[row]
-        direct = np.flatnonzero(table == 0)
-        direct_runs = run[direct]
-        ids = self._ids(direct_runs, places[direct] - self._run_key0_base[direct_runs])
-        if not len(later):
-            return Matches(query[direct] + offset, ids, distances[direct].astype(np.int64))
-        # The later tables' documents: every table-0 entry of their run that
-        # holds the fingerprint.
-        later_run = run[later]
-        later_fingerprints = fingerprints[later]
-        slot0 = (later_fingerprints >> self._run_dir0_shift[later_run]) + self._run_dir0_base[later_run]
-        first0 = self.halves[slot0]
-        spots, owner = _expand(first0, self.halves[slot0 + np.uint64(1)] - first0)
-        same = self.words[self._run_key0_base[later_run[owner]] + spots] == later_fingerprints[owner]
-        spots, owner = spots[same], owner[same]
-        later_ids = self._ids(later_run[owner], spots)
-        return Matches(
-            np.concatenate([query[direct], query[later][owner]]) + offset,
-            np.concatenate([ids, later_ids]),
-            np.concatenate([distances[direct], distances[later][owner]]).astype(np.int64),
-        )
+        order = np.lexsort((fingerprints, run, query))
+        query, run, fingerprints, distances = query[order], run[order], fingerprints[order], distances[order]
+        if len(order) > 1:
+            first = np.empty(len(order), dtype=bool)
+            first[0] = True
+            first[1:] = (
+                (fingerprints[1:] != fingerprints[:-1]) | (run[1:] != run[:-1]) | (query[1:] != query[:-1])
+            )
+            if not first.all():
+                query, run, fingerprints, distances = (
+                    query[first],
+                    run[first],
+                    fingerprints[first],
+                    distances[first],
+                )
+        slots = (fingerprints >> self._run_dir0_shift[run]) + self._run_dir0_base[run]
+        first_spot = self.halves[slots]
+        spots, owner = _expand(first_spot, self.halves[slots + np.uint64(1)] - first_spot)
+        run = run[owner]
+        same = np.flatnonzero(self.words[self._run_key0_base[run] + spots] == fingerprints[owner])
+        owner, run = owner[same], run[same]
+        return Matches(query[owner] + offset, self._ids(run, spots[same]), distances[owner].astype(np.int64))
 
     def _ids(self, runs: IntArray, positions: IntArray) -> npt.NDArray[np.uint64]:
         indexes = self._run_id_index[runs] + positions
