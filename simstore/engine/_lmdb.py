@@ -9,17 +9,20 @@ with ``raise ... from``. Nothing above this module imports :mod:`lmdb`.
 from __future__ import annotations
 
 import contextlib
+import ctypes
 import errno
 import fcntl
 import os
 import stat
 import time
-from collections.abc import Callable, Iterator
+from collections.abc import Callable, Iterator, Sequence
 from contextlib import AbstractContextManager
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any, Protocol, TypeGuard, TypeVar
 
 import lmdb
+import numpy as np
+import numpy.typing as npt
 
 from simstore.engine.format import LOG_KEY, META_KEY
 from simstore.errors import (
@@ -190,6 +193,27 @@ class WriteAheadLog(Protocol):
     def in_use(self, raw: bytes | None) -> bool: ...
 
     def open_file(self, store_path: str) -> LogFile | None: ...
+
+
+def spanning_words(values: Sequence[npt.NDArray[Any]]) -> tuple[npt.NDArray[np.uint64], int]:
+    """One view, as little-endian 8-byte items, of the part of LMDB's map
+    from the first to the last byte of ``values`` (arrays viewing values of
+    one read transaction that reads buffers), and its address: no copy.
+
+    LMDB maps the file in one piece, so whatever lies between two values of
+    the file is the file too. The view is valid while that transaction stays
+    open and the map is not resized in this process.
+    """
+    spans = [(value.ctypes.data, value.ctypes.data + value.nbytes) for value in values if value.nbytes]
+    if not spans:
+        return np.zeros(1, dtype=np.dtype("<u8")), 0
+    start = min(first for first, _ in spans) & ~7
+    # Rounded up to whole items: a value ends inside its last page, which is
+    # mapped and in the file whole.
+    end = (max(last for _, last in spans) + 7) & ~7
+    raw = memoryview((ctypes.c_char * (end - start)).from_address(start)).cast("B")
+    words: npt.NDArray[np.uint64] = np.frombuffer(raw, dtype=np.dtype("<u8"))
+    return words, start
 
 
 class Environment:

@@ -13,13 +13,23 @@ does: fancy indexing copies).
 from __future__ import annotations
 
 from collections.abc import Sequence
+from typing import Any
 
 import numpy as np
+import numpy.typing as npt
 
 from simstore.engine import columns
-from simstore.engine._lmdb import Database, Txn
+from simstore.engine._lmdb import Database, Txn, spanning_words
 from simstore.errors import CorruptStoreError
-from simstore.index.column_search import ColumnRun, Directory, IdArray, build_directory, build_run
+from simstore.index.column_search import (
+    ColumnRun,
+    Directory,
+    IdArray,
+    RunPlace,
+    Snapshot,
+    build_directory,
+    build_run,
+)
 from simstore.index.multi_index import MultiIndex
 from simstore.index.permute import U64Array
 
@@ -101,6 +111,47 @@ def view_run(
     if verify:
         _check_same_fingerprints(scheme, keys, run_id)
     return ColumnRun(keys[0], ids, tuple(keys[1:]), tuple(directories))
+
+
+def snapshot_in_place(
+    txn: Txn, databases: Sequence[Database], scheme: MultiIndex, runs: Sequence[tuple[int, int]]
+) -> Snapshot:
+    """A snapshot of ``runs`` (``(run id, entries)`` each) whose buffer is
+    LMDB's map itself (:func:`simstore.engine._lmdb.spanning_words`): no value
+    is copied. Valid while ``txn`` (which reads buffers) stays open.
+
+    Raises:
+        CorruptStoreError: a value is missing, damaged, or not 8-byte
+            aligned in the map (values under 2 KiB sit in leaf pages).
+    """
+    viewed = [view_run(txn, databases, scheme, run_id, entries) for run_id, entries in runs]
+    arrays = [run.ids for run in viewed]
+    for run in viewed:
+        arrays += [run.column(table) for table in range(scheme.tables)]
+        arrays += [directory.positions for directory in run.directories]
+    words, address = spanning_words(arrays)
+    places = []
+    for run, (_run_id, entries) in zip(viewed, runs, strict=True):
+        id_bytes = run.ids.dtype.itemsize
+        places.append(
+            RunPlace(
+                entries,
+                tuple(_index(run.column(table), address, 8) for table in range(scheme.tables)),
+                tuple(directory.bits for directory in run.directories),
+                tuple(_index(directory.positions, address, 4) for directory in run.directories),
+                _index(run.ids, address, id_bytes),
+                id_bytes,
+            )
+        )
+    return Snapshot(scheme, words, places)
+
+
+def _index(array: npt.NDArray[Any], address: int, item_size: int) -> int:
+    """``array``'s first item as an index of ``item_size``-byte items from ``address``."""
+    offset = array.ctypes.data - address
+    if offset % item_size:
+        raise CorruptStoreError(f"a run value at map offset {offset} is not {item_size}-byte aligned")
+    return offset // item_size
 
 
 def drop_run(txn: Txn, databases: Sequence[Database], run_id: int) -> None:

@@ -14,10 +14,10 @@ lookups. A :class:`Snapshot` places every run's columns and directories in
 one flat buffer (a store's memory-mapped file, or an array built here), so a
 batch of queries costs a fixed number of numpy calls, whatever the number of
 tables, runs, probes or queries: every probe's slot read at once, every
-candidate gathered, un-rotated and popcounted in one pass. A match is
-reported once: by the first table whose segment it agrees with within that
-table's radius, and once per document (a fingerprint several documents share
-is looked up in table 0 once).
+candidate gathered, un-rotated and popcounted in one pass. A document found
+in several tables is reported once (the matches are sorted by query, run and
+fingerprint, and every document holding a matched fingerprint is read from
+its run's table 0).
 
 Nothing here does I/O.
 """

@@ -12,7 +12,7 @@ import pytest
 from _oracles import planted
 
 from simstore.engine import columns
-from simstore.engine.column_tables import drop_run, view_run, write_run
+from simstore.engine.column_tables import drop_run, snapshot_in_place, view_run, write_run
 from simstore.errors import CorruptStoreError
 from simstore.index.column_search import search
 from simstore.index.multi_index import MultiIndex, choose
@@ -155,3 +155,27 @@ def test_a_key_that_is_no_run_value_is_refused() -> None:
         columns.parse_key(b"\x00\x00\x00\x03\x09")
     with pytest.raises(CorruptStoreError):
         columns.parse_key(b"\x00\x00\x00\x03")
+
+
+@pytest.mark.parametrize("k", [3, 5, 8])
+def test_a_snapshot_in_place_reads_the_map_and_answers_as_a_brute_force_scan(
+    env: lmdb.Environment, k: int
+) -> None:
+    scheme = choose(k, 10_000)
+    databases = tables(env, scheme.tables)
+    parts = [
+        planted(seed=k, singles=4000, clusters=100, size=5, k=k),
+        planted(seed=k + 7, singles=300, clusters=10, size=3, k=k),
+    ]
+    ids = [np.arange(len(parts[0]), dtype=np.uint64), np.arange(len(parts[1]), dtype=np.uint64) + (1 << 35)]
+    with env.begin(write=True) as txn:
+        for run_id, (part, part_ids) in enumerate(zip(parts, ids, strict=True), start=1):
+            write_run(txn, databases, scheme, run_id, part, part_ids)
+    queries = np.concatenate([parts[0][:150], parts[1][:30] ^ np.uint64(3)])
+    with env.begin(buffers=True) as txn:
+        snapshot = snapshot_in_place(txn, databases, scheme, [(1, len(parts[0])), (2, len(parts[1]))])
+        assert not snapshot.words.flags.owndata  # the map itself, nothing copied
+        assert snapshot.words.nbytes < 40 * (len(parts[0]) + len(parts[1])) + 2 * 8 * 2**22
+        matches = snapshot.search(queries, k)
+        got = sorted(zip(matches.queries.tolist(), matches.ids.tolist(), strict=True))
+    assert got == brute_force(np.concatenate(parts), np.concatenate(ids), queries, k)
