@@ -1,0 +1,156 @@
+"""Format 3's tables: a multi-index scheme's runs, their catalog, their
+joins, and the snapshot a query reads.
+
+The runs are immutable (:mod:`simstore.engine.column_tables`). A document
+taken out of the store, or given a new fingerprint, keeps its old entry until
+a join rewrites its run: the caller says which entries are still live
+(``live``: its records decide) and filters what a snapshot finds the same
+way. Joins follow the size-tiered plan of the format-2 tables
+(:func:`simstore.engine.catalog.plan_compaction`): few runs, each document
+rewritten about log4(N / batch) times.
+
+The catalog is one msgpack record the caller stores; every function here
+that changes the runs returns the catalog that describes them after it.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass
+from typing import Any
+
+import msgpack
+import numpy as np
+import numpy.typing as npt
+
+from simstore.engine import column_tables
+from simstore.engine._lmdb import Database, Txn
+from simstore.engine.catalog import plan_compaction
+from simstore.engine.runs import MAX_RUN_ID
+from simstore.errors import CorruptStoreError
+from simstore.index.column_search import IdArray, Snapshot
+from simstore.index.multi_index import MultiIndex
+from simstore.index.permute import U64Array
+
+CATALOG_VERSION = 1
+
+#: ``live(ids, fingerprints)``: which of a run's entries still stand for
+#: their documents (a boolean per entry).
+Live = Callable[[IdArray, U64Array], npt.NDArray[np.bool_]]
+
+
+@dataclass(frozen=True)
+class ColumnCatalog:
+    """The runs, oldest first, as ``(run id, entries)``; the next run's id."""
+
+    runs: tuple[tuple[int, int], ...] = ()
+    next_run_id: int = 1
+
+    @property
+    def entries(self) -> int:
+        return sum(entries for _run_id, entries in self.runs)
+
+    def encode(self) -> bytes:
+        encoded: bytes = msgpack.packb([CATALOG_VERSION, self.next_run_id, [list(run) for run in self.runs]])
+        return encoded
+
+    @classmethod
+    def decode(cls, raw: bytes | None) -> ColumnCatalog:
+        """The catalog ``raw`` encodes (``None``: no runs yet).
+
+        Raises:
+            CorruptStoreError: ``raw`` is not a catalog this simstore wrote.
+        """
+        if raw is None:
+            return cls()
+        try:
+            value: Any = msgpack.unpackb(raw, use_list=True, strict_map_key=True)
+        except (ValueError, msgpack.ExtraData, msgpack.FormatError, msgpack.StackError) as exc:
+            raise CorruptStoreError("the format-3 run catalog is damaged") from exc
+        if not (isinstance(value, list) and len(value) == 3 and value[0] == CATALOG_VERSION):
+            raise CorruptStoreError(f"the format-3 run catalog is damaged or newer: {str(value)[:80]}")
+        _version, next_run_id, runs = value
+        if (
+            not isinstance(next_run_id, int)
+            or not 1 <= next_run_id <= MAX_RUN_ID + 1
+            or not isinstance(runs, list)
+        ):
+            raise CorruptStoreError("the format-3 run catalog is damaged")
+        parsed: list[tuple[int, int]] = []
+        for run in runs:
+            if not (
+                isinstance(run, list)
+                and len(run) == 2
+                and all(isinstance(number, int) for number in run)
+                and 1 <= run[0] < next_run_id
+                and run[1] >= 0
+            ):
+                raise CorruptStoreError(f"a run in the format-3 catalog is damaged: {run!r}")
+            parsed.append((run[0], run[1]))
+        if len({run_id for run_id, _ in parsed}) != len(parsed):
+            raise CorruptStoreError("the format-3 run catalog names a run twice")
+        return cls(tuple(parsed), next_run_id)
+
+
+class ColumnIndex:
+    """The tables of one multi-index scheme: one sub-database each."""
+
+    def __init__(self, scheme: MultiIndex, databases: Sequence[Database]) -> None:
+        if len(databases) != scheme.tables:
+            raise ValueError(f"the scheme {scheme.label()} has {scheme.tables} tables, not {len(databases)}")
+        self.scheme = scheme
+        self.databases = tuple(databases)
+
+    def write_run(
+        self, txn: Txn, catalog: ColumnCatalog, fingerprints: U64Array, ids: IdArray
+    ) -> ColumnCatalog:
+        """Add a run of ``fingerprints`` (``ids[j]`` the id of ``fingerprints[j]``), newest."""
+        if not len(fingerprints):
+            return catalog
+        run_id = _next_id(catalog)
+        entries = column_tables.write_run(txn, self.databases, self.scheme, run_id, fingerprints, ids)
+        return ColumnCatalog((*catalog.runs, (run_id, entries)), run_id + 1)
+
+    def plan(self, catalog: ColumnCatalog) -> tuple[int, int] | None:
+        """The adjacent runs to join next, as ``(first, end)`` indexes, or ``None``."""
+        return plan_compaction([entries for _run_id, entries in catalog.runs])
+
+    def join(self, txn: Txn, catalog: ColumnCatalog, first: int, end: int, live: Live) -> ColumnCatalog:
+        """Join runs ``first`` to ``end`` (indexes, ``end`` excluded) into one
+        in their place, keeping the entries ``live`` keeps; a join that keeps
+        nothing leaves no run."""
+        if not 0 <= first < end <= len(catalog.runs):
+            raise ValueError(f"no runs {first}..{end} among {len(catalog.runs)}")
+        joined = catalog.runs[first:end]
+        fingerprints_parts: list[U64Array] = []
+        id_parts: list[IdArray] = []
+        for run_id, entries in joined:
+            run = column_tables.view_run(txn, self.databases, self.scheme, run_id, entries)
+            # Copies: the views die with the values the drop below frees.
+            fingerprints, ids = run.fingerprints.astype(np.uint64), run.ids.astype(np.uint64)
+            kept = live(ids, fingerprints)
+            fingerprints_parts.append(fingerprints[kept])
+            id_parts.append(ids[kept])
+        for run_id, _entries in joined:
+            column_tables.drop_run(txn, self.databases, run_id)
+        fingerprints = np.concatenate(fingerprints_parts)
+        ids = np.concatenate(id_parts)
+        runs = list(catalog.runs[:first])
+        next_run_id = catalog.next_run_id
+        if len(fingerprints):
+            run_id = _next_id(catalog)
+            entries = column_tables.write_run(txn, self.databases, self.scheme, run_id, fingerprints, ids)
+            runs.append((run_id, entries))
+            next_run_id = run_id + 1
+        return ColumnCatalog((*runs, *catalog.runs[end:]), next_run_id)
+
+    def snapshot(self, txn: Txn, catalog: ColumnCatalog) -> Snapshot:
+        """What a query of ``catalog``'s runs reads, in place (``txn`` reads
+        buffers; the snapshot is valid while it stays open)."""
+        return column_tables.snapshot_in_place(txn, self.databases, self.scheme, catalog.runs)
+
+
+def _next_id(catalog: ColumnCatalog) -> int:
+    if catalog.next_run_id > MAX_RUN_ID:
+        raise CorruptStoreError("the store has used every run id; compact it into a new file")
+    return catalog.next_run_id

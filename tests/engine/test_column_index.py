@@ -1,0 +1,156 @@
+"""Format 3's tables as a state machine: runs added, documents taken out or
+given new fingerprints, runs joined by plan or at random, the catalog read
+back as after a restart; at every step a search (filtered by what is live,
+as the store filters by its records) equals a brute-force scan of the live
+documents, at every k the scheme answers."""
+
+from __future__ import annotations
+
+import tempfile
+
+import lmdb
+import numpy as np
+import pytest
+from hypothesis import settings
+from hypothesis import strategies as st
+from hypothesis.stateful import RuleBasedStateMachine, invariant, precondition, rule
+
+from simstore.engine.column_index import ColumnCatalog, ColumnIndex
+from simstore.errors import CorruptStoreError
+from simstore.index.multi_index import MultiIndex, exact_schemes
+
+SCHEMES = [MultiIndex((21, 21, 22), (1, 1, 1)), MultiIndex((32, 32), (0, 1)), next(iter(exact_schemes(8)))]
+fingerprints_strategy = st.lists(
+    st.one_of(st.integers(0, 2**64 - 1), st.sampled_from([0, 2**64 - 1, 0x0123456789ABCDEF])),
+    min_size=1,
+    max_size=30,
+)
+
+
+class ColumnIndexMachine(RuleBasedStateMachine):
+    def __init__(self) -> None:
+        super().__init__()
+        self.folder = tempfile.TemporaryDirectory()
+        self.env = lmdb.open(self.folder.name, max_dbs=8, map_size=1 << 26)
+        self.scheme_index = 0
+        self.live: dict[int, int] = {}  # id -> its current fingerprint
+        self.next_id = 1
+        self.catalog = ColumnCatalog()
+        self._open()
+
+    def _open(self) -> None:
+        scheme = SCHEMES[self.scheme_index]
+        self.index = ColumnIndex(scheme, [self.env.open_db(f"t{i}".encode()) for i in range(scheme.tables)])
+
+    def _is_live(self, ids: np.ndarray, fingerprints: np.ndarray) -> np.ndarray:
+        return np.array(
+            [
+                self.live.get(int(doc)) == int(fp)
+                for doc, fp in zip(ids.tolist(), fingerprints.tolist(), strict=True)
+            ],
+            dtype=bool,
+        )
+
+    @rule(scheme=st.integers(0, len(SCHEMES) - 1))
+    def choose_scheme_while_empty(self, scheme: int) -> None:
+        if not self.catalog.runs:
+            self.scheme_index = scheme
+            self._open()
+
+    @rule(values=fingerprints_strategy, near=st.booleans())
+    def add_run(self, values: list[int], near: bool) -> None:
+        if near and self.live:
+            # Near-duplicates of stored documents: a few bits flipped.
+            base = list(self.live.values())
+            values = [base[i % len(base)] ^ (value & 0x8421) for i, value in enumerate(values)]
+        ids = np.arange(self.next_id, self.next_id + len(values), dtype=np.uint64)
+        self.next_id += len(values)
+        with self.env.begin(write=True) as txn:
+            self.catalog = self.index.write_run(txn, self.catalog, np.array(values, dtype=np.uint64), ids)
+        self.live.update(zip(ids.tolist(), values, strict=True))
+
+    @precondition(lambda self: self.live)
+    @rule(data=st.data(), replace=st.booleans())
+    def take_out_or_replace(self, data: st.DataObject, replace: bool) -> None:
+        doc = data.draw(st.sampled_from(sorted(self.live)))
+        if replace:
+            # A new fingerprint: the store writes it in a new run.
+            value = data.draw(st.integers(0, 2**64 - 1))
+            with self.env.begin(write=True) as txn:
+                self.catalog = self.index.write_run(
+                    txn, self.catalog, np.array([value], dtype=np.uint64), np.array([doc], dtype=np.uint64)
+                )
+            self.live[doc] = value
+        else:
+            del self.live[doc]
+
+    @rule()
+    def join_by_plan(self) -> None:
+        planned = self.index.plan(self.catalog)
+        if planned is not None:
+            with self.env.begin(write=True) as txn:
+                self.catalog = self.index.join(txn, self.catalog, *planned, self._is_live)
+
+    @precondition(lambda self: self.catalog.runs)
+    @rule(data=st.data())
+    def join_some(self, data: st.DataObject) -> None:
+        first = data.draw(st.integers(0, len(self.catalog.runs) - 1))
+        end = data.draw(st.integers(first + 1, len(self.catalog.runs)))
+        with self.env.begin(write=True) as txn:
+            self.catalog = self.index.join(txn, self.catalog, first, end, self._is_live)
+
+    @rule()
+    def reopen(self) -> None:
+        self.catalog = ColumnCatalog.decode(self.catalog.encode())
+        self.env.close()
+        self.env = lmdb.open(self.folder.name, max_dbs=8, map_size=1 << 26)
+        self._open()
+
+    @invariant()
+    def search_equals_brute_force(self) -> None:
+        scheme = self.index.scheme
+        stored = np.array(list(self.live.values()), dtype=np.uint64)
+        ids = np.array(list(self.live.keys()), dtype=np.uint64)
+        queries = np.concatenate([stored[:5], stored[:5] ^ np.uint64(0b1011), np.array([7], dtype=np.uint64)])
+        with self.env.begin(buffers=True) as txn:
+            snapshot = self.index.snapshot(txn, self.catalog)
+            for k in sorted({0, scheme.k // 2, scheme.k}):
+                matches = snapshot.search(queries, k)
+                # As the store does: a found document counts if it is still
+                # there and its current fingerprint (its record's) is near.
+                got = sorted(
+                    {
+                        (row, doc)
+                        for row, doc in zip(matches.queries.tolist(), matches.ids.tolist(), strict=True)
+                        if doc in self.live and (self.live[doc] ^ int(queries[row])).bit_count() <= k
+                    }
+                )
+                distances = np.bitwise_count(queries[:, np.newaxis] ^ stored[np.newaxis, :])
+                rows, columns = np.nonzero(distances <= k)
+                assert got == sorted(zip(rows.tolist(), ids[columns].tolist(), strict=True)), k
+
+    @invariant()
+    def runs_stay_few_enough_to_count(self) -> None:
+        assert self.catalog.entries >= len(self.live)
+
+    def teardown(self) -> None:
+        self.env.close()
+        self.folder.cleanup()
+
+
+ColumnIndexMachine.TestCase.settings = settings(max_examples=25, stateful_step_count=20, deadline=None)
+TestColumnIndex = ColumnIndexMachine.TestCase
+
+
+def test_a_damaged_catalog_is_corruption_not_a_crash() -> None:
+    catalog = ColumnCatalog(((1, 10), (3, 5)), 4)
+    assert ColumnCatalog.decode(catalog.encode()) == catalog
+    assert ColumnCatalog.decode(None) == ColumnCatalog()
+    for raw in (
+        b"\xc1",
+        b"\x93\x02\x04\x90",
+        b"\x93\x01\x04\x91\x92\x05\x01",
+        b"\x93\x01\x04\x92\x92\x01\x01\x92\x01\x02",
+    ):
+        with pytest.raises(CorruptStoreError):
+            ColumnCatalog.decode(raw)
