@@ -164,6 +164,9 @@ class RunPlace:
     id_bytes: int
 
 
+#: Matches at most this many are de-duplicated and given ids in Python
+#: (a single query's usually are): cheaper than the numpy calls below.
+SMALL_MATCHES = 24
 #: Probe rows (queries x probes x runs) a batch searches at once: bounds the
 #: batch's temporary arrays to a few tens of MiB.
 BATCH_ROWS = 1 << 16
@@ -234,6 +237,11 @@ class Snapshot:
         self._run_id_index = np.array([place.id_index for place in self.runs], dtype=np.int64)
         self._run_wide_ids = np.array([place.id_bytes == 8 for place in self.runs], dtype=bool)
         self._narrow = bool(self._row_narrow.any())
+        # The same as Python lists, for a handful of matches.
+        self._row_run_list: list[int] = run_of.tolist()
+        self._run_dir0_shift_list: list[int] = self._run_dir0_shift.tolist()
+        self._run_dir0_base_list: list[int] = self._run_dir0_base.tolist()
+        self._run_key0_base_list: list[int] = self._run_key0_base.tolist()
         self._wide_ids = bool(self._run_wide_ids.all())
 
     @classmethod
@@ -308,7 +316,50 @@ class Snapshot:
         found = np.flatnonzero(near)
         if not len(found):
             return _no_matches()
+        if len(found) <= SMALL_MATCHES:
+            return self._reported_few(
+                query[found].tolist(),
+                offset,
+                row[found].tolist(),
+                fingerprints[found].tolist(),
+                distances[found].tolist(),
+            )
         return self._reported(query[found], offset, row[found], fingerprints[found], distances[found])
+
+    def _reported_few(
+        self, query: list[int], offset: int, row: list[int], fingerprints: list[int], distances: list[int]
+    ) -> Matches:
+        """As :meth:`_reported`, for a handful of matches (a single query's,
+        usually): in Python, where a numpy call costs more than the work."""
+        run_of = self._row_run_list
+        seen: dict[tuple[int, int, int], int] = {}
+        for match_query, match_row, fingerprint, distance in zip(
+            query, row, fingerprints, distances, strict=True
+        ):
+            seen.setdefault((match_query, run_of[match_row], fingerprint), distance)
+        found_queries: list[int] = []
+        found_ids: list[int] = []
+        found_distances: list[int] = []
+        for (match_query, run, fingerprint), distance in seen.items():
+            slot = (fingerprint >> self._run_dir0_shift_list[run]) + self._run_dir0_base_list[run]
+            first, past = int(self.halves[slot]), int(self.halves[slot + 1])
+            base = self._run_key0_base_list[run]
+            for position in range(first, past):
+                if int(self.words[base + position]) == fingerprint:
+                    found_queries.append(match_query + offset)
+                    found_ids.append(self._id_at(run, position))
+                    found_distances.append(distance)
+        return Matches(
+            np.array(found_queries, dtype=np.int64),
+            np.array(found_ids, dtype=np.uint64),
+            np.array(found_distances, dtype=np.int64),
+        )
+
+    def _id_at(self, run: int, position: int) -> int:
+        place = self.runs[run]
+        if place.id_bytes == 8:
+            return int(self.words[place.id_index + position])
+        return int(self.halves[place.id_index + position])
 
     def _reported(
         self,
