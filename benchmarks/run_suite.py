@@ -3,7 +3,7 @@
 With ``--quick`` (what CI runs, after the tests) every script runs its smoke mode:
 tiny sizes, systems in one process, optional peers that are not installed left
 out (each says so on stderr); it proves the scripts still import and run against
-the current package, and measures nothing worth keeping. Four scripts whose smoke
+the current package, and measures nothing worth keeping. Five scripts whose smoke
 run alone takes 10-60 s (``SLOW`` below) are only imported unless ``--all`` (or
 ``--only``) names them. The whole smoke run took 22-37 s (21 s of CPU) on the 2-core VM
 below, 64 s with the test suite running beside it. A script whose required package is missing
@@ -58,11 +58,14 @@ SUITE: dict[str, tuple[str, ...]] = {
     "bench_against": (),
     "bench_workers": (),
     "bench_dask": ("dask", "distributed", "pandas"),
+    # Its Ray and Dask rows are left out (saying so) where those are not installed.
+    "bench_distributed": (),
 }
 # Smoke runs that cost 10-60 s whatever the size: every measurement is a fresh
 # `simstore` command-line process (bench_columnar, bench_against, bench_workers)
-# or a fresh Dask cluster (bench_dask). Without --all, --quick only imports them.
-SLOW = {"bench_columnar", "bench_against", "bench_workers", "bench_dask"}
+# or a fresh Dask cluster (bench_dask), or a local Ray's start and first Dataset
+# (bench_distributed, 25-35 s). Without --all, --quick only imports them.
+SLOW = {"bench_columnar", "bench_against", "bench_workers", "bench_dask", "bench_distributed"}
 # Modules of the suite that are not benchmarks themselves (used by the scripts
 # above); their docstrings are checked for the machine only where they run alone.
 HELPERS = {"_simhash_worker", "realtext_quality", "realtext_report", "realtext_truth", "results_pages"}

@@ -1,5 +1,6 @@
 """Oracles and corpora shared by tests in several folders: planted
-near-duplicate fingerprints, and a textbook union-find."""
+near-duplicate fingerprints, families of near-duplicate fingerprints, and a
+textbook union-find."""
 
 from __future__ import annotations
 
@@ -37,3 +38,15 @@ def plain_union_find(node_count: int, edges: list[tuple[int, int]]) -> list[int]
         if root_a != root_b:
             parent[max(root_a, root_b)] = min(root_a, root_b)
     return [find(node) for node in range(node_count)]
+
+
+def fingerprint_families(seed: int, count: int, flips: int = 3, per_family: int = 4) -> np.ndarray:
+    """``count`` fingerprints in families of about ``per_family``: bases drawn with
+    replacement (so exact repeats), each copy with up to ``flips`` random bits flipped."""
+    rng = np.random.default_rng(seed)
+    bases = rng.integers(0, 2**63, size=max(1, count // per_family), dtype=np.uint64) * np.uint64(2)
+    chosen = bases[rng.integers(0, len(bases), size=count)]
+    for _ in range(flips):
+        bits = rng.integers(0, 64, size=count).astype(np.uint64)
+        chosen = np.where(rng.random(count) < 0.5, chosen ^ (np.uint64(1) << bits), chosen)
+    return chosen.astype(np.uint64)

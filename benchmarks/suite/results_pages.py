@@ -80,6 +80,16 @@ CURRENT: dict[str, tuple[str, list[tuple[str, str]]]] = {
         "`simstore.dask` beside one machine",
         [("bench_dask_1M.md", "1M"), ("bench_dask_10M.md", "10M")],
     ),
+    "bench_distributed.py": (
+        "`simstore.ray` (and `simstore.dask`) beside one machine",
+        [
+            ("distributed_text_1M.md", "text dedup end to end, 1M documents"),
+            (
+                "distributed_1M_10M.md",
+                "pairs and clusters, 1M and 10M fingerprints (its text table predates `order_column`)",
+            ),
+        ],
+    ),
 }
 
 # The two scale runs docs/measured.md summarises (labels in results/scale.jsonl).

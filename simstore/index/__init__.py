@@ -10,6 +10,8 @@ Modules:
 - ``pairs``: All near-duplicate pairs of a set of fingerprints: Manku's batch mode,
   vectorised.
 - ``permute``: Block layouts and permutation tables (Manku, Jain & Das Sarma, WWW 2007).
+- ``prefix_shuffle``: The steps of a distributed pair search that moves fingerprints, not
+  rows (what :mod:`simstore.ray` runs in its tasks).
 - ``scan_plan``: The order a query that wants only its closest matches visits the tables
   in, and how far each step of it has settled.
 - ``sharding``: Which shard a key belongs to: one stable function shared by the Dask

@@ -1,9 +1,11 @@
-"""Data in and out: whole tables (pyarrow, pandas, polars), Hugging Face datasets, Parquet
-and Arrow IPC files, JSON lines, CSV and text. Optional dependencies are imported when
-used.
+"""Data in and out: whole tables (pyarrow, pandas, polars), Arrow batches, Hugging Face
+datasets, Parquet and Arrow IPC files, JSON lines, CSV and text. Optional dependencies are
+imported when used.
 
 Modules:
 
+- ``arrow_batches``: Pure functions of one Arrow batch: what a dataframe engine (Ray Data,
+  Spark, Daft, Dask) calls per block to fingerprint rows, query a store or add to one.
 - ``columnar``: Parquet and Arrow IPC files in and out of the command line, with pyarrow
   (the optional extra ``simstore[parquet]``; the core install stays lean).
 - ``hf``: Hugging Face ``datasets``: deduplicate a ``Dataset`` within itself, or against
