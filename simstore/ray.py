@@ -8,6 +8,8 @@ out:
   against an existing store (``against=``) first.
 - :func:`near_duplicate_pairs`: every pair of rows within ``k`` bits, the
   same pairs :meth:`simstore.Store.near_duplicate_pairs` gives.
+- :func:`clusters`: the clusters :meth:`simstore.Store.clusters` forms, on a
+  Dataset of keys and fingerprints.
 
 Ray Data executes the input Dataset into blocks, in its order; everything
 after that runs as Ray tasks on the blocks: fingerprinting (with
