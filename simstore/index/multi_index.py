@@ -43,15 +43,17 @@ MAX_RADIUS = 3
 #: which at 100M is a scan of thousands.
 MIN_WIDTH = 8
 
-# Costs of :func:`choose`, per query, in microseconds, measured with
-# ``benchmarks/experiments/bench_multi_index.py`` on this project's 2-core
-# machine (numpy 2.4, 1M-10M random fingerprints, batches of 1,000 queries):
-#: each table's share of a batch's fixed work (rotations, two searches, a gather)
-TABLE_US = 0.6
-#: each probe's two binary searches and its share of the gather
-PROBE_US = 0.05
+# Costs of :func:`choose`, per query in a batch, in microseconds: fitted (least
+# squares on relative error; median error 9 %, p90 28 %) to 88 schemes for
+# k = 2..10 at 1M random fingerprints by
+# ``benchmarks/experiments/bench_multi_index.py`` (2-core machine, numpy 2.4,
+# batches of 1,000; ``benchmarks/results/multi_index_1M.md``):
+#: each table's share of a batch's fixed work
+TABLE_US = 0.4
+#: each probe: its directory slot and its share of the gather
+PROBE_US = 0.12
 #: each candidate's load, un-rotation and popcount
-CANDIDATE_US = 0.01
+CANDIDATE_US = 0.038
 #: A table's bytes a document on disk: its sorted column of 8-byte keys.
 TABLE_BYTES = 8.0
 #: Bytes a document are weighed against microseconds a query by this much
