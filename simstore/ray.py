@@ -80,17 +80,18 @@ except ImportError as exc:  # pragma: no cover - exercised only without the extr
 
 __all__ = ["PROVENANCE_COLUMNS", "RayMissingError", "clusters", "dedup_dataset", "near_duplicate_pairs"]
 
-#: The provenance Dataset's columns: ``simstore.dedup_table``'s, then
-#: ``cluster_size`` (members of the row's cluster) and ``stored_match`` (the
-#: key of the stored document an ``against=`` store matched).
+#: The provenance Dataset's columns: ``simstore.dedup_table``'s (among them
+#: ``cluster_size``, the members of the row's cluster: 1 for a row in no
+#: cluster, never null), then ``stored_match`` (the key of the stored
+#: document an ``against=`` store matched).
 PROVENANCE_COLUMNS = (
     "id",
     "cluster_id",
     "duplicate_of",
     "distance",
     "similarity",
-    "kept",
     "cluster_size",
+    "kept",
     "stored_match",
 )
 #: The most table entries (8 bytes each) one bucket of the pair search
@@ -694,7 +695,7 @@ def _finish_block(
     found = [part for part in parts if part.num_rows]
     cluster_id = np.full(count, -1, dtype=np.int64)
     distance = np.full(count, -1, dtype=np.int64)
-    cluster_size = np.zeros(count, dtype=np.int64)
+    cluster_size = np.ones(count, dtype=np.int64)  # a row in no cluster is one of its own
     similarity = np.full(count, np.nan)
     judged = np.zeros(count, dtype=np.bool_)
     kept = np.ones(count, dtype=np.bool_)
@@ -721,8 +722,8 @@ def _finish_block(
             "duplicate_of": pa.array(duplicate_of, type=ids.type),
             "distance": pa.array(distance, mask=~in_cluster),
             "similarity": pa.array(similarity, mask=~judged),
+            "cluster_size": pa.array(cluster_size),
             "kept": pa.array(kept),
-            "cluster_size": pa.array(cluster_size, mask=~in_cluster),
             "stored_match": stored,
         }
     )

@@ -24,7 +24,8 @@ __all__ = ["against_dataset", "dedup_dataset"]
 
 #: Rows read from the dataset at a time.
 BATCH_ROWS = 10_000
-PROVENANCE_COLUMNS = ("cluster_id", "duplicate_of", "distance", "similarity")
+#: The columns ``annotate=True`` adds, in this order.
+PROVENANCE_COLUMNS = ("cluster_id", "duplicate_of", "distance", "similarity", "cluster_size")
 
 
 def _texts(dataset: Any, text_column: str, batch_size: int) -> Iterator[tuple[int, list[str]]]:
@@ -58,7 +59,8 @@ def dedup_dataset(
     near-duplicates (as :func:`simstore.dedup_table` chooses them); with
     ``annotate``, every row with the columns ``cluster_id``, ``duplicate_of``
     (``id_column``'s value of the row kept in its place, or its position),
-    ``distance`` and ``similarity`` added instead.
+    ``distance``, ``similarity`` and ``cluster_size`` (how many rows its
+    cluster holds; 1 for a row in no cluster) added instead.
 
     Documents are stored under their row positions, in a temporary store or
     ``store_path`` (created if missing, and kept)."""
@@ -84,7 +86,9 @@ def dedup_dataset(
     if id_column is not None:
         ids = dataset[id_column]
         duplicate_of = [None if row is None else ids[row] for row in duplicate_of]
-    return _with_columns(dataset, found.cluster_id, duplicate_of, found.distance, found.similarity)
+    return _with_columns(
+        dataset, found.cluster_id, duplicate_of, found.distance, found.similarity, found.cluster_size.tolist()
+    )
 
 
 def against_dataset(
@@ -101,11 +105,14 @@ def against_dataset(
     :class:`simstore.Store` or :class:`simstore.ShardedStore`), inserting
     nothing: a new crawl deduplicated against an old one. With ``annotate``,
     every row, with ``duplicate_of`` (the closest stored match's key),
-    ``distance`` and ``similarity`` added (``cluster_id`` is null)."""
+    ``distance`` and ``similarity`` added (``cluster_id`` is null, and
+    ``cluster_size`` null for a matched row, which was not clustered, and 1
+    for the others, as ``simstore dedup --against --annotate`` gives them)."""
     count = len(dataset)
     duplicate_of: list[Any] = [None] * count
     distance: list[int | None] = [None] * count
     similarity: list[float | None] = [None] * count
+    cluster_size: list[int | None] = [1] * count
     for start, texts in _texts(dataset, text_column, batch_size):
         # The closest match is all a row needs: the query stops at it.
         answers = store.query_many(texts=texts, k=k, min_similarity=min_similarity, limit=1)
@@ -115,9 +122,10 @@ def against_dataset(
                 duplicate_of[start + offset] = closest.key
                 distance[start + offset] = closest.distance
                 similarity[start + offset] = closest.similarity
+                cluster_size[start + offset] = None
     if not annotate:
         return dataset.select([row for row in range(count) if duplicate_of[row] is None])
-    return _with_columns(dataset, [None] * count, duplicate_of, distance, similarity)
+    return _with_columns(dataset, [None] * count, duplicate_of, distance, similarity, cluster_size)
 
 
 def _with_columns(dataset: Any, *columns: list[Any]) -> Any:

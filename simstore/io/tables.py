@@ -10,7 +10,7 @@ import os
 import sys
 import tempfile
 from collections.abc import Iterable, Iterator, Mapping, Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Any
 
 import numpy as np
@@ -63,7 +63,9 @@ def dedup_table(
         input's index): ``id`` (``id_column``'s value, or the row's
         position), ``cluster_id``, ``duplicate_of`` (the id kept in its
         place; null for kept rows and rows in no cluster), ``distance`` and
-        ``similarity`` (to that row), and ``kept``. In pandas its integer
+        ``similarity`` (to that row), ``cluster_size`` (how many rows its
+        cluster holds; 1 for a row in no cluster, a cluster of its own, so
+        it is never null) and ``kept``. In pandas its integer
         columns are nullable (``Int64``), so a missing value is ``<NA>``
         rather than turning the column into floats.
 
@@ -114,6 +116,7 @@ def dedup_table(
             "duplicate_of": pa.array(found.duplicate_of, type=ids.type),
             "distance": pa.array(found.distance, type=pa.int64()),
             "similarity": pa.array(found.similarity, type=pa.float64()),
+            "cluster_size": pa.array(found.cluster_size, type=pa.int64()),
             "kept": pa.array(found.kept),
         }
     )
@@ -245,13 +248,23 @@ def cluster_rows(
 class Provenance:
     """Per row of a deduplicated table: whether it is kept, its cluster,
     the key kept in its place (``None`` for kept rows and rows in no
-    cluster), and its distance and estimated similarity to that row."""
+    cluster), its distance and estimated similarity to that row, and the
+    size of its cluster (1 for a row in no cluster)."""
 
     kept: npt.NDArray[np.bool_]
     cluster_id: list[int | None]
     duplicate_of: list[Any]
     distance: list[int | None]
     similarity: list[float | None]
+    cluster_size: npt.NDArray[np.int64] = field(default_factory=lambda: np.ones(0, dtype=np.int64))
+
+    def __post_init__(self) -> None:
+        # Ones by default (the factory's empty array): a row in no cluster
+        # is a cluster of its own.
+        if len(self.cluster_size) == 0:
+            self.cluster_size = np.ones(len(self.kept), dtype=np.int64)
+        elif len(self.cluster_size) != len(self.kept):
+            raise ValueError(f"{len(self.cluster_size)} cluster sizes for {len(self.kept)} rows")
 
 
 def provenance_of(
@@ -271,6 +284,7 @@ def provenance_of(
             found.cluster_id[row] = cluster.cluster_id
             found.distance[row] = distance
             found.similarity[row] = similarity
+            found.cluster_size[row] = cluster.size
             if member != representative:
                 found.duplicate_of[row] = representative
             if member != representative or keep == "none":

@@ -68,6 +68,29 @@ def test_dedup_table_equals_the_command_line(tmp_path: Path, capsys: pytest.Capt
             assert row["distance"] <= 5
             assert row["similarity"] >= 0.8
             assert row["duplicate_of"] in set(cli_kept)
+    # cluster_size: the size of the row's cluster (as --clusters gives it), 1 for a row in none.
+    assert provenance.column_names == [
+        "id",
+        "cluster_id",
+        "duplicate_of",
+        "distance",
+        "similarity",
+        "cluster_size",
+        "kept",
+    ]
+    assert provenance.schema.field("cluster_size").type == pa.int64()
+    assert provenance.column("cluster_size").null_count == 0
+    clusters = tmp_path / "clusters.jsonl"
+    assert main(["dedup", str(CORPUS), "--clusters", "-o", str(clusters)]) == 0
+    capsys.readouterr()
+    size_of = {}
+    for line in clusters.read_text().splitlines():
+        cluster = json.loads(line)
+        size_of.update(dict.fromkeys(cluster["members"], cluster["size"]))
+    assert max(size_of.values()) > 2
+    sizes = provenance.column("cluster_size").to_pylist()
+    assert sizes == [size_of.get(row["id"], 1) for row in ROWS]
+    assert sizes.count(1) == provenance.column("cluster_id").null_count > 0
 
 
 def test_dedup_table_from_pandas_with_keep_none_and_positions(tmp_path: Path) -> None:
@@ -78,6 +101,8 @@ def test_dedup_table_from_pandas_with_keep_none_and_positions(tmp_path: Path) ->
     assert not clustered["kept"].any()
     assert len(kept) == len(ROWS) - len(clustered)
     assert provenance["id"].tolist() == list(range(len(ROWS)))  # no id column: positions
+    assert (clustered["cluster_size"] >= 2).all()
+    assert (provenance.loc[provenance["cluster_id"].isna(), "cluster_size"] == 1).all()
 
 
 def test_dedup_table_gives_pandas_back_for_pandas() -> None:
@@ -99,7 +124,8 @@ def test_dedup_table_gives_pandas_back_for_pandas() -> None:
     assert str(provenance["cluster_id"].dtype) == "Int64"
     assert str(provenance["duplicate_of"].dtype) == "Int64"
     assert provenance["duplicate_of"].notna().sum() > 0
-    for name in ("id", "cluster_id", "duplicate_of", "distance", "kept"):
+    assert str(provenance["cluster_size"].dtype) == "Int64"
+    for name in ("id", "cluster_id", "duplicate_of", "distance", "cluster_size", "kept"):
         values = [None if pd.isna(value) else value for value in provenance[name].tolist()]
         assert values == expected_provenance.column(name).to_pylist(), name
 
@@ -146,6 +172,7 @@ def test_dedup_table_takes_rows_as_dicts() -> None:
     assert kept == rows[:1]  # rows in, rows out: the input's own dicts
     assert kept[0] is rows[0]
     assert [row["duplicate_of"] for row in provenance] == [None, 1]
+    assert [row["cluster_size"] for row in provenance] == [2, 2]
 
 
 def test_dedup_table_keeps_a_store_when_asked(tmp_path: Path) -> None:

@@ -49,7 +49,13 @@ def test_dedup_dataset_keeps_what_the_command_line_keeps(
         "duplicate_of",
         "distance",
         "similarity",
+        "cluster_size",
     ]
+    # cluster_size: the rows sharing the row's cluster_id; 1 for a row in no cluster.
+    cluster_ids = annotated["cluster_id"]
+    sizes = {cluster: cluster_ids.count(cluster) for cluster in set(cluster_ids) if cluster is not None}
+    assert max(sizes.values()) > 2
+    assert annotated["cluster_size"] == [1 if c is None else sizes[c] for c in cluster_ids]
     kept_ids = set(kept["id"])
     for row in annotated:
         if row["duplicate_of"] is None:
@@ -76,6 +82,9 @@ def test_against_dataset_keeps_the_new_rows(tmp_path: Path, capsys: pytest.Captu
     matched = [row for row in annotated if row["duplicate_of"] is not None]
     assert len(matched) == len(ROWS) - 200 - len(expected)
     assert all(row["cluster_id"] is None and row["distance"] <= 5 for row in matched)
+    # A matched row was not clustered: no cluster size; the others are clusters of their own.
+    assert all(row["cluster_size"] is None for row in matched)
+    assert {row["cluster_size"] for row in annotated if row["duplicate_of"] is None} == {1}
 
 
 def test_bad_arguments(tmp_path: Path) -> None:

@@ -69,12 +69,16 @@ def assert_same_as_dedup_table(table: pa.Table, blocks: int, **options) -> None:
     kept, provenance = simstore_ray.dedup_dataset(in_blocks(table, blocks), **options)
     got_kept, got_provenance = collect(kept), collect(provenance)
     assert got_kept.to_pylist() == want_kept.to_pylist()
+    assert "cluster_size" in want_provenance.column_names
+    assert got_provenance.column_names == list(simstore_ray.PROVENANCE_COLUMNS)
+    assert got_provenance.column_names[:-1] == want_provenance.column_names
     for name in want_provenance.column_names:
         assert got_provenance[name].to_pylist() == want_provenance[name].to_pylist(), name
-    # cluster_size: how many rows share the row's cluster_id.
+    # cluster_size: how many rows share the row's cluster_id; 1 (not null) for a row in no cluster.
     ids = got_provenance["cluster_id"].to_pylist()
     sizes = {cluster: ids.count(cluster) for cluster in set(ids) if cluster is not None}
-    assert got_provenance["cluster_size"].to_pylist() == [None if c is None else sizes[c] for c in ids]
+    assert got_provenance["cluster_size"].to_pylist() == [1 if c is None else sizes[c] for c in ids]
+    assert got_provenance.schema.field("cluster_size").type == pa.int64()
 
 
 @pytest.mark.filterwarnings("ignore::simstore.ShortTextWarning")
@@ -169,6 +173,9 @@ def test_against_a_store_drops_stored_matches_then_dedups_the_rest(tmp_path) -> 
     assert collect(kept)["doc"].to_pylist() == want_kept["doc"].to_pylist()
     assert got["stored_match"].to_pylist() == matched
     assert not any(kept for kept, key in zip(got["kept"].to_pylist(), matched, strict=True) if key)
+    # A stored match leaves the row out of every cluster: a cluster of its own, size 1.
+    assert all(size == 1 for size, key in zip(got["cluster_size"].to_pylist(), matched, strict=True) if key)
+    assert got["cluster_size"].null_count == 0
 
 
 @settings(max_examples=5, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture])
