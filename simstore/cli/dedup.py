@@ -99,7 +99,9 @@ def configure_dedup(parser: argparse.ArgumentParser) -> None:
         action="store_true",
         help="write every document, each with cluster_id, duplicate_of (the key of the cluster's "
         "representative, the document kept in its place; empty for the representative itself, "
-        "which --keep none drops too), distance and similarity, instead of dropping",
+        "which --keep none drops too), distance, similarity and cluster_size (the documents in its "
+        "cluster; 1 for a document in none; empty with --against for a matched document, which is "
+        "not clustered), instead of dropping",
     )
     parser.add_argument(
         "--dropped",
@@ -473,8 +475,9 @@ def _summarize_clusters(
 
 def _cluster_provenance(store: Store, cluster: Cluster) -> Provenance:
     """Each member's fields for ``--annotate`` and ``--dropped``: its
-    cluster, the key kept in its place (``None`` for the kept one), and its
-    distance and estimated similarity to that document."""
+    cluster, the key kept in its place (``None`` for the kept one), its
+    distance and estimated similarity to that document, and the cluster's
+    size (every member, stored by an earlier run too)."""
     representative = cluster.representative
     return {
         key: {
@@ -482,6 +485,7 @@ def _cluster_provenance(store: Store, cluster: Cluster) -> Provenance:
             "duplicate_of": None if key == representative else key_to_json(representative),
             "distance": distance,
             "similarity": similarity,
+            "cluster_size": cluster.size,
         }
         for key, distance, similarity in member_provenance(store, cluster)
     }
@@ -531,6 +535,7 @@ def dedup_against(
                         "duplicate_of": key_to_json(closest.key),
                         "distance": closest.distance,
                         "similarity": closest.similarity,
+                        "cluster_size": None,  # matched, not clustered
                     }
                 if stream is not None:
                     for match in matches:
@@ -552,6 +557,7 @@ _UNCLUSTERED: dict[str, Any] = {
     "duplicate_of": None,
     "distance": None,
     "similarity": None,
+    "cluster_size": 1,  # a document in no cluster is a cluster of its own
 }
 
 
@@ -725,6 +731,7 @@ def _provenance_columns(
         ("duplicate_of", key_type),
         ("distance", "int64"),
         ("similarity", "float64"),
+        ("cluster_size", "int64"),
     ]
     return columns, keys_as_text
 

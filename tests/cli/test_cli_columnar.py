@@ -67,13 +67,22 @@ def test_annotate_and_dropped_add_typed_provenance_columns(
     summary = json.loads(capsys.readouterr().out)
     table = pq.read_table(annotated)
     assert table.num_rows == len(rows)
-    assert [(field.name, str(field.type)) for field in table.schema][-4:] == [
+    assert [(field.name, str(field.type)) for field in table.schema][-5:] == [
         ("cluster_id", "int64"),
         ("duplicate_of", "int64"),
         ("distance", "int64"),
         ("similarity", "double"),
+        ("cluster_size", "int64"),
     ]
-    dropped_rows = pq.read_table(dropped).to_pylist()
+    # cluster_size: the rows sharing the row's cluster_id; 1 (never null) for a row in no cluster.
+    cluster_ids = table.column("cluster_id").to_pylist()
+    sizes = {cluster: cluster_ids.count(cluster) for cluster in set(cluster_ids) if cluster is not None}
+    assert table.column("cluster_size").to_pylist() == [1 if c is None else sizes[c] for c in cluster_ids]
+    assert max(sizes.values()) > 2
+    dropped_table = pq.read_table(dropped)
+    assert dropped_table.schema.field("cluster_size").type == pa.int64()
+    dropped_rows = dropped_table.to_pylist()
+    assert all(row["cluster_size"] == sizes[row["cluster_id"]] for row in dropped_rows)
     assert len(dropped_rows) == summary["duplicates"]
     kept_ids = {row["id"] for row in table.to_pylist() if row["duplicate_of"] is None}
     assert all(row["duplicate_of"] in kept_ids and row["similarity"] >= 0.8 for row in dropped_rows)

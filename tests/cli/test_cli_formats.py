@@ -172,6 +172,7 @@ def test_csv_output_has_every_field_of_the_rows_written(
         "duplicate_of",
         "distance",
         "similarity",
+        "cluster_size",
     ]
 
 

@@ -29,7 +29,10 @@ def test_annotated_header_only_csv_names_the_provenance_columns(
     assert main(["dedup", str(source), "-o", str(output), "--annotate", "-q"]) == 0
     assert main(["dedup", str(source), "-o", str(output), "--dropped", str(dropped), "-q"]) == 0
     assert output.read_text(encoding="utf-8") == "id,text\n"
-    assert dropped.read_text(encoding="utf-8") == "id,text,cluster_id,duplicate_of,distance,similarity\n"
+    assert (
+        dropped.read_text(encoding="utf-8")
+        == "id,text,cluster_id,duplicate_of,distance,similarity,cluster_size\n"
+    )
 
 
 def test_null_text_is_reported_as_null(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:

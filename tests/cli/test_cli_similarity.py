@@ -3,6 +3,7 @@ on ``dedup`` and ``query``, over the bundled example corpus."""
 
 from __future__ import annotations
 
+import csv
 import json
 from pathlib import Path
 
@@ -177,6 +178,19 @@ def test_annotate_and_dropped_give_every_document_its_provenance(
     for row in rows:
         if row["id"] in kept_ids and row["cluster_id"] is None:
             assert row["duplicate_of"] is row["distance"] is row["similarity"] is None
+    # cluster_size: the documents sharing the row's cluster_id; 1 (not null) for one in no cluster.
+    cluster_ids = [row["cluster_id"] for row in rows]
+    sizes = {cluster: cluster_ids.count(cluster) for cluster in set(cluster_ids) if cluster is not None}
+    assert [row["cluster_size"] for row in rows] == [1 if c is None else sizes[c] for c in cluster_ids]
+    assert max(sizes.values()) == summary["largest_cluster"] > 2
+    assert all(row["cluster_size"] >= 2 for row in dropped_rows)  # type: ignore[operator]
+    # CSV carries the same sizes, as integers.
+    as_csv = tmp_path / "all.csv"
+    assert main(["dedup", str(CORPUS), "--annotate", "-o", str(as_csv), "-q"]) == 0
+    with as_csv.open(newline="", encoding="utf-8") as stream:
+        csv_rows = list(csv.DictReader(stream))
+    assert list(csv_rows[0])[-5:] == ["cluster_id", "duplicate_of", "distance", "similarity", "cluster_size"]
+    assert [row["cluster_size"] for row in csv_rows] == [str(row["cluster_size"]) for row in rows]
 
 
 def test_keep_none_drops_every_member(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
@@ -212,6 +226,10 @@ def test_annotate_against_a_store_names_the_closest_match(
             best = opened.query(text=str(row["text"]))[0]
             assert (row["duplicate_of"], row["distance"]) == (best.key, best.distance)
             assert row["cluster_id"] is None
+            assert row["cluster_size"] is None  # matched, not clustered
+    unmatched = [row for row in rows if row["duplicate_of"] is None]
+    assert unmatched
+    assert all(row["cluster_size"] == 1 for row in unmatched)
 
 
 def test_annotate_refuses_pairs_and_clusters(tmp_path: Path) -> None:
