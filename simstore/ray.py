@@ -82,8 +82,8 @@ __all__ = ["PROVENANCE_COLUMNS", "RayMissingError", "clusters", "dedup_dataset",
 
 #: The provenance Dataset's columns: ``simstore.dedup_table``'s (among them
 #: ``cluster_size``, the members of the row's cluster: 1 for a row in no
-#: cluster, never null), then ``stored_match`` (the key of the stored
-#: document an ``against=`` store matched).
+#: cluster, null for a row an ``against=`` store matched), then
+#: ``stored_match`` (the key of the stored document that store matched).
 PROVENANCE_COLUMNS = (
     "id",
     "cluster_id",
@@ -722,7 +722,9 @@ def _finish_block(
             "duplicate_of": pa.array(duplicate_of, type=ids.type),
             "distance": pa.array(distance, mask=~in_cluster),
             "similarity": pa.array(similarity, mask=~judged),
-            "cluster_size": pa.array(cluster_size),
+            # Null for a row the store matched (it was not clustered), as
+            # the command line's --against and simstore.hf give it.
+            "cluster_size": pa.array(cluster_size, mask=matched & ~in_cluster),
             "kept": pa.array(kept),
             "stored_match": stored,
         }
