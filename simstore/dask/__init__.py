@@ -31,7 +31,7 @@ from __future__ import annotations
 
 import os
 import threading
-from collections.abc import Iterator, Mapping, Sequence
+from collections.abc import Callable, Iterator, Mapping, Sequence
 from contextlib import contextmanager
 from typing import Any
 
@@ -47,28 +47,29 @@ import numpy as np
 
 from simstore.dask.partitioned import (
     CLUSTER_COLUMNS,
-    ENTRY_COLUMNS,
-    FOREST_COLUMNS,
-    PAIR_COLUMNS,
-    ROW_BITS,
-    bucket_pairs,
+    bucket_forest,
     checked_fingerprints,
-    combine_forests,
+    cluster_members,
     empty_frame,
+    finished_pairs,
+    judged_forest,
+    labelled_parts,
+    left_halves,
     pack_keys,
-    pairs_forest,
-    plain_key,
+    picked_members,
     plain_value,
     positions,
-    representatives,
-    table_entries,
+    right_pairs,
+    routed_edges,
+    scatter_partition,
     unpack_keys,
-    with_roots,
+    with_side,
 )
 from simstore.errors import InvalidTypeError, InvalidValueError
 from simstore.fingerprinting.fingerprinter import Fingerprinter
-from simstore.fingerprinting.sketch import Sketch, SketchRows, check_similarity, estimate_jaccard, sketch_rows
+from simstore.fingerprinting.sketch import Sketch, SketchRows, check_similarity, sketch_rows
 from simstore.index.permute import Table, validate_k
+from simstore.index.prefix_shuffle import combine_forests
 from simstore.index.sharding import check_shards, shards_of_packed
 from simstore.layout.choose import DEFAULT_K, LayoutRequest, choose_layout
 from simstore.options import Options
@@ -209,12 +210,12 @@ def near_duplicate_pairs(
         layout: the permutation tables, as for :func:`simstore.open`: a
             :class:`simstore.Layout` from :func:`simstore.plan` or a
             sequence of :class:`simstore.Table`; by default Manku's one-level
-            layout of ``k + 2`` blocks. Each table costs one copy of every
-            row in the shuffle, and a table with a short prefix makes large
-            groups: pick with :func:`simstore.plan`.
-        npartitions: partitions of the shuffle (default: the input's
-            partitions times half the tables, so a shuffled partition holds
-            about two input partitions' rows).
+            layout of ``k + 2`` blocks. Each table costs 8 bytes per distinct
+            fingerprint of a partition in the shuffle, and a table with a
+            short prefix makes large groups: pick with :func:`simstore.plan`.
+        npartitions: buckets of each shuffle (default: the input's
+            partitions, so a bucket receives about one input partition's
+            fingerprints per table). More buckets, less memory per task.
         sketch_column: the rows' verification sketches (bytes, as
             :func:`fingerprint_and_sketch` makes them); each pair then gets
             its estimated ``similarity``.
@@ -225,19 +226,21 @@ def near_duplicate_pairs(
     Returns:
         A lazy Dask DataFrame with columns ``key_a`` (the row earlier in the
         input), ``key_b``, ``distance`` and ``similarity`` (NaN without
-        sketches), in no particular order.
+        sketches), in no particular order, one partition per input partition.
     """
     k, tables = _tables_for(k, layout)
     sketch, threshold = _verification(ddf, sketch_column, min_similarity, fingerprinter)
-    _check_columns(ddf, [key_column, fingerprint_column, *([sketch_column] if sketch_column else [])])
-    positioned = _positioned(ddf, {fingerprint_column: "fingerprint"})
-    found = _position_pairs(positioned, tables, k, _shuffle_partitions(ddf, tables, npartitions))
+    columns = {key_column: "key", fingerprint_column: "fingerprint"}
     if sketch_column is not None:
-        found = _judged(found, ddf[[sketch_column]], sketch_column, sketch, threshold)
-    keys = ddf[[key_column]]
-    with_a = _route_to_rows(found, "position_a", keys, key_column, "key_a", packed=True)
-    with_b = _route_to_rows(with_a, "position_b", keys, key_column, "key_b", packed=False)
-    return with_b.map_partitions(_finish_pairs, meta=empty_frame(_PAIRS_META))
+        columns[sketch_column] = "sketch"
+    _check_columns(ddf, list(columns))
+    buckets = _bucket_count(ddf, npartitions)
+    frames = _frames(ddf, columns)
+    entries, documents = _scattered(frames, fingerprint_column, tables, buckets)
+    pairs = _position_pairs(entries, documents, tables, k, len(frames), firsts=False)
+    names = ["key", *(["sketch"] if sketch_column is not None else [])]
+    found = _looked_up(frames, pairs, names, finished_pairs, sketch, threshold)
+    return _collection(found, _PAIRS_META)
 
 
 def _verification(
@@ -255,97 +258,104 @@ def _verification(
     return sketch, threshold
 
 
-def _judged(
-    pairs: dd.DataFrame,
-    sketches: dd.DataFrame,
-    sketch_column: str,
-    sketch: Sketch | None,
-    threshold: float | None,
-) -> dd.DataFrame:
-    """Position pairs with their estimated ``similarity``, those below ``threshold`` dropped."""
-    with_a = _route_to_rows(pairs, "position_a", sketches, sketch_column, "sketch_a", packed=False)
-    with_b = _route_to_rows(with_a, "position_b", sketches, sketch_column, "sketch_b", packed=False)
-    meta = pairs._meta.assign(similarity=pd.Series(dtype="float64"))
-    return with_b.map_partitions(_similarity_of_pairs, sketch, threshold, meta=meta)
+def _collection(parts: list[Any], columns: dict[str, str]) -> dd.DataFrame:
+    """A Dask DataFrame of the delayed pandas frames ``parts``, keys as they
+    are (Dask would otherwise make object columns Arrow strings, int keys too)."""
+    with dask.config.set({"dataframe.convert-string": False}):
+        return dd.from_delayed(parts, meta=empty_frame(columns), verify_meta=False)
 
 
-def _similarity_of_pairs(pairs: pd.DataFrame, sketch: Sketch, threshold: float | None) -> pd.DataFrame:
-    similarity = np.full(len(pairs), np.nan)
-    rows_a, present_a = sketch_rows(pairs["sketch_a"].tolist(), sketch)
-    rows_b, present_b = sketch_rows(pairs["sketch_b"].tolist(), sketch)
-    both = present_a & present_b
-    if both.any():
-        similarity[both] = estimate_jaccard(rows_a[both], rows_b[both], sketch)
-    result = pairs.drop(columns=["sketch_a", "sketch_b"]).assign(similarity=similarity)
-    if threshold is not None:
-        result = result[~(similarity < threshold)]  # rows without a sketch stay, unjudged
-    return result
+def _task(function: Callable[..., Any], nout: int | None = None) -> Any:
+    """``function`` as a Dask task; with ``nout``, one that returns that many parts."""
+    return dask.delayed(function, nout=nout)
 
 
-def _route_to_rows(
-    pairs: dd.DataFrame, position_column: str, keys: dd.DataFrame, key_column: str, name: str, *, packed: bool
-) -> dd.DataFrame:
-    """``pairs`` with the key of the row at ``position_column`` added as ``name``.
-
-    A position names its input partition (``position >> ROW_BITS``), so the
-    pairs (few) travel to the partitions holding their rows, where each key
-    is one array lookup; the keys (every row) never move. ``packed`` keeps
-    the key msgpack-encoded for a shuffle still to come.
-    """
-    partitions = int(keys.npartitions)
-    routed = pairs.assign(partition=pairs[position_column] // (1 << ROW_BITS)).set_index(
-        "partition", divisions=list(range(partitions + 1))
-    )
-    meta = pairs._meta.assign(**{name: pd.Series(dtype=object)})
-    return dd.map_partitions(
-        _look_up_keys,
-        routed,
-        keys,
-        position_column,
-        key_column,
-        name,
-        packed,
-        meta=meta,
-        align_dataframes=False,
-    )
+def _frames(ddf: dd.DataFrame, columns: Mapping[str, str]) -> list[Any]:
+    """The input partitions (delayed pandas frames, in order), with only
+    ``columns``, renamed as mapped."""
+    return list(ddf[list(columns)].rename(columns=dict(columns)).to_delayed())
 
 
-def _look_up_keys(
-    pairs: pd.DataFrame, keys: pd.DataFrame, position_column: str, key_column: str, name: str, packed: bool
-) -> pd.DataFrame:
-    rows = (pairs[position_column].to_numpy() & ((1 << ROW_BITS) - 1)).astype(np.int64)
-    found = keys[key_column].to_numpy(dtype=object)[rows]
-    values = pack_keys(pd.Series(found, dtype=object)) if packed else pd.Series(found, dtype=object)
-    return pairs.reset_index(drop=True).assign(**{name: values.to_numpy(dtype=object)})
-
-
-def _finish_pairs(pairs: pd.DataFrame) -> pd.DataFrame:
-    return pd.DataFrame(
-        {
-            "key_a": pd.Series(unpack_keys(pairs["key_a"]), dtype=object),
-            "key_b": pd.Series([plain_key(key) for key in pairs["key_b"].tolist()], dtype=object),
-            "distance": pairs["distance"].to_numpy(dtype="uint8"),
-            "similarity": (
-                pairs["similarity"].to_numpy(dtype="float64")
-                if "similarity" in pairs.columns
-                else np.full(len(pairs), np.nan)
-            ),
-        }
-    )
+def _scattered(
+    frames: list[Any], column: str, tables: tuple[Table, ...], buckets: int
+) -> tuple[list[list[Any]], list[list[Any]]]:
+    """``(entries, documents)``: per bucket, what every partition sends it
+    in the two shuffles (:func:`scatter_partition`)."""
+    scattered = [
+        list(_task(scatter_partition, 2 * buckets)(frame, number, column, tables, buckets))
+        for number, frame in enumerate(frames)
+    ]
+    entries = [[parts[bucket] for parts in scattered] for bucket in range(buckets)]
+    documents = [[parts[buckets + bucket] for parts in scattered] for bucket in range(buckets)]
+    return entries, documents
 
 
 def _position_pairs(
-    positioned: dd.DataFrame, tables: tuple[Table, ...], k: int, npartitions: int
-) -> dd.DataFrame:
-    """Pairs of positions from rows of ``fingerprint`` and ``position``."""
-    entries = positioned.map_partitions(_entries, tables, meta=empty_frame(ENTRY_COLUMNS))
-    grouped = entries.shuffle(on=["table", "prefix"], npartitions=npartitions)
-    return grouped.map_partitions(bucket_pairs, tables, k, meta=empty_frame(PAIR_COLUMNS))
+    entries: list[list[Any]],
+    documents: list[list[Any]],
+    tables: tuple[Table, ...],
+    k: int,
+    partitions: int,
+    *,
+    firsts: bool,
+) -> list[list[Any]]:
+    """Per bucket, its pairs of positions cut by input partition of
+    ``position_a``: every pair of documents (``firsts``: of each
+    fingerprint's first document) within ``k`` bits."""
+    buckets = len(entries)
+    edges = [list(_task(routed_edges, buckets)(tables, k, buckets, *entries[b])) for b in range(buckets)]
+    halves = [
+        list(
+            _task(left_halves, buckets + 1)(
+                buckets, len(documents[b]), firsts, *documents[b], *[edge[b] for edge in edges]
+            )
+        )
+        for b in range(buckets)
+    ]
+    return [
+        list(
+            _task(right_pairs, partitions)(
+                partitions,
+                len(documents[b]),
+                firsts,
+                *documents[b],
+                halves[b][buckets],
+                *[half[b] for half in halves],
+            )
+        )
+        for b in range(buckets)
+    ]
 
 
-def _entries(frame: pd.DataFrame, tables: tuple[Table, ...]) -> pd.DataFrame:
-    fingerprints = checked_fingerprints(frame["fingerprint"].to_numpy(), "fingerprint")
-    return table_entries(fingerprints, frame["position"].to_numpy(), tables)
+def _looked_up(
+    frames: list[Any],
+    pairs: list[list[Any]],
+    names: Sequence[str],
+    finish: Callable[..., Any],
+    *finish_arguments: Any,
+) -> list[Any]:
+    """Per input partition, ``finish(*finish_arguments, columns)`` of the
+    pairs whose second row it holds, with both rows' ``names`` columns: the
+    pairs travel to the partition of their first row, then of their second."""
+    partitions = len(frames)
+    with_a = [
+        list(_task(with_side, partitions)(frame, "a", names, partitions, *[part[n] for part in pairs]))
+        for n, frame in enumerate(frames)
+    ]
+    return [
+        _task(_finish_side_b)(finish, finish_arguments, frame, names, *[part[n] for part in with_a])
+        for n, frame in enumerate(frames)
+    ]
+
+
+def _finish_side_b(
+    finish: Callable[..., Any],
+    arguments: tuple[Any, ...],
+    frame: pd.DataFrame,
+    names: Sequence[str],
+    *parts: Any,
+) -> Any:
+    return finish(*arguments, with_side(frame, "b", names, None, *parts))
 
 
 # ----------------------------------------------------------------- clusters
@@ -398,9 +408,10 @@ def clusters(
 
     Rows with equal fingerprints are joined directly and pairs are computed
     between distinct fingerprints only, so heavy exact duplication costs
-    nothing quadratic. The components are found by a tree of tasks that each
-    merge up to eight star forests; the last holds one row per distinct
-    fingerprint that has a near-duplicate (16 bytes each) in one worker.
+    nothing quadratic. The components are found over fingerprints by a tree
+    of tasks that each combine up to eight forests; the last holds one pair
+    of fingerprints per distinct fingerprint that has a near-duplicate (16
+    bytes each) in one worker, and every bucket reads it.
     """
     k, tables = _tables_for(k, layout)
     if not (callable(keep) or keep in KEEP_POLICIES):
@@ -414,61 +425,40 @@ def clusters(
     if sketch_column is not None:
         columns[sketch_column] = "sketch"
     _check_columns(ddf, list(columns))
-    shuffle_partitions = _shuffle_partitions(ddf, tables, npartitions)
-    docs = _positioned(ddf, columns)
-    firsts = (
-        docs[["fingerprint", "position"]]
-        .groupby("fingerprint")["position"]
-        .agg(["min", "count"], split_out=ddf.npartitions)
-        .reset_index()
-        .rename(columns={"min": "first", "count": "copies"})
-    )
-    distinct = firsts[["fingerprint", "first"]].rename(columns={"first": "position"})
-    linked = _position_pairs(distinct, tables, k, shuffle_partitions)
-    if sketch_column is not None and threshold is not None:
-        linked = _judged(linked, ddf[[sketch_column]], sketch_column, sketch, threshold)
-    forest = _forest(linked)
-    members = docs.merge(firsts, on="fingerprint").merge(forest, left_on="first", right_on="node", how="left")
-    names = list(columns.values())
-    labelled = members.map_partitions(_label_members, names, meta=_label_members(members._meta, names))
-    by_cluster = labelled.shuffle(on="cluster_id", npartitions=ddf.npartitions)
-    return by_cluster.map_partitions(
-        representatives,
-        keep,
-        None if length_column is None else "length",
-        sketch,
-        meta=empty_frame(CLUSTER_COLUMNS),
-    )
-
-
-def _forest(pairs: dd.DataFrame) -> dd.DataFrame:
-    """The star forest of all pairs, by a tree of tasks, as one partition."""
-    level = [dask.delayed(pairs_forest)(part) for part in pairs.to_delayed()]
-    while len(level) > 1:
-        level = [
-            dask.delayed(combine_forests)(*level[start : start + FOREST_FAN_IN])
-            for start in range(0, len(level), FOREST_FAN_IN)
+    buckets = _bucket_count(ddf, npartitions)
+    frames = _frames(ddf, columns)
+    partitions = len(frames)
+    entries, documents = _scattered(frames, fingerprint_column, tables, buckets)
+    if threshold is not None:
+        # Links are judged on each fingerprint's first row, so the pairs
+        # of those rows meet their sketches before any component is formed.
+        pairs = _position_pairs(entries, documents, tables, k, partitions, firsts=True)
+        forests = _looked_up(frames, pairs, ["fingerprint", "sketch"], judged_forest, sketch, threshold)
+    else:
+        forests = [_task(bucket_forest)(tables, k, *entries[b]) for b in range(buckets)]
+    while len(forests) > 1:
+        forests = [
+            _task(combine_forests)(*forests[start : start + FOREST_FAN_IN])
+            for start in range(0, len(forests), FOREST_FAN_IN)
         ]
-    rooted = [dask.delayed(with_roots)(level[0])]
-    forest = dd.from_delayed(rooted, meta=empty_frame(FOREST_COLUMNS), verify_meta=False)
-    # Nullable, so that the left merge marks unclustered rows with <NA>
-    # rather than turning 63-bit positions into inexact floats.
-    return forest.astype({"root": "Int64"})
-
-
-def _label_members(members: pd.DataFrame, columns: list[str]) -> pd.DataFrame:
-    """The rows that belong to a cluster, labelled with its id: rows whose
-    fingerprint is joined to another one's, and rows sharing a fingerprint."""
-    joined = members["root"].notna().to_numpy()
-    clustered = joined | (members["copies"].to_numpy() > 1)
-    kept = members[clustered]
-    roots = kept["root"].to_numpy(dtype="int64", na_value=-1)
-    cluster_id = roots.copy()
-    unjoined = ~joined[clustered]
-    cluster_id[unjoined] = kept["first"].to_numpy(dtype="int64")[unjoined]
-    result = kept[[*columns, "position"]].copy()
-    result.insert(0, "cluster_id", cluster_id)
-    return result
+    labelled = [
+        list(_task(labelled_parts, partitions)(forests[0], partitions, *documents[b])) for b in range(buckets)
+    ]
+    names = list(columns.values())
+    picked = [
+        list(_task(picked_members, partitions)(frame, names, partitions, *[part[n] for part in labelled]))
+        for n, frame in enumerate(frames)
+    ]
+    found = [
+        _task(cluster_members)(
+            keep,
+            None if length_column is None else "length",
+            sketch,
+            *[part[group] for part in picked],
+        )
+        for group in range(partitions)
+    ]
+    return _collection(found, CLUSTER_COLUMNS)
 
 
 # ------------------------------------------------------------------- stores
@@ -775,9 +765,9 @@ def _check_columns(ddf: object, columns: Sequence[str]) -> None:
         raise InvalidValueError(f"a column is named twice in {list(columns)}")
 
 
-def _shuffle_partitions(ddf: dd.DataFrame, tables: Sequence[Table], npartitions: int | None) -> int:
+def _bucket_count(ddf: dd.DataFrame, npartitions: object) -> int:
     if npartitions is None:
-        return max(1, int(ddf.npartitions) * max(1, len(tables) // 2))
+        return max(1, int(ddf.npartitions))
     if isinstance(npartitions, bool) or not isinstance(npartitions, int) or npartitions < 1:
         raise InvalidValueError(f"npartitions must be a positive int, got {npartitions!r}")
     return npartitions

@@ -1,14 +1,18 @@
-"""The per-partition steps of corpus-scale dedup on a dataframe engine.
+"""The steps of corpus-scale dedup on Dask, as pure functions.
 
-:mod:`simstore.dask` wires these into Dask graphs; each is a pure function of
-one pandas partition (no I/O, no Dask), so the tests check them against the
-single-machine code directly.
+:mod:`simstore.dask` wires these into ``dask.delayed`` tasks over the input
+partitions; each is a pure function of pandas partitions and numpy arrays (no
+I/O, no Dask), so the tests check them against the single-machine code
+directly. The pair search itself is :mod:`simstore.index.prefix_shuffle`'s,
+as on Ray: only bare fingerprints cross the first shuffle, and
+``(fingerprint, position)`` the second.
 
 Rows are identified by a *position*: ``(partition number << 40) + row within
 the partition``. It orders rows as the input orders them (so "the first
 added" means the same as for one store filled in input order), it is the same
-when a lost partition is recomputed, and it needs no pass over the data to
-count rows.
+when a lost partition is recomputed, it needs no pass over the data to
+count rows, and it names the partition that holds the row, so that pairs
+travel to their rows and the rows never move.
 """
 
 from __future__ import annotations
@@ -17,13 +21,25 @@ from collections.abc import Sequence
 from typing import Any
 
 import numpy as np
+import numpy.typing as npt
 import pandas as pd
 
 from simstore.errors import InvalidValueError
 from simstore.fingerprinting.sketch import Sketch, estimate_jaccard, sketch_rows
-from simstore.index.clusters import components
-from simstore.index.pairs import IntArray, prefix_masks, run_pairs
+from simstore.index.pairs import IntArray
 from simstore.index.permute import Table, U64Array, as_fingerprint_array
+from simstore.index.prefix_shuffle import (
+    Edges,
+    bucket_edges,
+    edge_forest,
+    expand_left,
+    expand_right,
+    hash_buckets,
+    label_documents,
+    scatter_documents,
+    scatter_entries,
+    split_by,
+)
 from simstore.keys import Key, pack_key, unpack_key
 from simstore.results import Record
 from simstore.store.dedup import KeepPolicy, choose_representative
@@ -31,10 +47,10 @@ from simstore.store.dedup import KeepPolicy, choose_representative
 #: Bits of a position that number the row within its partition.
 ROW_BITS = 40
 
-#: One row per (document, table): what the shuffle moves.
+#: One row per (document, table), as the per-entry shuffle that
+#: :func:`table_entries` fed moved them (``benchmarks/suite/bench_dask.py``
+#: still measures its size).
 ENTRY_COLUMNS = {"table": "uint16", "prefix": "uint64", "fingerprint": "uint64", "position": "int64"}
-#: Pairs as positions, ``position_a < position_b``.
-PAIR_COLUMNS = {"position_a": "int64", "position_b": "int64", "distance": "uint8"}
 #: One row per member of a cluster with more than one member.
 CLUSTER_COLUMNS = {
     "cluster_id": "int64",
@@ -44,8 +60,11 @@ CLUSTER_COLUMNS = {
     "distance": "int64",
     "similarity": "float64",
 }
-#: A star forest: every node of a component that is not its root, and the root.
-FOREST_COLUMNS = {"node": "int64", "root": "int64"}
+
+#: Named arrays of equal length: the rows of a part of pairs or members.
+Columns = dict[str, np.ndarray]
+#: ``(nodes, roots)``: fingerprints and their component's smallest fingerprint.
+Forest = tuple[U64Array, U64Array]
 
 
 def empty_frame(columns: dict[str, str]) -> pd.DataFrame:
@@ -91,8 +110,9 @@ def unpack_keys(packed: pd.Series) -> list[Key]:
 
 def table_entries(fingerprints: U64Array, row_positions: IntArray, tables: Sequence[Table]) -> pd.DataFrame:
     """One row per (document, table) with the table's leading prefix of the
-    document's permuted fingerprint: equal ``(table, prefix)`` rows are the
-    candidates Manku's batch mode compares."""
+    document's permuted fingerprint, as the per-entry shuffle moved them
+    before the pair search moved bare fingerprints
+    (``benchmarks/suite/bench_dask.py`` reports their size beside it)."""
     count = len(fingerprints)
     table_numbers = np.repeat(np.arange(len(tables), dtype=np.uint16), count)
     prefixes = np.concatenate(
@@ -109,116 +129,202 @@ def table_entries(fingerprints: U64Array, row_positions: IntArray, tables: Seque
     )
 
 
-def bucket_pairs(entries: pd.DataFrame, tables: Sequence[Table], k: int) -> pd.DataFrame:
-    """Every pair within ``k`` bits among entries that share a table's prefix,
-    each reported once: by the first table whose prefix it shares.
+# ------------------------------------------------------- the pair search
 
-    ``entries`` may hold any mix of tables and prefixes, as long as every
-    entry of each ``(table, prefix)`` it holds is here (the shuffle makes it
-    so). Runs the same vectorised comparison as the single-machine
-    :func:`simstore.index.pairs.run_pairs`.
-    """
-    if not len(entries):  # a partition the shuffle left empty
-        return empty_frame(PAIR_COLUMNS)
-    masks = prefix_masks(tables)
-    order = _table_prefix_order(entries, tables)
-    table_column = entries["table"].to_numpy()[order]
-    prefixes = entries["prefix"].to_numpy()[order]
-    row_positions = entries["position"].to_numpy()[order]
-    fingerprints = entries["fingerprint"].to_numpy()[order]
-    # One pass over all entries sorted by (table, prefix): each table is one slice.
-    bounds = np.flatnonzero(np.r_[True, table_column[1:] != table_column[:-1], True])
-    found_a: list[IntArray] = []
-    found_b: list[IntArray] = []
-    found_distance: list[np.ndarray] = []
-    for start, end in zip(bounds[:-1].tolist(), bounds[1:].tolist(), strict=True):
-        table_number = int(table_column[start])
-        positions_here = row_positions[start:end]
-        for left, right, distance in run_pairs(
-            prefixes[start:end], fingerprints[start:end], k, masks[:table_number]
-        ):
-            found_a.append(np.minimum(positions_here[left], positions_here[right]))
-            found_b.append(np.maximum(positions_here[left], positions_here[right]))
-            found_distance.append(distance)
-    if not found_a:
-        return empty_frame(PAIR_COLUMNS)
+
+def scatter_partition(
+    frame: pd.DataFrame, number: int, column: str, tables: Sequence[Table], buckets: int
+) -> list[Any]:
+    """Partition ``number``'s part of both shuffles, ``2 * buckets`` items:
+    for each bucket the table entries of its distinct fingerprints
+    (:func:`~simstore.index.prefix_shuffle.scatter_entries`), then for each
+    bucket ``[fingerprints, positions]`` of its rows whose fingerprint hashes
+    there (:func:`~simstore.index.prefix_shuffle.scatter_documents`).
+    ``frame["fingerprint"]`` holds the fingerprints (``column`` in the
+    input, named by a failure)."""
+    fingerprints = checked_fingerprints(frame["fingerprint"].to_numpy(), column)
+    rows = positions(number, len(fingerprints))
+    return [*scatter_entries(fingerprints, tables, buckets), *scatter_documents(fingerprints, rows, buckets)]
+
+
+def routed_edges(tables: Sequence[Table], k: int, buckets: int, *parts: U64Array) -> list[Edges]:
+    """One bucket's pairs of distinct fingerprints
+    (:func:`~simstore.index.prefix_shuffle.bucket_edges`), cut by the bucket
+    their ``low`` fingerprint hashes to."""
+    low, high, distance = bucket_edges(parts, tables, k)
+    routed = split_by(hash_buckets(low, buckets), buckets, low, high, distance)
+    return [(part[0], part[1], part[2]) for part in routed]
+
+
+def bucket_forest(tables: Sequence[Table], k: int, *parts: U64Array) -> Forest:
+    """The component forest of one bucket's pairs of fingerprints."""
+    low, high, _ = bucket_edges(parts, tables, k)
+    return edge_forest(low, high)
+
+
+def first_documents(parts: Sequence[Sequence[np.ndarray]]) -> list[list[np.ndarray]]:
+    """``[[fingerprints, positions]]``: each distinct fingerprint of the
+    documents ``parts`` with the first position holding it."""
+    fingerprints = np.concatenate([part[0] for part in parts]).astype(np.uint64)
+    row_positions = np.concatenate([part[1] for part in parts]).astype(np.int64)
+    order = np.lexsort((row_positions, fingerprints))
+    fingerprints, row_positions = fingerprints[order], row_positions[order]
+    first = np.ones(len(fingerprints), dtype=np.bool_)
+    first[1:] = fingerprints[1:] != fingerprints[:-1]
+    return [[fingerprints[first], row_positions[first]]]
+
+
+def left_halves(buckets: int, document_count: int, firsts: bool, *parts: Any) -> list[Any]:
+    """:func:`~simstore.index.prefix_shuffle.expand_left` of one bucket (its
+    ``document_count`` document parts, then its edge parts): the halves cut
+    by the bucket of ``high``, then the pairs of documents sharing a
+    fingerprint. With ``firsts``, only each fingerprint's first document
+    takes part (and so no two share one)."""
+    documents: Sequence[Any] = parts[:document_count]
+    edges = parts[document_count:]
+    if firsts:
+        documents = first_documents(documents)
+    (left, high, distance), shared = expand_left(documents, edges)
+    routed = split_by(hash_buckets(high, buckets), buckets, left, high, distance)
+    return [*[(part[0], part[1], part[2]) for part in routed], shared]
+
+
+def right_pairs(partitions: int, document_count: int, firsts: bool, *parts: Any) -> list[Columns]:
+    """The pairs of positions of one bucket
+    (:func:`~simstore.index.prefix_shuffle.expand_right` of its documents and
+    the halves routed to it, and its pairs sharing a fingerprint), cut by
+    the input partition of ``position_a``. ``parts``: ``document_count``
+    document parts, the shared pairs, then the halves."""
+    documents: Sequence[Any] = parts[:document_count]
+    shared, halves = parts[document_count], parts[document_count + 1 :]
+    if firsts:
+        documents = first_documents(documents)
+    first, second, distance = expand_right(documents, halves)
+    columns = {
+        "position_a": np.concatenate([first, shared[0]]).astype(np.int64),
+        "position_b": np.concatenate([second, shared[1]]).astype(np.int64),
+        "distance": np.concatenate([distance, np.zeros(len(shared[0]), np.uint8)]),
+    }
+    return split_columns(columns, columns["position_a"] >> ROW_BITS, partitions)
+
+
+# ------------------------------------------------ pairs meet their rows
+
+
+def split_columns(columns: Columns, destination: IntArray, count: int) -> list[Columns]:
+    """``columns`` (equal-length arrays) cut into ``count`` parts by ``destination``."""
+    names = list(columns)
+    return [
+        dict(zip(names, part, strict=True))
+        for part in split_by(destination.astype(np.int64), count, *columns.values())
+    ]
+
+
+def concat_columns(parts: Sequence[Columns]) -> Columns:
+    """The rows of several parts of the same columns, one after another."""
+    return {name: np.concatenate([part[name] for part in parts]) for name in parts[0]}
+
+
+def with_side(
+    frame: pd.DataFrame, side: str, names: Sequence[str], partitions: int | None, *parts: Columns
+) -> Columns | list[Columns]:
+    """The pairs whose row ``side`` (``"a"`` or ``"b"``) is in ``frame`` (one
+    input partition), with that row's columns ``names`` added as
+    ``{name}_{side}``; then, if ``partitions`` is given, cut by the input
+    partition of ``position_b``. The pairs travel to the rows; the rows
+    never move."""
+    columns = concat_columns(parts)
+    rows = columns[f"position_{side}"] & ((1 << ROW_BITS) - 1)
+    for name in names:
+        columns[f"{name}_{side}"] = frame[name].to_numpy()[rows]
+    if partitions is None:
+        return columns
+    return split_columns(columns, columns["position_b"] >> ROW_BITS, partitions)
+
+
+def pair_similarity(columns: Columns, sketch: Sketch | None) -> npt.NDArray[np.float64]:
+    """The estimated similarity of each pair from its ``sketch_a`` and
+    ``sketch_b`` (NaN where a row has no sketch, or without ``sketch``)."""
+    similarity = np.full(len(columns["position_a"]), np.nan)
+    if sketch is None or not len(similarity):
+        return similarity
+    rows_a, present_a = sketch_rows(columns["sketch_a"].tolist(), sketch)
+    rows_b, present_b = sketch_rows(columns["sketch_b"].tolist(), sketch)
+    both = present_a & present_b
+    if both.any():
+        similarity[both] = estimate_jaccard(rows_a[both], rows_b[both], sketch)
+    return similarity
+
+
+def _kept(similarity: npt.NDArray[np.float64], threshold: float | None) -> npt.NDArray[np.bool_]:
+    """Pairs at or above ``threshold``; pairs without a similarity stay, unjudged."""
+    if threshold is None:
+        return np.ones(len(similarity), dtype=np.bool_)
+    kept: npt.NDArray[np.bool_] = ~(similarity < threshold)
+    return kept
+
+
+def finished_pairs(sketch: Sketch | None, threshold: float | None, columns: Columns) -> pd.DataFrame:
+    """Pairs with both rows' ``key`` (and ``sketch``) as the result of
+    :func:`simstore.dask.near_duplicate_pairs`."""
+    similarity = pair_similarity(columns, sketch)
+    kept = _kept(similarity, threshold)
     return pd.DataFrame(
         {
-            "position_a": np.concatenate(found_a),
-            "position_b": np.concatenate(found_b),
-            "distance": np.concatenate(found_distance).astype(np.uint8),
+            "key_a": pd.Series([plain_key(key) for key in columns["key_a"][kept].tolist()], dtype=object),
+            "key_b": pd.Series([plain_key(key) for key in columns["key_b"][kept].tolist()], dtype=object),
+            "distance": columns["distance"][kept].astype(np.uint8),
+            "similarity": similarity[kept],
         }
     )
 
 
-def _table_prefix_order(entries: pd.DataFrame, tables: Sequence[Table]) -> IntArray:
-    """The entries' order by (table, prefix).
-
-    Packing (table, prefix, row) into one uint64 and sorting values is ~8x
-    faster than ``np.lexsort`` over the columns (measured on the shape of a
-    10M-document run); a layout whose prefixes are too long to pack falls
-    back to lexsort.
-    """
-    count = len(entries)
-    table_column = entries["table"].to_numpy()
-    prefixes = entries["prefix"].to_numpy()
-    prefix_bits = max(table.prefix_bits for table in tables)
-    row_bits = max(1, int(count - 1).bit_length())
-    table_bits = max(1, int(len(tables) - 1).bit_length())
-    if table_bits + prefix_bits + row_bits > 64:
-        by_columns: IntArray = np.lexsort((prefixes, table_column)).astype(np.int64)
-        return by_columns
-    packed = (table_column.astype(np.uint64) << np.uint64(prefix_bits + row_bits)) | (
-        prefixes << np.uint64(row_bits)
-    )
-    packed |= np.arange(count, dtype=np.uint64)
-    packed.sort()
-    by_packed: IntArray = (packed & np.uint64((1 << row_bits) - 1)).astype(np.int64)
-    return by_packed
+def judged_forest(sketch: Sketch | None, threshold: float | None, columns: Columns) -> Forest:
+    """The component forest of the pairs (with both rows' ``fingerprint``
+    and ``sketch``) at least ``threshold`` similar."""
+    kept = _kept(pair_similarity(columns, sketch), threshold)
+    first = columns["fingerprint_a"][kept].astype(np.uint64)
+    second = columns["fingerprint_b"][kept].astype(np.uint64)
+    return edge_forest(np.minimum(first, second), np.maximum(first, second))
 
 
-def sorted_distinct(values: IntArray) -> IntArray:
-    """The distinct values, ascending. ``np.unique`` does the same, but in
-    numpy 2.4 it takes ~1.5 s for a million distinct int64 (measured), a
-    hundred times a sort."""
-    ordered = np.sort(values)
-    return ordered[np.r_[True, ordered[1:] != ordered[:-1]]] if len(ordered) else ordered
+# --------------------------------------------------------------- clusters
 
 
-def star_forest(left: IntArray, right: IntArray) -> pd.DataFrame:
-    """The connected components of the edges ``left[i] - right[i]`` as a star
-    forest: one row ``(node, root)`` per node that is not its component's
-    root, the root being the component's smallest node.
-
-    Forests combine: the forest of the edges of several forests is the forest
-    of all their edges, which is what lets a tree of tasks reduce many
-    partitions of pairs to one forest.
-    """
-    left = np.asarray(left, dtype=np.int64)
-    right = np.asarray(right, dtype=np.int64)
-    nodes = sorted_distinct(np.concatenate([left, right]))
-    labels = components(len(nodes), np.searchsorted(nodes, left), np.searchsorted(nodes, right))
-    joined = labels != np.arange(len(nodes))
-    # The nodes are sorted, so the smallest index is the smallest node.
-    return pd.DataFrame({"node": nodes[joined], "root": nodes[labels[joined]]})
+def labelled_parts(
+    forest: Forest, partitions: int, *parts: Sequence[np.ndarray]
+) -> list[tuple[IntArray, U64Array]]:
+    """One bucket's documents that may be in a cluster, ``(positions,
+    labels)`` (:func:`~simstore.index.prefix_shuffle.label_documents`), cut
+    by input partition."""
+    found, labels = label_documents(forest, parts)
+    return [(part[0], part[1]) for part in split_by(found >> ROW_BITS, partitions, found, labels)]
 
 
-def combine_forests(*forests: pd.DataFrame) -> pd.DataFrame:
-    """One star forest of the union of several forests' components."""
-    edges = pd.concat(forests, ignore_index=True) if forests else empty_frame(FOREST_COLUMNS)
-    return star_forest(edges["node"].to_numpy(), edges["root"].to_numpy())
+def picked_members(frame: pd.DataFrame, names: Sequence[str], groups: int, *parts: Any) -> list[Columns]:
+    """The labelled rows of one input partition, with their ``names``
+    columns, cut by the group their label hashes to: a cluster's members
+    all meet in one group."""
+    found = np.concatenate([part[0] for part in parts]).astype(np.int64)
+    labels = np.concatenate([part[1] for part in parts]).astype(np.uint64)
+    rows = found & ((1 << ROW_BITS) - 1)
+    columns: Columns = {"position": found, "label": labels}
+    for name in names:
+        columns[name] = frame[name].to_numpy()[rows]
+    return split_columns(columns, hash_buckets(labels, groups, salt=1), groups)
 
 
-def with_roots(forest: pd.DataFrame) -> pd.DataFrame:
-    """A star forest with a ``(root, root)`` row added for every root, so that
-    a lookup by node finds every node of every component."""
-    roots = sorted_distinct(forest["root"].to_numpy())
-    return pd.concat([forest, pd.DataFrame({"node": roots, "root": roots})], ignore_index=True)
-
-
-def pairs_forest(pairs: pd.DataFrame) -> pd.DataFrame:
-    """The star forest of one partition of position pairs."""
-    return star_forest(pairs["position_a"].to_numpy(), pairs["position_b"].to_numpy())
+def cluster_members(
+    keep: KeepPolicy, length_column: str | None, sketch: Sketch | None, *parts: Columns
+) -> pd.DataFrame:
+    """One group's clusters (each with every member), as the result of
+    :func:`simstore.dask.clusters`: a cluster's id is its first member's position."""
+    columns = concat_columns(parts)
+    if not len(columns["position"]):
+        return empty_frame(CLUSTER_COLUMNS)
+    members = pd.DataFrame(columns)
+    members["cluster_id"] = members.groupby("label")["position"].transform("min")
+    return representatives(members, keep, length_column, sketch)
 
 
 def representatives(
@@ -228,9 +334,9 @@ def representatives(
     cluster's representative, and the member's distance and (with a
     ``sketch`` column and its geometry ``sketch``) estimated similarity to it.
 
-    ``members`` holds ``cluster_id``, ``position``, ``key`` (packed by
-    :func:`pack_keys`), ``fingerprint`` (and ``length_column``), every member
-    of each cluster it holds; the result's keys are unpacked. The
+    ``members`` holds ``cluster_id``, ``position``, ``key``,
+    ``fingerprint`` (and ``length_column``), every member of each cluster
+    it holds. The
     policies are the single-machine ones (:meth:`simstore.Store.clusters`),
     with "added first" meaning "first in input order" and a member's
     ``meta`` being ``{"length": its length}`` when ``length_column`` is given.
@@ -239,7 +345,7 @@ def representatives(
         return empty_frame(CLUSTER_COLUMNS)
     ordered = members.sort_values(["cluster_id", "position"], kind="stable")
     cluster_ids = ordered["cluster_id"].to_numpy()
-    keys = unpack_keys(ordered["key"])
+    keys = [plain_key(key) for key in ordered["key"].tolist()]
     starts = np.flatnonzero(np.r_[True, cluster_ids[1:] != cluster_ids[:-1]])
     ends = np.r_[starts[1:], len(cluster_ids)]
     chosen: list[Key] = []

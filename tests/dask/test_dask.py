@@ -337,3 +337,71 @@ def test_build_stores_keeps_the_sketches_it_is_given(client: Any, tmp_path: Path
         one.add_many(keys, fingerprints, sketches=sketches)
         queries = texts[:40]
         assert sharded.query_many(texts=queries) == one.query_many(texts=queries)
+
+
+def repeated_corpus(seed: int) -> tuple[list[Any], np.ndarray]:
+    """Keys and fingerprints with near-duplicates and with exact copies
+    spread over the whole input (so across partitions)."""
+    fingerprints = planted(seed, singles=900, clusters=40, size=4, k=3)
+    rng = np.random.default_rng(seed)
+    copies = fingerprints[rng.integers(0, len(fingerprints), 150)]
+    fingerprints = np.concatenate([fingerprints, copies, copies[:20]])
+    rng.shuffle(fingerprints)
+    keys: list[Any] = [f"doc-{i}" if i % 3 else i for i in range(len(fingerprints))]
+    return keys, fingerprints
+
+
+@pytest.mark.parametrize(("partitions", "buckets"), [(1, None), (2, None), (5, 3), (8, None), (8, 1)])
+def test_answers_equal_one_store_over_partitions_and_repeats(
+    client: Any, tmp_path: Path, partitions: int, buckets: int | None
+) -> None:
+    keys, fingerprints = repeated_corpus(partitions)
+    lengths = np.ones(len(keys), dtype=np.int64)
+    ddf = frame(keys, fingerprints, lengths, partitions=partitions)
+    assert ddf.npartitions == partitions
+    with one_store(tmp_path, keys, fingerprints, lengths) as store:
+        expected = {tuple(pair)[:3] for pair in store.near_duplicate_pairs()}
+        expected_clusters = cluster_sets(store.clusters(3))
+    got = sd.near_duplicate_pairs(ddf, k=3, npartitions=buckets).compute()
+    pairs = list(zip(got.key_a, got.key_b, got.distance.astype(int), strict=True))
+    assert len(pairs) == len(set(pairs))
+    assert set(pairs) == expected
+    assert sum(distance == 0 for _, _, distance in pairs) > 150  # the copies were paired
+    result = sd.clusters(ddf, k=3, npartitions=buckets).compute()
+    assert dask_cluster_sets(result) == expected_clusters
+    assert len(result) == len(set(result.position))  # every member once
+
+
+def test_no_task_receives_the_whole_corpus(monkeypatch: pytest.MonkeyPatch) -> None:
+    """Every bucket of the pair search and of the labelling receives only its
+    share of the fingerprints: a step that gathered the corpus in one task
+    (as a fan-in to one bucket would) fails here."""
+    import simstore.dask.partitioned as steps
+
+    keys, fingerprints = repeated_corpus(9)
+    ddf = frame(keys, fingerprints, np.ones(len(keys), dtype=np.int64), partitions=6)
+    received: dict[str, list[int]] = {"entries": [], "documents": []}
+    bucket_edges, label_documents = steps.bucket_edges, steps.label_documents
+
+    def counted_edges(parts: Any, tables: Any, k: int) -> Any:
+        received["entries"].append(sum(len(part) - len(tables) for part in parts))
+        return bucket_edges(parts, tables, k)
+
+    def counted_labels(forest: Any, parts: Any) -> Any:
+        received["documents"].append(sum(len(part[0]) for part in parts))
+        return label_documents(forest, parts)
+
+    monkeypatch.setattr(steps, "bucket_edges", counted_edges)
+    monkeypatch.setattr(steps, "label_documents", counted_labels)
+    pairs = sd.near_duplicate_pairs(ddf, k=3)
+    graph = dict(pairs.__dask_graph__())
+    assert sum(dask.utils.key_split(key) == "routed_edges" for key in graph) == 6  # a bucket per partition
+    pairs.compute(scheduler="sync")
+    sd.clusters(ddf, k=3).compute(scheduler="sync")
+    distinct = len(np.unique(fingerprints))
+    assert len(received["entries"]) == 12
+    assert len(received["documents"]) == 6
+    assert sum(received["entries"][:6]) >= distinct  # every distinct fingerprint, once per table
+    assert max(received["entries"]) < sum(received["entries"][:6]) / 3
+    assert sum(received["documents"]) == len(keys)
+    assert max(received["documents"]) < len(keys) / 3

@@ -1,11 +1,13 @@
-"""The per-partition steps of the Dask layer, as pure functions, against the
-single-machine oracles: brute-force pairs and union-find components."""
+"""The steps of the Dask layer, as pure functions, against the
+single-machine oracles: brute-force pairs and the store's representatives."""
 
 from __future__ import annotations
 
+from typing import Any
+
 import numpy as np
 import pytest
-from _oracles import plain_union_find, planted
+from _oracles import planted
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
@@ -13,14 +15,12 @@ pd = pytest.importorskip("pandas")
 
 from simstore.dask.partitioned import (  # noqa: E402
     ROW_BITS,
-    bucket_pairs,
-    combine_forests,
-    pack_keys,
+    left_halves,
     positions,
     representatives,
-    star_forest,
-    table_entries,
-    with_roots,
+    right_pairs,
+    routed_edges,
+    scatter_partition,
 )
 from simstore.errors import InvalidValueError  # noqa: E402
 from simstore.index.pairs import brute_force_pairs  # noqa: E402
@@ -28,64 +28,57 @@ from simstore.index.permute import one_level_tables  # noqa: E402
 from simstore.layout.planner import two_level  # noqa: E402
 
 
+def position_pairs(fingerprints: np.ndarray, tables: Any, k: int, partitions: int, buckets: int) -> set[Any]:
+    """The steps :func:`simstore.dask.near_duplicate_pairs` runs as tasks, run
+    here one after another: ``(row_a, row_b, distance)`` in input rows."""
+    frames = [pd.DataFrame({"fingerprint": chunk}) for chunk in np.array_split(fingerprints, partitions)]
+    scattered = [
+        scatter_partition(frame, n, "fingerprint", tables, buckets) for n, frame in enumerate(frames)
+    ]
+    entries = [[parts[b] for parts in scattered] for b in range(buckets)]
+    documents = [[parts[buckets + b] for parts in scattered] for b in range(buckets)]
+    edges = [routed_edges(tables, k, buckets, *entries[b]) for b in range(buckets)]
+    halves = [
+        left_halves(buckets, partitions, False, *documents[b], *[edge[b] for edge in edges])
+        for b in range(buckets)
+    ]
+    starts = np.cumsum([0, *[len(frame) for frame in frames]])
+    found: list[tuple[int, int, int]] = []
+    for b in range(buckets):
+        parts = right_pairs(
+            partitions, partitions, False, *documents[b], halves[b][buckets], *[half[b] for half in halves]
+        )
+        for number, part in enumerate(parts):
+            assert ((part["position_a"] >> ROW_BITS) == number).all()  # routed to the first row's partition
+            for a, b_, d in zip(part["position_a"], part["position_b"], part["distance"], strict=True):
+                row_a = starts[a >> ROW_BITS] + (a & ((1 << ROW_BITS) - 1))
+                row_b = starts[b_ >> ROW_BITS] + (b_ & ((1 << ROW_BITS) - 1))
+                assert row_a < row_b
+                found.append((int(row_a), int(row_b), int(d)))
+    assert len(found) == len(set(found))  # each pair once
+    return set(found)
+
+
 @settings(max_examples=40, deadline=None)
-@given(seed=st.integers(0, 2**32 - 1), k=st.integers(0, 4), parts=st.integers(1, 5))
-def test_bucket_pairs_over_any_split_equal_brute_force(seed: int, k: int, parts: int) -> None:
-    """Entries split into any partitions that keep each (table, prefix) whole
-    give exactly the brute-force pairs, each once."""
+@given(
+    seed=st.integers(0, 2**32 - 1),
+    k=st.integers(0, 4),
+    partitions=st.integers(1, 5),
+    buckets=st.integers(1, 5),
+)
+def test_steps_over_any_split_equal_brute_force(seed: int, k: int, partitions: int, buckets: int) -> None:
+    """The steps over any number of partitions and buckets give exactly the
+    brute-force pairs, each once, exact copies included."""
     fingerprints = planted(seed, singles=60, clusters=6, size=5, k=k)
-    tables = one_level_tables(k, k + 2)
-    entries = table_entries(fingerprints, np.arange(len(fingerprints), dtype=np.int64), tables)
-    bucket = (entries["prefix"].to_numpy() * np.uint64(31) + entries["table"].to_numpy()) % np.uint64(parts)
-    found = pd.concat(
-        [bucket_pairs(entries[bucket == part], tables, k) for part in range(parts)], ignore_index=True
-    )
-    got = list(
-        zip(found.position_a.tolist(), found.position_b.tolist(), found.distance.tolist(), strict=True)
-    )
-    assert len(got) == len(set(got))
-    assert set(got) == brute_force_pairs(fingerprints, k)
+    fingerprints = np.concatenate([fingerprints, fingerprints[::7]])  # repeated fingerprints
+    expected = brute_force_pairs(fingerprints, k)
+    assert position_pairs(fingerprints, one_level_tables(k, k + 2), k, partitions, buckets) == expected
 
 
-def test_bucket_pairs_two_level_layout() -> None:
+def test_steps_two_level_layout() -> None:
     fingerprints = planted(7, singles=300, clusters=20, size=6, k=3)
     layout = two_level(3, 4, 3, 4)  # the paper's 16-table layout
-    entries = table_entries(fingerprints, np.arange(len(fingerprints), dtype=np.int64), layout.tables)
-    found = bucket_pairs(entries, layout.tables, 3)
-    got = set(zip(found.position_a.tolist(), found.position_b.tolist(), found.distance.tolist(), strict=True))
-    assert got == brute_force_pairs(fingerprints, 3)
-
-
-@settings(max_examples=60, deadline=None)
-@given(
-    node_count=st.integers(2, 50),
-    data=st.data(),
-    pieces=st.integers(1, 4),
-)
-def test_combined_forests_equal_union_find(node_count: int, data: st.DataObject, pieces: int) -> None:
-    """Forests of any split of the edges, combined, label every node with its
-    component's smallest node, as union-find does."""
-    edges = data.draw(
-        st.lists(st.tuples(st.integers(0, node_count - 1), st.integers(0, node_count - 1)), max_size=60)
-    )
-    spread = 1 << 41  # positions from several partitions
-    forests = []
-    for piece in range(pieces):
-        chunk = edges[piece::pieces]
-        forests.append(
-            star_forest(
-                np.array([a * spread for a, _ in chunk], dtype=np.int64),
-                np.array([b * spread for _, b in chunk], dtype=np.int64),
-            )
-        )
-    forest = with_roots(combine_forests(*forests))
-    labels = dict(zip(forest.node.tolist(), forest.root.tolist(), strict=True))
-    expected = plain_union_find(node_count, edges)
-    for node in range(node_count):
-        if expected.count(expected[node]) > 1:
-            assert labels[node * spread] == expected[node] * spread
-        else:
-            assert node * spread not in labels
+    assert position_pairs(fingerprints, layout.tables, 3, 3, 4) == brute_force_pairs(fingerprints, 3)
 
 
 def test_positions_order_partitions_then_rows() -> None:
@@ -100,7 +93,7 @@ def test_representatives_policies() -> None:
         {
             "cluster_id": [5, 5, 5, 9, 9, 12],
             "position": [7, 5, 6, 9, 10, 12],
-            "key": pack_keys(pd.Series(["c", "a", "b", "x", "y", "alone"])),
+            "key": ["c", "a", "b", "x", "y", "alone"],
             "fingerprint": np.array([1, 2, 3, 4, 5, 6], dtype=np.uint64),
             # pandas holds a column with a missing value as floats.
             "length": [30, 10, 30, None, 4, 1],
