@@ -47,6 +47,7 @@ import numpy as np
 
 from simstore.dask.partitioned import (
     CLUSTER_COLUMNS,
+    Grouping,
     bucket_forest,
     checked_fingerprints,
     cluster_members,
@@ -89,6 +90,10 @@ __all__ = [
 
 #: How many forests one task of the component tree combines.
 FOREST_FAN_IN = 8
+#: Input partitions per bucket of the pair search by default (and per group
+#: that pairs and cluster members visit): fewer buckets, fewer tasks (the
+#: scheduler's cost is per task), more memory per task.
+PARTITIONS_PER_BUCKET = 4
 
 _FINGERPRINT_META = pd.Series(dtype="uint64", name="fingerprint")
 _SKETCHED_META = {"fingerprint": "uint64", "sketch": "object"}
@@ -236,10 +241,11 @@ def near_duplicate_pairs(
     _check_columns(ddf, list(columns))
     buckets = _bucket_count(ddf, npartitions)
     frames = _frames(ddf, columns)
-    entries, documents = _scattered(frames, fingerprint_column, tables, buckets)
-    pairs = _position_pairs(entries, documents, tables, k, len(frames), firsts=False)
+    grouping = Grouping.of(len(frames), buckets)
+    scattered = _scattered(frames, fingerprint_column, tables, buckets)
+    pairs = _position_pairs(scattered, tables, k, grouping, firsts=False)
     names = ["key", *(["sketch"] if sketch_column is not None else [])]
-    found = _looked_up(frames, pairs, names, finished_pairs, sketch, threshold)
+    found = _looked_up(frames, grouping, pairs, names, finished_pairs, sketch, threshold)
     return _collection(found, _PAIRS_META)
 
 
@@ -276,49 +282,39 @@ def _frames(ddf: dd.DataFrame, columns: Mapping[str, str]) -> list[Any]:
     return list(ddf[list(columns)].rename(columns=dict(columns)).to_delayed())
 
 
-def _scattered(
-    frames: list[Any], column: str, tables: tuple[Table, ...], buckets: int
-) -> tuple[list[list[Any]], list[list[Any]]]:
-    """``(entries, documents)``: per bucket, what every partition sends it
-    in the two shuffles (:func:`scatter_partition`)."""
+def _scattered(frames: list[Any], column: str, tables: tuple[Table, ...], buckets: int) -> list[list[Any]]:
+    """Per bucket, what every partition sends it in the two shuffles
+    (:func:`scatter_partition`): one part per (partition, bucket)."""
     scattered = [
-        list(_task(scatter_partition, 2 * buckets)(frame, number, column, tables, buckets))
+        list(_task(scatter_partition, buckets)(frame, number, column, tables, buckets))
         for number, frame in enumerate(frames)
     ]
-    entries = [[parts[bucket] for parts in scattered] for bucket in range(buckets)]
-    documents = [[parts[buckets + bucket] for parts in scattered] for bucket in range(buckets)]
-    return entries, documents
+    return [[parts[bucket] for parts in scattered] for bucket in range(buckets)]
 
 
 def _position_pairs(
-    entries: list[list[Any]],
-    documents: list[list[Any]],
-    tables: tuple[Table, ...],
-    k: int,
-    partitions: int,
-    *,
-    firsts: bool,
+    scattered: list[list[Any]], tables: tuple[Table, ...], k: int, grouping: Grouping, *, firsts: bool
 ) -> list[list[Any]]:
-    """Per bucket, its pairs of positions cut by input partition of
+    """Per bucket, its pairs of positions cut by the group of
     ``position_a``: every pair of documents (``firsts``: of each
     fingerprint's first document) within ``k`` bits."""
-    buckets = len(entries)
-    edges = [list(_task(routed_edges, buckets)(tables, k, buckets, *entries[b])) for b in range(buckets)]
+    buckets = len(scattered)
+    edges = [list(_task(routed_edges, buckets)(tables, k, buckets, *scattered[b])) for b in range(buckets)]
     halves = [
         list(
             _task(left_halves, buckets + 1)(
-                buckets, len(documents[b]), firsts, *documents[b], *[edge[b] for edge in edges]
+                buckets, len(scattered[b]), firsts, *scattered[b], *[edge[b] for edge in edges]
             )
         )
         for b in range(buckets)
     ]
     return [
         list(
-            _task(right_pairs, partitions)(
-                partitions,
-                len(documents[b]),
+            _task(right_pairs, grouping.count)(
+                grouping,
+                len(scattered[b]),
                 firsts,
-                *documents[b],
+                *scattered[b],
                 halves[b][buckets],
                 *[half[b] for half in halves],
             )
@@ -329,33 +325,43 @@ def _position_pairs(
 
 def _looked_up(
     frames: list[Any],
+    grouping: Grouping,
     pairs: list[list[Any]],
     names: Sequence[str],
     finish: Callable[..., Any],
     *finish_arguments: Any,
 ) -> list[Any]:
-    """Per input partition, ``finish(*finish_arguments, columns)`` of the
-    pairs whose second row it holds, with both rows' ``names`` columns: the
-    pairs travel to the partition of their first row, then of their second."""
-    partitions = len(frames)
+    """Per group of input partitions, ``finish(*finish_arguments, columns)``
+    of the pairs whose second row it holds, with both rows' ``names``
+    columns: the pairs travel to the group of their first row, then of
+    their second."""
+    groups = grouping.count
+    members = [[frames[n] for n in grouping.members(g)] for g in range(groups)]
     with_a = [
-        list(_task(with_side, partitions)(frame, "a", names, partitions, *[part[n] for part in pairs]))
-        for n, frame in enumerate(frames)
+        list(
+            _task(with_side, groups)(
+                members[g], grouping.size * g, "a", names, grouping, *[part[g] for part in pairs]
+            )
+        )
+        for g in range(groups)
     ]
     return [
-        _task(_finish_side_b)(finish, finish_arguments, frame, names, *[part[n] for part in with_a])
-        for n, frame in enumerate(frames)
+        _task(_finish_side_b)(
+            finish, finish_arguments, members[g], grouping.size * g, names, *[part[g] for part in with_a]
+        )
+        for g in range(groups)
     ]
 
 
 def _finish_side_b(
     finish: Callable[..., Any],
     arguments: tuple[Any, ...],
-    frame: pd.DataFrame,
+    frames: list[pd.DataFrame],
+    first: int,
     names: Sequence[str],
     *parts: Any,
 ) -> Any:
-    return finish(*arguments, with_side(frame, "b", names, None, *parts))
+    return finish(*arguments, with_side(frames, first, "b", names, None, *parts))
 
 
 # ----------------------------------------------------------------- clusters
@@ -427,36 +433,43 @@ def clusters(
     _check_columns(ddf, list(columns))
     buckets = _bucket_count(ddf, npartitions)
     frames = _frames(ddf, columns)
-    partitions = len(frames)
-    entries, documents = _scattered(frames, fingerprint_column, tables, buckets)
+    grouping = Grouping.of(len(frames), buckets)
+    groups = grouping.count
+    scattered = _scattered(frames, fingerprint_column, tables, buckets)
     if threshold is not None:
         # Links are judged on each fingerprint's first row, so the pairs
         # of those rows meet their sketches before any component is formed.
-        pairs = _position_pairs(entries, documents, tables, k, partitions, firsts=True)
-        forests = _looked_up(frames, pairs, ["fingerprint", "sketch"], judged_forest, sketch, threshold)
+        pairs = _position_pairs(scattered, tables, k, grouping, firsts=True)
+        names = ["fingerprint", "sketch"]
+        forests = _looked_up(frames, grouping, pairs, names, judged_forest, sketch, threshold)
     else:
-        forests = [_task(bucket_forest)(tables, k, *entries[b]) for b in range(buckets)]
+        forests = [_task(bucket_forest)(tables, k, *scattered[b]) for b in range(buckets)]
     while len(forests) > 1:
         forests = [
             _task(combine_forests)(*forests[start : start + FOREST_FAN_IN])
             for start in range(0, len(forests), FOREST_FAN_IN)
         ]
     labelled = [
-        list(_task(labelled_parts, partitions)(forests[0], partitions, *documents[b])) for b in range(buckets)
+        list(_task(labelled_parts, groups)(forests[0], grouping, *scattered[b])) for b in range(buckets)
     ]
-    names = list(columns.values())
+    columns_kept = list(columns.values())
     picked = [
-        list(_task(picked_members, partitions)(frame, names, partitions, *[part[n] for part in labelled]))
-        for n, frame in enumerate(frames)
+        list(
+            _task(picked_members, groups)(
+                [frames[n] for n in grouping.members(g)],
+                grouping.size * g,
+                columns_kept,
+                groups,
+                *[part[g] for part in labelled],
+            )
+        )
+        for g in range(groups)
     ]
     found = [
         _task(cluster_members)(
-            keep,
-            None if length_column is None else "length",
-            sketch,
-            *[part[group] for part in picked],
+            keep, None if length_column is None else "length", sketch, *[part[g] for part in picked]
         )
-        for group in range(partitions)
+        for g in range(groups)
     ]
     return _collection(found, CLUSTER_COLUMNS)
 
@@ -767,7 +780,8 @@ def _check_columns(ddf: object, columns: Sequence[str]) -> None:
 
 def _bucket_count(ddf: dd.DataFrame, npartitions: object) -> int:
     if npartitions is None:
-        return max(1, int(ddf.npartitions))
+        partitions = int(ddf.npartitions)
+        return max(1, min(partitions, max(2, -(-partitions // PARTITIONS_PER_BUCKET))))
     if isinstance(npartitions, bool) or not isinstance(npartitions, int) or npartitions < 1:
         raise InvalidValueError(f"npartitions must be a positive int, got {npartitions!r}")
     return npartitions

@@ -18,6 +18,7 @@ travel to their rows and the rows never move.
 from __future__ import annotations
 
 from collections.abc import Sequence
+from dataclasses import dataclass
 from typing import Any
 
 import numpy as np
@@ -132,33 +133,65 @@ def table_entries(fingerprints: U64Array, row_positions: IntArray, tables: Seque
 # ------------------------------------------------------- the pair search
 
 
+@dataclass(frozen=True)
+class Grouping:
+    """Input partitions taken in contiguous groups of ``size``: the pairs
+    and the members of clusters travel to the group holding their rows, so
+    that an exchange between partitions costs groups x groups parts, not
+    partitions x partitions (each part a task of the scheduler's)."""
+
+    partitions: int
+    size: int
+
+    @classmethod
+    def of(cls, partitions: int, groups: int) -> Grouping:
+        """About ``groups`` groups of ``partitions``."""
+        return cls(partitions, max(1, -(-partitions // max(1, groups))))
+
+    @property
+    def count(self) -> int:
+        return max(1, -(-self.partitions // self.size))
+
+    def members(self, group: int) -> range:
+        """The partitions of ``group``."""
+        return range(group * self.size, min(self.partitions, (group + 1) * self.size))
+
+    def group_of(self, found: IntArray) -> IntArray:
+        """The group of each position."""
+        groups: IntArray = (np.asarray(found, dtype=np.int64) >> ROW_BITS) // self.size
+        return groups
+
+
 def scatter_partition(
     frame: pd.DataFrame, number: int, column: str, tables: Sequence[Table], buckets: int
-) -> list[Any]:
-    """Partition ``number``'s part of both shuffles, ``2 * buckets`` items:
-    for each bucket the table entries of its distinct fingerprints
-    (:func:`~simstore.index.prefix_shuffle.scatter_entries`), then for each
-    bucket ``[fingerprints, positions]`` of its rows whose fingerprint hashes
-    there (:func:`~simstore.index.prefix_shuffle.scatter_documents`).
+) -> list[tuple[U64Array, list[np.ndarray]]]:
+    """Partition ``number``'s part of both shuffles, one item per bucket:
+    the table entries of its distinct fingerprints
+    (:func:`~simstore.index.prefix_shuffle.scatter_entries`) and
+    ``[fingerprints, positions]`` of its rows whose fingerprint hashes there
+    (:func:`~simstore.index.prefix_shuffle.scatter_documents`).
     ``frame["fingerprint"]`` holds the fingerprints (``column`` in the
     input, named by a failure)."""
     fingerprints = checked_fingerprints(frame["fingerprint"].to_numpy(), column)
     rows = positions(number, len(fingerprints))
-    return [*scatter_entries(fingerprints, tables, buckets), *scatter_documents(fingerprints, rows, buckets)]
+    entries = scatter_entries(fingerprints, tables, buckets)
+    documents = scatter_documents(fingerprints, rows, buckets)
+    return list(zip(entries, documents, strict=True))
 
 
-def routed_edges(tables: Sequence[Table], k: int, buckets: int, *parts: U64Array) -> list[Edges]:
+def routed_edges(tables: Sequence[Table], k: int, buckets: int, *parts: Any) -> list[Edges]:
     """One bucket's pairs of distinct fingerprints
-    (:func:`~simstore.index.prefix_shuffle.bucket_edges`), cut by the bucket
-    their ``low`` fingerprint hashes to."""
-    low, high, distance = bucket_edges(parts, tables, k)
+    (:func:`~simstore.index.prefix_shuffle.bucket_edges` of the entries of
+    its ``parts`` from :func:`scatter_partition`), cut by the bucket their
+    ``low`` fingerprint hashes to."""
+    low, high, distance = bucket_edges([part[0] for part in parts], tables, k)
     routed = split_by(hash_buckets(low, buckets), buckets, low, high, distance)
     return [(part[0], part[1], part[2]) for part in routed]
 
 
-def bucket_forest(tables: Sequence[Table], k: int, *parts: U64Array) -> Forest:
+def bucket_forest(tables: Sequence[Table], k: int, *parts: Any) -> Forest:
     """The component forest of one bucket's pairs of fingerprints."""
-    low, high, _ = bucket_edges(parts, tables, k)
+    low, high, _ = bucket_edges([part[0] for part in parts], tables, k)
     return edge_forest(low, high)
 
 
@@ -174,38 +207,38 @@ def first_documents(parts: Sequence[Sequence[np.ndarray]]) -> list[list[np.ndarr
     return [[fingerprints[first], row_positions[first]]]
 
 
-def left_halves(buckets: int, document_count: int, firsts: bool, *parts: Any) -> list[Any]:
-    """:func:`~simstore.index.prefix_shuffle.expand_left` of one bucket (its
-    ``document_count`` document parts, then its edge parts): the halves cut
-    by the bucket of ``high``, then the pairs of documents sharing a
-    fingerprint. With ``firsts``, only each fingerprint's first document
-    takes part (and so no two share one)."""
-    documents: Sequence[Any] = parts[:document_count]
-    edges = parts[document_count:]
-    if firsts:
-        documents = first_documents(documents)
-    (left, high, distance), shared = expand_left(documents, edges)
+def _documents(scattered: Sequence[Any], firsts: bool) -> Sequence[Any]:
+    documents = [part[1] for part in scattered]
+    return first_documents(documents) if firsts else documents
+
+
+def left_halves(buckets: int, scattered_count: int, firsts: bool, *parts: Any) -> list[Any]:
+    """:func:`~simstore.index.prefix_shuffle.expand_left` of one bucket (the
+    documents of its ``scattered_count`` parts from :func:`scatter_partition`,
+    then its edge parts): the halves cut by the bucket of ``high``, then the
+    pairs of documents sharing a fingerprint. With ``firsts``, only each
+    fingerprint's first document takes part (and so no two share one)."""
+    documents = _documents(parts[:scattered_count], firsts)
+    (left, high, distance), shared = expand_left(documents, parts[scattered_count:])
     routed = split_by(hash_buckets(high, buckets), buckets, left, high, distance)
     return [*[(part[0], part[1], part[2]) for part in routed], shared]
 
 
-def right_pairs(partitions: int, document_count: int, firsts: bool, *parts: Any) -> list[Columns]:
+def right_pairs(grouping: Grouping, scattered_count: int, firsts: bool, *parts: Any) -> list[Columns]:
     """The pairs of positions of one bucket
     (:func:`~simstore.index.prefix_shuffle.expand_right` of its documents and
     the halves routed to it, and its pairs sharing a fingerprint), cut by
-    the input partition of ``position_a``. ``parts``: ``document_count``
-    document parts, the shared pairs, then the halves."""
-    documents: Sequence[Any] = parts[:document_count]
-    shared, halves = parts[document_count], parts[document_count + 1 :]
-    if firsts:
-        documents = first_documents(documents)
+    the group of ``position_a``. ``parts``: ``scattered_count`` parts from
+    :func:`scatter_partition`, the shared pairs, then the halves."""
+    documents = _documents(parts[:scattered_count], firsts)
+    shared, halves = parts[scattered_count], parts[scattered_count + 1 :]
     first, second, distance = expand_right(documents, halves)
     columns = {
         "position_a": np.concatenate([first, shared[0]]).astype(np.int64),
         "position_b": np.concatenate([second, shared[1]]).astype(np.int64),
         "distance": np.concatenate([distance, np.zeros(len(shared[0]), np.uint8)]),
     }
-    return split_columns(columns, columns["position_a"] >> ROW_BITS, partitions)
+    return split_columns(columns, grouping.group_of(columns["position_a"]), grouping.count)
 
 
 # ------------------------------------------------ pairs meet their rows
@@ -225,21 +258,37 @@ def concat_columns(parts: Sequence[Columns]) -> Columns:
     return {name: np.concatenate([part[name] for part in parts]) for name in parts[0]}
 
 
+def row_values(frames: Sequence[pd.DataFrame], first: int, name: str, found: IntArray) -> np.ndarray:
+    """Column ``name`` of the rows at positions ``found``, all in ``frames``
+    (consecutive input partitions, the first numbered ``first``)."""
+    lengths = [len(frame) for frame in frames]
+    offsets = np.concatenate(([0], np.cumsum(lengths)))[:-1].astype(np.int64)
+    values = np.concatenate([frame[name].to_numpy() for frame in frames])
+    partition = (found >> ROW_BITS) - first
+    rows = found & ((1 << ROW_BITS) - 1)
+    picked: np.ndarray = values[offsets[partition] + rows]
+    return picked
+
+
 def with_side(
-    frame: pd.DataFrame, side: str, names: Sequence[str], partitions: int | None, *parts: Columns
+    frames: Sequence[pd.DataFrame],
+    first: int,
+    side: str,
+    names: Sequence[str],
+    grouping: Grouping | None,
+    *parts: Columns,
 ) -> Columns | list[Columns]:
-    """The pairs whose row ``side`` (``"a"`` or ``"b"``) is in ``frame`` (one
-    input partition), with that row's columns ``names`` added as
-    ``{name}_{side}``; then, if ``partitions`` is given, cut by the input
-    partition of ``position_b``. The pairs travel to the rows; the rows
-    never move."""
+    """The pairs whose row ``side`` (``"a"`` or ``"b"``) is in ``frames``
+    (a group of input partitions, the first numbered ``first``), with that
+    row's columns ``names`` added as ``{name}_{side}``; then, with a
+    ``grouping``, cut by the group of ``position_b``. The pairs travel to
+    the rows; the rows never move."""
     columns = concat_columns(parts)
-    rows = columns[f"position_{side}"] & ((1 << ROW_BITS) - 1)
     for name in names:
-        columns[f"{name}_{side}"] = frame[name].to_numpy()[rows]
-    if partitions is None:
+        columns[f"{name}_{side}"] = row_values(frames, first, name, columns[f"position_{side}"])
+    if grouping is None:
         return columns
-    return split_columns(columns, columns["position_b"] >> ROW_BITS, partitions)
+    return split_columns(columns, grouping.group_of(columns["position_b"]), grouping.count)
 
 
 def pair_similarity(columns: Columns, sketch: Sketch | None) -> npt.NDArray[np.float64]:
@@ -291,26 +340,27 @@ def judged_forest(sketch: Sketch | None, threshold: float | None, columns: Colum
 # --------------------------------------------------------------- clusters
 
 
-def labelled_parts(
-    forest: Forest, partitions: int, *parts: Sequence[np.ndarray]
-) -> list[tuple[IntArray, U64Array]]:
-    """One bucket's documents that may be in a cluster, ``(positions,
+def labelled_parts(forest: Forest, grouping: Grouping, *parts: Any) -> list[tuple[IntArray, U64Array]]:
+    """One bucket's documents (of its ``parts`` from
+    :func:`scatter_partition`) that may be in a cluster, ``(positions,
     labels)`` (:func:`~simstore.index.prefix_shuffle.label_documents`), cut
-    by input partition."""
-    found, labels = label_documents(forest, parts)
-    return [(part[0], part[1]) for part in split_by(found >> ROW_BITS, partitions, found, labels)]
+    by group of input partitions."""
+    found, labels = label_documents(forest, [part[1] for part in parts])
+    routed = split_by(grouping.group_of(found), grouping.count, found, labels)
+    return [(part[0], part[1]) for part in routed]
 
 
-def picked_members(frame: pd.DataFrame, names: Sequence[str], groups: int, *parts: Any) -> list[Columns]:
-    """The labelled rows of one input partition, with their ``names``
-    columns, cut by the group their label hashes to: a cluster's members
-    all meet in one group."""
+def picked_members(
+    frames: Sequence[pd.DataFrame], first: int, names: Sequence[str], groups: int, *parts: Any
+) -> list[Columns]:
+    """The labelled rows of a group of input partitions (``frames``, the
+    first numbered ``first``), with their ``names`` columns, cut by the
+    group their label hashes to: a cluster's members all meet in one group."""
     found = np.concatenate([part[0] for part in parts]).astype(np.int64)
     labels = np.concatenate([part[1] for part in parts]).astype(np.uint64)
-    rows = found & ((1 << ROW_BITS) - 1)
     columns: Columns = {"position": found, "label": labels}
     for name in names:
-        columns[name] = frame[name].to_numpy()[rows]
+        columns[name] = row_values(frames, first, name, found)
     return split_columns(columns, hash_buckets(labels, groups, salt=1), groups)
 
 

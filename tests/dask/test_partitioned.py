@@ -15,6 +15,7 @@ pd = pytest.importorskip("pandas")
 
 from simstore.dask.partitioned import (  # noqa: E402
     ROW_BITS,
+    Grouping,
     left_halves,
     positions,
     representatives,
@@ -28,28 +29,32 @@ from simstore.index.permute import one_level_tables  # noqa: E402
 from simstore.layout.planner import two_level  # noqa: E402
 
 
-def position_pairs(fingerprints: np.ndarray, tables: Any, k: int, partitions: int, buckets: int) -> set[Any]:
+def position_pairs(
+    fingerprints: np.ndarray, tables: Any, k: int, partitions: int, buckets: int, groups: int = 2
+) -> set[Any]:
     """The steps :func:`simstore.dask.near_duplicate_pairs` runs as tasks, run
     here one after another: ``(row_a, row_b, distance)`` in input rows."""
     frames = [pd.DataFrame({"fingerprint": chunk}) for chunk in np.array_split(fingerprints, partitions)]
     scattered = [
         scatter_partition(frame, n, "fingerprint", tables, buckets) for n, frame in enumerate(frames)
     ]
-    entries = [[parts[b] for parts in scattered] for b in range(buckets)]
-    documents = [[parts[buckets + b] for parts in scattered] for b in range(buckets)]
-    edges = [routed_edges(tables, k, buckets, *entries[b]) for b in range(buckets)]
+    per_bucket = [[parts[b] for parts in scattered] for b in range(buckets)]
+    edges = [routed_edges(tables, k, buckets, *per_bucket[b]) for b in range(buckets)]
     halves = [
-        left_halves(buckets, partitions, False, *documents[b], *[edge[b] for edge in edges])
+        left_halves(buckets, partitions, False, *per_bucket[b], *[edge[b] for edge in edges])
         for b in range(buckets)
     ]
+    grouping = Grouping.of(partitions, groups)
     starts = np.cumsum([0, *[len(frame) for frame in frames]])
     found: list[tuple[int, int, int]] = []
     for b in range(buckets):
         parts = right_pairs(
-            partitions, partitions, False, *documents[b], halves[b][buckets], *[half[b] for half in halves]
+            grouping, partitions, False, *per_bucket[b], halves[b][buckets], *[half[b] for half in halves]
         )
-        for number, part in enumerate(parts):
-            assert ((part["position_a"] >> ROW_BITS) == number).all()  # routed to the first row's partition
+        assert len(parts) == grouping.count
+        for group, part in enumerate(parts):
+            # Routed to the group of the first row's partition.
+            assert set((part["position_a"] >> ROW_BITS).tolist()) <= set(grouping.members(group))
             for a, b_, d in zip(part["position_a"], part["position_b"], part["distance"], strict=True):
                 row_a = starts[a >> ROW_BITS] + (a & ((1 << ROW_BITS) - 1))
                 row_b = starts[b_ >> ROW_BITS] + (b_ & ((1 << ROW_BITS) - 1))
@@ -65,14 +70,18 @@ def position_pairs(fingerprints: np.ndarray, tables: Any, k: int, partitions: in
     k=st.integers(0, 4),
     partitions=st.integers(1, 5),
     buckets=st.integers(1, 5),
+    groups=st.integers(1, 5),
 )
-def test_steps_over_any_split_equal_brute_force(seed: int, k: int, partitions: int, buckets: int) -> None:
+def test_steps_over_any_split_equal_brute_force(
+    seed: int, k: int, partitions: int, buckets: int, groups: int
+) -> None:
     """The steps over any number of partitions and buckets give exactly the
     brute-force pairs, each once, exact copies included."""
     fingerprints = planted(seed, singles=60, clusters=6, size=5, k=k)
     fingerprints = np.concatenate([fingerprints, fingerprints[::7]])  # repeated fingerprints
     expected = brute_force_pairs(fingerprints, k)
-    assert position_pairs(fingerprints, one_level_tables(k, k + 2), k, partitions, buckets) == expected
+    tables = one_level_tables(k, k + 2)
+    assert position_pairs(fingerprints, tables, k, partitions, buckets, groups) == expected
 
 
 def test_steps_two_level_layout() -> None:
