@@ -20,6 +20,8 @@ from pathlib import Path
 from typing import Any
 
 RESULTS = Path(__file__).resolve().parents[1] / "results"
+#: The maintained scripts' folder.
+SUITE = Path(__file__).resolve().parent
 
 # script -> (what it measures, [(result file, what that run is)]), latest runs only.
 CURRENT: dict[str, tuple[str, list[tuple[str, str]]]] = {
@@ -85,8 +87,18 @@ CURRENT: dict[str, tuple[str, list[tuple[str, str]]]] = {
         [
             ("distributed_text_1M.md", "text dedup end to end, 1M documents"),
             (
+                "distributed_pairs_10M.md",
+                "pairs and clusters, 10M fingerprints (Dask shuffling bare fingerprints)",
+            ),
+            (
+                "distributed_pairs_1M.md",
+                "pairs and clusters, 1M fingerprints "
+                "(Dask shuffling bare fingerprints; a smoke run overlapped)",
+            ),
+            (
                 "distributed_1M_10M.md",
-                "pairs and clusters, 1M and 10M fingerprints (its text table predates `order_column`)",
+                "pairs and clusters, 1M and 10M fingerprints, before Dask shuffled bare fingerprints "
+                "(its text table predates `order_column`)",
             ),
         ],
     ),
@@ -116,7 +128,21 @@ def header_of(path: Path) -> dict[str, str]:
         match = re.search(r"^`(python [^`]+)`\s*$", text, re.MULTILINE)
         if match:
             found["command"] = match.group(1)
+    if "command" in found:
+        found["command"] = runnable(found["command"])
     return found
+
+
+def runnable(command: str) -> str:
+    """``command`` with a maintained script's path as it is now: runs made
+    before the scripts moved into ``benchmarks/suite/`` recorded
+    ``benchmarks/bench_*.py``."""
+
+    def moved(match: re.Match[str]) -> str:
+        name = match.group(1)
+        return f"benchmarks/suite/{name}" if (SUITE / name).exists() else match.group(0)
+
+    return re.sub(r"benchmarks/(bench_\w+\.py)", moved, command)
 
 
 def first_table(path: Path, skip_machine: bool = True) -> str:
@@ -277,7 +303,7 @@ process or from alternating runs (`benchmarks/experiments/`), never from two of 
 
 ## simstore beside its peers (the README's comparison)
 
-`{first.get("command", "python benchmarks/suite/bench_peers.py")}`, {first.get("date", "")}:
+`{runnable(first.get("command", "python benchmarks/suite/bench_peers.py"))}`, {first.get("date", "")}:
 random 64-bit fingerprints, k = 3, one thread each, every answer checked against brute force;
 medians over {first.get("repeats", "?")} builds and {first.get("rounds", "?")} timed passes.
 
