@@ -92,8 +92,7 @@ CURRENT: dict[str, tuple[str, list[tuple[str, str]]]] = {
             ),
             (
                 "distributed_pairs_1M.md",
-                "pairs and clusters, 1M fingerprints "
-                "(Dask shuffling bare fingerprints; a smoke run overlapped)",
+                "pairs and clusters, 1M fingerprints (Dask shuffling bare fingerprints)",
             ),
             (
                 "distributed_1M_10M.md",
