@@ -19,7 +19,7 @@ from simstore.index.column_search import (
     directory_bits,
     search,
 )
-from simstore.index.multi_index import MultiIndex, exact_schemes
+from simstore.index.multi_index import MultiIndex, choose, exact_schemes
 
 
 def brute_force(
@@ -163,3 +163,29 @@ def test_a_snapshot_of_several_runs_equals_brute_force_over_their_union(k: int) 
 
 def exact_schemes_for_test(k: int) -> MultiIndex:
     return list(exact_schemes(k))[-1]
+
+
+@pytest.mark.parametrize("k", [0, 2, 5, 8, 12])
+def test_a_query_alone_finds_what_it_finds_in_a_batch(k: int) -> None:
+    # One query takes a path of its own (fewer numpy calls): it must agree
+    # with the batch and with a brute-force scan, crowds included.
+    scheme = choose(k, 10_000)
+    crowd = np.full(40, 0xDEADBEEF12345678, dtype=np.uint64)
+    stored = np.concatenate([planted(seed=k, singles=1500, clusters=30, size=4, k=k), crowd])
+    ids = np.arange(len(stored), dtype=np.uint64) * 3
+    snapshot = Snapshot.of(scheme, [build_run(scheme, stored, ids)])
+    queries = np.concatenate([near_queries(stored, 25, k + 1, seed=k + 1), crowd[:1] ^ np.uint64(1)])
+    batch = snapshot.search(queries, k)
+    for row, query in enumerate(queries.tolist()):
+        alone = snapshot.search(np.array([query], dtype=np.uint64), k)
+        assert sorted(alone.queries.tolist()) == [0] * len(alone)
+        got = sorted(zip(alone.ids.tolist(), alone.distances.tolist(), strict=True))
+        in_batch = sorted(
+            (doc, distance)
+            for at, doc, distance in zip(
+                batch.queries.tolist(), batch.ids.tolist(), batch.distances.tolist(), strict=True
+            )
+            if at == row
+        )
+        assert got == in_batch
+        assert got == [(doc, d) for _, doc, d in brute_force(stored, ids, np.array([query], np.uint64), k)]
