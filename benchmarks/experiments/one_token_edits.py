@@ -2,8 +2,8 @@
 query's weakest bits bring it back within k? (Issue 36, parts 3 and 4: measured
 before choosing a candidate generator.)
 
-For every text of at least ``--min-tokens`` words in the shipped long corpora
-(``benchmarks/corpora/en_long.jsonl.gz``, ``zh_long.jsonl.gz``), one token is
+For every text of at least ``--min-tokens`` words in the shipped corpora
+(``benchmarks/corpora/*.jsonl.gz``, English and Chinese), one token is
 appended, deleted or replaced (by a word of the same corpus) at a random place,
 and both texts are fingerprinted with the default settings (word 1- and 2-grams,
 log weights) under feature-hash seeds 0..``--seeds``-1. Reported per corpus,
@@ -42,6 +42,14 @@ from simstore.fingerprinting.text import normalise, tokenise
 
 CORPORA = Path(__file__).resolve().parents[1] / "corpora"
 EDITS = ("append", "delete", "replace")
+#: Every shipped corpus, and whether it is Chinese (joined without spaces).
+CORPUS_LANGUAGES = (
+    ("en_long", False),
+    ("en_short", False),
+    ("en_negative", False),
+    ("zh_long", True),
+    ("zh_short", True),
+)
 KS = (3, 5, 8)
 WEAK = (4, 8, 16)
 
@@ -134,7 +142,7 @@ def main() -> None:
     worst: dict[tuple[str, str, int], float] = {}
     # (corpus, length band) -> [edits past k=5, edits], over every edit and seed
     by_length: dict[tuple[str, str], list[int]] = {}
-    for name, chinese in (("en_long", False), ("zh_long", True)):
+    for name, chinese in CORPUS_LANGUAGES:
         token_lists = load(name, args.min_tokens)
         if args.limit:
             token_lists = token_lists[: args.limit]
