@@ -12,7 +12,7 @@ import numpy as np
 import numpy.typing as npt
 
 from simstore.errors import InvalidTypeError, InvalidValueError
-from simstore.index.permute import Table
+from simstore.index.permute import Table, validate_k
 from simstore.index.prefix_shuffle import (
     batch_tables,
     bucket_edges,
@@ -27,6 +27,7 @@ from simstore.index.prefix_shuffle import (
     split_by,
 )
 from simstore.io.arrow_batches import MATCH_COLUMNS
+from simstore.layout.choose import layout_tables
 from simstore.ray._requires import pa, ray
 
 if TYPE_CHECKING:
@@ -160,15 +161,15 @@ def _label(forest: Any, offsets: npt.NDArray[np.int64], *parts: Any) -> Any:
     return _returns(split_by(destination, len(offsets) - 1, positions, labels))
 
 
-def _tables(k: object, layout: Any, total: int) -> tuple[int, tuple[Any, ...]]:
-    if isinstance(k, bool) or not isinstance(k, int) or not 0 <= k <= 64:
-        raise InvalidValueError(f"k must be an int in 0..64, got {k!r}")
+def _tables(k: object, layout: Any, total: int) -> tuple[int, tuple[Table, ...]]:
+    """``k``, checked as every other call checks it, and the search's tables:
+    ``layout``'s, checked to find every pair within ``k``, or the ones
+    :func:`batch_tables` picks for ``total`` fingerprints."""
+    checked = validate_k(k)
     if layout is None:
-        return k, tuple(batch_tables(k, total))
-    tables = tuple(getattr(layout, "tables", layout))
-    if not all(isinstance(table, Table) for table in tables):
-        raise InvalidTypeError("layout must be a simstore.Layout or a sequence of simstore.Table")
-    return k, tables
+        return checked, tuple(batch_tables(checked, total))
+    _, tables, _ = layout_tables(layout, checked)
+    return checked, tables
 
 
 @_remote

@@ -16,6 +16,7 @@ from hypothesis import strategies as st
 
 import simstore
 from simstore.errors import InvalidTypeError, InvalidValueError, SimstoreError
+from simstore.index.permute import one_level_tables
 
 # simstore.ray first: it imports ray.data, so a missing Ray skips this file even
 # though tests/ (on sys.path) holds a folder named ray.
@@ -238,6 +239,13 @@ def test_bad_input_is_refused_before_anything_runs() -> None:
         simstore_ray.dedup_dataset(ds, keep="last")
     with pytest.raises(InvalidValueError, match="buckets"):
         simstore_ray.near_duplicate_pairs(ray.data.from_items([{"key": 1, "fingerprint": 2}]), buckets=0)
+    rows = ray.data.from_items([{"key": 1, "fingerprint": 2}])
+    with pytest.raises(InvalidValueError, match="k must be in"):
+        simstore_ray.near_duplicate_pairs(rows, k=40)
+    # A layout that cannot find every pair within k (one table for k = 3)
+    # would miss pairs silently: refused.
+    with pytest.raises(InvalidValueError, match="do not guarantee"):
+        simstore_ray.near_duplicate_pairs(rows, k=3, layout=one_level_tables(3, 4)[:1])
 
 
 def test_importing_simstore_does_not_import_ray_or_start_it() -> None:
