@@ -16,6 +16,7 @@ Modules:
 - ``permute``: Block layouts and permutation tables (Manku, Jain & Das Sarma, WWW 2007).
 - ``prefix_shuffle``: The steps of a distributed pair search that moves fingerprints, not
   rows (what :mod:`simstore.ray` runs in its tasks).
+- ``ranges``: Vectorised range expansion (every position of many ranges at once).
 - ``scan_plan``: The order a query that wants only its closest matches visits the tables
   in, and how far each step of it has settled.
 - ``sharding``: Which shard a key belongs to: one stable function shared by the Dask

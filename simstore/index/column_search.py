@@ -36,6 +36,7 @@ import numpy.typing as npt
 from simstore.errors import InvalidValueError
 from simstore.index.multi_index import MultiIndex
 from simstore.index.permute import FINGERPRINT_BITS, U64Array
+from simstore.index.ranges import expand_ranges
 
 IntArray = npt.NDArray[np.int64]
 IdArray = npt.NDArray[np.unsignedinteger[Any]]
@@ -305,7 +306,7 @@ class Snapshot:
         lows = ((rotated[:, self._row_table] & self._row_prefix) ^ self._row_mask).reshape(-1)
         slots = (lows.reshape(-1, rows) >> self._row_dir_shift) + self._row_dir_base
         first = self.halves[slots].reshape(-1)
-        positions, probe = _expand(first, self.halves[slots + np.uint64(1)].reshape(-1) - first)
+        positions, probe = expand_ranges(first, self.halves[slots + np.uint64(1)].reshape(-1) - first)
         row = probe % rows
         places = self._row_key_base[row] + positions
         keys = self.words[places]
@@ -427,7 +428,7 @@ class Snapshot:
                 )
         slots = (fingerprints >> self._run_dir0_shift[run]) + self._run_dir0_base[run]
         first_spot = self.halves[slots]
-        spots, owner = _expand(first_spot, self.halves[slots + np.uint64(1)] - first_spot)
+        spots, owner = expand_ranges(first_spot, self.halves[slots + np.uint64(1)] - first_spot)
         run = run[owner]
         same = np.flatnonzero(self.words[self._run_key0_base[run] + spots] == fingerprints[owner])
         owner, run = owner[same], run[same]
@@ -475,16 +476,3 @@ def _joined(parts: Sequence[Matches]) -> Matches:
         np.concatenate([part.ids for part in parts]),
         np.concatenate([part.distances for part in parts]),
     )
-
-
-def _expand(first: npt.NDArray[Any], counts: npt.NDArray[Any]) -> tuple[IntArray, IntArray]:
-    """Every position in the ranges of ``counts[j]`` positions from
-    ``first[j]``, and the ``j`` of each."""
-    owner = np.repeat(np.arange(len(counts), dtype=np.int64), counts)
-    if not len(owner):
-        return np.empty(0, dtype=np.int64), owner
-    # Position = range start + offset inside the range: offsets are a running
-    # count that restarts at every range.
-    starts_before = np.cumsum(counts, dtype=np.int64) - counts
-    positions = np.arange(len(owner), dtype=np.int64) - starts_before[owner] + first[owner]
-    return positions, owner

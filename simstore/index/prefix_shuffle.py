@@ -32,6 +32,7 @@ import numpy.typing as npt
 from simstore.index.clusters import components
 from simstore.index.pairs import prefix_masks, run_pairs
 from simstore.index.permute import FINGERPRINT_BITS, MAX_TABLES, Table, block_sizes, one_level_tables
+from simstore.index.ranges import expand_ranges
 
 __all__ = [
     "Edges",
@@ -301,10 +302,8 @@ def _join(sorted_values: U64Array, wanted: U64Array) -> tuple[IntArray, IntArray
     """``(index into wanted, index into sorted_values)`` of every equal pair."""
     starts = np.searchsorted(sorted_values, wanted, side="left")
     ends = np.searchsorted(sorted_values, wanted, side="right")
-    lengths = ends - starts
-    edge_index = np.repeat(np.arange(len(wanted), dtype=np.int64), lengths)
-    within = np.arange(int(lengths.sum()), dtype=np.int64) - np.repeat(np.cumsum(lengths) - lengths, lengths)
-    return edge_index, np.repeat(starts, lengths) + within
+    positions, edge_index = expand_ranges(starts, ends - starts)
+    return edge_index, positions
 
 
 def _shared_pairs(fingerprints: U64Array, positions: IntArray) -> tuple[IntArray, IntArray]:
