@@ -45,7 +45,7 @@ def write_run(
     """Write a run of ``fingerprints`` (``ids[j]`` the id of ``fingerprints[j]``)
     under ``run_id`` in every table; returns its entry count."""
     _check_tables(databases, scheme)
-    built = build_run(scheme, fingerprints, ids, directories=True)
+    built = build_run(scheme, fingerprints, ids)
     id_dtype = np.dtype("<u4") if columns.id_width(built.ids) == 4 else np.dtype("<u8")
     for table, database in enumerate(databases):
         keys = built.column(table)

@@ -71,14 +71,13 @@ class ColumnRun:
         fingerprints: table 0's column, ascending (ties in id order).
         ids: the document id of each entry of ``fingerprints``.
         rotated: the sorted columns of tables 1 and up.
-        directories: each table's directory, or none (probes then find their
-            ranges by binary search).
+        directories: each table's directory (a probe's keys lie in one slot).
     """
 
     fingerprints: U64Array
     ids: IdArray
     rotated: tuple[U64Array, ...]
-    directories: tuple[Directory, ...] = ()
+    directories: tuple[Directory, ...]
 
     def __len__(self) -> int:
         return len(self.fingerprints)
@@ -125,11 +124,9 @@ def build_directory(sorted_keys: U64Array, bits: int) -> Directory:
     return Directory(bits, positions)
 
 
-def build_run(
-    scheme: MultiIndex, fingerprints: U64Array, ids: IdArray, *, directories: bool = False
-) -> ColumnRun:
+def build_run(scheme: MultiIndex, fingerprints: U64Array, ids: IdArray) -> ColumnRun:
     """The columns of a run holding ``fingerprints`` (``ids[j]`` is the id of
-    ``fingerprints[j]``), with each table's directory if ``directories``."""
+    ``fingerprints[j]``), and each table's directory."""
     fingerprints = np.asarray(fingerprints, dtype=np.uint64)
     ids = np.asarray(ids)
     if fingerprints.ndim != 1 or ids.shape != fingerprints.shape:
@@ -140,8 +137,12 @@ def build_run(
         keys = scheme.rotate(fingerprints, table)
         keys.sort()
         rotated.append(keys)
-    run = ColumnRun(fingerprints[order], ids[order], tuple(rotated))
-    return _with_directories(scheme, run) if directories else run
+    columns = (fingerprints[order], *rotated)
+    directories = tuple(
+        build_directory(column, directory_bits(len(column), width))
+        for column, width in zip(columns, scheme.widths, strict=True)
+    )
+    return ColumnRun(columns[0], ids[order], tuple(rotated), directories)
 
 
 @dataclass(frozen=True)
@@ -264,14 +265,13 @@ class Snapshot:
             return size - len(words)
 
         for run in runs:
-            built = run if run.directories else _with_directories(scheme, run)
-            key_words = tuple(place(built.column(table).astype("<u8")) for table in range(scheme.tables))
+            key_words = tuple(place(run.column(table).astype("<u8")) for table in range(scheme.tables))
             directory_halves = tuple(
-                2 * place(directory.positions.astype("<u4")) for directory in built.directories
+                2 * place(directory.positions.astype("<u4")) for directory in run.directories
             )
-            id_index = place(built.ids.astype("<u8"))
-            bits = tuple(directory.bits for directory in built.directories)
-            places.append(RunPlace(len(built), key_words, bits, directory_halves, id_index, 8))
+            id_index = place(run.ids.astype("<u8"))
+            bits = tuple(directory.bits for directory in run.directories)
+            places.append(RunPlace(len(run), key_words, bits, directory_halves, id_index, 8))
         words = np.concatenate(parts) if parts else np.zeros(1, dtype=np.dtype("<u8"))
         return cls(scheme, words, places)
 
@@ -456,14 +456,6 @@ def search(scheme: MultiIndex, run: ColumnRun, queries: U64Array, k: int) -> Mat
 
 
 _snapshots: weakref.WeakKeyDictionary[ColumnRun, Snapshot] = weakref.WeakKeyDictionary()
-
-
-def _with_directories(scheme: MultiIndex, run: ColumnRun) -> ColumnRun:
-    built = tuple(
-        build_directory(run.column(table), directory_bits(len(run), scheme.widths[table]))
-        for table in range(scheme.tables)
-    )
-    return ColumnRun(run.fingerprints, run.ids, run.rotated, built)
 
 
 def _no_matches() -> Matches:

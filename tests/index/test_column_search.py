@@ -36,10 +36,8 @@ def found(
     ids: np.ndarray,
     queries: np.ndarray,
     k: int,
-    *,
-    directories: bool = False,
 ) -> list[tuple[int, int, int]]:
-    matches = search(scheme, build_run(scheme, stored, ids, directories=directories), queries, k)
+    matches = search(scheme, build_run(scheme, stored, ids), queries, k)
     return sorted(
         zip(matches.queries.tolist(), matches.ids.tolist(), matches.distances.tolist(), strict=True)
     )
@@ -54,9 +52,8 @@ def near_queries(stored: np.ndarray, count: int, max_flips: int, seed: int) -> n
     return queries
 
 
-@pytest.mark.parametrize("directories", [False, True], ids=["binary search", "directory"])
 @pytest.mark.parametrize("k", range(13))
-def test_every_scheme_equals_brute_force_at_its_k_and_below(k: int, directories: bool) -> None:
+def test_every_scheme_equals_brute_force_at_its_k_and_below(k: int) -> None:
     stored = planted(seed=k, singles=600, clusters=40, size=6, k=k)
     ids = np.arange(1000, 1000 + len(stored), dtype=np.uint64)
     queries = np.concatenate(
@@ -65,7 +62,7 @@ def test_every_scheme_equals_brute_force_at_its_k_and_below(k: int, directories:
     for scheme in list(exact_schemes(k))[:8]:
         for distance in {0, k // 2, k}:
             expected = brute_force(stored, ids, queries, distance)
-            assert found(scheme, stored, ids, queries, distance, directories=directories) == expected, (
+            assert found(scheme, stored, ids, queries, distance) == expected, (
                 scheme.label(),
                 distance,
             )
@@ -89,10 +86,7 @@ def test_search_equals_brute_force(
     queries = np.array(query_values + near + stored_values[:2], dtype=np.uint64)
     ids = np.array(data.draw(st.permutations(range(len(stored)))), dtype=np.uint64)
     scheme = data.draw(st.sampled_from(list(exact_schemes(k))))
-    directories = data.draw(st.booleans())
-    assert found(scheme, stored, ids, queries, k, directories=directories) == brute_force(
-        stored, ids, queries, k
-    )
+    assert found(scheme, stored, ids, queries, k) == brute_force(stored, ids, queries, k)
 
 
 def test_each_match_is_reported_once_even_when_every_table_finds_it() -> None:
