@@ -96,8 +96,7 @@ class ColumnIndex:
     """The tables of one multi-index scheme: one sub-database each."""
 
     def __init__(self, scheme: MultiIndex, databases: Sequence[Database]) -> None:
-        if len(databases) != scheme.tables:
-            raise ValueError(f"the scheme {scheme.label()} has {scheme.tables} tables, not {len(databases)}")
+        column_tables.check_tables(databases, scheme)
         self.scheme = scheme
         self.databases = tuple(databases)
 

@@ -44,7 +44,7 @@ def write_run(
 ) -> int:
     """Write a run of ``fingerprints`` (``ids[j]`` the id of ``fingerprints[j]``)
     under ``run_id`` in every table; returns its entry count."""
-    _check_tables(databases, scheme)
+    check_tables(databases, scheme)
     built = build_run(scheme, fingerprints, ids)
     id_dtype = np.dtype("<u4") if columns.id_width(built.ids) == 4 else np.dtype("<u8")
     for table, database in enumerate(databases):
@@ -78,7 +78,7 @@ def view_run(
             ``entries``; with ``verify``, also a CRC that fails or keys out of
             order (what ``check()`` asks).
     """
-    _check_tables(databases, scheme)
+    check_tables(databases, scheme)
     keys: list[U64Array] = []
     directories: list[Directory] = []
     ids: IdArray | None = None
@@ -168,7 +168,8 @@ def _get(txn: Txn, database: Database, run_id: int, kind: int, table: int) -> me
     return memoryview(value)
 
 
-def _check_tables(databases: Sequence[Database], scheme: MultiIndex) -> None:
+def check_tables(databases: Sequence[Database], scheme: MultiIndex) -> None:
+    """One sub-database per table of ``scheme``, or ``ValueError``."""
     if len(databases) != scheme.tables:
         raise ValueError(f"the scheme {scheme.label()} has {scheme.tables} tables, not {len(databases)}")
 

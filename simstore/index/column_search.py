@@ -25,7 +25,6 @@ Nothing here does I/O.
 from __future__ import annotations
 
 import math
-import weakref
 from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import Any
@@ -448,14 +447,9 @@ class Snapshot:
 
 def search(scheme: MultiIndex, run: ColumnRun, queries: U64Array, k: int) -> Matches:
     """Every document of one in-memory ``run`` within ``k`` bits of each of
-    ``queries`` (a snapshot of that run alone, made once per run and scheme)."""
-    snapshot = _snapshots.get(run)
-    if snapshot is None or snapshot.scheme != scheme:
-        snapshot = _snapshots[run] = Snapshot.of(scheme, [run])
-    return snapshot.search(queries, k)
-
-
-_snapshots: weakref.WeakKeyDictionary[ColumnRun, Snapshot] = weakref.WeakKeyDictionary()
+    ``queries``: a snapshot of that run alone, made for this call (searching
+    a run many times, make its :class:`Snapshot` once)."""
+    return Snapshot.of(scheme, [run]).search(queries, k)
 
 
 def _no_matches() -> Matches:
