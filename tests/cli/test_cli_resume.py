@@ -31,18 +31,22 @@ def _run(arguments: list[str], capsys: pytest.CaptureFixture[str]) -> dict[str, 
     return json.loads(capsys.readouterr().out)  # type: ignore[no-any-return]
 
 
-# The child dies by SIGKILL as its second commit begins: the first input is
-# committed (and logged), the second is not.
-DYING = """
+def dying(commit: int, chunk_docs: int | None = None) -> str:
+    """A child running the command line that dies by SIGKILL as its
+    ``commit``-th commit (``add_many``) begins, with the command line's
+    fingerprint chunks of ``chunk_docs`` documents if given."""
+    chunks = "" if chunk_docs is None else f"simstore.cli.documents.FINGERPRINT_CHUNK_DOCS = {chunk_docs}\n"
+    return f"""
 import os, signal, sys
+import simstore.cli.documents
 import simstore.store.facade
 
-real = simstore.store.facade.Store.add_many
+{chunks}real = simstore.store.facade.Store.add_many
 calls = []
 
 def dying(self, *args, **kwargs):
     calls.append(1)
-    if len(calls) == 2:
+    if len(calls) == {commit}:
         os.kill(os.getpid(), signal.SIGKILL)
     return real(self, *args, **kwargs)
 
@@ -50,6 +54,11 @@ simstore.store.facade.Store.add_many = dying
 from simstore.cli import main
 sys.exit(main(sys.argv[1:]))
 """
+
+
+# The child dies as its second commit begins: the first input is committed
+# (and logged), the second is not.
+DYING = dying(2)
 
 
 @pytest.mark.skipif(not hasattr(signal, "SIGKILL"), reason="needs SIGKILL")
@@ -131,25 +140,7 @@ def test_a_foreign_file_where_the_log_goes_is_refused(
 
 # As DYING, with small chunks: a directory's documents take several commits,
 # and the run dies as the third begins.
-DYING_IN_A_DIRECTORY = """
-import os, signal, sys
-import simstore.cli.common
-import simstore.store.facade
-
-simstore.cli.documents.FINGERPRINT_CHUNK_DOCS = 40
-real = simstore.store.facade.Store.add_many
-calls = []
-
-def dying(self, *args, **kwargs):
-    calls.append(1)
-    if len(calls) == 3:
-        os.kill(os.getpid(), signal.SIGKILL)
-    return real(self, *args, **kwargs)
-
-simstore.store.facade.Store.add_many = dying
-from simstore.cli import main
-sys.exit(main(sys.argv[1:]))
-"""
+DYING_IN_A_DIRECTORY = dying(3, chunk_docs=40)
 
 
 def _text_files(folder: Path) -> Path:
