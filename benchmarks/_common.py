@@ -454,3 +454,17 @@ def have(module: str) -> bool:
 def skip_peer(name: str, why: str) -> None:
     """Say on stderr that an optional peer is left out of this run, and why."""
     print(f"skipped: {name} ({why})", file=sys.stderr)
+
+
+def timed_passes(query_once: Any, items: list[Any], rounds: int) -> np.ndarray:
+    """Latency in µs of ``query_once(item)`` for every item, ``rounds`` times."""
+    clock = time.perf_counter_ns
+    latencies = np.empty(len(items) * rounds, dtype=np.int64)
+    position = 0
+    for _ in range(rounds):
+        for item in items:
+            started = clock()
+            query_once(item)
+            latencies[position] = clock() - started
+            position += 1
+    return latencies / 1000

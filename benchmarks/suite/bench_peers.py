@@ -100,6 +100,7 @@ from _common import (
     run_isolated,
     skip_peer,
     source_state,
+    timed_passes,
     versions,
     write_result_json,
 )
@@ -144,20 +145,6 @@ def make_queries(fps: np.ndarray, count: int, seed: int = QUERY_SEED, k: int = K
     queries = np.concatenate([picked, randoms])
     rng.shuffle(queries)
     return queries
-
-
-def timed_passes(query_once: Any, items: list[Any], rounds: int) -> np.ndarray:
-    """Latency in µs of ``query_once(item)`` for every item, ``rounds`` times."""
-    clock = time.perf_counter_ns
-    latencies = np.empty(len(items) * rounds, dtype=np.int64)
-    position = 0
-    for _ in range(rounds):
-        for item in items:
-            started = clock()
-            query_once(item)
-            latencies[position] = clock() - started
-            position += 1
-    return latencies / 1000
 
 
 # ------------------------------------------------------------------ simstore

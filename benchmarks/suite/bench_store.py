@@ -91,6 +91,7 @@ from _common import (
     run_isolated,
     source_state,
     summary,
+    timed_passes,
 )
 
 import simstore
@@ -200,15 +201,8 @@ def simstore_queries(path: str, queries: U64, rounds: int) -> dict[str, Any]:
     query_list = [int(query) for query in queries.tolist()]
     with simstore.open(path, "r") as store:
         results = [store_result(store.query(fingerprint=query)) for query in query_list]  # warm-up
-        latencies = np.empty(len(query_list) * rounds, dtype=np.int64)
-        position = 0
+        latency_us = timed_passes(lambda query: store.query(fingerprint=query), query_list, rounds)
         clock = time.perf_counter_ns
-        for _ in range(rounds):
-            for query in query_list:
-                started = clock()
-                store.query(fingerprint=query)
-                latencies[position] = clock() - started
-                position += 1
         batched: list[Result] = []
         for start in range(0, len(queries), BATCH):
             batched += [store_result(found) for found in store.query_many(queries[start : start + BATCH])]
@@ -220,7 +214,7 @@ def simstore_queries(path: str, queries: U64, rounds: int) -> dict[str, Any]:
                 store.query_many(chunk)
                 per_query_batch.append((clock() - started) / len(chunk) / 1000)
     return {
-        "latency us": latencies / 1000,
+        "latency us": latency_us,
         "batch us/query": per_query_batch,
         "results": results,
         "batched results": batched,
@@ -235,23 +229,15 @@ def brute_force(n: int, queries: U64, rounds: int) -> dict[str, Any]:
     fps = base_fingerprints(n)
     query_list = [int(query) for query in queries.tolist()]
     results = [brute_result(fps, query) for query in query_list]  # warm-up and oracle
-    clock = time.perf_counter_ns
-    latencies = np.empty(len(query_list) * rounds, dtype=np.int64)
-    position = 0
-    for _ in range(rounds):
-        for query in query_list:
-            started = clock()
-            brute_result(fps, query)
-            latencies[position] = clock() - started
-            position += 1
+    latency_us = timed_passes(lambda query: brute_result(fps, query), query_list, rounds)
     # A batch is the same scan per query: 2-D (queries x fingerprints) blocks measured
     # slower than one 1-D scan per query here, so per-query time is the round total.
     per_query_round = [
-        float(latencies[start : start + len(query_list)].sum()) / len(query_list) / 1000
-        for start in range(0, len(latencies), len(query_list))
+        float(latency_us[start : start + len(query_list)].sum()) / len(query_list)
+        for start in range(0, len(latency_us), len(query_list))
     ]
     return {
-        "latency us": latencies / 1000,
+        "latency us": latency_us,
         "round us/query": per_query_round,
         "results": results,
         "array bytes": fps.nbytes,
@@ -341,15 +327,8 @@ def raw_floor(path: str, n: int, queries: U64, repeats: int, rounds: int, online
         return found
 
     results = [sorted(probe(plan).items()) for plan in probes]  # warm-up
+    latency_us = timed_passes(probe, probes, rounds)
     clock = time.perf_counter_ns
-    latencies = np.empty(len(probes) * rounds, dtype=np.int64)
-    position = 0
-    for _ in range(rounds):
-        for plan in probes:
-            started = clock()
-            probe(plan)
-            latencies[position] = clock() - started
-            position += 1
 
     # Single-document inserts into the loaded floor: one write txn, 10 puts each.
     new_fps = online_fingerprints(online)
@@ -368,7 +347,7 @@ def raw_floor(path: str, n: int, queries: U64, repeats: int, rounds: int, online
         "pages per table": table_pages / len(dbs),
         "getsize": size,
         "bytes_on_disk": on_disk,
-        "latency us": latencies / 1000,
+        "latency us": latency_us,
         "results": results,
         "insert us": insert_ns / 1000,
     }
