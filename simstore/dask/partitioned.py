@@ -27,11 +27,11 @@ import pandas as pd
 
 from simstore.errors import InvalidValueError
 from simstore.fingerprinting.sketch import Sketch, estimate_jaccard, sketch_rows
+from simstore.index import prefix_shuffle
 from simstore.index.pairs import IntArray
 from simstore.index.permute import Table, U64Array, as_fingerprint_array
 from simstore.index.prefix_shuffle import (
     Edges,
-    bucket_edges,
     edge_forest,
     expand_left,
     expand_right,
@@ -180,19 +180,15 @@ def scatter_partition(
 
 
 def routed_edges(tables: Sequence[Table], k: int, buckets: int, *parts: Any) -> list[Edges]:
-    """One bucket's pairs of distinct fingerprints
-    (:func:`~simstore.index.prefix_shuffle.bucket_edges` of the entries of
-    its ``parts`` from :func:`scatter_partition`), cut by the bucket their
-    ``low`` fingerprint hashes to."""
-    low, high, distance = bucket_edges([part[0] for part in parts], tables, k)
-    routed = split_by(hash_buckets(low, buckets), buckets, low, high, distance)
-    return [(part[0], part[1], part[2]) for part in routed]
+    """One bucket's pairs of distinct fingerprints (its ``parts`` from
+    :func:`scatter_partition`), cut by the bucket their ``low`` fingerprint
+    hashes to (:func:`~simstore.index.prefix_shuffle.routed_edges`)."""
+    return prefix_shuffle.routed_edges([part[0] for part in parts], tables, k, buckets)
 
 
 def bucket_forest(tables: Sequence[Table], k: int, *parts: Any) -> Forest:
     """The component forest of one bucket's pairs of fingerprints."""
-    low, high, _ = bucket_edges([part[0] for part in parts], tables, k)
-    return edge_forest(low, high)
+    return prefix_shuffle.bucket_forest([part[0] for part in parts], tables, k)
 
 
 def first_documents(parts: Sequence[Sequence[np.ndarray]]) -> list[list[np.ndarray]]:

@@ -38,12 +38,14 @@ __all__ = [
     "Edges",
     "batch_tables",
     "bucket_edges",
+    "bucket_forest",
     "combine_forests",
     "edge_forest",
     "expand_left",
     "expand_right",
     "hash_buckets",
     "label_documents",
+    "routed_edges",
     "scatter_documents",
     "scatter_entries",
     "sorted_distinct",
@@ -188,6 +190,21 @@ def bucket_edges(parts: Sequence[U64Array], tables: Sequence[Table], k: int) -> 
     if not lows:
         return np.zeros(0, np.uint64), np.zeros(0, np.uint64), np.zeros(0, np.uint8)
     return np.concatenate(lows), np.concatenate(highs), np.concatenate(distances)
+
+
+def routed_edges(parts: Sequence[U64Array], tables: Sequence[Table], k: int, buckets: int) -> list[Edges]:
+    """One bucket's :func:`bucket_edges`, cut by the bucket their ``low``
+    fingerprint hashes to (where the documents holding it are joined)."""
+    low, high, distance = bucket_edges(parts, tables, k)
+    routed = split_by(hash_buckets(low, buckets), buckets, low, high, distance)
+    return [(part[0], part[1], part[2]) for part in routed]
+
+
+def bucket_forest(parts: Sequence[U64Array], tables: Sequence[Table], k: int) -> tuple[U64Array, U64Array]:
+    """The component forest (:func:`edge_forest`) of one bucket's pairs of
+    fingerprints."""
+    low, high, _ = bucket_edges(parts, tables, k)
+    return edge_forest(low, high)
 
 
 def unpermute_array(table: Table, permuted: U64Array) -> U64Array:

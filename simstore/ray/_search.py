@@ -15,13 +15,13 @@ from simstore.errors import InvalidTypeError, InvalidValueError
 from simstore.index.permute import Table, validate_k
 from simstore.index.prefix_shuffle import (
     batch_tables,
-    bucket_edges,
+    bucket_forest,
     combine_forests,
-    edge_forest,
     expand_left,
     expand_right,
     hash_buckets,
     label_documents,
+    routed_edges,
     scatter_documents,
     scatter_entries,
     split_by,
@@ -121,8 +121,7 @@ def _scatter_entries(searched: Any, tables: tuple[Any, ...], buckets: int) -> An
 
 @_remote
 def _bucket_forest(tables: tuple[Any, ...], k: int, *parts: Any) -> tuple[Any, Any]:
-    low, high, _ = bucket_edges(parts, tables, k)
-    return edge_forest(low, high)
+    return bucket_forest(parts, tables, k)
 
 
 @_remote
@@ -183,9 +182,7 @@ def _block_fingerprints(block: Any, column: str) -> Any:
 
 @_remote
 def _bucket_edges(tables: tuple[Any, ...], k: int, buckets: int, *parts: Any) -> Any:
-    low, high, distance = bucket_edges(parts, tables, k)
-    destination = hash_buckets(low, buckets)
-    return _returns([(a, b, d) for a, b, d in split_by(destination, buckets, low, high, distance)])
+    return _returns(routed_edges(parts, tables, k, buckets))
 
 
 @_remote

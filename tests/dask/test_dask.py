@@ -377,11 +377,12 @@ def test_no_task_receives_the_whole_corpus(monkeypatch: pytest.MonkeyPatch) -> N
     share of the fingerprints: a step that gathered the corpus in one task
     (as a fan-in to one bucket would) fails here."""
     import simstore.dask.partitioned as steps
+    from simstore.index import prefix_shuffle
 
     keys, fingerprints = repeated_corpus(9)
     ddf = frame(keys, fingerprints, np.ones(len(keys), dtype=np.int64), partitions=12)
     received: dict[str, list[int]] = {"entries": [], "documents": []}
-    bucket_edges, label_documents = steps.bucket_edges, steps.label_documents
+    bucket_edges, label_documents = prefix_shuffle.bucket_edges, steps.label_documents
 
     def counted_edges(parts: Any, tables: Any, k: int) -> Any:
         received["entries"].append(sum(len(part) - len(tables) for part in parts))
@@ -391,7 +392,9 @@ def test_no_task_receives_the_whole_corpus(monkeypatch: pytest.MonkeyPatch) -> N
         received["documents"].append(sum(len(part[0]) for part in parts))
         return label_documents(forest, parts)
 
-    monkeypatch.setattr(steps, "bucket_edges", counted_edges)
+    monkeypatch.setattr(
+        prefix_shuffle, "bucket_edges", counted_edges
+    )  # routed_edges and bucket_forest call it
     monkeypatch.setattr(steps, "label_documents", counted_labels)
     pairs = sd.near_duplicate_pairs(ddf, k=3)
     graph = dict(pairs.__dask_graph__())
