@@ -610,12 +610,23 @@ def test_an_interrupted_merge_does_not_wait_for_the_sort_queued(store: Store) ->
     assert main is not None
     assert threading.current_thread().ident == main
 
+    interrupted = threading.Event()
+
     def interrupt_when_sorting() -> None:
+        # Sent again until handled: a signal that lands just before the main
+        # thread blocks in its lock wait does not wake that wait (CPython runs
+        # the handler only once the wait returns, here after the sort).
         assert started.wait(PATIENCE)
-        signal.pthread_kill(main, signal.SIGUSR1)
+        deadline = time.monotonic() + PATIENCE
+        while not interrupted.is_set():
+            assert time.monotonic() < deadline
+            signal.pthread_kill(main, signal.SIGUSR1)
+            interrupted.wait(0.05)
 
     def handler(_signum: int, _frame: Any) -> None:
-        raise KeyboardInterrupt
+        if not interrupted.is_set():  # once: the repeats that crossed it are no-ops
+            interrupted.set()
+            raise KeyboardInterrupt
 
     previous = signal.signal(signal.SIGUSR1, handler)
     try:
@@ -727,9 +738,22 @@ def test_a_process_interrupted_waiting_for_the_lead_takes_its_writes_back(
 
 
 _POSTER = r"""
-import json, sys
+import json, os, sys, time
 import simstore
-path, key = sys.argv[1], sys.argv[2]
+from simstore.commit import mailbox
+path, key, go = sys.argv[1], sys.argv[2], sys.argv[3]
+real_wait_lead = mailbox.Mailbox.wait_lead
+
+def wait_lead(box):
+    # Not a contender for the lead until the test says so: the lead then
+    # goes to the test's process, the one the test interrupts.
+    deadline = time.monotonic() + 60
+    while not os.path.exists(go):
+        assert time.monotonic() < deadline
+        time.sleep(0.002)
+    real_wait_lead(box)
+
+mailbox.Mailbox.wait_lead = wait_lead
 with simstore.open(path, "w", sync=True) as store:
     print("open", flush=True)
     try:
@@ -749,8 +773,9 @@ def test_another_processs_write_taken_by_an_interrupted_leader_is_settled_by_the
     committed once (by the next leader, if this commit did not happen)."""
     store, other = shared_store
     assert other.try_lead()
+    go = f"{store_path}.go"
     poster = subprocess.Popen(
-        [sys.executable, "-c", _POSTER, store_path, "k"], stdout=subprocess.PIPE, text=True
+        [sys.executable, "-c", _POSTER, store_path, "k", go], stdout=subprocess.PIPE, text=True
     )
     assert poster.stdout is not None
     assert poster.stdout.readline() == "open\n"
@@ -759,7 +784,7 @@ def test_another_processs_write_taken_by_an_interrupted_leader_is_settled_by_the
         assert time.monotonic() < deadline
         time.sleep(0.002)
     other.release_lead()
-    other.close()  # this process's store leads next, alone with the poster
+    other.close()  # this process's store leads next (the poster waits for `go`)
 
     real_write = _lmdb.Environment._write
     first = once(lambda: True)
@@ -780,6 +805,8 @@ def test_another_processs_write_taken_by_an_interrupted_leader_is_settled_by_the
     with pytest.raises(KeyboardInterrupt):
         store.add("a", fingerprint=1)
     assert store._engine.commit.others_committed == 0  # it never answered
+    with open(go, "w"):
+        pass
     out, _ = poster.communicate(timeout=PATIENCE)
     assert poster.returncode == 0
     assert json.loads(out.splitlines()[-1]) == {"result": 7}
