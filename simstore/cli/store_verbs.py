@@ -49,7 +49,7 @@ from simstore.io.inputs import STDIN, STDIN_NAME, InputError
 from simstore.io.readers import ON_ERROR, read_documents
 from simstore.io.streams import text_lines
 from simstore.keys import Key
-from simstore.layout.choose import DEFAULT_K
+from simstore.layout.choose import DEFAULT_K, MULTI_INDEX
 from simstore.layout.planner import format_plan, plan
 from simstore.store.dedup import LENGTH_FIELD
 from simstore.store.facade import Store
@@ -339,12 +339,19 @@ def configure_relayout(parser: argparse.ArgumentParser) -> None:
     choice = parser.add_mutually_exclusive_group(required=True)
     choice.add_argument("--docs", type=document_count, help="let the planner choose for this many documents")
     choice.add_argument("--blocks", type=non_negative, help="Manku's one-level layout with this many blocks")
+    choice.add_argument(
+        "--multi-index",
+        action="store_true",
+        help="a multi-index scheme: a few tables searched with many probes (format 3)",
+    )
     parser.add_argument("-k", "--k", type=non_negative, default=None, help="a new k (default: the store's)")
 
 
 def run_relayout(args: argparse.Namespace) -> int:
     with open_existing(args.store, "w") as store:
-        if args.docs is not None:
+        if args.multi_index:
+            store.relayout(MULTI_INDEX, k=args.k)
+        elif args.docs is not None:
             store.relayout(k=args.k, expected_docs=args.docs)
         else:
             store.relayout(k=args.k, blocks=args.blocks)

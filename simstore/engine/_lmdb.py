@@ -18,7 +18,7 @@ import time
 from collections.abc import Callable, Iterator, Sequence
 from contextlib import AbstractContextManager
 from dataclasses import dataclass
-from typing import TYPE_CHECKING, Any, Protocol, TypeGuard, TypeVar
+from typing import TYPE_CHECKING, Any, Protocol, TypeGuard, TypeVar, cast
 
 import lmdb
 import numpy as np
@@ -39,7 +39,8 @@ from simstore.index.permute import MAX_TABLES
 
 if TYPE_CHECKING:
     # py-lmdb's stubs make transactions generic in what they return; simstore
-    # never asks for buffers, so every value is bytes.
+    # asks for buffers only where column runs are viewed in place
+    # (Environment.begin_buffers), whose readers take any buffer.
     Txn = lmdb.Transaction[bytes]
     Database = lmdb._Database
     Cursor = lmdb.Cursor[bytes]
@@ -268,6 +269,9 @@ class Environment:
         # leaves the child unable to close its inherited environment.
         self.committed_txn = 0
         self.map_changes = 0  # map size changes, each the end of every open transaction
+        # Called before this process changes the map's size: lets go of what
+        # views the map in place (a format-3 store's pinned snapshot).
+        self.before_map_change: Callable[[], None] | None = None
         self.readonly = readonly
         self.max_map_size = max_map_size
         if self.lock:
@@ -678,6 +682,20 @@ class Environment:
         """A read-only transaction on the latest committed snapshot; the caller aborts it."""
         return self._begin(write=False)
 
+    def begin_buffers(self, *, adopt_growth: bool = True) -> Txn:
+        """As :meth:`begin_read`, its values memoryviews into the map (valid
+        until it ends): for arrays viewed in place. Without ``adopt_growth``,
+        a map another process grew raises ``MapMovedError`` instead of being
+        adopted (which would end every transaction this process has open)."""
+        if adopt_growth:
+            return self._begin(write=False, buffers=True)
+        try:
+            return cast(Txn, self.env.begin(write=False, buffers=True))
+        except lmdb.MapResizedError as exc:
+            raise MapMovedError from exc
+        except lmdb.Error as exc:
+            raise translate(exc, self.path) from exc
+
     def begin_pin(self) -> Txn:
         """As :meth:`begin_read`, but never adopting a map another process
         grew (``MapMovedError``): for the checkpoints' thread, which must not
@@ -873,6 +891,8 @@ class Environment:
         # Every transaction of this process dies with the old map: counted,
         # so that a long-lived read (a pairs iterator) knows to begin anew.
         self.map_changes += 1
+        if self.before_map_change is not None:
+            self.before_map_change()
         if self.log_writer is None:
             self.env.set_mapsize(size)
             return
@@ -896,9 +916,11 @@ class Environment:
                 self._adopt_grown_map()
         raise CorruptStoreError(f"{self.path}: the map kept changing size while opening the store")
 
-    def _begin(self, *, write: bool) -> Txn:
+    def _begin(self, *, write: bool, buffers: bool = False) -> Txn:
         for _attempt in range(3):
             try:
+                if buffers:
+                    return cast(Txn, self.env.begin(write=write, buffers=True))
                 return self.env.begin(write=write)
             except lmdb.MapResizedError:
                 self._adopt_grown_map()  # another process grew the map; then retry

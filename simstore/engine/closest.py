@@ -212,7 +212,7 @@ def query(
     limit: int,
 ) -> list[Match]:
     """``Store.query`` limited to its closest ``limit`` matches, arguments checked."""
-    with engine.read() as txn:
+    with engine.read(query=True) as txn:
         records: dict[int, bytes] = {}
         matches = closest_in(engine, txn, fingerprint, sketch, k, with_meta, threshold, limit, records)
         if engine.tableset.bitmaps_unread:
@@ -300,7 +300,7 @@ def _query_distinct(
     threshold: float | None,
     limit: int,
 ) -> list[list[Match]]:
-    with engine.read() as txn:
+    with engine.read(query=True) as txn:
         tableset = engine.tableset
         tableset.read_bitmaps(txn, 1 << 30 if len(queries) >= BATCH_READS_BITMAPS else 1)
         columns = permute_columns(engine.tables, queries)

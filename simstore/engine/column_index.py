@@ -17,7 +17,7 @@ from __future__ import annotations
 
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
-from typing import Any
+from typing import Any, NamedTuple
 
 import msgpack
 import numpy as np
@@ -39,12 +39,22 @@ CATALOG_VERSION = 1
 Live = Callable[[IdArray, U64Array], npt.NDArray[np.bool_]]
 
 
+class RunEntry(NamedTuple):
+    """One run of the catalog: its id and its number of entries."""
+
+    run_id: int
+    entries: int
+
+
 @dataclass(frozen=True)
 class ColumnCatalog:
-    """The runs, oldest first, as ``(run id, entries)``; the next run's id."""
+    """The runs, oldest first; the next run's id; and the join planned in this
+    transaction, as ``(first, end)`` run indexes (never stored: a join is
+    one step)."""
 
-    runs: tuple[tuple[int, int], ...] = ()
+    runs: tuple[RunEntry, ...] = ()
     next_run_id: int = 1
+    compaction: tuple[int, int] | None = None
 
     @property
     def entries(self) -> int:
@@ -76,7 +86,7 @@ class ColumnCatalog:
             or not isinstance(runs, list)
         ):
             raise CorruptStoreError("the format-3 run catalog is damaged")
-        parsed: list[tuple[int, int]] = []
+        parsed: list[RunEntry] = []
         for run in runs:
             if not (
                 isinstance(run, list)
@@ -86,7 +96,7 @@ class ColumnCatalog:
                 and run[1] >= 0
             ):
                 raise CorruptStoreError(f"a run in the format-3 catalog is damaged: {run!r}")
-            parsed.append((run[0], run[1]))
+            parsed.append(RunEntry(run[0], run[1]))
         if len({run_id for run_id, _ in parsed}) != len(parsed):
             raise CorruptStoreError("the format-3 run catalog names a run twice")
         return cls(tuple(parsed), next_run_id)
@@ -108,7 +118,7 @@ class ColumnIndex:
             return catalog
         run_id = _next_id(catalog)
         entries = column_tables.write_run(txn, self.databases, self.scheme, run_id, fingerprints, ids)
-        return ColumnCatalog((*catalog.runs, (run_id, entries)), run_id + 1)
+        return ColumnCatalog((*catalog.runs, RunEntry(run_id, entries)), run_id + 1)
 
     def plan(self, catalog: ColumnCatalog) -> tuple[int, int] | None:
         """The adjacent runs to join next, as ``(first, end)`` indexes, or ``None``."""
@@ -139,7 +149,7 @@ class ColumnIndex:
         if len(fingerprints):
             run_id = _next_id(catalog)
             entries = column_tables.write_run(txn, self.databases, self.scheme, run_id, fingerprints, ids)
-            runs.append((run_id, entries))
+            runs.append(RunEntry(run_id, entries))
             next_run_id = run_id + 1
         return ColumnCatalog((*runs, *catalog.runs[end:]), next_run_id)
 

@@ -31,11 +31,9 @@ from typing import Protocol, TypeVar
 import numpy as np
 
 from simstore.engine import _lmdb
-from simstore.engine.catalog import Catalog
 from simstore.engine.delta import Change, Delta, encode_seq
 from simstore.engine.format import CATALOG_KEY, META_KEY, STATE_KEY, State, StoredParams, decode_meta
-from simstore.engine.runs import filter_bits_for
-from simstore.engine.tableset import TableSet
+from simstore.engine.stored_tables import tableset_for
 from simstore.engine.wal import WRITE_AHEAD_LOG
 from simstore.errors import CorruptStoreError, ReadOnlyError, StoreClosedError
 from simstore.fingerprinting.fingerprinter import Fingerprinter
@@ -138,6 +136,7 @@ def _before_fork() -> None:
     for engine in sorted(_open_engines, key=id):
         engine.lock.acquire()
         _held_over_fork.append(engine.lock)
+        engine.tableset.release()  # a child closing its inherited environment would end it
         logger = engine.env.log_writer
         if logger is not None:
             # No commit or checkpoint in flight either, and no pin: a child
@@ -171,7 +170,7 @@ os.register_at_fork(
 
 def _table_count_and_generation(raw_meta: bytes) -> tuple[int, int]:
     params = decode_meta(raw_meta)
-    return len(params.tables), params.generation
+    return params.stored_tables, params.generation
 
 
 class Engine:
@@ -235,11 +234,20 @@ class Engine:
         # to; a read of the same snapshot skips the sync.
         self.synced_snapshot = -1
         # The tables' runs and bitmaps, for the catalog version in catalog_version.
-        self.tableset = TableSet(self.tables, handles.tables, filter_bits_for(params.k))
+        self.tableset = tableset_for(
+            params, handles.tables, handles.meta, handles.docs, self._environment, self._lock
+        )
+        self.env.before_map_change = self.tableset.release
         self.catalog_version = -1
         self.meta_raw = bytes(raw_meta)
         # Compaction work this process owes for the documents it wrote (entries).
         self.compaction_credit = 0
+
+    def _environment(self) -> _lmdb.Environment:
+        return self.env
+
+    def _lock(self) -> threading.RLock:
+        return self.lock
 
     def reload_layout(self) -> None:
         """Another process re-laid the store out: reopen the file and adopt
@@ -252,6 +260,7 @@ class Engine:
         failure here is retried by the next call instead of leaving a closed file.
         """
         self.needs_reload = True
+        self.tableset.release()
         # A group commit's leader flushes outside the store's lock, through
         # the environment it read before this reload: its descriptor stays
         # open until the store closes (closing it now could make that flush
@@ -314,6 +323,7 @@ class Engine:
         """Close the file (the caller holds the lock and has merged what it wants)."""
         self.closed = True
         if self.owns_file():
+            self.tableset.release()
             try:
                 self.commit.flush_pending(self)  # sync="interval": what the last interval committed
             finally:
@@ -346,7 +356,7 @@ class Engine:
         delta.adopt(state)
         if state.catalog_version != self.catalog_version:
             raw_catalog = txn.get(CATALOG_KEY, db=self.handles.meta)
-            self.tableset.adopt(Catalog.decode(raw_catalog, len(self.tables)))
+            self.tableset.adopt(self.tableset.decode_catalog(raw_catalog))
             self.catalog_version = state.catalog_version
         return state
 
@@ -358,9 +368,11 @@ class Engine:
         delta.state_bytes = b""
         self.synced_snapshot = -1
 
-    def read(self) -> Reading:
-        """A read transaction with the delta in step with its snapshot."""
-        return Reading(self)
+    def read(self, *, query: bool = False) -> Reading:
+        """A read transaction with the delta in step with its snapshot; for
+        a ``query``, with the tables' pinned snapshot in step with it too
+        (a format-3 store's, :mod:`simstore.engine.column_tableset`)."""
+        return Reading(self, query)
 
     def write(
         self,
@@ -433,10 +445,11 @@ class Reading:
     on the single-query hot path, where a generator costs microseconds.
     """
 
-    __slots__ = ("engine", "held_already", "txn")
+    __slots__ = ("engine", "held_already", "query", "txn")
 
-    def __init__(self, engine: Engine) -> None:
+    def __init__(self, engine: Engine, query: bool = False) -> None:
         self.engine = engine
+        self.query = query
 
     def __enter__(self) -> _lmdb.Txn:
         engine = self.engine
@@ -452,14 +465,20 @@ class Reading:
             self.held_already = held_already
             engine.check_usable()
             for attempt in range(1, LAYOUT_RETRIES + 1):
+                if self.query:
+                    engine.tableset.prepare()
                 self.txn = txn = engine.env.begin_read()
                 snapshot = txn.id()
-                if snapshot == engine.synced_snapshot:
-                    break  # no commit since the last read: nothing to sync
                 try:
-                    engine.sync_delta(txn)
-                    engine.synced_snapshot = snapshot
-                    break
+                    if snapshot != engine.synced_snapshot:  # (else no commit since the last read)
+                        engine.sync_delta(txn)
+                        engine.synced_snapshot = snapshot
+                    if not self.query or attempt == LAYOUT_RETRIES or engine.tableset.serves(txn):
+                        break
+                    # The catalog changed between the pin and this snapshot:
+                    # pinned again (the last attempt views the new runs from txn).
+                    self.txn.abort()
+                    engine.tableset.release()
                 except LayoutChangedError:
                     self.txn.abort()
                     if attempt == LAYOUT_RETRIES:

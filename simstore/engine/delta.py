@@ -32,7 +32,7 @@ from __future__ import annotations
 import struct
 from collections.abc import Iterable, Sequence
 from dataclasses import dataclass
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
 import numpy as np
 import numpy.typing as npt
@@ -40,9 +40,6 @@ import numpy.typing as npt
 from simstore.engine.format import State
 from simstore.errors import CorruptStoreError
 from simstore.index.permute import Table, U64Array
-
-if TYPE_CHECKING:
-    from simstore.engine.catalog import Catalog
 
 ADD_OP = b"a"
 REMOVE_OP = b"r"
@@ -81,7 +78,8 @@ class Change:
     puts: list[tuple[int, int]]
     removed: list[int]
     merged: bool = False
-    catalog: Catalog | None = None
+    #: (format 2's Catalog or format 3's ColumnCatalog: what encode() stores)
+    catalog: Any = None
 
 
 def encode_seq(seq: int) -> bytes:

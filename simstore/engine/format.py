@@ -9,8 +9,13 @@ counters live beside it under ``STATE_KEY`` as four big-endian uint64s, and
 the run catalog (see :mod:`simstore.engine.catalog`) under ``CATALOG_KEY``.
 
 Format 2 packs each table's entries in buckets (:mod:`simstore.engine.runs`);
+format 3 is a store laid out by a multi-index scheme (``layout="multi-index"``:
+a few tables of sorted columns searched with many probes,
+:mod:`simstore.engine.column_tableset`), its scheme in the layout description;
 format 1 (simstore 0.1) kept an LMDB node per entry. This simstore reads no
-format-1 table: such a file is refused with the way to convert it.
+format-1 table: such a file is refused with the way to convert it. A store is
+written as format 3 only when its layout needs it, so that a simstore that
+reads format 2 alone refuses it rather than misreading its tables.
 
 Nothing here does I/O.
 """
@@ -27,13 +32,20 @@ import msgpack
 from simstore.errors import (
     CorruptStoreError,
     FormatVersionError,
+    InvalidValueError,
     NotAStoreError,
     ParameterMismatchError,
 )
+from simstore.index.multi_index import MultiIndex
 from simstore.index.permute import MAX_TABLES, Table, validate_k
 
 FORMAT_NAME = "simstore"
+#: Format 2: Manku's permutation tables (the default layout).
 FORMAT_VERSION = 2
+#: Format 3: the tables of a multi-index scheme (the layout kind below).
+MULTI_INDEX_FORMAT_VERSION = 3
+#: The layout description's ``kind`` of a format-3 store.
+MULTI_INDEX_KIND = "multi-index"
 #: The format simstore 0.1 wrote, which ``simstore migrate`` converts.
 LEGACY_FORMAT_VERSION = 1
 
@@ -71,6 +83,47 @@ class StoredParams:
     #: call passes its own (``None``: none; stores before issue 20 have none).
     min_similarity: float | None = None
 
+    @property
+    def scheme(self) -> MultiIndex | None:
+        """The multi-index scheme of a format-3 store's stored tables
+        (``None``: Manku's tables, ``tables``, are stored). In a format-3
+        store ``tables`` is a Manku layout exact for ``k`` that only the
+        in-memory delta and the pair searches use."""
+        return scheme_of(self.layout)
+
+    @property
+    def version(self) -> int:
+        """The format version this store's tables need."""
+        return FORMAT_VERSION if self.scheme is None else MULTI_INDEX_FORMAT_VERSION
+
+    @property
+    def stored_tables(self) -> int:
+        """The number of table sub-databases in the file."""
+        scheme = self.scheme
+        return len(self.tables) if scheme is None else scheme.tables
+
+
+def scheme_of(layout: Mapping[str, Any] | None) -> MultiIndex | None:
+    """The multi-index scheme a layout description names, if it names one.
+
+    Raises:
+        ValueError: it names one, badly.
+    """
+    if layout is None or layout.get("kind") != MULTI_INDEX_KIND:
+        return None
+    widths, radii = layout.get("widths"), layout.get("radii")
+    if not (isinstance(widths, list | tuple) and isinstance(radii, list | tuple)):
+        raise ValueError("the multi-index layout lacks its widths or radii")
+    try:
+        return MultiIndex(tuple(widths), tuple(radii))
+    except (InvalidValueError, TypeError) as exc:
+        raise ValueError(f"the multi-index layout is invalid: {exc}") from exc
+
+
+def multi_index_layout(scheme: MultiIndex) -> dict[str, Any]:
+    """The layout description of a format-3 store laid out by ``scheme``."""
+    return {"kind": MULTI_INDEX_KIND, "widths": list(scheme.widths), "radii": list(scheme.radii)}
+
 
 _STATE_STRUCT = struct.Struct(">QQQQ")
 
@@ -107,7 +160,7 @@ def encode_meta(params: StoredParams, *, version: str) -> bytes:
     """Serialise ``params`` as the meta record."""
     record = {
         "format": FORMAT_NAME,
-        "version": FORMAT_VERSION,
+        "version": params.version,
         "created_by": f"simstore {version}",
         "k": params.k,
         "blocks": params.blocks,
@@ -149,12 +202,12 @@ def decode_meta(raw: bytes, *, accept: int = FORMAT_VERSION) -> StoredParams:
     version = record.get("version")
     if not isinstance(version, int) or version < 1:
         raise CorruptStoreError(f"the meta record has an invalid format version {version!r}")
-    if version > FORMAT_VERSION:
+    if version > MULTI_INDEX_FORMAT_VERSION:
         raise FormatVersionError(
             f"the store has format version {version}, but this simstore reads only "
-            f"versions up to {FORMAT_VERSION}; upgrade simstore to open it"
+            f"versions up to {MULTI_INDEX_FORMAT_VERSION}; upgrade simstore to open it"
         )
-    if version == FORMAT_VERSION and accept != FORMAT_VERSION:
+    if version >= FORMAT_VERSION and accept != FORMAT_VERSION:
         raise FormatVersionError(f"the store has format version {version} already; it needs no migration")
     if version < FORMAT_VERSION and version != accept:
         raise FormatVersionError(
@@ -188,6 +241,11 @@ def decode_meta(raw: bytes, *, accept: int = FORMAT_VERSION) -> StoredParams:
             not isinstance(min_similarity, float) or not 0.0 <= min_similarity <= 1.0
         ):
             raise ValueError(f"the similarity threshold is {min_similarity!r}")
+        scheme = scheme_of(layout)
+        if (scheme is not None) != (version == MULTI_INDEX_FORMAT_VERSION):
+            raise ValueError(f"format version {version} with a layout of kind {(layout or {}).get('kind')!r}")
+        if scheme is not None and scheme.k < k:
+            raise ValueError(f"the multi-index scheme {scheme.label()} does not answer k={k}")
     except (KeyError, TypeError, ValueError) as exc:
         raise CorruptStoreError(f"the meta record is damaged: {exc}") from exc
     return StoredParams(

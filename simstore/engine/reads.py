@@ -39,7 +39,7 @@ def query(
     engine: Engine, fingerprint: int, sketch: bytes | None, k: int, with_meta: bool, threshold: float | None
 ) -> list[Match]:
     """``Store.query`` of a fingerprint and its sketch, arguments checked."""
-    with engine.read() as txn:
+    with engine.read(query=True) as txn:
         # Permute inside the read: it may have adopted another process's new layout.
         permuted = engine.permute_all(fingerprint)
         records: dict[int, bytes] = {}
@@ -60,7 +60,7 @@ def query_many(
 ) -> list[list[Match]]:
     """``Store.query_many`` of fingerprints and their sketches, arguments checked."""
     results: list[list[Match]] = []
-    with engine.read() as txn:
+    with engine.read(query=True) as txn:
         # A batch may as well read every bitmap first.
         engine.tableset.read_bitmaps(txn, 1 << 30 if len(queries) >= BATCH_READS_BITMAPS else 1)
         columns = permute_columns(engine.tables, queries)

@@ -94,6 +94,19 @@ class TableSet:
 
     # ------------------------------------------------------------------ views
 
+    def decode_catalog(self, raw: bytes | None) -> Catalog:
+        return Catalog.decode(raw, len(self.tables))
+
+    def release(self) -> None:
+        """Nothing to let go of: format 2 keeps no view of the map between calls."""
+
+    def prepare(self) -> None:
+        """Nothing to prepare for a query (format 3 pins a snapshot here)."""
+
+    def serves(self, txn: Txn) -> bool:
+        """Always: format 2 reads its tables in the query's own transaction."""
+        return True
+
     def adopt(self, catalog: Catalog) -> None:
         """Answer queries from ``catalog``'s runs from now on."""
         self.catalog = catalog

@@ -7,11 +7,13 @@ Nothing here does I/O.
 from __future__ import annotations
 
 from collections.abc import Mapping
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from typing import Any
 
+from simstore.engine.format import multi_index_layout
 from simstore.errors import InvalidTypeError, InvalidValueError, SimstoreError
 from simstore.fingerprinting.fingerprinter import Fingerprinter
+from simstore.index import multi_index
 from simstore.index.cover import covers
 from simstore.index.permute import Table, default_blocks, one_level_tables
 from simstore.layout.planner import best_layout, from_spec, k_for_similarity
@@ -69,10 +71,35 @@ def layout_tables(layout: Any, k: int | None) -> tuple[int, tuple[Table, ...], d
     return layout_k, tables, dict(spec) if spec is not None else None
 
 
+#: ``layout=`` of a store whose tables are a multi-index scheme (format 3):
+#: a few tables searched with many probes (:mod:`simstore.index.multi_index`).
+MULTI_INDEX = "multi-index"
+#: The corpus size a multi-index scheme is chosen for when none is expected.
+MULTI_INDEX_DOCS = 10_000_000
+
+
+def is_multi_index(layout: Any) -> bool:
+    return isinstance(layout, str) and layout == MULTI_INDEX
+
+
 def choose_layout(requested: LayoutRequest) -> tuple[int, tuple[Table, ...], dict[str, Any], int | None]:
-    """``(k, tables, layout description, blocks)`` for a new set of tables."""
+    """``(k, tables, layout description, blocks)`` for a new set of tables.
+
+    With ``layout="multi-index"`` the description names the multi-index
+    scheme :func:`simstore.index.multi_index.choose` picks for ``k`` at the
+    expected size, and ``tables`` is the Manku layout the in-memory delta
+    and the pair searches use (what the same request without the layout
+    would store)."""
     if requested.layout is not None and requested.blocks is not None:
         raise InvalidValueError("pass either blocks= or layout=, not both")
+    if is_multi_index(requested.layout):
+        chosen_k, tables, _spec, _blocks = choose_layout(replace(requested, layout=None))
+        docs = MULTI_INDEX_DOCS if requested.expected_docs is None else requested.expected_docs
+        return chosen_k, tables, multi_index_layout(multi_index.choose(chosen_k, docs)), None
+    if isinstance(requested.layout, str):
+        raise InvalidValueError(
+            f"layout must be a Layout, tables or {MULTI_INDEX!r}; got {requested.layout!r}"
+        )
     if requested.layout is not None:
         chosen_k, tables, spec = layout_tables(requested.layout, requested.k)
         layout_spec = spec if spec is not None else {"kind": "custom"}
@@ -92,6 +119,8 @@ def choose_layout(requested: LayoutRequest) -> tuple[int, tuple[Table, ...], dic
 def layout_name(k: int, spec: Mapping[str, Any] | None) -> str:
     """A readable name of the stored layout, e.g. ``1-level 5 blocks``."""
     spec = spec or {}
+    if spec.get("kind") == MULTI_INDEX:
+        return f"multi-index {spec.get('widths')} r{spec.get('radii')}"
     if spec.get("kind") in ("one-level", "two-level"):
         try:
             return from_spec(k, spec).name

@@ -15,10 +15,12 @@ import msgpack
 import numpy as np
 import numpy.typing as npt
 
-from simstore.engine import _lmdb, occupancy, runs
+from simstore.engine import _lmdb, columns, occupancy, runs
 from simstore.engine.catalog import Catalog, Run
+from simstore.engine.column_tables import view_run
+from simstore.engine.column_tableset import ColumnTableSet
 from simstore.engine.delta import Delta
-from simstore.engine.format import CATALOG_KEY, FORMAT_VERSION, STATE_KEY, State
+from simstore.engine.format import CATALOG_KEY, STATE_KEY, State
 from simstore.engine.reads import all_documents
 from simstore.engine.records import decode_id, decode_record, lookup_key
 from simstore.engine.settings import store_sketch
@@ -42,8 +44,11 @@ def store_stats(engine: Engine, skew: bool) -> Stats:
         sketches = engine.handles.sketches
         sketched_docs = 0 if sketches is None else int(txn.stat(sketches)["entries"])
         delta_docs = len(engine.delta)
-        # Every document outside the delta has one entry in every table.
+        # Every document outside the delta has one entry in every table
+        # (format 3: and documents taken out have theirs until a join).
         table_entries = (docs - delta_docs,) * len(engine.tables)
+        if params_scheme := engine.params.scheme:
+            table_entries = (sum(run.entries for run in engine.tableset.catalog.runs),) * params_scheme.tables
         fingerprints = all_documents(engine, txn)[1] if skew else None
         catalog = engine.tableset.catalog
         bytes_live = engine.env.live_bytes(txn, engine.handles)
@@ -61,7 +66,7 @@ def store_stats(engine: Engine, skew: bool) -> Stats:
         path=engine.path,
         docs=docs,
         delta_docs=delta_docs,
-        tables=len(engine.tables),
+        tables=params.stored_tables,
         k=params.k,
         blocks=params.blocks,
         prefix_bits=tuple(table.prefix_bits for table in engine.tables),
@@ -70,7 +75,7 @@ def store_stats(engine: Engine, skew: bool) -> Stats:
         bytes_on_disk=file_bytes(engine.path),
         bytes_used=engine.env.used_bytes(),
         map_size=engine.env.map_size(),
-        format_version=FORMAT_VERSION,
+        format_version=params.version,
         readonly=engine.readonly,
         layout_name=layout_name(params.k, params.layout),
         skew=table_skew_list,
@@ -122,14 +127,20 @@ def check_store(engine: Engine) -> list[str]:
         for doc_id, fingerprint in replayed_delta.items():
             if _fingerprint_of(documents, doc_id) != fingerprint:
                 problems.append(f"delta document {doc_id} does not match its record")
+        tableset = engine.tableset
+        if isinstance(tableset, ColumnTableSet):
+            tabled = _Tabled(_without(documents, replayed_delta.keys()))
+            _check_columns(txn, tableset, txn.get(CATALOG_KEY, db=handles.meta), tabled, state, problems)
+            return problems
         try:
             catalog = Catalog.decode(txn.get(CATALOG_KEY, db=handles.meta), len(engine.tables))
         except CorruptStoreError as exc:
             return [*problems, f"run catalog: {exc}"]
         tabled = _Tabled(_without(documents, replayed_delta.keys()))
         del documents
+        assert isinstance(tableset, TableSet)
         for index, table in enumerate(engine.tables):
-            _check_table(txn, engine.tableset, catalog, index, table, tabled, problems)
+            _check_table(txn, tableset, catalog, index, table, tabled, problems)
     return problems
 
 
@@ -332,6 +343,56 @@ def _check_table(
     if missing:
         problems.append(f"table {index} lacks {missing} documents")
     _check_leftovers(txn, tableset.databases[index], index, answering, known_runs, problems)
+
+
+def _check_columns(
+    txn: _lmdb.Txn,
+    tableset: ColumnTableSet,
+    raw_catalog: bytes | None,
+    tabled: _Tabled,
+    state: State,
+    problems: list[str],
+) -> None:
+    """A format-3 store's tables: every run's values sound (checksums, order,
+    directories, every table holding the same fingerprints), every document
+    outside the delta with an entry of its recorded fingerprint, no entry of
+    an id never given, and no value of a run the catalog lacks. (Entries of
+    documents taken out or given a new fingerprint since are allowed: they
+    wait for a join.)"""
+    try:
+        catalog = tableset.decode_catalog(raw_catalog)
+    except CorruptStoreError as exc:
+        problems.append(f"run catalog: {exc}")
+        return
+    covered: list[U64Array] = []
+    for run in catalog.runs:
+        try:
+            viewed = view_run(txn, tableset.databases, tableset.scheme, run.run_id, run.entries, verify=True)
+        except CorruptStoreError as exc:
+            problems.append(str(exc))
+            continue
+        ids = viewed.ids.astype(np.uint64)
+        fingerprints = viewed.fingerprints.astype(np.uint64)
+        if len(ids) and int(ids.max()) >= state.next_id:
+            problems.append(f"run {run.run_id} holds an entry of an id never given")
+        at = tabled.positions(ids)
+        live = at >= 0
+        live[live] = tabled.fingerprints[at[live]] == fingerprints[live]
+        covered.append(ids[live])
+    held = _sorted_unique(np.sort(np.concatenate(covered))) if covered else np.zeros(0, dtype=np.uint64)
+    missing = len(tabled.ids) - len(held)
+    if missing:
+        problems.append(f"the tables lack {missing} documents")
+    named = {run.run_id for run in catalog.runs}
+    for index, database in enumerate(tableset.databases):
+        for key in txn.cursor(database).iternext(keys=True, values=False):
+            try:
+                run_id, _kind = columns.parse_key(bytes(key))
+            except CorruptStoreError:
+                problems.append(f"table {index} holds a key {bytes(key).hex()} of no run value")
+                continue
+            if run_id not in named:
+                problems.append(f"table {index} holds a value of run {run_id}, which the catalog lacks")
 
 
 def _sorted_unique(values: npt.NDArray[Any]) -> npt.NDArray[Any]:

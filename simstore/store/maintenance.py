@@ -11,15 +11,16 @@ from collections.abc import Sequence
 from typing import TYPE_CHECKING, Any
 
 from simstore.engine import _lmdb
-from simstore.engine.catalog import Catalog, plan_compaction
+from simstore.engine.catalog import plan_compaction
 from simstore.engine.delta import Change
 from simstore.engine.format import CATALOG_KEY, META_KEY, State, StoredParams, encode_meta
 from simstore.engine.reads import all_documents, document_count
 from simstore.engine.runs import filter_bits_for
-from simstore.engine.tableset import TableSet, run_bytes
+from simstore.engine.stored_tables import tableset_for
+from simstore.engine.tableset import run_bytes
 from simstore.errors import InvalidTypeError, InvalidValueError, StoreFullError, StoreNotFoundError
 from simstore.index.permute import Table, validate_k
-from simstore.layout.choose import LayoutRequest, choose_layout
+from simstore.layout.choose import LayoutRequest, choose_layout, is_multi_index
 from simstore.options import COMPACTION_CREDIT, DEFAULT_MERGE_THRESHOLD
 from simstore.results import MaintenanceWarning, StoreFullWarning
 from simstore.version import __version__
@@ -103,7 +104,7 @@ def compaction_step(engine: Engine, *, everything: bool = False) -> int | None:
         tableset = engine.tableset
         catalog = tableset.catalog
         if catalog.compaction is None:
-            planned: Catalog | None = None
+            planned: Any = None
             if everything:
                 # Every run joined holds every document out of the delta: the
                 # output is laid out for that many, which gives back the room
@@ -184,13 +185,15 @@ def relayout(
 ) -> None:
     """``Store.relayout``: the tables rebuilt in a new layout beside the old
     ones, in one write transaction whose commit switches the meta record over."""
-    if sum(option is not None for option in (layout, blocks, expected_docs)) > 1:
+    if sum(option is not None for option in (layout, blocks, expected_docs)) > 1 and not (
+        is_multi_index(layout) and blocks is None
+    ):
         raise InvalidValueError("pass one of layout=, blocks= or expected_docs=")
     if k is not None:
         k = validate_k(k)
     # A layout carries its own k; otherwise k stays unless given. With
     # nothing else asked, choose_layout picks Manku's default blocks for k.
-    new_k = k if k is not None or layout is not None else engine.params.k
+    new_k = k if k is not None or (layout is not None and not is_multi_index(layout)) else engine.params.k
     requested = LayoutRequest(new_k, blocks, None, layout, expected_docs)
     chosen_k, tables, spec, chosen_blocks = choose_layout(requested)
     reserve_for(engine, 0, 0, run_entries=document_count(engine), tables=tables)
@@ -199,14 +202,7 @@ def relayout(
         generation = engine.params.generation + 1
         # Opened afresh in every attempt (see Environment.open_tables): a
         # first attempt that filled the map dropped, and so closed, them.
-        old_tables = engine.env.open_tables(txn, len(engine.tables), engine.params.generation)
-        databases = engine.env.create_tables(txn, len(tables), generation)
-        doc_ids, fingerprints = all_documents(engine, txn)
-        tableset = TableSet(tables, databases, filter_bits_for(chosen_k))
-        catalog = tableset.write_run(txn, Catalog(), doc_ids, fingerprints)
-        for db in old_tables:
-            txn.drop(db, delete=True)
-        txn.drop(engine.handles.delta, delete=False)
+        old_tables = engine.env.open_tables(txn, engine.params.stored_tables, engine.params.generation)
         params = StoredParams(
             k=chosen_k,
             blocks=chosen_blocks,
@@ -218,6 +214,16 @@ def relayout(
             generation=generation,
             min_similarity=engine.params.min_similarity,
         )
+        databases = engine.env.create_tables(txn, params.stored_tables, generation)
+        doc_ids, fingerprints = all_documents(engine, txn)
+        handles = engine.handles
+        tableset = tableset_for(
+            params, databases, handles.meta, handles.docs, lambda: engine.env, lambda: engine.lock
+        )
+        catalog = tableset.write_run(txn, tableset.decode_catalog(None), doc_ids, fingerprints)
+        for db in old_tables:
+            txn.drop(db, delete=True)
+        txn.drop(engine.handles.delta, delete=False)
         txn.put(META_KEY, encode_meta(params, version=__version__), db=engine.handles.meta)
         new_state = state._replace(merge_epoch=state.merge_epoch + 1)
         # Stored here, not through Change: the new catalog belongs to the
@@ -254,13 +260,17 @@ def reserve_for(
     # The map adds its own headroom (Environment.reserve).
     value_count, value_bytes = extra_values
     estimate = documents * 40 + 2 * key_bytes + value_count * 24 + value_bytes
-    if run_entries:
+    if run_entries and (engine.params.scheme is not None if tables is None else False):
+        # A multi-index run: a column of 8-byte keys a table, 4-8 bytes of
+        # ids and a directory of about one 4-byte slot an entry.
+        estimate += run_entries * (8 * engine.params.stored_tables + 16)
+    elif run_entries:
         max_id = 2 * (document_count(engine) + documents)  # the id width, roughly
         estimate += run_bytes(
             run_entries,
             engine.tables if tables is None else tables,
             max_id,
-            engine.tableset.filter_bits if tables is None else filter_bits_for(engine.params.k),
+            filter_bits_for(engine.params.k),
         )
     with engine.lock:
         engine.check_usable()

@@ -1,0 +1,327 @@
+"""A format-3 store's tables (:mod:`simstore.engine.column_index`) behind the
+contract of format 2's :class:`simstore.engine.tableset.TableSet`, which the
+engine, the delta's merge, the writes and ``check()`` call.
+
+What differs from format 2:
+
+- **Removals write nothing.** Runs are immutable: a document taken out, or
+  given a new fingerprint, keeps its old entry until a join. Every entry a
+  search finds is checked against the document's record in the query's own
+  transaction (as format 2 checks every candidate), so a stale entry is
+  dropped there: a document with no record, or whose recorded fingerprint is
+  not within ``k``, is no match. Joins keep only the entries whose record
+  still holds their fingerprint.
+- **A pinned snapshot.** The runs' columns are read in place from LMDB's map
+  (:func:`simstore.engine.column_tables.snapshot_in_place`) through a read
+  transaction of their own that reads buffers (the *pin*), kept across
+  queries: viewing the runs costs some 800 µs at 1M, a search 60-80. The pin
+  is made or renewed by :meth:`ColumnTableSet.prepare` before the query's
+  own transaction begins (a transaction begun while another is open could
+  adopt a map another process grew, which ends every open transaction), and
+  the reads retry until the two see the same catalog
+  (:class:`simstore.engine.core.Reading`). A run the query's transaction
+  names and the pin lacks (a write transaction's own run, a catalog another
+  process committed in between) is viewed from that transaction, as copies.
+  The pin is let go when the catalog changes, before this process changes
+  the map's size or forks, when the store closes, and once it is
+  :data:`PIN_SECONDS` old (by a timer when the store is idle: a snapshot
+  held for ever would keep LMDB from reusing the pages freed since, and the
+  file would grow under other processes' writes). Every use is under the
+  store's lock, as the release is.
+- **Compaction** is a join of the runs the size-tiered plan names, in one
+  step (bounded steps in the background are still to come: docs/format3.md).
+"""
+
+from __future__ import annotations
+
+import contextlib
+import threading
+import time
+from collections.abc import Callable, Sequence
+from dataclasses import replace
+from typing import TYPE_CHECKING
+
+import numpy as np
+import numpy.typing as npt
+
+from simstore.engine._lmdb import Database, MapMovedError, Txn
+from simstore.engine.column_index import ColumnCatalog, ColumnIndex
+from simstore.engine.column_tables import view_run
+from simstore.engine.format import CATALOG_KEY
+from simstore.index.column_search import IdArray, Matches, Snapshot
+from simstore.index.multi_index import MultiIndex
+from simstore.index.permute import FINGERPRINT_BITS, U64Array
+from simstore.index.scan_plan import ScanPlan
+
+if TYPE_CHECKING:
+    from simstore.engine._lmdb import Environment
+
+#: Seconds a pinned snapshot serves queries before it is let go.
+PIN_SECONDS = 1.0
+
+#: ``txn.get``, or a stand-in for it (:func:`simstore.engine.tableset.sharing_records`).
+Get = Callable[..., bytes | None]
+
+# Every table is searched at once: a query's answer is settled when the
+# search returns (simstore.engine.closest asks only for the last entry).
+_SCAN_PLAN = ScanPlan((0,), (0, FINGERPRINT_BITS + 1))
+
+
+class _Pin:
+    """A read transaction that reads buffers, and the snapshot of the runs it sees."""
+
+    __slots__ = ("born", "catalog_raw", "map_changes", "run_ids", "snapshot", "txn")
+
+    def __init__(self, txn: Txn, catalog_raw: bytes | None, index: ColumnIndex, map_changes: int) -> None:
+        self.txn = txn
+        self.born = time.monotonic()
+        self.map_changes = map_changes
+        self.catalog_raw = catalog_raw
+        catalog = ColumnCatalog.decode(catalog_raw)
+        self.run_ids = frozenset(run.run_id for run in catalog.runs)
+        self.snapshot = index.snapshot(txn, catalog) if catalog.runs else None
+
+
+class ColumnTableSet:
+    """The tables of one multi-index scheme, as the engine uses them."""
+
+    @property
+    def bitmaps_unread(self) -> bool:
+        """Never: format 3 has no bitmaps (format 2's TableSet reads them lazily)."""
+        return False
+
+    def __init__(
+        self,
+        scheme: MultiIndex,
+        databases: Sequence[Database],
+        meta: Database,
+        docs: Database,
+        environment: Callable[[], Environment],
+        lock: Callable[[], threading.RLock],
+    ) -> None:
+        self.scheme = scheme
+        self.index = ColumnIndex(scheme, databases)
+        self.databases = list(databases)
+        self._meta = meta
+        self.docs = docs
+        # The store's environment and lock, as they are now (both are
+        # replaced: after a fork, a reload).
+        self._environment = environment
+        self._lock = lock
+        self.catalog = ColumnCatalog()
+        self._pin: _Pin | None = None
+        self._timer: threading.Timer | None = None
+
+    # ------------------------------------------------------------------ views
+
+    def decode_catalog(self, raw: bytes | None) -> ColumnCatalog:
+        return ColumnCatalog.decode(raw)
+
+    def adopt(self, catalog: ColumnCatalog) -> None:
+        """Answer queries from ``catalog``'s runs from now on."""
+        self.catalog = catalog
+        self.release()
+
+    def release(self) -> None:
+        """Let go of the pinned snapshot, if any (the caller holds the store's lock)."""
+        pin, self._pin = self._pin, None
+        if pin is not None:
+            pin.snapshot = None  # its views die with the transaction
+            # (A transaction a change of the map ended already refuses this.)
+            with contextlib.suppress(Exception):
+                pin.txn.abort()
+
+    def scan_plan(self) -> ScanPlan:
+        return _SCAN_PLAN
+
+    def read_bitmaps(self, txn: Txn, count: int = 1) -> None:
+        """Nothing to read (format 2 reads its bitmaps here)."""
+
+    # ------------------------------------------------------------------ reads
+
+    def find(
+        self,
+        txn: Txn,
+        permuted: Sequence[int],
+        query: int,
+        k: int,
+        found: dict[int, int],
+        records: dict[int, bytes],
+        docs: Database,
+        permute_all: Callable[[int], Sequence[int]],
+        settle: Callable[[int], bool] | None = None,
+        get: Get | None = None,
+    ) -> None:
+        """Add every tabled document within ``k`` bits of ``query`` to
+        ``found`` (``{doc_id: distance}``) and its record (read in ``txn``) to
+        ``records``; documents in ``found`` already (the delta's) are kept.
+        ``settle`` is never called: the answer is whole when this returns."""
+        self.find_many(txn, (), [query], k, [found], [records], docs, permute_all, None, get)
+
+    def find_many(
+        self,
+        txn: Txn,
+        columns: Sequence[U64Array],
+        queries: Sequence[int],
+        k: int,
+        founds: Sequence[dict[int, int]],
+        records: Sequence[dict[int, bytes]],
+        docs: Database,
+        permute_all: Callable[[int], Sequence[int]],
+        settle: Callable[[int, int], bool] | None = None,
+        get: Get | None = None,
+    ) -> None:
+        """:meth:`find` for a batch: query ``i``'s matches go to ``founds[i]``
+        and ``records[i]`` (``columns``, the Manku keys, are not needed)."""
+        if not self.catalog.runs or not len(queries):
+            return
+        batch = np.array(queries, dtype=np.uint64)
+        hits: list[tuple[int, int]] = []
+        for matches in self._search(txn, batch, k):
+            hits += zip(matches.queries.tolist(), matches.ids.tolist(), strict=True)
+        get = txn.get if get is None else get
+        for query_index, doc_id in hits:
+            found = founds[query_index]
+            if doc_id in found:
+                continue
+            raw = get(doc_id.to_bytes(8, "big"), db=docs)
+            if raw is None:
+                continue  # taken out (its entry waits for a join), or merged after this snapshot
+            distance = (int.from_bytes(raw[:8], "big") ^ queries[query_index]).bit_count()
+            if distance <= k:
+                found[doc_id] = distance
+                records[query_index][doc_id] = raw
+
+    def serves(self, txn: Txn) -> bool:
+        """Whether the pin holds exactly the runs ``txn`` names."""
+        pin = self._pin
+        return pin is not None and txn.get(CATALOG_KEY, db=self._meta) == pin.catalog_raw
+
+    def _search(self, txn: Txn, queries: U64Array, k: int) -> list[Matches]:
+        """The matches in the pinned snapshot, and in any run ``txn`` names
+        that the pin lacks (viewed from ``txn``: copies)."""
+        raw = txn.get(CATALOG_KEY, db=self._meta)
+        pin = self._pin
+        if pin is None or raw != pin.catalog_raw or pin.map_changes != self._environment().map_changes:
+            # Not prepared for this transaction (a write's, or a read that
+            # raced catalog changes): pinned now, at the latest commit.
+            with contextlib.suppress(MapMovedError):
+                self._renew(adopt_growth=False)
+            pin = self._pin
+        found = [] if pin is None or pin.snapshot is None else [pin.snapshot.search(queries, k)]
+        if pin is None or raw != pin.catalog_raw:
+            pinned = frozenset() if pin is None else pin.run_ids
+            missing = [run for run in ColumnCatalog.decode(raw).runs if run.run_id not in pinned]
+            if missing:
+                runs = [
+                    view_run(txn, self.databases, self.scheme, run.run_id, run.entries) for run in missing
+                ]
+                found.append(Snapshot.of(self.scheme, runs).search(queries, k))
+        return found
+
+    def prepare(self) -> None:
+        """Make or renew the pin if it is missing, old, or the map changed
+        since it was made. Called with no transaction of this process open
+        (the caller holds the store's lock)."""
+        pin = self._pin
+        if (
+            pin is None
+            or pin.map_changes != self._environment().map_changes
+            or time.monotonic() - pin.born > PIN_SECONDS
+        ):
+            self._renew(adopt_growth=True)
+
+    def _renew(self, *, adopt_growth: bool) -> None:
+        """Pin the latest commit (``MapMovedError`` if another process grew
+        the map and ``adopt_growth`` is false)."""
+        self.release()
+        environment = self._environment()
+        txn = environment.begin_buffers(adopt_growth=adopt_growth)
+        try:
+            raw = txn.get(CATALOG_KEY, db=self._meta)
+            self._pin = _Pin(txn, None if raw is None else bytes(raw), self.index, environment.map_changes)
+        except BaseException:
+            txn.abort()
+            raise
+        self._watch()
+
+    def _watch(self) -> None:
+        """Let an idle store's pin go once it is old (a daemon timer)."""
+        if self._timer is not None and self._timer.is_alive():
+            return
+        self._timer = timer = threading.Timer(PIN_SECONDS, self._expire)
+        timer.daemon = True
+        timer.start()
+
+    def _expire(self) -> None:
+        self._timer = None
+        lock = self._lock()
+        if not lock.acquire(timeout=PIN_SECONDS):
+            self._watch()  # busy: the next check comes later
+            return
+        try:
+            pin = self._pin
+            if pin is None:
+                return
+            if time.monotonic() - pin.born > PIN_SECONDS:
+                self.release()
+            else:
+                self._watch()
+        finally:
+            lock.release()
+
+    # ----------------------------------------------------------------- writes
+
+    def write_run(
+        self, txn: Txn, catalog: ColumnCatalog, doc_ids: U64Array, fingerprints: U64Array
+    ) -> ColumnCatalog:
+        """Write documents as a new run of every table; the catalog with it."""
+        return self.index.write_run(txn, catalog, np.asarray(fingerprints, dtype=np.uint64), _ids(doc_ids))
+
+    def delete(
+        self, txn: Txn, catalog: ColumnCatalog, doc_ids: Sequence[int], fingerprints: Sequence[int]
+    ) -> None:
+        """Nothing to write: the entries of documents taken out are dropped by
+        the record check, and by the next join of their runs."""
+
+    def plan(self, catalog: ColumnCatalog) -> ColumnCatalog | None:
+        """``catalog`` with the next join planned, or ``None``."""
+        planned = self.index.plan(catalog)
+        return None if planned is None else replace(catalog, compaction=planned)
+
+    def start_compaction(
+        self, catalog: ColumnCatalog, span: tuple[int, int], entries: int | None = None
+    ) -> ColumnCatalog:
+        """``catalog`` with a join of runs ``span`` planned."""
+        return replace(catalog, compaction=span)
+
+    def compaction_step(self, txn: Txn, catalog: ColumnCatalog) -> tuple[ColumnCatalog, int]:
+        """The planned join, whole: ``(catalog after it, entries read)``."""
+        assert catalog.compaction is not None
+        first, end = catalog.compaction
+        moved = sum(run.entries for run in catalog.runs[first:end])
+        joined = self.index.join(txn, replace(catalog, compaction=None), first, end, self.live(txn))
+        return joined, moved
+
+    def live(self, txn: Txn) -> Callable[[IdArray, U64Array], npt.NDArray[np.bool_]]:
+        """Which of a run's entries still stand for their documents, by the
+        records ``txn`` reads."""
+        docs = self.docs
+
+        def live(ids: IdArray, fingerprints: U64Array) -> npt.NDArray[np.bool_]:
+            kept = np.zeros(len(ids), dtype=bool)
+            for position, (doc_id, fingerprint) in enumerate(
+                zip(ids.tolist(), fingerprints.tolist(), strict=True)
+            ):
+                raw = txn.get(doc_id.to_bytes(8, "big"), db=docs)
+                kept[position] = raw is not None and int.from_bytes(raw[:8], "big") == fingerprint
+            return kept
+
+        return live
+
+
+def _ids(doc_ids: U64Array) -> IdArray:
+    doc_ids = np.asarray(doc_ids, dtype=np.uint64)
+    if not len(doc_ids) or int(doc_ids.max()) <= np.iinfo(np.uint32).max:
+        return doc_ids.astype(np.uint32)
+    return doc_ids
