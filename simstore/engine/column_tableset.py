@@ -175,10 +175,7 @@ class ColumnTableSet:
         and ``records[i]`` (``columns``, the Manku keys, are not needed)."""
         if not self.catalog.runs or not len(queries):
             return
-        batch = np.array(queries, dtype=np.uint64)
-        hits: list[tuple[int, int]] = []
-        for matches in self._search(txn, batch, k):
-            hits += zip(matches.queries.tolist(), matches.ids.tolist(), strict=True)
+        hits = self._search(txn, queries, k)
         get = txn.get if get is None else get
         for query_index, doc_id in hits:
             found = founds[query_index]
@@ -197,9 +194,10 @@ class ColumnTableSet:
         pin = self._pin
         return pin is not None and txn.get(CATALOG_KEY, db=self._meta) == pin.catalog_raw
 
-    def _search(self, txn: Txn, queries: U64Array, k: int) -> list[Matches]:
-        """The matches in the pinned snapshot, and in any run ``txn`` names
-        that the pin lacks (viewed from ``txn``: copies)."""
+    def _search(self, txn: Txn, queries: Sequence[int], k: int) -> list[tuple[int, int]]:
+        """``(query index, doc id)`` of every match in the pinned snapshot,
+        and in any run ``txn`` names that the pin lacks (viewed from
+        ``txn``: copies)."""
         raw = txn.get(CATALOG_KEY, db=self._meta)
         pin = self._pin
         if pin is None or raw != pin.catalog_raw or pin.map_changes != self._environment().map_changes:
@@ -208,7 +206,12 @@ class ColumnTableSet:
             with contextlib.suppress(MapMovedError):
                 self._renew(adopt_growth=False)
             pin = self._pin
-        found = [] if pin is None or pin.snapshot is None else [pin.snapshot.search(queries, k)]
+        hits: list[tuple[int, int]] = []
+        snapshot = None if pin is None else pin.snapshot
+        if snapshot is not None and len(queries) == 1:
+            hits += [(0, doc_id) for doc_id in snapshot.search_one(queries[0], k)[0]]
+        elif snapshot is not None:
+            hits += _hits(snapshot.search(np.array(queries, dtype=np.uint64), k))
         if pin is None or raw != pin.catalog_raw:
             pinned = frozenset() if pin is None else pin.run_ids
             missing = [run for run in ColumnCatalog.decode(raw).runs if run.run_id not in pinned]
@@ -216,8 +219,9 @@ class ColumnTableSet:
                 runs = [
                     view_run(txn, self.databases, self.scheme, run.run_id, run.entries) for run in missing
                 ]
-                found.append(Snapshot.of(self.scheme, runs).search(queries, k))
-        return found
+                batch = np.array(queries, dtype=np.uint64)
+                hits += _hits(Snapshot.of(self.scheme, runs).search(batch, k))
+        return hits
 
     def prepare(self) -> None:
         """Make or renew the pin if it is missing, old, or the map changed
@@ -318,6 +322,10 @@ class ColumnTableSet:
             return kept
 
         return live
+
+
+def _hits(matches: Matches) -> list[tuple[int, int]]:
+    return list(zip(matches.queries.tolist(), matches.ids.tolist(), strict=True))
 
 
 def _ids(doc_ids: U64Array) -> IdArray:

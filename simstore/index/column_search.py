@@ -280,10 +280,7 @@ class Snapshot:
         Raises:
             InvalidValueError: ``k`` is past what the scheme answers exactly.
         """
-        if not 0 <= k <= self.scheme.k:
-            raise InvalidValueError(
-                f"the scheme {self.scheme.label()} answers k up to {self.scheme.k}, not {k}"
-            )
+        self._check_k(k)
         queries = np.asarray(queries, dtype=np.uint64).reshape(-1)
         rows = len(self._row_table)
         if not rows or not len(queries):
@@ -295,6 +292,12 @@ class Snapshot:
             self._search(queries[first : first + step], first, k) for first in range(0, len(queries), step)
         ]
         return parts[0] if len(parts) == 1 else _joined(parts)
+
+    def _check_k(self, k: int) -> None:
+        if not 0 <= k <= self.scheme.k:
+            raise InvalidValueError(
+                f"the scheme {self.scheme.label()} answers k up to {self.scheme.k}, not {k}"
+            )
 
     def _search(self, queries: U64Array, offset: int, k: int) -> Matches:
         rows = len(self._row_table)
@@ -329,9 +332,39 @@ class Snapshot:
             )
         return self._reported(query[found], offset, row[found], fingerprints[found], distances[found])
 
+    def search_one(self, query: int, k: int) -> tuple[list[int], list[int]]:
+        """The ids of the documents within ``k`` bits of one ``query``, and
+        their distances, as Python lists: :meth:`search` of one query
+        without building arrays the caller would only turn back into ints."""
+        self._check_k(k)
+        if not len(self._row_table):
+            return [], []
+        candidates = self._candidates_one(np.uint64(query), k)
+        if candidates is None:
+            return [], []
+        row, fingerprints, distances = candidates
+        if len(row) > SMALL_MATCHES:
+            matches = self._reported(np.zeros(len(row), dtype=np.int64), 0, row, fingerprints, distances)
+            return matches.ids.tolist(), matches.distances.tolist()
+        _queries, ids, found_distances = self._few(
+            [0] * len(row), 0, row.tolist(), fingerprints.tolist(), distances.tolist()
+        )
+        return ids, found_distances
+
     def _search_one(self, query: np.uint64, k: int) -> Matches:
         """:meth:`_search` for one query: the same steps on 1-d arrays, with
         fewer numpy calls (a single query's time is mostly their overhead)."""
+        candidates = self._candidates_one(query, k)
+        if candidates is None:
+            return _no_matches()
+        row, fingerprints, distances = candidates
+        if len(row) > SMALL_MATCHES:
+            return self._reported(np.zeros(len(row), dtype=np.int64), 0, row, fingerprints, distances)
+        return self._reported_few([0] * len(row), 0, row.tolist(), fingerprints.tolist(), distances.tolist())
+
+    def _candidates_one(self, query: np.uint64, k: int) -> tuple[IntArray, U64Array, npt.NDArray[Any]] | None:
+        """One query's matches before they are reported: each one's probe
+        row, fingerprint and distance (``None``: none)."""
         lows = (
             ((query << self._row_start) | (query >> self._row_back_start)) & self._row_prefix
         ) ^ self._row_mask
@@ -340,7 +373,7 @@ class Snapshot:
         counts = self.halves[slots + np.uint64(1)] - first
         row = np.repeat(self._row_numbers, counts)
         if not len(row):
-            return _no_matches()
+            return None
         # Each candidate's position: its range's first plus its place in the range.
         places = (
             np.arange(len(row), dtype=np.int64)
@@ -354,19 +387,25 @@ class Snapshot:
             near &= ~self._row_narrow[row] | ((keys & self._row_prefix[row]) == lows[row])
         found = np.flatnonzero(near)
         if not len(found):
-            return _no_matches()
-        if len(found) > SMALL_MATCHES:
-            query_rows = np.zeros(len(found), dtype=np.int64)
-            return self._reported(query_rows, 0, row[found], fingerprints[found], distances[found])
-        return self._reported_few(
-            [0] * len(found), 0, row[found].tolist(), fingerprints[found].tolist(), distances[found].tolist()
-        )
+            return None
+        return row[found], fingerprints[found], distances[found]
 
     def _reported_few(
         self, query: list[int], offset: int, row: list[int], fingerprints: list[int], distances: list[int]
     ) -> Matches:
         """As :meth:`_reported`, for a handful of matches (a single query's,
         usually): in Python, where a numpy call costs more than the work."""
+        found_queries, found_ids, found_distances = self._few(query, offset, row, fingerprints, distances)
+        return Matches(
+            np.array(found_queries, dtype=np.int64),
+            np.array(found_ids, dtype=np.uint64),
+            np.array(found_distances, dtype=np.int64),
+        )
+
+    def _few(
+        self, query: list[int], offset: int, row: list[int], fingerprints: list[int], distances: list[int]
+    ) -> tuple[list[int], list[int], list[int]]:
+        """:meth:`_reported_few`'s queries, ids and distances, as lists."""
         run_of = self._row_run_list
         seen: dict[tuple[int, int, int], int] = {}
         for match_query, match_row, fingerprint, distance in zip(
@@ -378,24 +417,20 @@ class Snapshot:
         found_distances: list[int] = []
         for (match_query, run, fingerprint), distance in seen.items():
             slot = (fingerprint >> self._run_dir0_shift_list[run]) + self._run_dir0_base_list[run]
-            first, past = int(self.halves[slot]), int(self.halves[slot + 1])
+            first, past = self.halves.item(slot), self.halves.item(slot + 1)
             base = self._run_key0_base_list[run]
             for position in range(first, past):
-                if int(self.words[base + position]) == fingerprint:
+                if self.words.item(base + position) == fingerprint:
                     found_queries.append(match_query + offset)
                     found_ids.append(self._id_at(run, position))
                     found_distances.append(distance)
-        return Matches(
-            np.array(found_queries, dtype=np.int64),
-            np.array(found_ids, dtype=np.uint64),
-            np.array(found_distances, dtype=np.int64),
-        )
+        return found_queries, found_ids, found_distances
 
     def _id_at(self, run: int, position: int) -> int:
         place = self.runs[run]
         if place.id_bytes == 8:
-            return int(self.words[place.id_index + position])
-        return int(self.halves[place.id_index + position])
+            return int(self.words.item(place.id_index + position))
+        return int(self.halves.item(place.id_index + position))
 
     def _reported(
         self,

@@ -129,13 +129,15 @@ def crash_rounds(
     sync: bool = False,
     early_kill_rate: float = 0.0,
     early_kill_within: float = 0.02,
+    layout: str | None = None,
 ) -> Counter[str]:
-    """Run ``rounds`` kill rounds on one store; returns where the kills landed."""
+    """Run ``rounds`` kill rounds on one store (created with ``layout``);
+    returns where the kills landed."""
     path = str(tmp_path / "crash.simstore")
     rng = random.Random(seed)
     model: _workload.Model = {}
     landings: Counter[str] = Counter()
-    simstore.open(path, "c", k=K).close()
+    simstore.open(path, "c", k=K, layout=layout).close()
     for round_no in range(rounds):
         threshold = merge_threshold if isinstance(merge_threshold, int) else rng.randint(*merge_threshold)
         live = rng.sample(list(model), min(300, len(model)))
@@ -149,7 +151,8 @@ def crash_rounds(
             "mix": mix,
             "round": round_no,
             "live": [_workload.pack(key) for key in live],
-            "relayout": HAS_RELAYOUT,
+            # (A relayout to blocks would turn a multi-index store into format 2.)
+            "relayout": HAS_RELAYOUT and layout is None,
             "sync": sync,
             "merge_threshold": threshold,
             "max_ops": 10**7,
@@ -188,6 +191,8 @@ def crash_rounds(
         model["after-the-kills"] = (12345, None)
         assert dict(store.items()) == {key: fp for key, (fp, _) in model.items()}
         assert store.check() == []
+        if layout is not None:
+            assert store.stats().format_version == 3
     for name, count in landings.items():
         COUNTS[f"kill_landed:{name}"] += count
     return landings
@@ -312,20 +317,39 @@ def test_killed_processes_do_not_use_up_reader_slots(tmp_path: Path, zygote: Zyg
         assert len(server) == 1
 
 
+def test_kills_on_a_multi_index_store(tmp_path: Path, zygote: Zygote) -> None:
+    """Format 3: kills during adds, merges (new runs), compactions (joins),
+    removals and replacements (stale entries) leave a store that checks clean
+    and answers as the oracle."""
+    landed = crash_rounds(
+        tmp_path,
+        zygote,
+        mix="mixed",
+        rounds=14,
+        seed=7,
+        merge_threshold=50,
+        max_delay=0.12,
+        layout="multi-index",
+    )
+    assert sum(landed.values()) >= 14
+
+
 # -- soak -----------------------------------------------------------------------------------------
 
 
 @pytest.mark.slow
 @pytest.mark.parametrize("mix", ["adds", "merges", "removes", "mixed"])
-def test_soak_kills(tmp_path: Path, zygote: Zygote, mix: str) -> None:
-    """The long variant: 100 kills per mix, random thresholds and delays."""
+@pytest.mark.parametrize("layout", [None, "multi-index"])
+def test_soak_kills(tmp_path: Path, zygote: Zygote, mix: str, layout: str | None) -> None:
+    """The long variant: 100 kills per mix and layout, random thresholds and delays."""
     crash_rounds(
         tmp_path,
         zygote,
         mix=mix,
         rounds=100,
-        seed=100 + len(mix),
+        seed=100 + len(mix) + (0 if layout is None else 50),
         merge_threshold=(20, 600),
         max_delay=0.3,
         early_kill_rate=0.05,
+        layout=layout,
     )
