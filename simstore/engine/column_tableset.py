@@ -48,6 +48,7 @@ from simstore.engine._lmdb import Database, MapMovedError, Txn
 from simstore.engine.column_index import ColumnCatalog, ColumnIndex
 from simstore.engine.column_tables import view_run
 from simstore.engine.format import CATALOG_KEY
+from simstore.engine.record_scan import id_and_fingerprint_arrays
 from simstore.index.column_search import IdArray, Matches, Snapshot
 from simstore.index.multi_index import MultiIndex
 from simstore.index.permute import FINGERPRINT_BITS, U64Array
@@ -56,6 +57,9 @@ from simstore.index.scan_plan import ScanPlan
 if TYPE_CHECKING:
     from simstore.engine._lmdb import Environment
 
+#: A join of more entries than 1 / SCAN_SHARE of the records reads every
+#: record at once to tell live entries from stale ones.
+SCAN_SHARE = 2
 #: Seconds a pinned snapshot serves queries before it is let go.
 PIN_SECONDS = 1.0
 
@@ -309,14 +313,28 @@ class ColumnTableSet:
 
     def live(self, txn: Txn) -> Callable[[IdArray, U64Array], npt.NDArray[np.bool_]]:
         """Which of a run's entries still stand for their documents, by the
-        records ``txn`` reads."""
+        records ``txn`` reads: each looked up (about 1 µs), or, for a join
+        of more than :data:`SCAN_SHARE` of the records, all of them read
+        at once (about 0.5 µs a record, no Python work per document)."""
         docs = self.docs
+        records = int(txn.stat(docs)["entries"])
+        scanned: list[tuple[U64Array, U64Array]] = []
 
         def live(ids: IdArray, fingerprints: U64Array) -> npt.NDArray[np.bool_]:
+            if len(ids) * SCAN_SHARE > records or scanned:
+                if not scanned:
+                    scanned.append(id_and_fingerprint_arrays(txn, docs))
+                record_ids, record_fingerprints = scanned[0]
+                if not len(record_ids):
+                    return np.zeros(len(ids), dtype=bool)
+                wanted = ids.astype(np.uint64)
+                at = np.minimum(np.searchsorted(record_ids, wanted), len(record_ids) - 1)
+                same_id = record_ids[at] == wanted
+                kept: npt.NDArray[np.bool_] = same_id & (record_fingerprints[at] == fingerprints)
+                return kept
             kept = np.zeros(len(ids), dtype=bool)
-            for position, (doc_id, fingerprint) in enumerate(
-                zip(ids.tolist(), fingerprints.tolist(), strict=True)
-            ):
+            pairs = zip(ids.tolist(), fingerprints.tolist(), strict=True)
+            for position, (doc_id, fingerprint) in enumerate(pairs):
                 raw = txn.get(doc_id.to_bytes(8, "big"), db=docs)
                 kept[position] = raw is not None and int.from_bytes(raw[:8], "big") == fingerprint
             return kept

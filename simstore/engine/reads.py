@@ -8,7 +8,6 @@ internal ids it found into :class:`~simstore.Match` results.
 
 from __future__ import annotations
 
-import operator
 from collections.abc import Iterable, Sequence
 from typing import TYPE_CHECKING
 
@@ -16,6 +15,7 @@ import numpy as np
 
 from simstore.engine import _lmdb
 from simstore.engine.query import permute_columns, rows_of
+from simstore.engine.record_scan import fingerprint_array, id_and_fingerprint_arrays
 from simstore.engine.records import decode_record, encode_id, lookup_key
 from simstore.engine.settings import store_sketch
 from simstore.errors import CorruptStoreError, InvalidTypeError, InvalidValueError, KeyNotFoundError
@@ -234,21 +234,9 @@ def fingerprints(engine: Engine) -> U64Array:
 
 def all_documents(engine: Engine, txn: _lmdb.Txn) -> tuple[U64Array, U64Array]:
     """Every document's ``(internal id, fingerprint)`` from the records."""
-    # Two passes of C-level loops (join over the cursor's iterator), not
-    # one Python loop: 0.48 s instead of 0.55 s for a million records.
-    id_bytes = b"".join(txn.cursor(engine.handles.docs).iternext(keys=True, values=False))
-    fingerprints = stored_fingerprints(engine, txn)
-    if len(fingerprints) * 8 != len(id_bytes):
-        raise CorruptStoreError("a document id is not 8 bytes; the store may be damaged")
-    return np.frombuffer(id_bytes, dtype=">u8").astype(np.uint64), fingerprints
+    return id_and_fingerprint_arrays(txn, engine.handles.docs)
 
 
 def stored_fingerprints(engine: Engine, txn: _lmdb.Txn) -> U64Array:
     """Every document's fingerprint, in id order, from the records."""
-    first_eight = operator.itemgetter(slice(0, 8))
-    records = txn.cursor(engine.handles.docs).iternext(keys=False, values=True)
-    count = int(txn.stat(engine.handles.docs)["entries"])
-    fingerprint_bytes = b"".join(map(first_eight, records))
-    if len(fingerprint_bytes) != 8 * count:
-        raise CorruptStoreError("a document record is too short; the store may be damaged")
-    return np.frombuffer(fingerprint_bytes, dtype=">u8").astype(np.uint64)
+    return fingerprint_array(txn, engine.handles.docs)
