@@ -26,6 +26,8 @@ Usage::
 
     python benchmarks/suite/bench_scale.py --docs 100M --batch 10M --k 3 --single 2M \\
         --data-dir /data/scale --output benchmarks/results/scale_k3.md
+    python benchmarks/suite/bench_scale.py --docs 100M --batch 10M --k 5 --single 2M --layout multi-index \\
+        --data-dir /data/scale --output benchmarks/results/scale_k5_format3.md
     PYTHONPATH=../wt-old python benchmarks/suite/bench_scale.py --docs 20M --label format-1 ...
 
 The store is deleted at the end unless ``--keep``.
@@ -109,6 +111,12 @@ def main() -> None:
     parser.add_argument("--single", type=parse_count, default=parse_count("2M"))
     parser.add_argument("--k", type=int, default=3)
     parser.add_argument("--plan", action="store_true", help="let the planner lay the store out for --docs")
+    parser.add_argument(
+        "--layout",
+        choices=("manku", "multi-index"),
+        default="manku",
+        help="the store's tables: format 2 or 3",
+    )
     parser.add_argument("--keys", choices=("int", "url"), default="int")
     parser.add_argument("--label", default="")
     parser.add_argument("--data-dir", default=os.environ.get("SIMSTORE_BENCH_DIR", "/tmp/simstore-scale"))
@@ -134,9 +142,15 @@ def main() -> None:
     open_options: dict[str, Any] = {"k": args.k, "sync": False}
     if args.plan:
         open_options["expected_docs"] = args.docs
+    if args.layout == "multi-index":
+        open_options["layout"] = "multi-index"
+        open_options["expected_docs"] = args.docs
     store = simstore.open(path, "n", **open_options)
     stats = store.stats()
-    report.add(f"Layout: {stats.tables} tables, prefix bits {list(stats.prefix_bits)}")
+    report.add(
+        f"Layout: {stats.layout_name}, format {stats.format_version}, {stats.tables} tables"
+        + ("" if stats.format_version == 3 else f", prefix bits {list(stats.prefix_bits)}")
+    )
     report.add()
     headers = [
         "docs",
