@@ -950,7 +950,10 @@ class Environment:
 
     def _grow(self) -> None:
         current = self.env.info()["map_size"]
-        step = min(self.used_bytes() // MAP_HEADROOM_FRACTION, MAX_GROWTH_STEP)
+        # A step of the map, not of what is used: a bulk load into a new store
+        # that outgrew its reservation reran its whole transaction once per
+        # 1 MiB step (13 times for a 400 MiB run: 157 s instead of 8).
+        step = min(max(self.used_bytes(), current) // MAP_HEADROOM_FRACTION, MAX_GROWTH_STEP)
         grown = current + max(MIN_MAP_SIZE, step)
         if self.max_map_size is not None:
             if current >= self.max_map_size:
