@@ -76,6 +76,12 @@ def layout_tables(layout: Any, k: int | None) -> tuple[int, tuple[Table, ...], d
 MULTI_INDEX = "multi-index"
 #: The corpus size a multi-index scheme is chosen for when none is expected.
 MULTI_INDEX_DOCS = 10_000_000
+#: From this k on, a new store is laid out as a multi-index scheme unless a
+#: layout or blocks are asked for: Manku's tables grow past 28 (k = 6: 288
+#: bytes a document; k = 8 at 1M: 45 tables, 431 bytes, a build at 6K docs/s)
+#: where three tables searched at radius 2 hold 91 bytes a document and
+#: build at 440K docs/s (benchmarks/results/query_engine_1M.md).
+MULTI_INDEX_FROM_K = 6
 
 
 def is_multi_index(layout: Any) -> bool:
@@ -85,17 +91,25 @@ def is_multi_index(layout: Any) -> bool:
 def choose_layout(requested: LayoutRequest) -> tuple[int, tuple[Table, ...], dict[str, Any], int | None]:
     """``(k, tables, layout description, blocks)`` for a new set of tables.
 
-    With ``layout="multi-index"`` the description names the multi-index
+    With ``layout="multi-index"``, or with no layout or blocks asked for and
+    ``k >= MULTI_INDEX_FROM_K``, the description names the multi-index
     scheme :func:`simstore.index.multi_index.choose` picks for ``k`` at the
     expected size, and ``tables`` is the Manku layout the in-memory delta
-    and the pair searches use (what the same request without the layout
-    would store)."""
+    and the pair searches use (what the same request would store in
+    format 2)."""
     if requested.layout is not None and requested.blocks is not None:
         raise InvalidValueError("pass either blocks= or layout=, not both")
-    if is_multi_index(requested.layout):
-        chosen_k, tables, _spec, _blocks = choose_layout(replace(requested, layout=None))
+    if is_multi_index(requested.layout) or (
+        requested.layout is None and requested.blocks is None and requested_k(requested) >= MULTI_INDEX_FROM_K
+    ):
+        chosen_k, tables, _spec, _blocks = _manku_layout(replace(requested, layout=None))
         docs = MULTI_INDEX_DOCS if requested.expected_docs is None else requested.expected_docs
         return chosen_k, tables, multi_index_layout(multi_index.choose(chosen_k, docs)), None
+    return _manku_layout(requested)
+
+
+def _manku_layout(requested: LayoutRequest) -> tuple[int, tuple[Table, ...], dict[str, Any], int | None]:
+    """:func:`choose_layout` among Manku's layouts (format 2)."""
     if isinstance(requested.layout, str):
         raise InvalidValueError(
             f"layout must be a Layout, tables or {MULTI_INDEX!r}; got {requested.layout!r}"

@@ -98,9 +98,10 @@ def open(  # noqa: A001 - mirrors dbm.open, deliberately
             format-3 store, whose few tables are searched with many probes
             (for k = 5, three tables of 21-22 bits at radius 1; the scheme
             chosen for ``expected_docs``, default 10M): about 90 bytes a
-            document instead of 224, queries 3x and batches 10x faster than
-            Manku's 21 tables at 1M (docs/format3.md). On an existing store
-            it must equal the stored layout.
+            document instead of 224, queries 2x and batches 7x faster than
+            Manku's 21 tables at 1M (docs/format3.md); a new store with k of
+            6 or more and neither ``layout`` nor ``blocks`` is laid out so.
+            On an existing store it must equal the stored layout.
         expected_docs: the corpus size a new store should be laid out for;
             the planner picks the layout with the lowest estimated query time.
             Ignored for an existing store (its layout is in the file).
