@@ -207,7 +207,11 @@ def test_interrupts_among_writing_threads_leave_the_store_usable_and_as_told(
     maybe: list[str] = []  # the main thread's interrupted adds
     durations = [0.002]  # of adds that returned: the signal comes within about as long
     try:
-        for round_no in range(ROUNDS):
+        round_no = -1
+        # ROUNDS rounds, and more (up to 4x) until a quarter of them were
+        # interrupted: on a loaded machine an add's time varies, and more
+        # signals land after the call returned.
+        while (round_no := round_no + 1) < ROUNDS or (len(maybe) < ROUNDS // 4 and round_no < 4 * ROUNDS):
             key = f"m-{round_no}"
             typical = sorted(durations[-9:])[len(durations[-9:]) // 2]
             timer = threading.Timer(
@@ -240,7 +244,7 @@ def test_interrupts_among_writing_threads_leave_the_store_usable_and_as_told(
     assert writers.foreign == []
     COUNTS["interrupts among writing threads"] += len(maybe)
     # Interrupts landed often enough to mean something (most rounds, on any machine).
-    assert len(maybe) >= ROUNDS // 4, f"only {len(maybe)} of {ROUNDS} rounds were interrupted"
+    assert len(maybe) >= ROUNDS // 4, f"only {len(maybe)} of {round_no} rounds were interrupted"
 
     told: dict[str, int] = {key: fingerprint_of(key) for key in [*acknowledged, *writers.acknowledged]}
     told.update(written_elsewhere)
