@@ -49,6 +49,7 @@ SUITE: dict[str, tuple[str, ...]] = {
     "bench_removals": (),
     "bench_pairs": (),
     "bench_layouts": (),
+    "bench_query_engine": (),
     "bench_costs": (),
     "bench_fingerprint": (),
     "bench_huge_document": (),

@@ -45,6 +45,13 @@ CURRENT: dict[str, tuple[str, list[tuple[str, str]]]] = {
             ("scale_k3_url.md", "k = 3, URL keys (before the no-readahead change)"),
         ],
     ),
+    "bench_query_engine.py": (
+        "format 2 and format 3 (multi-index) stores beside faiss `IndexBinaryMultiHash` and brute force",
+        [
+            ("query_engine_1M.md", "1M, k = 3, 5, 8"),
+            ("query_engine_10M.md", "10M, k = 3, 5, 8 (a busy machine: read the ratios)"),
+        ],
+    ),
     "bench_store.py": (
         "`add_many`, `query`, single adds beside brute force and the LMDB floor",
         [("bench_store_1M.md", "1M (format 1: no run since format 2)")],
