@@ -144,6 +144,14 @@ class ColumnIndex:
             column_tables.drop_run(txn, self.databases, run_id)
         fingerprints = np.concatenate(fingerprints_parts)
         ids = np.concatenate(id_parts)
+        # One entry a document: a document given back a fingerprint an older
+        # run still holds for it has two live entries, and a join that kept
+        # both would leave the run as long as before (compact() rejoined it
+        # for ever).
+        _distinct, first_of_each = np.unique(ids, return_index=True)
+        if len(first_of_each) < len(ids):
+            first_of_each.sort()
+            fingerprints, ids = fingerprints[first_of_each], ids[first_of_each]
         runs = list(catalog.runs[:first])
         next_run_id = catalog.next_run_id
         if len(fingerprints):

@@ -76,10 +76,14 @@ def compact(engine: Engine, *, copy_to: str | os.PathLike[str] | None = None) ->
     merge(engine)
     moved = 0
     while True:
+        before = [run.entries for run in engine.tableset.catalog.runs]
         step = compaction_step(engine, everything=True)
         if step is None:
             break
         moved += step
+        after = [run.entries for run in engine.tableset.catalog.runs]
+        if len(after) == 1 and after == before and engine.tableset.catalog.compaction is None:
+            break  # a lone run rewritten as long as it was: another pass would do the same
     if copy_to is not None:
         with engine.lock:
             engine.check_usable()
