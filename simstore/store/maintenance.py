@@ -103,6 +103,12 @@ def compaction_step(engine: Engine, *, everything: bool = False) -> int | None:
         # find that out again. Runs another process added since are
         # joined at a later call, once a read has brought the catalog in.
         return None
+    if engine.params.scheme is not None:
+        # A format-3 join is one transaction: room for its output first, or a
+        # map that filled would rerun the whole join once per growth step.
+        planned_span = None if everything else plan_compaction([run.entries for run in known.runs])
+        joined = known.runs if planned_span is None else known.runs[planned_span[0] : planned_span[1]]
+        reserve_for(engine, 0, 0, run_entries=sum(run.entries for run in joined))
 
     def body(txn: _lmdb.Txn, state: State) -> tuple[int | None, State, Change]:
         tableset = engine.tableset
