@@ -308,30 +308,24 @@ class ColumnTableSet:
         assert catalog.compaction is not None
         first, end = catalog.compaction
         moved = sum(run.entries for run in catalog.runs[first:end])
-        joined = self.index.join(txn, replace(catalog, compaction=None), first, end, self.live(txn))
+        joined = self.index.join(txn, replace(catalog, compaction=None), first, end, self.live(txn, moved))
         return joined, moved
 
-    def live(self, txn: Txn) -> Callable[[IdArray, U64Array], npt.NDArray[np.bool_]]:
+    def live(self, txn: Txn, joined: int) -> Callable[[IdArray, U64Array], npt.NDArray[np.bool_]]:
         """Which of a run's entries still stand for their documents, by the
         records ``txn`` reads: each looked up (about 1 µs), or, for a join
-        of more than :data:`SCAN_SHARE` of the records, all of them read
-        at once (about 0.5 µs a record, no Python work per document)."""
+        of ``joined`` entries, more than 1 / :data:`SCAN_SHARE` of the
+        records, all of them read at once (about 0.5 µs a record, no Python
+        work per document)."""
         docs = self.docs
-        records = int(txn.stat(docs)["entries"])
-        scanned: list[tuple[U64Array, U64Array]] = []
+        scan = joined * SCAN_SHARE > int(txn.stat(docs)["entries"])
+        recorded: list[_Recorded] = []
 
         def live(ids: IdArray, fingerprints: U64Array) -> npt.NDArray[np.bool_]:
-            if len(ids) * SCAN_SHARE > records or scanned:
-                if not scanned:
-                    scanned.append(id_and_fingerprint_arrays(txn, docs))
-                record_ids, record_fingerprints = scanned[0]
-                if not len(record_ids):
-                    return np.zeros(len(ids), dtype=bool)
-                wanted = ids.astype(np.uint64)
-                at = np.minimum(np.searchsorted(record_ids, wanted), len(record_ids) - 1)
-                same_id = record_ids[at] == wanted
-                kept: npt.NDArray[np.bool_] = same_id & (record_fingerprints[at] == fingerprints)
-                return kept
+            if scan:
+                if not recorded:
+                    recorded.append(_Recorded(*id_and_fingerprint_arrays(txn, docs)))
+                return recorded[0].holds(ids.astype(np.uint64), fingerprints)
             kept = np.zeros(len(ids), dtype=bool)
             pairs = zip(ids.tolist(), fingerprints.tolist(), strict=True)
             for position, (doc_id, fingerprint) in enumerate(pairs):
@@ -340,6 +334,39 @@ class ColumnTableSet:
             return kept
 
         return live
+
+
+class _Recorded:
+    """Every record's fingerprint, to test many ``(id, fingerprint)`` at once.
+
+    Held by id (a gather rather than a binary search per entry, 3x faster
+    at 8M): ids are given in order, so the table is about as long as the
+    records; sparse ids (most documents taken out) are searched instead.
+    """
+
+    def __init__(self, ids: U64Array, fingerprints: U64Array) -> None:
+        self.top = int(ids[-1]) + 1 if len(ids) else 0
+        self.dense = self.top <= 2 * len(ids) + (1 << 20)
+        if self.dense:
+            self.fingerprints = np.zeros(self.top, dtype=np.uint64)
+            self.present = np.zeros(self.top, dtype=bool)
+            self.fingerprints[ids] = fingerprints
+            self.present[ids] = True
+        else:
+            self.ids, self.fingerprints = ids, fingerprints
+
+    def holds(self, ids: U64Array, fingerprints: U64Array) -> npt.NDArray[np.bool_]:
+        """Whether each document ``ids[j]`` is recorded with ``fingerprints[j]``."""
+        if not self.top:
+            return np.zeros(len(ids), dtype=bool)
+        if self.dense:
+            inside = ids < np.uint64(self.top)
+            at = np.where(inside, ids, np.uint64(0))
+            held: npt.NDArray[np.bool_] = inside & self.present[at] & (self.fingerprints[at] == fingerprints)
+            return held
+        at = np.minimum(np.searchsorted(self.ids, ids), len(self.ids) - 1)
+        searched: npt.NDArray[np.bool_] = (self.ids[at] == ids) & (self.fingerprints[at] == fingerprints)
+        return searched
 
 
 def _hits(matches: Matches) -> list[tuple[int, int]]:
