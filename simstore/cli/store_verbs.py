@@ -45,11 +45,12 @@ from simstore.cli.progress import ReadingBar, note, progress
 from simstore.cli.stores import StoreOnDemand, check_distance, open_existing, open_or_create, similarity
 from simstore.errors import InvalidTypeError, InvalidValueError, ParameterMismatchError, SimstoreError
 from simstore.fingerprinting.fingerprinter import Fingerprinter, ShortTextWarning
+from simstore.index import multi_index
 from simstore.io.inputs import STDIN, STDIN_NAME, InputError
 from simstore.io.readers import ON_ERROR, read_documents
 from simstore.io.streams import text_lines
 from simstore.keys import Key
-from simstore.layout.choose import DEFAULT_K, MULTI_INDEX
+from simstore.layout.choose import DEFAULT_K, MULTI_INDEX, MULTI_INDEX_FROM_K
 from simstore.layout.planner import format_plan, plan
 from simstore.store.dedup import LENGTH_FIELD
 from simstore.store.facade import Store
@@ -331,7 +332,37 @@ def run_plan(args: argparse.Namespace) -> int:
         )
     else:
         print(format_plan(layouts, limit=args.limit))
+        print()
+        print(format_schemes(layouts[0].k if layouts else k, args.docs, limit=args.limit))
     return 0
+
+
+def format_schemes(k: int, docs: int, *, limit: int | None) -> str:
+    """The multi-index schemes exact for ``k``, cheapest first by the model of
+    :func:`simstore.index.multi_index.choose` (format 3; a new store's layout
+    from k = 6, or with ``layout="multi-index"``)."""
+    chosen = multi_index.choose(k, docs)
+    ranked = sorted(
+        multi_index.exact_schemes(k),
+        key=lambda scheme: (
+            multi_index.query_us(scheme, docs) + multi_index.US_PER_BYTE * multi_index.bytes_per_doc(scheme),
+            scheme.tables,
+        ),
+    )[:limit]
+    lines = [
+        f'multi-index schemes for k={k} (format 3: layout="multi-index"; '
+        + ("a new store's layout at this k" if k >= MULTI_INDEX_FROM_K else "opt-in at this k")
+        + "):",
+        f"{'scheme':<28} {'tables':>6} {'probes':>7} {'table bytes/doc':>15} {'batch µs/query':>14}",
+    ]
+    for scheme in ranked:
+        mark = "  <- chosen" if scheme == chosen else ""
+        lines.append(
+            f"{scheme.label():<28} {scheme.tables:>6} {scheme.probes:>7} "
+            f"{multi_index.bytes_per_doc(scheme):>15.0f} {multi_index.query_us(scheme, docs):>14.3g}{mark}"
+        )
+    lines.append("(batch µs/query: the model fitted at 1M, benchmarks/results/multi_index_1M.md)")
+    return "\n".join(lines)
 
 
 def configure_relayout(parser: argparse.ArgumentParser) -> None:

@@ -9,6 +9,7 @@ import pytest
 
 import simstore
 from simstore.cli import main
+from simstore.index import multi_index
 
 
 def test_plan_prints_the_ranked_layouts(capsys: pytest.CaptureFixture[str]) -> None:
@@ -64,3 +65,18 @@ def test_k_is_spelled_either_way(capsys: pytest.CaptureFixture[str]) -> None:
     long_form = capsys.readouterr().out
     assert main(["plan", "-k", "3", "--docs", "1e9", "--limit", "1"]) == 0
     assert capsys.readouterr().out == long_form
+
+
+def test_plan_lists_the_multi_index_schemes_and_marks_the_one_a_store_gets(
+    capsys: pytest.CaptureFixture[str],
+) -> None:
+    """From k = 6 a new store is laid out as a multi-index scheme: plan shows
+    which one, and says it is a new store's layout at that k (opt-in below)."""
+    assert main(["plan", "-k", "8", "--docs", "1e7", "--limit", "3"]) == 0
+    out = capsys.readouterr().out
+    chosen = multi_index.choose(8, 1e7).label()
+    assert f"{chosen} " in out
+    assert "<- chosen" in out.split(chosen, 1)[1].splitlines()[0]
+    assert "a new store's layout at this k" in out
+    assert main(["plan", "-k", "3", "--docs", "1e6", "--limit", "2"]) == 0
+    assert "opt-in at this k" in capsys.readouterr().out
