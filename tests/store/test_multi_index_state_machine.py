@@ -20,10 +20,10 @@ from unittest import mock
 import numpy as np
 from hypothesis import HealthCheck, settings
 from hypothesis import strategies as st
-from hypothesis.stateful import RuleBasedStateMachine, initialize, invariant, precondition, rule
+from hypothesis.stateful import initialize, invariant, precondition, rule
 from test_multi_index_store import MULTI_INDEX
 from test_multi_index_store import compact as bounded_compact
-from test_state_machine import Key, _rank, fingerprints, keys, metas
+from test_state_machine import Key, ModelMachine, _rank, fingerprints, keys, metas
 
 import simstore
 from simstore.engine.column_tableset import ColumnTableSet
@@ -34,7 +34,7 @@ class JoinInterruptedError(Exception):
     """Stands in for a crash or a Ctrl-C inside a join, before its commit."""
 
 
-class MultiIndexStoreMachine(RuleBasedStateMachine):
+class MultiIndexStoreMachine(ModelMachine):
     """The model is a dict key -> (fingerprint, meta) in first-add order, the
     documented iteration order of a store."""
 
@@ -55,11 +55,6 @@ class MultiIndexStoreMachine(RuleBasedStateMachine):
         self.threshold = 1
 
     # -- helpers ---------------------------------------------------------------
-
-    @property
-    def live(self) -> simstore.Store:
-        assert self.store is not None
-        return self.store
 
     def _open(self, merge_on_close: bool) -> None:
         self.store = simstore.open(
@@ -83,23 +78,6 @@ class MultiIndexStoreMachine(RuleBasedStateMachine):
     def _forget(self, key: Key) -> None:
         del self.model[key]
         del self.held[key]
-
-    def _draw_query(self, data: st.DataObject) -> int:
-        """Mostly a stored fingerprint moved by up to k+1 bits, so that answers are rarely empty."""
-        if not self.model or data.draw(st.integers(0, 3), label="query kind") == 0:
-            return data.draw(fingerprints, label="query")
-        stored = sorted(fp for fp, _ in self.model.values())
-        base = data.draw(st.sampled_from(stored), label="near")
-        bits = data.draw(st.frozensets(st.integers(0, 63), max_size=self.k + 1), label="bits")
-        return base ^ sum(1 << bit for bit in bits)
-
-    def _expected(self, query: int, k: int) -> list[tuple[Key, int, int]]:
-        hits = [
-            (key, (fp ^ query).bit_count(), fp)
-            for key, (fp, _meta) in self.model.items()
-            if (fp ^ query).bit_count() <= k
-        ]
-        return sorted(hits, key=lambda hit: (hit[1], _rank(hit[0])))
 
     # -- rules -----------------------------------------------------------------
 
@@ -200,16 +178,6 @@ class MultiIndexStoreMachine(RuleBasedStateMachine):
             limited = self.live.query(fingerprint=query, k=k, limit=limit)
             assert [(m.key, m.distance, m.fingerprint) for m in limited] == self._expected(query, k)[:limit]
 
-    @rule(data=st.data())
-    def query_many(self, data: st.DataObject) -> None:
-        queries = [self._draw_query(data) for _ in range(data.draw(st.integers(0, 6), label="n"))]
-        k = data.draw(st.one_of(st.none(), st.integers(0, self.k)), label="k")
-        results = self.live.query_many(np.array(queries, dtype=np.uint64), k=k)
-        assert len(results) == len(queries)
-        for query, result in zip(queries, results, strict=True):
-            got = [(m.key, m.distance, m.fingerprint) for m in result]
-            assert got == self._expected(query, self.k if k is None else k)
-
     @rule()
     def merge(self) -> None:
         before = self.live.stats().delta_docs
@@ -257,10 +225,6 @@ class MultiIndexStoreMachine(RuleBasedStateMachine):
         assert self.live.stats().delta_docs == (0 if merge_on_close else delta_before)
         assert self.live.k == self.k
         assert self.live.stats().format_version == 3
-
-    @rule()
-    def check(self) -> None:
-        assert self.live.check() == []
 
     # -- invariants ------------------------------------------------------------
 

@@ -91,29 +91,15 @@ def _rank(key: Key) -> tuple[int, Key]:
     return (2, key)
 
 
-class StoreMachine(RuleBasedStateMachine):
-    """The model is a dict key -> (fingerprint, meta); dict order is first-add order,
-    which is the documented iteration order of a store."""
+class ModelMachine(RuleBasedStateMachine):
+    """What the store state machines share: the store under test (``store``),
+    its k, the model (``model``: key -> (fingerprint, meta) in first-add
+    order, the documented iteration order of a store), queries drawn near
+    the model's fingerprints and the brute-force answers to them."""
 
-    def __init__(self) -> None:
-        super().__init__()
-        self.folder = tempfile.mkdtemp(prefix="simstore-sm-")
-        self.path = str(Path(self.folder) / "machine.simstore")
-        self.model: dict[Key, tuple[int, dict[str, Any] | None]] = {}
-        # The sketch of each document added as text (None: added as a fingerprint).
-        self.sketches: dict[Key, np.ndarray | None] = {}
-        self.min_similarity = 0.0
-        self.store: simstore.Store | None = None
-        self.k = 3
-        self.threshold = 1
-        self.crowding: Any = None
-
-    # -- helpers ---------------------------------------------------------------
-
-    def _open(self, merge_on_close: bool) -> None:
-        self.store = simstore.open(
-            self.path, sync=False, merge_threshold=self.threshold, merge_on_close=merge_on_close
-        )
+    store: simstore.Store | None
+    model: dict[Key, tuple[int, dict[str, Any] | None]]
+    k: int
 
     @property
     def live(self) -> simstore.Store:
@@ -136,6 +122,45 @@ class StoreMachine(RuleBasedStateMachine):
             if (fp ^ query).bit_count() <= k
         ]
         return sorted(hits, key=lambda hit: (hit[1], _rank(hit[0])))
+
+    @rule(data=st.data())
+    def query_many(self, data: st.DataObject) -> None:
+        queries = [self._draw_query(data) for _ in range(data.draw(st.integers(0, 6), label="n"))]
+        k = data.draw(st.one_of(st.none(), st.integers(0, self.k)), label="k")
+        results = self.live.query_many(np.array(queries, dtype=np.uint64), k=k)
+        assert len(results) == len(queries)
+        for query, result in zip(queries, results, strict=True):
+            got = [(m.key, m.distance, m.fingerprint) for m in result]
+            assert got == self._expected(query, self.k if k is None else k)
+
+    @rule()
+    def check(self) -> None:
+        assert self.live.check() == []
+
+
+class StoreMachine(ModelMachine):
+    """The model is a dict key -> (fingerprint, meta); dict order is first-add order,
+    which is the documented iteration order of a store."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.folder = tempfile.mkdtemp(prefix="simstore-sm-")
+        self.path = str(Path(self.folder) / "machine.simstore")
+        self.model: dict[Key, tuple[int, dict[str, Any] | None]] = {}
+        # The sketch of each document added as text (None: added as a fingerprint).
+        self.sketches: dict[Key, np.ndarray | None] = {}
+        self.min_similarity = 0.0
+        self.store: simstore.Store | None = None
+        self.k = 3
+        self.threshold = 1
+        self.crowding: Any = None
+
+    # -- helpers ---------------------------------------------------------------
+
+    def _open(self, merge_on_close: bool) -> None:
+        self.store = simstore.open(
+            self.path, sync=False, merge_threshold=self.threshold, merge_on_close=merge_on_close
+        )
 
     # -- rules -----------------------------------------------------------------
 
@@ -267,16 +292,6 @@ class StoreMachine(RuleBasedStateMachine):
         assert got == self._expected(query, k)
 
     @rule(data=st.data())
-    def query_many(self, data: st.DataObject) -> None:
-        queries = [self._draw_query(data) for _ in range(data.draw(st.integers(0, 6), label="n"))]
-        k = data.draw(st.one_of(st.none(), st.integers(0, self.k)), label="k")
-        results = self.live.query_many(np.array(queries, dtype=np.uint64), k=k)
-        assert len(results) == len(queries)
-        for query, result in zip(queries, results, strict=True):
-            got = [(m.key, m.distance, m.fingerprint) for m in result]
-            assert got == self._expected(query, self.k if k is None else k)
-
-    @rule(data=st.data())
     def query_text(self, data: st.DataObject) -> None:
         """A text query: within k, and (where both have sketches) at least as
         similar as the threshold, the store's own when the call passes none."""
@@ -335,10 +350,6 @@ class StoreMachine(RuleBasedStateMachine):
         expected_delta = delta_before if not merge_on_close else 0
         assert self.live.stats().delta_docs == expected_delta
         assert self.live.k == self.k
-        assert self.live.check() == []
-
-    @rule()
-    def check(self) -> None:
         assert self.live.check() == []
 
     # -- invariants ------------------------------------------------------------
