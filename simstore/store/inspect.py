@@ -46,9 +46,11 @@ def store_stats(engine: Engine, skew: bool) -> Stats:
         delta_docs = len(engine.delta)
         # Every document outside the delta has one entry in every table
         # (format 3: and documents taken out have theirs until a join).
-        table_entries = (docs - delta_docs,) * len(engine.tables)
-        if params_scheme := engine.params.scheme:
-            table_entries = (sum(run.entries for run in engine.tableset.catalog.runs),) * params_scheme.tables
+        scheme = engine.params.scheme
+        if scheme is None:
+            table_entries = (docs - delta_docs,) * len(engine.tables)
+        else:
+            table_entries = (sum(run.entries for run in engine.tableset.catalog.runs),) * scheme.tables
         fingerprints = all_documents(engine, txn)[1] if skew else None
         catalog = engine.tableset.catalog
         bytes_live = engine.env.live_bytes(txn, engine.handles)

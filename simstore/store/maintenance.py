@@ -96,7 +96,8 @@ def compaction_step(engine: Engine, *, everything: bool = False) -> int | None:
     ``everything`` one of all runs): the entries it moved, or ``None``
     when there was nothing to do."""
     known = engine.tableset.catalog
-    due = known.compaction is not None or plan_compaction([run.entries for run in known.runs]) is not None
+    planned_span = plan_compaction([run.entries for run in known.runs])
+    due = known.compaction is not None or planned_span is not None
     if not everything and not due:
         # Nothing due in the catalog last seen: no write transaction (and
         # no wait for the store's lock, which a group commit may hold) to
@@ -106,8 +107,7 @@ def compaction_step(engine: Engine, *, everything: bool = False) -> int | None:
     if engine.params.scheme is not None:
         # A format-3 join is one transaction: room for its output first, or a
         # map that filled would rerun the whole join once per growth step.
-        planned_span = None if everything else plan_compaction([run.entries for run in known.runs])
-        joined = known.runs if planned_span is None else known.runs[planned_span[0] : planned_span[1]]
+        joined = known.runs if everything or planned_span is None else known.runs[slice(*planned_span)]
         reserve_for(engine, 0, 0, run_entries=sum(run.entries for run in joined))
 
     def body(txn: _lmdb.Txn, state: State) -> tuple[int | None, State, Change]:
