@@ -32,7 +32,12 @@ from simstore.index.column_search import IdArray, Snapshot
 from simstore.index.multi_index import MultiIndex
 from simstore.index.permute import U64Array
 
-CATALOG_VERSION = 1
+#: Version 2 stamps each run with the store's removals count when it was
+#: written; version 1 (no stamps) is still read.
+CATALOG_VERSION = 2
+#: The stamp of a run whose writing was not counted (a version-1 catalog's):
+#: its entries are checked at a join.
+UNSTAMPED = -1
 
 #: ``live(ids, fingerprints)``: which of a run's entries still stand for
 #: their documents (a boolean per entry).
@@ -40,10 +45,14 @@ Live = Callable[[IdArray, U64Array], npt.NDArray[np.bool_]]
 
 
 class RunEntry(NamedTuple):
-    """One run of the catalog: its id and its number of entries."""
+    """One run of the catalog: its id, its number of entries, and the
+    store's count of removals (:func:`simstore.engine.column_tableset`) when
+    it was written: a run whose count is still the store's holds no stale
+    entry, and a join of such runs checks none against the records."""
 
     run_id: int
     entries: int
+    removals: int = UNSTAMPED
 
 
 @dataclass(frozen=True)
@@ -58,7 +67,7 @@ class ColumnCatalog:
 
     @property
     def entries(self) -> int:
-        return sum(entries for _run_id, entries in self.runs)
+        return sum(run.entries for run in self.runs)
 
     def encode(self) -> bytes:
         encoded: bytes = msgpack.packb([CATALOG_VERSION, self.next_run_id, [list(run) for run in self.runs]])
@@ -77,9 +86,10 @@ class ColumnCatalog:
             value: Any = msgpack.unpackb(raw, use_list=True, strict_map_key=True)
         except (ValueError, msgpack.ExtraData, msgpack.FormatError, msgpack.StackError) as exc:
             raise CorruptStoreError("the format-3 run catalog is damaged") from exc
-        if not (isinstance(value, list) and len(value) == 3 and value[0] == CATALOG_VERSION):
+        if not (isinstance(value, list) and len(value) == 3 and value[0] in (1, CATALOG_VERSION)):
             raise CorruptStoreError(f"the format-3 run catalog is damaged or newer: {str(value)[:80]}")
-        _version, next_run_id, runs = value
+        version, next_run_id, runs = value
+        fields = 2 if version == 1 else 3
         if (
             not isinstance(next_run_id, int)
             or not 1 <= next_run_id <= MAX_RUN_ID + 1
@@ -90,14 +100,15 @@ class ColumnCatalog:
         for run in runs:
             if not (
                 isinstance(run, list)
-                and len(run) == 2
+                and len(run) == fields
                 and all(isinstance(number, int) for number in run)
                 and 1 <= run[0] < next_run_id
                 and run[1] >= 0
+                and run[fields - 1] >= UNSTAMPED
             ):
                 raise CorruptStoreError(f"a run in the format-3 catalog is damaged: {run!r}")
-            parsed.append(RunEntry(run[0], run[1]))
-        if len({run_id for run_id, _ in parsed}) != len(parsed):
+            parsed.append(RunEntry(*run))
+        if len({run.run_id for run in parsed}) != len(parsed):
             raise CorruptStoreError("the format-3 run catalog names a run twice")
         return cls(tuple(parsed), next_run_id)
 
@@ -111,53 +122,53 @@ class ColumnIndex:
         self.databases = tuple(databases)
 
     def write_run(
-        self, txn: Txn, catalog: ColumnCatalog, fingerprints: U64Array, ids: IdArray
+        self, txn: Txn, catalog: ColumnCatalog, fingerprints: U64Array, ids: IdArray, removals: int
     ) -> ColumnCatalog:
-        """Add a run of ``fingerprints`` (``ids[j]`` the id of ``fingerprints[j]``), newest."""
+        """Add a run of ``fingerprints`` (``ids[j]`` the id of ``fingerprints[j]``),
+        newest, stamped with the store's count of ``removals``."""
         if not len(fingerprints):
             return catalog
         run_id = _next_id(catalog)
         entries = column_tables.write_run(txn, self.databases, self.scheme, run_id, fingerprints, ids)
-        return ColumnCatalog((*catalog.runs, RunEntry(run_id, entries)), run_id + 1)
+        return ColumnCatalog((*catalog.runs, RunEntry(run_id, entries, removals)), run_id + 1)
 
     def plan(self, catalog: ColumnCatalog) -> tuple[int, int] | None:
         """The adjacent runs to join next, as ``(first, end)`` indexes, or ``None``."""
-        return plan_compaction([entries for _run_id, entries in catalog.runs])
+        return plan_compaction([run.entries for run in catalog.runs])
 
-    def join(self, txn: Txn, catalog: ColumnCatalog, first: int, end: int, live: Live) -> ColumnCatalog:
+    def join(
+        self,
+        txn: Txn,
+        catalog: ColumnCatalog,
+        first: int,
+        end: int,
+        live: Live | None,
+        removals: int,
+        source: Txn | None = None,
+    ) -> ColumnCatalog:
         """Join runs ``first`` to ``end`` (indexes, ``end`` excluded) into one
-        in their place, keeping the entries ``live`` keeps; a join that keeps
-        nothing leaves no run."""
+        in their place, keeping the entries ``live`` keeps (``None``: every
+        one), stamped with ``removals``; a join that keeps nothing leaves no
+        run. The runs are read from ``source`` (a transaction that reads
+        buffers and sees them: in place) or else from ``txn`` (copies)."""
         if not 0 <= first < end <= len(catalog.runs):
             raise ValueError(f"no runs {first}..{end} among {len(catalog.runs)}")
         joined = catalog.runs[first:end]
-        fingerprints_parts: list[U64Array] = []
-        id_parts: list[IdArray] = []
-        for run_id, entries in joined:
-            run = column_tables.view_run(txn, self.databases, self.scheme, run_id, entries)
-            # Copies: the views die with the values the drop below frees.
-            fingerprints, ids = run.fingerprints.astype(np.uint64), run.ids.astype(np.uint64)
-            kept = live(ids, fingerprints)
-            fingerprints_parts.append(fingerprints[kept])
-            id_parts.append(ids[kept])
-        for run_id, _entries in joined:
-            column_tables.drop_run(txn, self.databases, run_id)
-        fingerprints = np.concatenate(fingerprints_parts)
-        ids = np.concatenate(id_parts)
-        # One entry a document: a document given back a fingerprint an older
-        # run still holds for it has two live entries, and a join that kept
-        # both would leave the run as long as before (compact() rejoined it
-        # for ever).
-        _distinct, first_of_each = np.unique(ids, return_index=True)
-        if len(first_of_each) < len(ids):
-            first_of_each.sort()
-            fingerprints, ids = fingerprints[first_of_each], ids[first_of_each]
+        reader = txn if source is None else source
+        sources = [
+            column_tables.view_run(reader, self.databases, self.scheme, run.run_id, run.entries)
+            for run in joined
+        ]
+        kept = [None if live is None else live(run.ids, run.fingerprints) for run in sources]
+        run_id = _next_id(catalog)
+        entries = column_tables.join_run(txn, self.databases, self.scheme, run_id, sources, kept)
+        del sources  # views of values the drops below free (when read from txn)
+        for run in joined:
+            column_tables.drop_run(txn, self.databases, run.run_id)
         runs = list(catalog.runs[:first])
         next_run_id = catalog.next_run_id
-        if len(fingerprints):
-            run_id = _next_id(catalog)
-            entries = column_tables.write_run(txn, self.databases, self.scheme, run_id, fingerprints, ids)
-            runs.append(RunEntry(run_id, entries))
+        if entries:
+            runs.append(RunEntry(run_id, entries, removals))
             next_run_id = run_id + 1
         return ColumnCatalog((*runs, *catalog.runs[end:]), next_run_id)
 

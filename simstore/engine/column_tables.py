@@ -21,6 +21,7 @@ import numpy.typing as npt
 from simstore.engine import columns
 from simstore.engine._lmdb import Database, Txn, spanning_words
 from simstore.errors import CorruptStoreError
+from simstore.index import column_merge
 from simstore.index.column_search import (
     ColumnRun,
     Directory,
@@ -29,6 +30,7 @@ from simstore.index.column_search import (
     Snapshot,
     build_directory,
     build_run,
+    directory_bits,
 )
 from simstore.index.multi_index import MultiIndex
 from simstore.index.permute import U64Array
@@ -46,20 +48,102 @@ def write_run(
     under ``run_id`` in every table; returns its entry count."""
     check_tables(databases, scheme)
     built = build_run(scheme, fingerprints, ids)
-    id_dtype = np.dtype("<u4") if columns.id_width(built.ids) == 4 else np.dtype("<u8")
     for table, database in enumerate(databases):
-        keys = built.column(table)
-        directory = built.directories[table]
-        values = [
-            (columns.KEYS, columns.encode(columns.KEYS, keys)),
-            (columns.DIRECTORY, columns.encode(columns.DIRECTORY, directory.positions, bits=directory.bits)),
-        ]
-        if table == 0:
-            values.append((columns.IDS, columns.encode(columns.IDS, built.ids.astype(id_dtype))))
-        for kind, value in values:
-            if not txn.put(columns.run_key(run_id, kind), value, db=database, overwrite=False):
-                raise CorruptStoreError(f"table {table} already holds run {run_id}")
+        keys = columns.encode(columns.KEYS, built.column(table))
+        _put_table(txn, database, table, run_id, keys, built.directories[table])
+    _put(txn, databases[0], 0, run_id, columns.IDS, _encoded_ids(built.ids))
     return len(built)
+
+
+def join_run(
+    txn: Txn,
+    databases: Sequence[Database],
+    scheme: MultiIndex,
+    run_id: int,
+    sources: Sequence[ColumnRun],
+    kept: Sequence[npt.NDArray[np.bool_] | None],
+) -> int:
+    """Write under ``run_id`` the join of ``sources`` (runs of the scheme,
+    oldest first), keeping the entries ``kept[i]`` keeps of ``sources[i]``
+    (``None``: all of them) and one of each ``(fingerprint, id)``; returns
+    its entry count (0: nothing written).
+
+    The sources' columns are sorted already, so each joined column is a
+    merge (:mod:`simstore.index.column_merge`), filled in place in the value
+    written; one table's arrays are alive at a time."""
+    check_tables(databases, scheme)
+    fingerprint_parts = [
+        run.fingerprints if keep is None else run.fingerprints[keep]
+        for run, keep in zip(sources, kept, strict=True)
+    ]
+    id_parts = [
+        run.ids.astype(np.uint64) if keep is None else run.ids[keep].astype(np.uint64)
+        for run, keep in zip(sources, kept, strict=True)
+    ]
+    fingerprints = np.concatenate(fingerprint_parts).astype(np.uint64, copy=False)
+    ids = np.concatenate(id_parts)
+    del fingerprint_parts, id_parts
+    order = column_merge.merged_order(fingerprints, ids)
+    fingerprints, ids = fingerprints[order], ids[order]
+    del order
+    repeats = column_merge.first_of_each(fingerprints, ids)
+    if repeats is not None:
+        fingerprints, ids = fingerprints[repeats], ids[repeats]
+    if not len(fingerprints):
+        return 0
+    # Whole columns of the sources merge as they are; once an entry was
+    # dropped, a rotated column (whose keys carry no id) is made afresh.
+    whole = repeats is None and all(keep is None for keep in kept)
+    keys_value, keys = columns.allocate(len(fingerprints), 8)
+    keys[:] = fingerprints
+    _put_table(
+        txn,
+        databases[0],
+        0,
+        run_id,
+        columns.seal(keys_value, columns.KEYS, keys),
+        _directory(scheme, 0, keys),
+    )
+    _put(txn, databases[0], 0, run_id, columns.IDS, _encoded_ids(ids))
+    del keys_value, keys, ids
+    for table in range(1, scheme.tables):
+        keys_value, keys = columns.allocate(len(fingerprints), 8)
+        if whole:
+            column_merge.merge_rotated([run.rotated[table - 1] for run in sources], keys)
+        else:
+            column_merge.rotated_column(scheme, table, fingerprints, keys)
+        directory = _directory(scheme, table, keys)
+        _put_table(
+            txn, databases[table], table, run_id, columns.seal(keys_value, columns.KEYS, keys), directory
+        )
+        del keys_value, keys
+    return len(fingerprints)
+
+
+def _put_table(
+    txn: Txn, database: Database, table: int, run_id: int, keys_value: bytearray, directory: Directory
+) -> None:
+    """Put one table's sorted keys (an encoded value) and their directory."""
+    _put(txn, database, table, run_id, columns.KEYS, keys_value)
+    positions = columns.encode(columns.DIRECTORY, directory.positions, bits=directory.bits)
+    _put(txn, database, table, run_id, columns.DIRECTORY, positions)
+
+
+def _directory(scheme: MultiIndex, table: int, keys: U64Array) -> Directory:
+    return build_directory(keys, directory_bits(len(keys), scheme.widths[table]))
+
+
+def _put(txn: Txn, database: Database, table: int, run_id: int, kind: int, value: bytearray) -> None:
+    if not txn.put(columns.run_key(run_id, kind), value, db=database, overwrite=False):
+        raise CorruptStoreError(f"table {table} already holds run {run_id}")
+
+
+def _encoded_ids(ids: IdArray) -> bytearray:
+    """A run's id value: 4-byte ids where every one fits."""
+    id_dtype = np.dtype("<u4") if columns.id_width(ids) == 4 else np.dtype("<u8")
+    value, items = columns.allocate(len(ids), id_dtype.itemsize)
+    items[:] = ids
+    return columns.seal(value, columns.IDS, items)
 
 
 def view_run(
@@ -114,7 +198,7 @@ def view_run(
 
 
 def snapshot_in_place(
-    txn: Txn, databases: Sequence[Database], scheme: MultiIndex, runs: Sequence[tuple[int, int]]
+    txn: Txn, databases: Sequence[Database], scheme: MultiIndex, runs: Sequence[tuple[int, ...]]
 ) -> Snapshot:
     """A snapshot of ``runs`` (``(run id, entries)`` each) whose buffer is
     LMDB's map itself (:func:`simstore.engine._lmdb.spanning_words`): no value
@@ -124,14 +208,14 @@ def snapshot_in_place(
         CorruptStoreError: a value is missing, damaged, or not 8-byte
             aligned in the map (values under 2 KiB sit in leaf pages).
     """
-    viewed = [view_run(txn, databases, scheme, run_id, entries) for run_id, entries in runs]
+    viewed = [view_run(txn, databases, scheme, run[0], run[1]) for run in runs]
     arrays = [run.ids for run in viewed]
     for run in viewed:
         arrays += [run.column(table) for table in range(scheme.tables)]
         arrays += [directory.positions for directory in run.directories]
     words, address = spanning_words(arrays)
     places = []
-    for run, (_run_id, entries) in zip(viewed, runs, strict=True):
+    for run, (_run_id, entries, *_stamp) in zip(viewed, runs, strict=True):
         id_bytes = run.ids.dtype.itemsize
         places.append(
             RunPlace(

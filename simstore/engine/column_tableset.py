@@ -45,9 +45,9 @@ import numpy as np
 import numpy.typing as npt
 
 from simstore.engine._lmdb import Database, MapMovedError, Txn
-from simstore.engine.column_index import ColumnCatalog, ColumnIndex
+from simstore.engine.column_index import ColumnCatalog, ColumnIndex, RunEntry
 from simstore.engine.column_tables import view_run
-from simstore.engine.format import CATALOG_KEY
+from simstore.engine.format import CATALOG_KEY, REMOVALS_KEY
 from simstore.engine.record_scan import id_and_fingerprint_arrays
 from simstore.index.column_search import IdArray, Matches, Snapshot
 from simstore.index.multi_index import MultiIndex
@@ -284,13 +284,23 @@ class ColumnTableSet:
         self, txn: Txn, catalog: ColumnCatalog, doc_ids: U64Array, fingerprints: U64Array
     ) -> ColumnCatalog:
         """Write documents as a new run of every table; the catalog with it."""
-        return self.index.write_run(txn, catalog, np.asarray(fingerprints, dtype=np.uint64), _ids(doc_ids))
+        fingerprints = np.asarray(fingerprints, dtype=np.uint64)
+        return self.index.write_run(txn, catalog, fingerprints, _ids(doc_ids), self.removals(txn))
 
     def delete(
         self, txn: Txn, catalog: ColumnCatalog, doc_ids: Sequence[int], fingerprints: Sequence[int]
     ) -> None:
-        """Nothing to write: the entries of documents taken out are dropped by
-        the record check, and by the next join of their runs."""
+        """Count the entries of documents taken out (or given new
+        fingerprints) as stale: the record check drops them from answers,
+        and the next join of their runs from the tables."""
+        if len(doc_ids):
+            stale = self.removals(txn) + len(doc_ids)
+            txn.put(REMOVALS_KEY, stale.to_bytes(8, "big"), db=self._meta)
+
+    def removals(self, txn: Txn) -> int:
+        """Table entries left stale so far (runs are stamped with it)."""
+        raw = txn.get(REMOVALS_KEY, db=self._meta)
+        return 0 if raw is None else int.from_bytes(raw, "big")
 
     def plan(self, catalog: ColumnCatalog) -> ColumnCatalog | None:
         """``catalog`` with the next join planned, or ``None``."""
@@ -304,12 +314,49 @@ class ColumnTableSet:
         return replace(catalog, compaction=span)
 
     def compaction_step(self, txn: Txn, catalog: ColumnCatalog) -> tuple[ColumnCatalog, int]:
-        """The planned join, whole: ``(catalog after it, entries read)``."""
+        """The planned join, whole: ``(catalog after it, entries read)``.
+
+        Runs written since the last removal hold no stale entry, and are
+        joined without reading a record. The runs are read in place through
+        a read transaction of their own where one can be begun (it sees
+        them: they were committed before this write), else copied."""
         assert catalog.compaction is not None
         first, end = catalog.compaction
-        moved = sum(run.entries for run in catalog.runs[first:end])
-        joined = self.index.join(txn, replace(catalog, compaction=None), first, end, self.live(txn, moved))
-        return joined, moved
+        joined = catalog.runs[first:end]
+        moved = sum(run.entries for run in joined)
+        removals = self.removals(txn)
+        fresh = all(run.removals == removals for run in joined)
+        live = None if fresh else self.live(txn, moved)
+        source = self._reader_of(joined)
+        try:
+            joined_catalog = self.index.join(
+                txn, replace(catalog, compaction=None), first, end, live, removals, source
+            )
+        finally:
+            if source is not None:
+                source.abort()
+        return joined_catalog, moved
+
+    def _reader_of(self, runs: Sequence[RunEntry]) -> Txn | None:
+        """A read transaction that reads buffers and sees ``runs``, or
+        ``None`` (the map moved: a transaction begun now may not adopt it
+        under the open write)."""
+        try:
+            reader = self._environment().begin_buffers(adopt_growth=False)
+        except MapMovedError:
+            return None
+        try:
+            committed = {
+                run.run_id: run.entries
+                for run in self.decode_catalog(reader.get(CATALOG_KEY, db=self._meta)).runs
+            }
+        except BaseException:
+            reader.abort()
+            raise
+        if any(committed.get(run.run_id) != run.entries for run in runs):
+            reader.abort()
+            return None
+        return reader
 
     def live(self, txn: Txn, joined: int) -> Callable[[IdArray, U64Array], npt.NDArray[np.bool_]]:
         """Which of a run's entries still stand for their documents, by the

@@ -66,15 +66,31 @@ def id_width(ids: IdArray) -> int:
     return 4 if len(ids) == 0 or int(ids.max()) < 1 << 32 else 8
 
 
-def encode(kind: int, payload: npt.NDArray[Any], *, bits: int = 0) -> bytes:
+def encode(kind: int, payload: npt.NDArray[Any], *, bits: int = 0) -> bytearray:
     """One run value: the header, ``payload``'s bytes, padding."""
-    item_size = payload.dtype.itemsize
-    if item_size not in _DTYPES:
+    if payload.dtype.itemsize not in _DTYPES:
         raise ValueError(f"a run value holds 4- or 8-byte items, not {payload.dtype}")
-    data = np.ascontiguousarray(payload, dtype=_DTYPES[item_size]).tobytes()
-    header = HEADER.pack(kind, item_size, bits, zlib.crc32(data), len(payload))
-    padding = max(0, MIN_VALUE_BYTES - HEADER.size - len(data))
-    return header + data + bytes(padding)
+    value, items = allocate(len(payload), payload.dtype.itemsize)
+    items[:] = payload
+    return seal(value, kind, items, bits=bits)
+
+
+def allocate(count: int, item_size: int) -> tuple[bytearray, npt.NDArray[Any]]:
+    """A run value of ``count`` items, and its payload as an array to fill in
+    place (then :func:`seal` it): a column is written once, not copied into
+    bytes and again into the value."""
+    if item_size not in _DTYPES:
+        raise ValueError(f"a run value holds 4- or 8-byte items, not {item_size}-byte ones")
+    value = bytearray(max(HEADER.size + count * item_size, MIN_VALUE_BYTES))
+    return value, np.frombuffer(value, dtype=_DTYPES[item_size], count=count, offset=HEADER.size)
+
+
+def seal(value: bytearray, kind: int, items: npt.NDArray[Any], *, bits: int = 0) -> bytearray:
+    """``value`` (from :func:`allocate`, its payload ``items`` filled) with its header."""
+    item_size = items.dtype.itemsize
+    crc = zlib.crc32(memoryview(value)[HEADER.size : HEADER.size + len(items) * item_size])
+    HEADER.pack_into(value, 0, kind, item_size, bits, crc, len(items))
+    return value
 
 
 def decode(value: Any, kind: int, *, verify: bool = False) -> tuple[npt.NDArray[Any], int]:

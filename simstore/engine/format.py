@@ -59,6 +59,10 @@ WRITERS_KEY = b"writers"
 #: (8 bytes), so that a leader interrupted around its commit can tell whether
 #: the commit happened (simstore.commit.group); read by nothing else.
 GROUP_KEY = b"group"
+#: Format 3: how many table entries removals and new fingerprints have left
+#: stale, 8 bytes big-endian (absent: none); runs are stamped with it
+#: (simstore.engine.column_index.RunEntry).
+REMOVALS_KEY = b"removals"
 # The write-ahead log's next position, the last transaction it holds a record
 # of, and the store's salt of its records (simstore.engine.wal).
 LOG_KEY = b"log"

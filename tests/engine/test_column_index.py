@@ -15,7 +15,8 @@ from hypothesis import settings
 from hypothesis import strategies as st
 from hypothesis.stateful import RuleBasedStateMachine, invariant, precondition, rule
 
-from simstore.engine.column_index import ColumnCatalog, ColumnIndex
+from simstore.engine.column_index import UNSTAMPED, ColumnCatalog, ColumnIndex, RunEntry
+from simstore.engine.column_tables import view_run
 from simstore.errors import CorruptStoreError
 from simstore.index.multi_index import MultiIndex, exact_schemes
 
@@ -36,6 +37,7 @@ class ColumnIndexMachine(RuleBasedStateMachine):
         self.live: dict[int, int] = {}  # id -> its current fingerprint
         self.next_id = 1
         self.catalog = ColumnCatalog()
+        self.removals = 0  # as the store counts them: entries left stale
         self._open()
 
     def _open(self) -> None:
@@ -66,38 +68,56 @@ class ColumnIndexMachine(RuleBasedStateMachine):
         ids = np.arange(self.next_id, self.next_id + len(values), dtype=np.uint64)
         self.next_id += len(values)
         with self.env.begin(write=True) as txn:
-            self.catalog = self.index.write_run(txn, self.catalog, np.array(values, dtype=np.uint64), ids)
+            self.catalog = self.index.write_run(
+                txn, self.catalog, np.array(values, dtype=np.uint64), ids, self.removals
+            )
         self.live.update(zip(ids.tolist(), values, strict=True))
 
     @precondition(lambda self: self.live)
     @rule(data=st.data(), replace=st.booleans())
     def take_out_or_replace(self, data: st.DataObject, replace: bool) -> None:
         doc = data.draw(st.sampled_from(sorted(self.live)))
+        self.removals += 1
         if replace:
             # A new fingerprint: the store writes it in a new run.
             value = data.draw(st.integers(0, 2**64 - 1))
             with self.env.begin(write=True) as txn:
                 self.catalog = self.index.write_run(
-                    txn, self.catalog, np.array([value], dtype=np.uint64), np.array([doc], dtype=np.uint64)
+                    txn,
+                    self.catalog,
+                    np.array([value], dtype=np.uint64),
+                    np.array([doc], dtype=np.uint64),
+                    self.removals,
                 )
             self.live[doc] = value
         else:
             del self.live[doc]
 
-    @rule()
-    def join_by_plan(self) -> None:
+    def _join(self, first: int, end: int, in_place: bool) -> None:
+        # As the store joins: runs stamped with the current count of
+        # removals hold no stale entry and are joined unchecked.
+        fresh = all(run.removals == self.removals for run in self.catalog.runs[first:end])
+        live = None if fresh else self._is_live
+        source = self.env.begin(buffers=True) if in_place else None
+        try:
+            with self.env.begin(write=True) as txn:
+                self.catalog = self.index.join(txn, self.catalog, first, end, live, self.removals, source)
+        finally:
+            if source is not None:
+                source.abort()
+
+    @rule(in_place=st.booleans())
+    def join_by_plan(self, in_place: bool) -> None:
         planned = self.index.plan(self.catalog)
         if planned is not None:
-            with self.env.begin(write=True) as txn:
-                self.catalog = self.index.join(txn, self.catalog, *planned, self._is_live)
+            self._join(*planned, in_place)
 
     @precondition(lambda self: self.catalog.runs)
-    @rule(data=st.data())
-    def join_some(self, data: st.DataObject) -> None:
+    @rule(data=st.data(), in_place=st.booleans())
+    def join_some(self, data: st.DataObject, in_place: bool) -> None:
         first = data.draw(st.integers(0, len(self.catalog.runs) - 1))
         end = data.draw(st.integers(first + 1, len(self.catalog.runs)))
-        with self.env.begin(write=True) as txn:
-            self.catalog = self.index.join(txn, self.catalog, first, end, self._is_live)
+        self._join(first, end, in_place)
 
     @rule()
     def reopen(self) -> None:
@@ -133,6 +153,21 @@ class ColumnIndexMachine(RuleBasedStateMachine):
     def runs_stay_few_enough_to_count(self) -> None:
         assert self.catalog.entries >= len(self.live)
 
+    @invariant()
+    def stamped_runs_hold_only_live_entries(self) -> None:
+        # The premise of joining unchecked: a run stamped with the current
+        # count holds no entry a record would not back.
+        with self.env.begin(buffers=True) as txn:
+            for run in self.catalog.runs:
+                if run.removals != self.removals:
+                    continue
+                viewed = view_run(txn, self.index.databases, self.index.scheme, run.run_id, run.entries)
+                assert self._is_live(viewed.ids, viewed.fingerprints).all()
+                assert (
+                    len(set(zip(viewed.ids.tolist(), viewed.fingerprints.tolist(), strict=True)))
+                    == run.entries
+                )
+
     def teardown(self) -> None:
         self.env.close()
         self.folder.cleanup()
@@ -143,12 +178,16 @@ TestColumnIndex = ColumnIndexMachine.TestCase
 
 
 def test_a_damaged_catalog_is_corruption_not_a_crash() -> None:
-    catalog = ColumnCatalog(((1, 10), (3, 5)), 4)
+    catalog = ColumnCatalog((RunEntry(1, 10, 0), RunEntry(3, 5, 7)), 4)
     assert ColumnCatalog.decode(catalog.encode()) == catalog
     assert ColumnCatalog.decode(None) == ColumnCatalog()
+    # A version-1 catalog (no stamps) is read: its runs are checked at a join.
+    assert ColumnCatalog.decode(b"\x93\x01\x04\x91\x92\x01\x0a").runs == (RunEntry(1, 10, UNSTAMPED),)
     for raw in (
         b"\xc1",
-        b"\x93\x02\x04\x90",
+        b"\x93\x03\x04\x90",
+        b"\x93\x02\x04\x91\x92\x01\x0a",
+        b"\x93\x02\x04\x91\x93\x01\x0a\xfe",
         b"\x93\x01\x04\x91\x92\x05\x01",
         b"\x93\x01\x04\x92\x92\x01\x01\x92\x01\x02",
     ):
