@@ -72,52 +72,60 @@ def join_run(
     merge (:mod:`simstore.index.column_merge`), filled in place in the value
     written; one table's arrays are alive at a time."""
     check_tables(databases, scheme)
-    fingerprint_parts = [
-        run.fingerprints if keep is None else run.fingerprints[keep]
-        for run, keep in zip(sources, kept, strict=True)
-    ]
-    id_parts = [
-        run.ids.astype(np.uint64) if keep is None else run.ids[keep].astype(np.uint64)
-        for run, keep in zip(sources, kept, strict=True)
-    ]
-    fingerprints = np.concatenate(fingerprint_parts).astype(np.uint64, copy=False)
-    ids = np.concatenate(id_parts)
-    del fingerprint_parts, id_parts
-    order = column_merge.merged_order(fingerprints, ids)
-    fingerprints, ids = fingerprints[order], ids[order]
-    del order
-    repeats = column_merge.first_of_each(fingerprints, ids)
+    id_dtype = np.result_type(*(run.ids.dtype for run in sources)) if sources else np.dtype(np.uint32)
+    fingerprints = np.concatenate(
+        [
+            run.fingerprints if keep is None else run.fingerprints[keep]
+            for run, keep in zip(sources, kept, strict=True)
+        ]
+    )
+    ids = np.concatenate(
+        [run.ids if keep is None else run.ids[keep] for run, keep in zip(sources, kept, strict=True)],
+        dtype=id_dtype,
+    )
+    # Gathered straight into the values put: one table's arrays at a time,
+    # about 30 bytes an entry at the peak.
+    keys_value, keys = columns.allocate(len(fingerprints), 8)
+    order = column_merge.merge_first(fingerprints, ids, keys)
+    del fingerprints
+    ids_value, sorted_ids = columns.allocate(len(ids), columns.id_width(ids))
+    np.take(ids, order, out=sorted_ids)
+    del ids, order
+    repeats = column_merge.first_of_each(keys, sorted_ids)
     if repeats is not None:
-        fingerprints, ids = fingerprints[repeats], ids[repeats]
-    if not len(fingerprints):
+        # A document held twice under one fingerprint (rare): copies without the repeats.
+        kept_keys, kept_ids = keys[repeats], sorted_ids[repeats]
+        del keys, sorted_ids
+        keys_value, keys = columns.allocate(len(kept_keys), 8)
+        keys[:] = kept_keys
+        ids_value, sorted_ids = columns.allocate(len(kept_ids), columns.id_width(kept_ids))
+        sorted_ids[:] = kept_ids
+        del kept_keys, kept_ids
+    if not len(keys):
         return 0
     # Whole columns of the sources merge as they are; once an entry was
     # dropped, a rotated column (whose keys carry no id) is made afresh.
     whole = repeats is None and all(keep is None for keep in kept)
-    keys_value, keys = columns.allocate(len(fingerprints), 8)
-    keys[:] = fingerprints
-    _put_table(
-        txn,
-        databases[0],
-        0,
-        run_id,
-        columns.seal(keys_value, columns.KEYS, keys),
-        _directory(scheme, 0, keys),
-    )
-    _put(txn, databases[0], 0, run_id, columns.IDS, _encoded_ids(ids))
-    del keys_value, keys, ids
+    directory = _directory(scheme, 0, keys)
+    _put_table(txn, databases[0], 0, run_id, columns.seal(keys_value, columns.KEYS, keys), directory)
+    _put(txn, databases[0], 0, run_id, columns.IDS, columns.seal(ids_value, columns.IDS, sorted_ids))
+    entries = len(keys)
+    # Table 0's keys are the fingerprints, sorted: kept for the rotated
+    # columns made afresh (a view of the value put, which it keeps alive).
+    sorted_fingerprints: U64Array | None = None if whole else keys
+    del keys_value, keys, ids_value, sorted_ids
     for table in range(1, scheme.tables):
-        keys_value, keys = columns.allocate(len(fingerprints), 8)
-        if whole:
+        keys_value, keys = columns.allocate(entries, 8)
+        if sorted_fingerprints is None:
             column_merge.merge_rotated([run.rotated[table - 1] for run in sources], keys)
         else:
-            column_merge.rotated_column(scheme, table, fingerprints, keys)
+            column_merge.rotated_column(scheme, table, sorted_fingerprints, keys)
         directory = _directory(scheme, table, keys)
         _put_table(
             txn, databases[table], table, run_id, columns.seal(keys_value, columns.KEYS, keys), directory
         )
         del keys_value, keys
-    return len(fingerprints)
+    return entries
 
 
 def _put_table(

@@ -23,16 +23,18 @@ from simstore.index.multi_index import MultiIndex
 from simstore.index.permute import U64Array
 
 
-def merged_order(fingerprints: U64Array, ids: IdArray) -> npt.NDArray[np.intp]:
-    """The order that sorts the concatenation of sorted runs' ``fingerprints``
-    (each run's ties in id order) by fingerprint, ties by id."""
+def merge_first(fingerprints: U64Array, ids: IdArray, out: U64Array) -> npt.NDArray[np.intp]:
+    """``out`` filled with the concatenation of sorted runs' ``fingerprints``
+    (each run's ties in id order) sorted by fingerprint, ties by id; returns
+    the order that sorts them (to gather the ids by)."""
     order = np.argsort(fingerprints, kind="stable")
-    merged = fingerprints[order]
-    ties = np.flatnonzero(merged[1:] == merged[:-1])
+    np.take(fingerprints, order, out=out)
+    ties = np.flatnonzero(out[1:] == out[:-1])
     if len(ties) and bool(np.any(ids[order[ties + 1]] < ids[order[ties]])):
         # Equal fingerprints from different runs, a newer run's id first
         # (a document re-added under an older id): rare, sorted from scratch.
         order = np.lexsort((ids, fingerprints))
+        np.take(fingerprints, order, out=out)
     return order
 
 
