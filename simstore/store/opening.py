@@ -489,6 +489,13 @@ def _path_text(path: object) -> str:
         path_text = os.fsdecode(path_text)
     if "\0" in path_text or not path_text:
         raise InvalidValueError(f"a store path must be non-empty and hold no NUL byte, got {path_text!r}")
+    try:
+        os.fsencode(path_text)
+    except UnicodeEncodeError as exc:
+        # A lone surrogate (from a command line, say) names no file.
+        raise InvalidValueError(
+            f"a store path must be a name the file system can hold, got {path_text!r}"
+        ) from exc
     return path_text
 
 

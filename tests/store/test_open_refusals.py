@@ -172,6 +172,7 @@ def test_a_lock_file_is_not_a_store(tmp_path: Path) -> None:
         (None, simstore.InvalidTypeError),
         ("a\0b.simstore", simstore.InvalidValueError),
         ("", simstore.InvalidValueError),
+        ("\ud800.simstore", simstore.InvalidValueError),  # a lone surrogate: no file's name
     ],
 )
 def test_what_is_not_a_path(path: object, error: type[Exception]) -> None:
@@ -187,7 +188,7 @@ def test_opening_adopts_a_map_another_process_grew(tmp_path: Path) -> None:
     from simstore.engine import _lmdb
 
     path = str(tmp_path / "grown.simstore")
-    with simstore.open(path) as store:
+    with simstore.open(path, blocks=7) as store:  # format 2: 21 tables, 5 of them opened
         store.add("a", fingerprint=1)
     env = _lmdb.Environment(
         path, readonly=True, sync=False, map_size=None, max_map_size=None, wal=WRITE_AHEAD_LOG
