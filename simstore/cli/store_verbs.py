@@ -340,7 +340,7 @@ def run_plan(args: argparse.Namespace) -> int:
 def format_schemes(k: int, docs: int, *, limit: int | None) -> str:
     """The multi-index schemes exact for ``k``, cheapest first by the model of
     :func:`simstore.index.multi_index.choose` (format 3; a new store's layout
-    from k = 6, or with ``layout="multi-index"``)."""
+    from k = 5, or with ``layout="multi-index"``)."""
     chosen = multi_index.choose(k, docs)
     ranked = sorted(
         multi_index.exact_schemes(k),

@@ -77,11 +77,17 @@ MULTI_INDEX = "multi-index"
 #: The corpus size a multi-index scheme is chosen for when none is expected.
 MULTI_INDEX_DOCS = 10_000_000
 #: From this k on, a new store is laid out as a multi-index scheme unless a
-#: layout or blocks are asked for: Manku's tables grow past 28 (k = 6: 288
-#: bytes a document; k = 8 at 1M: 45 tables, 431 bytes, a build at 6K docs/s)
-#: where three tables searched at radius 2 hold 91 bytes a document and
-#: build at 440K docs/s (benchmarks/results/query_engine_1M.md).
-MULTI_INDEX_FROM_K = 6
+#: layout or blocks are asked for. At the default k = 5, grown to 100M,
+#: Manku's 21 tables hold 258-344 bytes a document and the batches that pay
+#: compaction build at 27-68K docs/s (benchmarks/results/
+#: scale_k5_madv_random_100M.md); three tables searched at radius 1 hold
+#: 100-146 and build at 198K at worst, answering as fast warm and faster on
+#: a first pass (scale_k5_format3_100M.md); at 1M and 10M side by side they
+#: answer 2x faster (query_engine_1M.md, query_engine_10M.md). Below k = 5 Manku's tables are
+#: few and faster for single queries (k = 3 at 1M: 74 against 153 µs). From
+#: k = 6 they grow past 28 (k = 8 at 1M: 45 tables, 431 bytes a document, a
+#: build at 6K docs/s against 91 bytes and 440K).
+MULTI_INDEX_FROM_K = 5
 
 
 def is_multi_index(layout: Any) -> bool:

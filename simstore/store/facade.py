@@ -597,8 +597,10 @@ class Store:
         one-level layout, or ``expected_docs`` to let the planner choose; ``k``
         may change too. ``"multi-index"`` converts the store to format 3
         (a few tables searched with many probes: see ``simstore.open``), its
-        scheme chosen for ``expected_docs`` (default 10M); a format-3 store
-        goes back to Manku's tables with any other choice. The new tables are built beside the old ones in one
+        scheme chosen for ``expected_docs`` (default 10M); with neither a
+        layout nor ``blocks``, a store is laid out as a new one with its k
+        would be (format 3 from k = 5), and ``blocks`` or a ``Layout`` take
+        a format-3 store back to Manku's tables. The new tables are built beside the old ones in one
         write transaction, and that transaction's commit switches the meta
         record over: readers keep answering from the old layout until then
         (and are never blocked), other writers wait, nothing is lost if the

@@ -100,7 +100,8 @@ def open(  # noqa: A001 - mirrors dbm.open, deliberately
             chosen for ``expected_docs``, default 10M): about 90 bytes a
             document instead of 224, queries 2x and batches 7x faster than
             Manku's 21 tables at 1M (docs/format3.md); a new store with k of
-            6 or more and neither ``layout`` nor ``blocks`` is laid out so.
+            5 (the default) or more and neither ``layout`` nor ``blocks`` is
+            laid out so.
             On an existing store it must equal the stored layout.
         expected_docs: the corpus size a new store should be laid out for;
             the planner picks the layout with the lowest estimated query time.

@@ -171,7 +171,9 @@ def test_pair_beyond_k_can_miss_every_prefix() -> None:
     )
 
 
-@pytest.mark.parametrize(("k", "blocks"), [(0, None), (1, None), (3, None), (5, None), (2, 6), (3, 4)])
+@pytest.mark.parametrize(
+    ("k", "blocks"), [(0, None), (1, None), (3, None), (4, None), (5, 7), (2, 6), (3, 4)]
+)
 def test_store_layout_is_the_stored_tables(store_path: str, k: int, blocks: int | None) -> None:
     """A store's tables (and stats().layout) are permutations of 0..63, C(blocks, k) of them,
     and equal the one-level layout for its parameters."""

@@ -282,7 +282,7 @@ def test_a_k_above_the_stores_is_refused_as_in_format_2(tmp_path: Path, k: int) 
     with format 2's error, and k=None means the store's k."""
     outcomes = {}
     for layout in (None, MULTI_INDEX):
-        # (blocks: from k = 6 on, a new store is format 3 unless blocks are given.)
+        # (blocks: from k = 5 on, a new store is format 3 unless blocks are given.)
         blocks = k + 1 if layout is None else None
         path = str(tmp_path / f"{layout}.simstore")
         with simstore.open(path, k=k, blocks=blocks, layout=layout, sync=False) as store:
@@ -810,3 +810,21 @@ def test_a_reader_in_another_process_sees_whole_snapshots(tmp_path: Path) -> Non
                 assert [key, 0] in line["batch"][queries.index(fingerprint)]
     assert lines[0]["batch"] == expected_batches[0]  # before the writes
     assert lines[-1]["batch"] == expected_batches[-1]  # after them
+
+
+def test_a_new_store_at_the_default_k_is_format_3(tmp_path: Path) -> None:
+    """The default k (5) and every larger one get format 3 unless blocks or a layout
+    are given; k = 4 keeps Manku's tables; relayout() with neither keeps a store in
+    the layout a new one would get, blocks take it back to format 2."""
+    with simstore.open(str(tmp_path / "default.simstore"), sync=False) as store:
+        assert (store.k, store.stats().format_version) == (5, 3)
+        store.add_many(range(50), np.arange(50, dtype=np.uint64) * np.uint64(0x9E3779B97F4A7C15))
+        store.relayout()
+        assert store.stats().format_version == 3
+        store.relayout(blocks=7)
+        assert (store.stats().format_version, store.blocks) == (2, 7)
+        assert len(store) == 50
+    for k, blocks, version in ((4, None, 2), (5, 7, 2), (6, None, 3)):
+        path = str(tmp_path / f"k{k}-{blocks}.simstore")
+        with simstore.open(path, k=k, blocks=blocks, sync=False) as store:
+            assert store.stats().format_version == version, (k, blocks)

@@ -412,7 +412,7 @@ def test_len_contains_and_iteration_order(store: simstore.Store) -> None:
     assert 1.5 not in store
 
 
-@pytest.mark.parametrize(("k", "blocks"), [(3, None), (2, 6), (0, None), (5, None)])
+@pytest.mark.parametrize(("k", "blocks"), [(3, None), (2, 6), (0, None), (4, None), (5, 7)])
 def test_stats_fields(store_path: str, k: int, blocks: int | None) -> None:
     """docs, delta_docs, tables == C(blocks, k) and per-table entries follow merges."""
     with simstore.open(store_path, k=k, blocks=blocks, merge_threshold=1000) as store:

@@ -140,7 +140,7 @@ def check_against_brute(store: simstore.Store, stored: list[int], queries: list[
 
 @pytest.mark.parametrize(
     ("k", "blocks"),
-    [(0, None), (1, None), (2, None), (3, None), (4, None), (5, None), (2, 6), (3, 4), (1, 2)],
+    [(0, None), (1, None), (2, None), (3, None), (4, None), (5, 7), (2, 6), (3, 4), (1, 2)],
 )
 @pytest.mark.parametrize("crowded", [False, True], ids=["one-at-a-time", "crowded"])
 @ORACLE
