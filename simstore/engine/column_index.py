@@ -39,9 +39,9 @@ CATALOG_VERSION = 2
 #: its entries are checked at a join.
 UNSTAMPED = -1
 
-#: ``live(ids, fingerprints)``: which of a run's entries still stand for
-#: their documents (a boolean per entry).
-Live = Callable[[IdArray, U64Array], npt.NDArray[np.bool_]]
+#: ``live(run, ids, fingerprints)``: which of a run's entries still stand for
+#: their documents (a boolean per entry; ``None``: every one).
+Live = Callable[["RunEntry", IdArray, U64Array], npt.NDArray[np.bool_] | None]
 
 
 class RunEntry(NamedTuple):
@@ -159,7 +159,10 @@ class ColumnIndex:
             column_tables.view_run(reader, self.databases, self.scheme, run.run_id, run.entries)
             for run in joined
         ]
-        kept = [None if live is None else live(run.ids, run.fingerprints) for run in sources]
+        kept = [
+            None if live is None else live(entry, run.ids, run.fingerprints)
+            for entry, run in zip(joined, sources, strict=True)
+        ]
         run_id = _next_id(catalog)
         entries = column_tables.join_run(txn, self.databases, self.scheme, run_id, sources, kept)
         del sources  # views of values the drops below free (when read from txn)

@@ -4,13 +4,13 @@ engine, the delta's merge, the writes and ``check()`` call.
 
 What differs from format 2:
 
-- **Removals write nothing.** Runs are immutable: a document taken out, or
-  given a new fingerprint, keeps its old entry until a join. Every entry a
+- **Removals write no table entry.** Runs are immutable: a document taken
+  out, or given a new fingerprint, keeps its old entry until a join, and the
+  entry is recorded as stale (:mod:`simstore.engine.graves`). Every entry a
   search finds is checked against the document's record in the query's own
   transaction (as format 2 checks every candidate), so a stale entry is
   dropped there: a document with no record, or whose recorded fingerprint is
-  not within ``k``, is no match. Joins keep only the entries whose record
-  still holds their fingerprint.
+  not within ``k``, is no match. Joins drop the entries the graves name.
 - **A pinned snapshot.** The runs' columns are read in place from LMDB's map
   (:func:`simstore.engine.column_tables.snapshot_in_place`) through a read
   transaction of their own that reads buffers (the *pin*), kept across
@@ -44,8 +44,9 @@ from typing import TYPE_CHECKING
 import numpy as np
 import numpy.typing as npt
 
+from simstore.engine import graves
 from simstore.engine._lmdb import Database, MapMovedError, Txn
-from simstore.engine.column_index import ColumnCatalog, ColumnIndex, RunEntry
+from simstore.engine.column_index import UNSTAMPED, ColumnCatalog, ColumnIndex, Live, RunEntry
 from simstore.engine.column_tables import view_run
 from simstore.engine.format import CATALOG_KEY, REMOVALS_KEY
 from simstore.engine.record_scan import id_and_fingerprint_arrays
@@ -290,12 +291,14 @@ class ColumnTableSet:
     def delete(
         self, txn: Txn, catalog: ColumnCatalog, doc_ids: Sequence[int], fingerprints: Sequence[int]
     ) -> None:
-        """Count the entries of documents taken out (or given new
-        fingerprints) as stale: the record check drops them from answers,
-        and the next join of their runs from the tables."""
+        """Record the entries of documents taken out (or given new
+        fingerprints) as stale (:mod:`simstore.engine.graves`): the record
+        check drops them from answers, and the next join of their runs from
+        the tables."""
         if len(doc_ids):
-            stale = self.removals(txn) + len(doc_ids)
-            txn.put(REMOVALS_KEY, stale.to_bytes(8, "big"), db=self._meta)
+            before = self.removals(txn)
+            graves.bury(txn, self._meta, before, doc_ids, fingerprints)
+            txn.put(REMOVALS_KEY, (before + len(doc_ids)).to_bytes(8, "big"), db=self._meta)
 
     def removals(self, txn: Txn) -> int:
         """Table entries left stale so far (runs are stamped with it)."""
@@ -316,17 +319,33 @@ class ColumnTableSet:
     def compaction_step(self, txn: Txn, catalog: ColumnCatalog) -> tuple[ColumnCatalog, int]:
         """The planned join, whole: ``(catalog after it, entries read)``.
 
-        Runs written since the last removal hold no stale entry, and are
-        joined without reading a record. The runs are read in place through
-        a read transaction of their own where one can be begun (it sees
-        them: they were committed before this write), else copied."""
+        A run's stale entries are those the graves written since the run
+        name (:mod:`simstore.engine.graves`): runs written since the last
+        removal have none, and no record is read. Only runs of a catalog
+        written before runs were stamped are checked against the records.
+        The runs are read in place through a read transaction of their own
+        where one can be begun (it sees them: they were committed before
+        this write), else copied. Graves older than every run are deleted."""
         assert catalog.compaction is not None
         first, end = catalog.compaction
         joined = catalog.runs[first:end]
         moved = sum(run.entries for run in joined)
         removals = self.removals(txn)
-        fresh = all(run.removals == removals for run in joined)
-        live = None if fresh else self.live(txn, moved)
+        stale = [run for run in joined if run.removals != removals]
+        live: Live | None = None
+        if stale:
+            unstamped = any(run.removals == UNSTAMPED for run in stale)
+            checked = self.live(txn, moved) if unstamped else None
+            buried = graves.graves_since(txn, self._meta, min(run.removals for run in stale))
+
+            def live(run: RunEntry, ids: IdArray, fingerprints: U64Array) -> npt.NDArray[np.bool_] | None:
+                if run.removals == removals:
+                    return None
+                if run.removals == UNSTAMPED:
+                    assert checked is not None
+                    return checked(ids, fingerprints)
+                return graves.standing(ids, fingerprints, run.removals, buried)
+
         source = self._reader_of(joined)
         try:
             joined_catalog = self.index.join(
@@ -335,6 +354,8 @@ class ColumnTableSet:
         finally:
             if source is not None:
                 source.abort()
+        stamps = [run.removals for run in joined_catalog.runs]
+        graves.forget_below(txn, self._meta, min(stamps) if stamps else None)
         return joined_catalog, moved
 
     def _reader_of(self, runs: Sequence[RunEntry]) -> Txn | None:

@@ -10,7 +10,7 @@ import warnings
 from collections.abc import Sequence
 from typing import TYPE_CHECKING, Any
 
-from simstore.engine import _lmdb
+from simstore.engine import _lmdb, graves
 from simstore.engine.catalog import plan_compaction
 from simstore.engine.delta import Change
 from simstore.engine.format import CATALOG_KEY, META_KEY, State, StoredParams, encode_meta
@@ -233,6 +233,8 @@ def relayout(
         catalog = tableset.write_run(txn, tableset.decode_catalog(None), doc_ids, fingerprints)
         for db in old_tables:
             txn.drop(db, delete=True)
+        # The entries the graves name were in the old tables (simstore.engine.graves).
+        graves.forget_below(txn, engine.handles.meta, None)
         txn.drop(engine.handles.delta, delete=False)
         txn.put(META_KEY, encode_meta(params, version=__version__), db=engine.handles.meta)
         new_state = state._replace(merge_epoch=state.merge_epoch + 1)

@@ -97,7 +97,7 @@ class ColumnIndexMachine(RuleBasedStateMachine):
         # As the store joins: runs stamped with the current count of
         # removals hold no stale entry and are joined unchecked.
         fresh = all(run.removals == self.removals for run in self.catalog.runs[first:end])
-        live = None if fresh else self._is_live
+        live = None if fresh else (lambda _run, ids, fingerprints: self._is_live(ids, fingerprints))
         source = self.env.begin(buffers=True) if in_place else None
         try:
             with self.env.begin(write=True) as txn:

@@ -828,3 +828,43 @@ def test_a_new_store_at_the_default_k_is_format_3(tmp_path: Path) -> None:
         path = str(tmp_path / f"k{k}-{blocks}.simstore")
         with simstore.open(path, k=k, blocks=blocks, sync=False) as store:
             assert store.stats().format_version == version, (k, blocks)
+
+
+def test_joins_drop_stale_entries_by_their_graves(store_path: str) -> None:
+    """Removals and new fingerprints are recorded as graves: a join drops exactly
+    the stale entries without reading a record, answers stay exact, and graves no
+    run can hold are deleted."""
+    from simstore.engine import graves
+
+    rng = np.random.default_rng(3)
+    k = 5
+    stored = clustered(rng, k, 600)
+    model: dict[Key, int] = {make_key(index): fp for index, fp in enumerate(stored)}
+    keys = list(model)
+    queries = query_set(rng, k, stored)
+    with simstore.open(store_path, k=k, sync=False, merge_threshold=10**9) as store:
+        store.add_many(keys[:300], np.array(stored[:300], dtype=np.uint64))
+        store.add_many(keys[300:], np.array(stored[300:], dtype=np.uint64))
+        for key in keys[:300:4]:
+            store.remove(key)
+            del model[key]
+        store.remove_many(keys[300:400:5])
+        for key in keys[300:400:5]:
+            del model[key]
+        moved_away = keys[1]
+        old = model[moved_away]
+        store.add(moved_away, fingerprint=new_fingerprint(rng, k, {old}))
+        store.merge()
+        store.add(moved_away, fingerprint=old)  # given its old fingerprint back
+        store.add(keys[2], fingerprint=new_fingerprint(rng, k, {model[keys[2]]}))
+        model[keys[2]] = store[keys[2]].fingerprint
+        store.merge()
+        tableset = store._engine.tableset
+        assert isinstance(tableset, ColumnTableSet)
+        with mock.patch.object(ColumnTableSet, "live", side_effect=AssertionError("a record was read")):
+            store.compact()
+        assert len(tableset.catalog.runs) == 1
+        assert tableset.catalog.entries == len(model)  # every stale entry dropped, none live
+        with store._engine.env.read() as txn:
+            assert len(graves.graves_since(txn, store._engine.handles.meta, 0)[0]) == 0
+        assert_answers(store, model, queries, "after a join by graves")
