@@ -31,7 +31,7 @@ from itertools import combinations
 import numpy as np
 
 from simstore.errors import InvalidValueError
-from simstore.index.permute import FINGERPRINT_BITS, MAX_FINGERPRINT, U64Array, validate_k
+from simstore.index.permute import FINGERPRINT_BITS, MAX_FINGERPRINT, Table, U64Array, validate_k
 
 #: Most segments a scheme cuts the fingerprint into: a table costs 8 bytes a
 #: document, so more than this is never cheaper than a scan.
@@ -133,6 +133,19 @@ class MultiIndex:
     def rotate(self, fingerprints: U64Array, table: int) -> U64Array:
         """Table ``table``'s keys of ``fingerprints``: rotated so its segment leads."""
         return rotate_left(fingerprints, self.starts[table])
+
+    def as_tables(self) -> tuple[Table, ...]:
+        """The scheme's tables as permutations (a rotation each, its prefix
+        the segment a probe fixes): what ``Store.stats()`` reports."""
+        return tuple(
+            Table(
+                tuple(
+                    (FINGERPRINT_BITS - 1 - bit - start) % FINGERPRINT_BITS for bit in range(FINGERPRINT_BITS)
+                ),
+                width,
+            )
+            for start, width in zip(self.starts, self.widths, strict=True)
+        )
 
     def unrotate(self, keys: U64Array, table: int) -> U64Array:
         """The fingerprints of table ``table``'s ``keys``."""

@@ -56,10 +56,13 @@ def store_stats(engine: Engine, skew: bool) -> Stats:
         bytes_live = engine.env.live_bytes(txn, engine.handles)
     table_skew_list = None
     degenerate = None
+    # The tables the file holds (format 3: the scheme's rotations; the Manku
+    # layout in engine.tables then serves only the delta and pair searches).
+    stored_tables = engine.tables if scheme is None else scheme.as_tables()
     if fingerprints is not None:
         table_skew_list = tuple(
             table_skew(np.sort(table.permute_array(fingerprints)), table.prefix_bits)
-            for table in engine.tables
+            for table in stored_tables
         )
         degenerate = degenerate_fingerprints(fingerprints)
     params = engine.params
@@ -71,8 +74,8 @@ def store_stats(engine: Engine, skew: bool) -> Stats:
         tables=params.stored_tables,
         k=params.k,
         blocks=params.blocks,
-        prefix_bits=tuple(table.prefix_bits for table in engine.tables),
-        layout=tuple(table.bit_order for table in engine.tables),
+        prefix_bits=tuple(table.prefix_bits for table in stored_tables),
+        layout=tuple(table.bit_order for table in stored_tables),
         table_entries=table_entries,
         bytes_on_disk=file_bytes(engine.path),
         bytes_used=engine.env.used_bytes(),

@@ -868,3 +868,23 @@ def test_joins_drop_stale_entries_by_their_graves(store_path: str) -> None:
         with store._engine.env.read() as txn:
             assert len(graves.graves_since(txn, store._engine.handles.meta, 0)[0]) == 0
         assert_answers(store, model, queries, "after a join by graves")
+
+
+def test_stats_describe_the_tables_in_the_file(store_path: str) -> None:
+    """A format-3 store's stats give one prefix and one bit order a stored table:
+    the segment a probe fixes and the rotation its keys are sorted by."""
+    from simstore.index.permute import Table
+
+    fingerprints = np.random.default_rng(5).integers(0, 2**64, 200, dtype=np.uint64)
+    with simstore.open(store_path, sync=False) as store:
+        store.add_many(range(200), fingerprints)
+        stats = store.stats(skew=True)
+        scheme = store._engine.params.scheme
+        assert scheme is not None
+        assert stats.tables == len(stats.prefix_bits) == len(stats.layout) == scheme.tables
+        assert stats.prefix_bits == tuple(scheme.widths)
+        assert stats.skew is not None
+        assert len(stats.skew) == scheme.tables
+        for table, (bit_order, prefix) in enumerate(zip(stats.layout, stats.prefix_bits, strict=True)):
+            permuted = Table(bit_order, prefix).permute_array(fingerprints)
+            assert np.array_equal(permuted, scheme.rotate(fingerprints, table))
