@@ -45,7 +45,7 @@ from simstore.cli.progress import ReadingBar, note, progress
 from simstore.cli.stores import StoreOnDemand, check_distance, open_existing, open_or_create, similarity
 from simstore.errors import InvalidTypeError, InvalidValueError, ParameterMismatchError, SimstoreError
 from simstore.fingerprinting.fingerprinter import Fingerprinter, ShortTextWarning
-from simstore.index import multi_index
+from simstore.index import costs, multi_index
 from simstore.io.inputs import STDIN, STDIN_NAME, InputError
 from simstore.io.readers import ON_ERROR, read_documents
 from simstore.io.streams import text_lines
@@ -314,27 +314,68 @@ def configure_plan(parser: argparse.ArgumentParser) -> None:
 def run_plan(args: argparse.Namespace) -> int:
     k = DEFAULT_K if args.k is None and args.min_similarity is None else args.k
     layouts = plan(k, args.docs, max_tables=args.max_tables, min_similarity=args.min_similarity)
+    scheme_k = layouts[0].k if layouts else k
     if args.json:
-        print_json(
-            [
-                {
-                    "name": layout.name,
-                    "tables": layout.table_count,
-                    "prefix_bits": list(layout.prefix_bits),
-                    "expected_candidates": layout.expected_candidates,
-                    "bytes_per_doc": layout.bytes_per_doc,
-                    "query_us": layout.query_us,
-                    "insert_us": layout.insert_us,
-                    "spec": layout.spec,
-                }
-                for layout in layouts[: args.limit]
-            ]
-        )
+        manku = [
+            {
+                "name": layout.name,
+                "format": 2,
+                "tables": layout.table_count,
+                "prefix_bits": list(layout.prefix_bits),
+                "expected_candidates": layout.expected_candidates,
+                "bytes_per_doc": layout.bytes_per_doc,
+                "query_us": layout.query_us,
+                "insert_us": layout.insert_us,
+                "spec": layout.spec,
+            }
+            for layout in layouts[: args.limit]
+        ]
+        print_json(manku + scheme_entries(scheme_k, args.docs, limit=args.limit))
     else:
         print(format_plan(layouts, limit=args.limit))
         print()
-        print(format_schemes(layouts[0].k if layouts else k, args.docs, limit=args.limit))
+        print(format_schemes(scheme_k, args.docs, limit=args.limit))
     return 0
+
+
+def ranked_schemes(k: int, docs: int, *, limit: int | None) -> list[multi_index.MultiIndex]:
+    """The multi-index schemes exact for ``k``, cheapest first by the model of
+    :func:`simstore.index.multi_index.choose`."""
+    return sorted(
+        multi_index.exact_schemes(k),
+        key=lambda scheme: (
+            multi_index.query_us(scheme, docs) + multi_index.US_PER_BYTE * multi_index.bytes_per_doc(scheme),
+            scheme.tables,
+        ),
+    )[:limit]
+
+
+def scheme_entries(k: int, docs: int, *, limit: int | None) -> list[dict[str, Any]]:
+    """``plan --json``'s entries for the multi-index schemes (format 3), with the
+    keys of Manku's layouts' entries and ``probes``, ``radii`` and ``chosen``
+    (the scheme a new store at ``k`` gets, for ``docs``). ``bytes_per_doc``
+    counts the records as Manku's entries do (``costs.PER_DOC_BYTES``) beside
+    the tables' bytes; ``query_us`` is the model's batch time a query, and
+    ``insert_us`` is not modelled (``None``)."""
+    chosen = multi_index.choose(k, docs)
+    return [
+        {
+            "name": f"multi-index {scheme.label()}",
+            "format": 3,
+            "tables": scheme.tables,
+            "prefix_bits": list(scheme.widths),
+            "expected_candidates": scheme.candidate_rate() * docs,
+            "bytes_per_doc": costs.PER_DOC_BYTES + multi_index.bytes_per_doc(scheme),
+            "table_bytes_per_doc": multi_index.bytes_per_doc(scheme),
+            "query_us": multi_index.query_us(scheme, docs),
+            "insert_us": None,
+            "spec": {"kind": MULTI_INDEX, "widths": list(scheme.widths), "radii": list(scheme.radii)},
+            "probes": scheme.probes,
+            "radii": list(scheme.radii),
+            "chosen": scheme == chosen and k >= MULTI_INDEX_FROM_K,
+        }
+        for scheme in ranked_schemes(k, docs, limit=limit)
+    ]
 
 
 def format_schemes(k: int, docs: int, *, limit: int | None) -> str:
@@ -342,13 +383,7 @@ def format_schemes(k: int, docs: int, *, limit: int | None) -> str:
     :func:`simstore.index.multi_index.choose` (format 3; a new store's layout
     from k = 5, or with ``layout="multi-index"``)."""
     chosen = multi_index.choose(k, docs)
-    ranked = sorted(
-        multi_index.exact_schemes(k),
-        key=lambda scheme: (
-            multi_index.query_us(scheme, docs) + multi_index.US_PER_BYTE * multi_index.bytes_per_doc(scheme),
-            scheme.tables,
-        ),
-    )[:limit]
+    ranked = ranked_schemes(k, docs, limit=limit)
     lines = [
         f'multi-index schemes for k={k} (format 3: layout="multi-index"; '
         + ("a new store's layout at this k" if k >= MULTI_INDEX_FROM_K else "opt-in at this k")

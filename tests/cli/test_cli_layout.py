@@ -14,7 +14,9 @@ from simstore.index import multi_index
 
 def test_plan_prints_the_ranked_layouts(capsys: pytest.CaptureFixture[str]) -> None:
     assert main(["plan", "-k", "3", "--docs", "1e9", "--json"]) == 0
-    layouts = json.loads(capsys.readouterr().out)
+    entries = json.loads(capsys.readouterr().out)
+    layouts = [entry for entry in entries if entry["format"] == 2]
+    assert layouts == entries[: len(layouts)]  # Manku's layouts first, then the schemes
     assert layouts == sorted(layouts, key=lambda layout: layout["query_us"])
     assert {"1-level 5 blocks", "2-level 4x16 + 4x12"} <= {layout["name"] for layout in layouts}
     assert main(["plan", "-k", "3", "--docs", "1e6", "--limit", "2"]) == 0
@@ -70,8 +72,9 @@ def test_k_is_spelled_either_way(capsys: pytest.CaptureFixture[str]) -> None:
 def test_plan_lists_the_multi_index_schemes_and_marks_the_one_a_store_gets(
     capsys: pytest.CaptureFixture[str],
 ) -> None:
-    """From k = 6 a new store is laid out as a multi-index scheme: plan shows
-    which one, and says it is a new store's layout at that k (opt-in below)."""
+    """From k = 5 a new store is laid out as a multi-index scheme: plan shows
+    which one, and says it is a new store's layout at that k (opt-in below);
+    --json lists the schemes after Manku's layouts, with the same keys."""
     assert main(["plan", "-k", "8", "--docs", "1e7", "--limit", "3"]) == 0
     out = capsys.readouterr().out
     chosen = multi_index.choose(8, 1e7).label()
@@ -80,3 +83,14 @@ def test_plan_lists_the_multi_index_schemes_and_marks_the_one_a_store_gets(
     assert "a new store's layout at this k" in out
     assert main(["plan", "-k", "3", "--docs", "1e6", "--limit", "2"]) == 0
     assert "opt-in at this k" in capsys.readouterr().out
+    for k, chosen_somewhere in ((5, True), (3, False)):
+        assert main(["plan", "-k", str(k), "--docs", "1e7", "--json"]) == 0
+        entries = json.loads(capsys.readouterr().out)
+        schemes = [entry for entry in entries if entry["format"] == 3]
+        assert schemes
+        assert {key for entry in entries for key in entry if entry["format"] == 2} <= set(schemes[0])
+        assert any(entry["chosen"] for entry in schemes) == chosen_somewhere
+        label = multi_index.choose(k, 1e7).label()
+        assert [entry["name"] for entry in schemes if entry["chosen"]] == (
+            [f"multi-index {label}"] if chosen_somewhere else []
+        )
