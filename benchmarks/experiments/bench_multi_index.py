@@ -27,7 +27,9 @@ distinct random bits flipped (so every query has a match):
 - faiss ``IndexBinaryMultiHash(64, nhash, b)`` with ``nflip``: the exact
   configurations (``nhash * (nflip + 1) > k``, ``nhash * b <= 64``: 3x21 covers 63 bits
   and is still exact, a distance on 63 bits being at most the distance on 64) of
-  FAISS_CONFIGS, as the prototype (``/work/proto/bench_mih.py``) set them up; each is
+  FAISS_CONFIGS (in ``benchmarks/suite/_query_peers.py``, with the numpy scan and the
+  rounds, which the suite's ``bench_query_engine.py`` shares), as the prototype
+  (``/work/proto/bench_mih.py``) set them up; each is
   built (``add`` seconds, the growth of the anonymous RSS / N as its bytes a document)
   and timed alone on a batch of the first queries; the fastest two (within 3x of the
   fastest) go into the rounds. At N >= 5M only FAISS_SHORTLIST (the prototype's
@@ -59,23 +61,37 @@ measured µs + ``US_PER_BYTE * 8 * tables``.
 from __future__ import annotations
 
 import argparse
-import contextlib
-import ctypes
-import gc
 import os
 import sys
 import tempfile
 import time
-from collections.abc import Callable
-from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
 import numpy as np
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))  # benchmarks/: _common
+sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "suite"))  # benchmarks/suite/: _query_peers
 
 from _common import Report, fmt, fmt_range, have, parse_count, parse_with_quick, skip_peer, source_state
+from _query_peers import (
+    System,
+    Trial,
+    brute,
+    brute_force_system,
+    faiss_build,
+    faiss_codes,
+    faiss_configs,
+    faiss_label,
+    faiss_system,
+    faiss_trial_us,
+    keep_fastest,
+    make_fingerprints,
+    make_queries,
+    run_rounds,
+    trim,
+    warm_up,
+)
 
 import simstore
 from simstore.index import multi_index
@@ -86,62 +102,11 @@ ROOT = (
     Path(simstore.__file__).resolve().parents[1]
 )  # the simstore imported (a snapshot on PYTHONPATH, or the tree)
 
-# (nhash, b, nflip): exact for k when nhash * (nflip + 1) > k.
-FAISS_CONFIGS: dict[int, list[tuple[int, int, int]]] = {
-    3: [(4, 16, 0), (2, 32, 1), (3, 21, 1)],
-    5: [(3, 21, 1), (6, 10, 0), (2, 32, 2), (4, 16, 1)],
-    8: [(3, 21, 2), (5, 12, 1), (4, 16, 2), (9, 7, 0)],
-}
-FAISS_SHORTLIST: dict[int, list[tuple[int, int, int]]] = {
-    3: [(4, 16, 0), (2, 32, 1)],
-    5: [(3, 21, 1), (2, 32, 2)],
-    8: [(3, 21, 2)],
-}
 EXACT_QUERIES = 50
-BLOCK = 50
 MAX_CANDIDATES_PER_CALL = 10_000_000
 
 
-# --------------------------------------------------------------------- data
-
-
-def make_fingerprints(n: int, seed: int) -> np.ndarray:
-    rng = np.random.default_rng(seed)
-    return rng.integers(0, 2**64, n, dtype=np.uint64)
-
-
-def make_queries(stored: np.ndarray, count: int, k: int, seed: int) -> np.ndarray:
-    """``count`` stored fingerprints, each with 0..k distinct random bits flipped."""
-    rng = np.random.default_rng(seed * 100 + k)
-    queries = stored[rng.integers(0, len(stored), count)].copy()
-    for position, flips in enumerate(rng.integers(0, k + 1, count)):
-        mask = 0
-        for bit in rng.choice(64, int(flips), replace=False):
-            mask |= 1 << int(bit)
-        queries[position] ^= np.uint64(mask)
-    return queries
-
-
-def brute(stored: np.ndarray, query: np.uint64, k: int) -> np.ndarray:
-    return np.flatnonzero(np.bitwise_count(stored ^ query) <= k)
-
-
 # --------------------------------------------------------------------- memory
-
-
-def rss_anon_bytes() -> int:
-    with open("/proc/self/status", encoding="utf-8") as status:
-        for line in status:
-            if line.startswith("RssAnon:"):
-                return int(line.split()[1]) * 1024
-    return 0
-
-
-def trim() -> None:
-    """Give freed heap back to the system, so RSS growth measures what is held."""
-    gc.collect()
-    with contextlib.suppress(OSError):
-        ctypes.CDLL("libc.so.6").malloc_trim(0)
 
 
 def run_bytes(run: ColumnRun) -> int:
@@ -149,22 +114,6 @@ def run_bytes(run: ColumnRun) -> int:
 
 
 # --------------------------------------------------------------------- systems
-
-
-@dataclass
-class System:
-    """One thing timed in the rounds."""
-
-    label: str
-    single: Callable[[int], Any]
-    batch: Callable[[], Any] | None
-    single_count: int
-    kind: str  # ours | faiss | brute
-    notes: str = ""
-    bytes_per_doc: float = float("nan")
-    p50: list[float] = field(default_factory=list)
-    p99: list[float] = field(default_factory=list)
-    batch_us: list[float] = field(default_factory=list)
 
 
 def ours(
@@ -194,81 +143,13 @@ def in_lmdb(
     index = ColumnIndex(scheme, [env.open_db(f"t{table}".encode()) for table in range(scheme.tables)])
     started = time.perf_counter()
     with env.begin(write=True) as txn:
-        catalog = index.write_run(txn, ColumnCatalog(), stored, ids)
+        catalog = index.write_run(txn, ColumnCatalog(), stored, ids, removals=0)
     env.sync(True)
     seconds = time.perf_counter() - started
     file_bytes = os.path.getsize(os.path.join(folder, "data.mdb"))
     txn = env.begin(buffers=True)
     snapshot = index.snapshot(txn, catalog)
     return (env, txn), snapshot, seconds, file_bytes / len(stored)
-
-
-def faiss_codes(values: np.ndarray) -> np.ndarray:
-    return np.ascontiguousarray(values).view(np.uint8).reshape(-1, 8)
-
-
-def faiss_build(stored: np.ndarray, config: tuple[int, int, int]) -> tuple[Any, float, float]:
-    import faiss
-
-    nhash, bits, nflip = config
-    trim()
-    before = rss_anon_bytes()
-    started = time.perf_counter()
-    index = faiss.IndexBinaryMultiHash(64, nhash, bits)
-    index.nflip = nflip
-    index.add(faiss_codes(stored))
-    seconds = time.perf_counter() - started
-    return index, seconds, (rss_anon_bytes() - before) / len(stored)
-
-
-def faiss_system(index: Any, label: str, queries: np.ndarray, k: int, singles: int) -> System:
-    codes = faiss_codes(queries)
-    rows = [codes[position : position + 1] for position in range(singles)]
-    radius = k + 1  # faiss keeps distances strictly below the radius
-    search_range = index.range_search
-    return System(
-        label=label,
-        single=lambda position: search_range(rows[position], radius),
-        batch=lambda: search_range(codes, radius),
-        single_count=singles,
-        kind="faiss",
-    )
-
-
-def run_rounds(systems: list[System], rounds: int, batch_queries: int) -> None:
-    """Every round: the single queries in blocks of BLOCK, every system answering each
-    block in turn (order rotated by block and round), systems with fewer single queries
-    (brute force) after the blocks; then every batch (order rotated by round)."""
-    count = max(system.single_count for system in systems)
-    full = [system for system in systems if system.single_count == count]
-    few = [system for system in systems if system.single_count != count]
-    for round_number in range(rounds):
-        gc.collect()
-        samples: dict[int, list[float]] = {id(system): [] for system in systems}
-        for number, start in enumerate(range(0, count, BLOCK)):
-            shift = (number + round_number) % len(full)
-            for system in full[shift:] + full[:shift]:
-                single, out = system.single, samples[id(system)]
-                for position in range(start, min(start + BLOCK, count)):
-                    started = time.perf_counter_ns()
-                    single(position)
-                    out.append((time.perf_counter_ns() - started) / 1000)
-        for system in few:
-            out = samples[id(system)]
-            for position in range(system.single_count):
-                started = time.perf_counter_ns()
-                system.single(position)
-                out.append((time.perf_counter_ns() - started) / 1000)
-        for system in systems:
-            p50, p99 = np.percentile(samples[id(system)], [50, 99])
-            system.p50.append(float(p50))
-            system.p99.append(float(p99))
-        batched = [system for system in systems if system.batch is not None]
-        shift = round_number % len(batched)
-        for system in batched[shift:] + batched[:shift]:
-            started = time.perf_counter_ns()
-            system.batch()  # type: ignore[misc]
-            system.batch_us.append((time.perf_counter_ns() - started) / 1000 / batch_queries)
 
 
 def pairs_of(queries: np.ndarray, ids: np.ndarray, limit: int) -> set[tuple[int, int]]:
@@ -346,19 +227,15 @@ def compare(report: Report, args: argparse.Namespace, size: int, stored: np.ndar
     )
     systems.append(system)
     # -------- faiss
-    configs = FAISS_SHORTLIST[k] if size >= 5_000_000 and not args.faiss_all else FAISS_CONFIGS[k]
-    trial_queries = queries[: min(100, len(queries))]
+    codes = faiss_codes(queries[: min(100, len(queries))])
     trials = []
-    kept: list[tuple[float, Any, str, float]] = []
+    kept: list[Trial] = []
     faiss_exact = []
-    for config in configs:
-        index, seconds, per_doc = faiss_build(stored, config)
-        label = f"faiss MultiHash {config[0]}x{config[1]} nflip={config[2]}"
-        codes = faiss_codes(trial_queries)
-        index.range_search(codes[:10], k + 1)
-        started = time.perf_counter_ns()
-        index.range_search(codes, k + 1)
-        trial_us = (time.perf_counter_ns() - started) / 1000 / len(codes)
+    for config in faiss_configs(k, size, args.faiss_all):
+        # No peak sampler beside the add: the committed figures were taken without one.
+        index, seconds, per_doc, _, _ = faiss_build(stored, config, sample_peak=False)
+        label = faiss_label(config)
+        trial_us = faiss_trial_us(index, codes, k)
         lims, _, labels = index.range_search(faiss_codes(queries[:exact_count]), k + 1)
         owners = np.repeat(np.arange(exact_count), np.diff(lims.astype(np.int64)))
         exact = pairs_of(owners, labels, exact_count) == truth
@@ -369,41 +246,30 @@ def compare(report: Report, args: argparse.Namespace, size: int, stored: np.ndar
         )
         build_rows.append([label, seconds, size / seconds, per_doc])
         kept.append((trial_us, index, label, per_doc))
-        kept.sort(key=lambda entry: entry[0])
-        kept = [entry for entry in kept[:2] if entry[0] <= 3 * kept[0][0]]
+        kept = keep_fastest(kept)
         del index
         trim()
     report.add("faiss alone, each configuration: " + "; ".join(trials) + "  ")
     for _, index, label, per_doc in kept:
-        system = faiss_system(index, label, queries, k, singles)
-        system.bytes_per_doc = per_doc
-        system.notes = "RAM growth at add"
-        systems.append(system)
+        systems.append(
+            faiss_system(index, label, queries, k, singles, bytes_per_doc=per_doc, notes="RAM growth at add")
+        )
     # -------- brute force
     if brute_count:
         systems.append(
-            System(
-                label="numpy brute force",
-                single=lambda position: brute(stored, queries[position], k),
-                batch=None,
-                single_count=brute_count,
-                kind="brute",
-                bytes_per_doc=8.0,
-                notes=f"{brute_count} queries a round",
-            )
+            brute_force_system(stored, queries, k, brute_count, notes=f"{brute_count} queries a round")
         )
     report.add(
         f"exact: yes (every column_search scheme equals brute force on the first {exact_count} "
         f"queries, {len(truth)} pairs); faiss: {', '.join(faiss_exact)}  "
     )
-    for system in systems:  # warm-up
-        for position in range(min(5, system.single_count)):
-            system.single(position)
+    warm_up(systems)
     report.add(
         f"Rounds: {args.rounds}, {singles} single queries (brute force {brute_count}) and a batch "
         f"of {len(queries)} per round; load before {load()}  "
     )
-    run_rounds(systems, args.rounds, len(queries))
+    # No gc.collect() before each batch here: the committed figures were timed without one.
+    run_rounds(systems, args.rounds, len(queries), collect_before_batch=False)
     handles[1].abort()  # the snapshot's views die with the transaction: no search after this
     handles[0].close()
     lmdb_folder.cleanup()

@@ -40,7 +40,8 @@ query has a match). Systems, all in this one process:
   ``simstore.index.multi_index.choose`` picks; ``stats().layout_name`` is reported);
 - **faiss** ``IndexBinaryMultiHash(64, nhash, b)`` with ``nflip`` flips: the exact
   configurations for k (``nhash * (nflip + 1) > k``; FAISS_CONFIGS, FAISS_SHORTLIST at
-  N >= 5M, as ``benchmarks/experiments/bench_multi_index.py`` chose them), each built
+  N >= 5M, as ``benchmarks/experiments/bench_multi_index.py`` chose them; both scripts
+  take them, the numpy scan and the rounds from ``_query_peers.py``), each built
   (its bytes a document: the growth of the anonymous RSS / N) and timed alone on a batch
   of 100 queries; the fastest two (within 3x of the fastest) go into the rounds.
   ``range_search`` keeps distances strictly below its radius, so the radius is k + 1;
@@ -74,16 +75,12 @@ folder); each k's stores are deleted before the next k's are built.
 from __future__ import annotations
 
 import argparse
-import contextlib
-import ctypes
-import gc
 import os
 import shutil
 import sys
 import tempfile
 import time
-from collections.abc import Callable
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
@@ -101,10 +98,30 @@ from _common import (
     parse_count,
     parse_with_quick,
     peak_rss_mib,
-    rss_breakdown_mib,
     skip_peer,
     source_state,
     versions,
+)
+
+# benchmarks/suite/ (this script's folder, first on sys.path when run as a script
+# or by run_suite.py): the peers and the rounds, shared with bench_multi_index.
+from _query_peers import (
+    System,
+    Trial,
+    anon_mib,
+    brute_force_system,
+    faiss_build,
+    faiss_codes,
+    faiss_configs,
+    faiss_label,
+    faiss_system,
+    faiss_trial_us,
+    keep_fastest,
+    make_fingerprints,
+    make_queries,
+    run_rounds,
+    trim,
+    warm_up,
 )
 
 import simstore
@@ -113,22 +130,7 @@ import simstore
 ROOT = Path(simstore.__file__).resolve().parents[1]
 REPOSITORY = Path(__file__).resolve().parents[2]
 
-# (nhash, b, nflip): exact for k when nhash * (nflip + 1) > k
-# (benchmarks/experiments/bench_multi_index.py; 3x21 covers 63 bits and is still exact).
-FAISS_CONFIGS: dict[int, list[tuple[int, int, int]]] = {
-    3: [(4, 16, 0), (2, 32, 1), (3, 21, 1)],
-    5: [(3, 21, 1), (6, 10, 0), (2, 32, 2), (4, 16, 1)],
-    8: [(3, 21, 2), (5, 12, 1), (4, 16, 2), (9, 7, 0)],
-}
-# At N >= FAISS_SHORTLIST_N only these (the others were 8-30x slower at 1M).
-FAISS_SHORTLIST: dict[int, list[tuple[int, int, int]]] = {
-    3: [(4, 16, 0), (2, 32, 1)],
-    5: [(3, 21, 1), (2, 32, 2)],
-    8: [(3, 21, 2)],
-}
-FAISS_SHORTLIST_N = 5_000_000
 EXACT_QUERIES = 50
-BLOCK = 50
 FAISS_TRIAL_QUERIES = 100
 
 
@@ -137,26 +139,6 @@ class NotExactError(AssertionError):
 
 
 # --------------------------------------------------------------------- data
-
-
-def make_fingerprints(n: int, seed: int) -> np.ndarray:
-    return np.random.default_rng(seed).integers(0, 2**64, n, dtype=np.uint64)
-
-
-def make_queries(stored: np.ndarray, count: int, k: int, seed: int) -> np.ndarray:
-    """``count`` stored fingerprints, each with 0..k distinct random bits flipped."""
-    rng = np.random.default_rng(seed * 100 + k)
-    queries = stored[rng.integers(0, len(stored), count)].copy()
-    for position, flips in enumerate(rng.integers(0, k + 1, count)):
-        mask = 0
-        for bit in rng.choice(64, int(flips), replace=False):
-            mask |= 1 << int(bit)
-        queries[position] ^= np.uint64(mask)
-    return queries
-
-
-def brute(stored: np.ndarray, query: np.uint64, k: int) -> np.ndarray:
-    return np.flatnonzero(np.bitwise_count(stored ^ query) <= k)
 
 
 def brute_pairs(stored: np.ndarray, queries: np.ndarray, k: int) -> list[list[tuple[int, int]]]:
@@ -173,39 +155,7 @@ def store_pairs(matches: list[simstore.Match]) -> list[tuple[int, int]]:
     return sorted((int(match.key), int(match.distance)) for match in matches)
 
 
-# --------------------------------------------------------------------- memory
-
-
-def anon_mib() -> float:
-    return rss_breakdown_mib().get("anon", float("nan"))
-
-
-def trim() -> None:
-    """Give freed heap back to the system, so RSS growth measures what is held."""
-    gc.collect()
-    with contextlib.suppress(OSError):
-        ctypes.CDLL("libc.so.6").malloc_trim(0)
-
-
 # --------------------------------------------------------------------- systems
-
-
-@dataclass
-class System:
-    """One thing timed in the rounds."""
-
-    label: str
-    kind: str  # format2 | format3 | faiss | brute
-    single: Callable[[int], Any]
-    batch: Callable[[], Any] | None
-    single_count: int
-    bytes_per_doc: float = float("nan")
-    disk_per_doc: float = float("nan")
-    notes: str = ""
-    close: Callable[[], None] = lambda: None
-    p50: list[float] = field(default_factory=list)
-    p99: list[float] = field(default_factory=list)
-    batch_us: list[float] = field(default_factory=list)
 
 
 @dataclass
@@ -274,41 +224,6 @@ def check_store(label: str, store: simstore.Store, queries: np.ndarray, truth: l
                 )
 
 
-def faiss_codes(values: np.ndarray) -> np.ndarray:
-    return np.ascontiguousarray(values).view(np.uint8).reshape(-1, 8)
-
-
-def faiss_build(stored: np.ndarray, config: tuple[int, int, int]) -> tuple[Any, float, float, float, float]:
-    """The index, add seconds, anonymous RSS growth / N, the anonymous RSS before
-    and its peak during the add (MiB)."""
-    import faiss
-
-    nhash, bits, nflip = config
-    trim()
-    before = anon_mib()
-    with AnonPeakSampler() as sampler:
-        started = time.perf_counter()
-        index = faiss.IndexBinaryMultiHash(64, nhash, bits)
-        index.nflip = nflip
-        index.add(faiss_codes(stored))
-        seconds = time.perf_counter() - started
-    return index, seconds, (anon_mib() - before) * 1024 * 1024 / len(stored), before, sampler.peak_mib
-
-
-def faiss_system(index: Any, label: str, queries: np.ndarray, k: int, singles: int) -> System:
-    codes = faiss_codes(queries)
-    rows = [codes[position : position + 1] for position in range(singles)]
-    radius = k + 1  # faiss keeps distances strictly below the radius
-    search_range = index.range_search
-    return System(
-        label=label,
-        kind="faiss",
-        single=lambda position: search_range(rows[position], radius),
-        batch=lambda: search_range(codes, radius),
-        single_count=singles,
-    )
-
-
 def faiss_pairs(index: Any, stored: np.ndarray, queries: np.ndarray, k: int) -> list[list[tuple[int, int]]]:
     lims, _, labels = index.range_search(faiss_codes(queries), k + 1)
     found = []
@@ -317,44 +232,6 @@ def faiss_pairs(index: Any, stored: np.ndarray, queries: np.ndarray, k: int) -> 
         distances = np.bitwise_count(stored[hits] ^ query)
         found.append(sorted(zip(hits.tolist(), distances.tolist(), strict=True)))
     return found
-
-
-def run_rounds(systems: list[System], rounds: int, batch_queries: int) -> None:
-    """Every round: the single queries in blocks of BLOCK, every system answering each
-    block in turn (order rotated by block and round), systems with fewer single queries
-    (brute force) after the blocks; then every batch (order rotated by round)."""
-    count = max(system.single_count for system in systems)
-    full = [system for system in systems if system.single_count == count]
-    few = [system for system in systems if system.single_count != count]
-    clock = time.perf_counter_ns
-    for round_number in range(rounds):
-        gc.collect()
-        samples: dict[int, list[float]] = {id(system): [] for system in systems}
-        for number, start in enumerate(range(0, count, BLOCK)):
-            shift = (number + round_number) % len(full)
-            for system in full[shift:] + full[:shift]:
-                single, out = system.single, samples[id(system)]
-                for position in range(start, min(start + BLOCK, count)):
-                    started = clock()
-                    single(position)
-                    out.append((clock() - started) / 1000)
-        for system in few:
-            out = samples[id(system)]
-            for position in range(system.single_count):
-                started = clock()
-                system.single(position)
-                out.append((clock() - started) / 1000)
-        for system in systems:
-            p50, p99 = np.percentile(samples[id(system)], [50, 99])
-            system.p50.append(float(p50))
-            system.p99.append(float(p99))
-        batched = [system for system in systems if system.batch is not None]
-        shift = round_number % len(batched)
-        for system in batched[shift:] + batched[:shift]:
-            gc.collect()
-            started = clock()
-            system.batch()  # type: ignore[misc]
-            system.batch_us.append((clock() - started) / 1000 / batch_queries)
 
 
 # --------------------------------------------------------------------- one (N, k)
@@ -430,16 +307,12 @@ def compare(
     # -------- faiss
     faiss_notes: list[str] = []
     if args.faiss:
-        configs = FAISS_SHORTLIST[k] if size >= FAISS_SHORTLIST_N and not args.faiss_all else FAISS_CONFIGS[k]
         trial = faiss_codes(queries[: min(FAISS_TRIAL_QUERIES, len(queries))])
-        kept: list[tuple[float, Any, str, float]] = []
-        for config in configs:
+        kept: list[Trial] = []
+        for config in faiss_configs(k, size, args.faiss_all):
             index, seconds, per_doc, anon_before, peak = faiss_build(stored, config)
-            label = f"faiss MultiHash {config[0]}x{config[1]} nflip={config[2]}"
-            index.range_search(trial[:10], k + 1)
-            started = time.perf_counter_ns()
-            index.range_search(trial, k + 1)
-            trial_us = (time.perf_counter_ns() - started) / 1000 / len(trial)
+            label = faiss_label(config)
+            trial_us = faiss_trial_us(index, trial, k)
             exact = faiss_pairs(index, stored, queries[:exact_count], k) == truth
             faiss_notes.append(
                 f"{label}: exact {'yes' if exact else '**no**'}, add {seconds:.1f} s, "
@@ -448,33 +321,23 @@ def compare(
             builds.append([label, f"{seconds:.1f}", "-", "-", size / seconds, "-", "-"])
             memory.append([label, anon_before, peak, anon_mib(), peak_rss_mib()])
             kept.append((trial_us, index, label, per_doc))
-            kept.sort(key=lambda entry: entry[0])
-            kept = [entry for entry in kept[:2] if entry[0] <= 3 * kept[0][0]]
+            kept = keep_fastest(kept)
             del index
             trim()
         for _, index, label, per_doc in kept:
-            system = faiss_system(index, label, queries, k, singles)
-            system.bytes_per_doc = per_doc
-            system.notes = "RAM growth at add / N"
-            systems.append(system)
+            systems.append(
+                faiss_system(
+                    index, label, queries, k, singles, bytes_per_doc=per_doc, notes="RAM growth at add / N"
+                )
+            )
         del kept
     # -------- brute force
     if brute_count:
         systems.append(
-            System(
-                label="numpy brute force",
-                kind="brute",
-                single=lambda position: brute(stored, queries[position], k),
-                batch=None,
-                single_count=brute_count,
-                bytes_per_doc=8.0,
-                notes=f"{brute_count} single queries a round",
-            )
+            brute_force_system(stored, queries, k, brute_count, notes=f"{brute_count} single queries a round")
         )
     # -------- rounds
-    for system in systems:  # warm-up
-        for position in range(min(5, system.single_count)):
-            system.single(position)
+    warm_up(systems)
     report.add(
         f"Exact: every simstore system's `query` and `query_many` equal brute force on the first "
         f"{exact_count} queries ({sum(len(found) for found in truth)} matches, keys and distances)  "
