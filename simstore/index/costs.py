@@ -110,3 +110,13 @@ def probe_us(store_bytes: float) -> float:
 # The N at which the constants were measured; beyond a few times this, LMDB's
 # B-trees deepen and may leave RAM, so the estimates are optimistic.
 CALIBRATED_DOCS = 1_000_000
+
+# All pairs in memory (simstore.index.pairs, chosen by simstore.layout.pair_layout):
+# per table and fingerprint, the permutation and the sort of the packed
+# (prefix, position) keys; three times that when they do not fit 64 bits and
+# an argsort runs instead. Then per comparison inside a run of equal prefixes.
+# Fitted to all_pairs over 1M random fingerprints at k = 3, 5 and 8 and every
+# planner layout of up to 512 tables (2026-11-28, the 2-core VM above).
+PAIR_SORT_US = 0.05
+PAIR_ARGSORT_US = 0.15
+PAIR_COMPARE_US = 0.03

@@ -124,11 +124,18 @@ def run_pairs(
             right = left + offset
             xor = fingerprints[left] ^ fingerprints[right]
             distance = np.bitwise_count(xor)
-            keep = distance <= limit
+            # The masks only judge the pairs within k, which are few: testing
+            # them on every compared entry cost most of a k = 8 search.
+            near = np.flatnonzero(distance <= limit)
+            if not near.size:
+                continue
+            near_xor = xor[near]
+            keep = np.ones(near.size, dtype=bool)
             for mask in masks:
-                keep &= (xor & mask) != 0
-            if keep.any():
-                yield left[keep], right[keep], distance[keep]
+                keep &= (near_xor & mask) != 0
+            near = near[keep]
+            if near.size:
+                yield left[near], right[near], distance[near]
         offset += 1
         # Runs are contiguous, so an entry whose prefix equals the one
         # ``offset`` places on also equals every one in between: the active

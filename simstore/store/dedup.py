@@ -24,6 +24,7 @@ from simstore.index.clusters import components, groups, pick_longest, stars
 from simstore.index.pairs import IntArray, prefix_masks, table_pairs
 from simstore.index.permute import U64Array
 from simstore.keys import Key, unpack_key, unpack_meta
+from simstore.layout.pair_layout import pair_layout
 from simstore.results import Record
 from simstore.store.arguments import batch_threshold, checked_k
 
@@ -140,7 +141,7 @@ def near_duplicate_pairs(
 def _pairs(engine: Engine, k: int, threshold: float | None, progress: Progress | None) -> Iterator[Pair]:
     snapshot = _snapshot(engine)
     try:
-        for left, right, distance in _position_pairs(engine, snapshot, k, progress):
+        for left, right, distance in _pairs_within(snapshot.fingerprints, k, progress):
             first = np.minimum(left, right)
             second = np.maximum(left, right)
             ids_a = snapshot.doc_ids[first]
@@ -204,14 +205,16 @@ def _sketch_rows(
     return rows, present
 
 
-def _position_pairs(
-    engine: Engine, snapshot: _Snapshot, k: int, progress: Progress | None
+def _pairs_within(
+    fingerprints: U64Array, k: int, progress: Progress | None
 ) -> Iterator[tuple[IntArray, IntArray, np.ndarray]]:
-    """Pairs as positions into the snapshot's arrays, table by table."""
-    tables = engine.tables
+    """Every pair of positions in ``fingerprints`` within ``k`` bits, once,
+    through the tables that make the search cheapest for their number (not
+    the store's own, which are chosen for queries)."""
+    tables = pair_layout(k, len(fingerprints)).tables
     masks = prefix_masks(tables)
     for index, table in enumerate(tables):
-        yield from table_pairs(snapshot.fingerprints, table, k, masks[:index])
+        yield from table_pairs(fingerprints, table, k, masks[:index])
         if progress is not None:
             progress(index + 1, len(tables))
 
@@ -293,15 +296,11 @@ def _linked(
     unique, inverse = distinct(snapshot.fingerprints)
     if threshold is not None:
         unique, inverse = _split_by_sketch(engine, snapshot, unique, inverse)
-    masks = prefix_masks(engine.tables)
     lefts: list[IntArray] = []
     rights: list[IntArray] = []
-    for index, table in enumerate(engine.tables):
-        for left, right, _ in table_pairs(unique, table, k, masks[:index]):
-            lefts.append(left)
-            rights.append(right)
-        if progress is not None:
-            progress(index + 1, len(engine.tables))
+    for left, right, _ in _pairs_within(unique, k, progress):
+        lefts.append(left)
+        rights.append(right)
     empty = np.zeros(0, dtype=np.int64)
     left = np.concatenate(lefts) if lefts else empty
     right = np.concatenate(rights) if rights else empty
