@@ -8,6 +8,8 @@ the tables chosen for the search, :mod:`simstore.layout.pair_layout`).
 Each case's store (random fingerprints, 5 % of them near copies of another
 within 0..k+2 bits) is built once by ``--after``'s tree; both trees read the
 same file. Figures: wall seconds per call, pairs found (must agree), peak RSS.
+Measured on the shared 2-core AMD EPYC VM (24 GiB RAM; CPython 3.11, numpy 2.4):
+``benchmarks/results/pair_layout_ab.md``.
 """
 
 from __future__ import annotations
