@@ -1,8 +1,10 @@
 """Oracles and corpora shared by tests in several folders: planted
-near-duplicate fingerprints, families of near-duplicate fingerprints, and a
-textbook union-find."""
+near-duplicate fingerprints, families of near-duplicate fingerprints, the
+pairs of a pair search as tuples, and a textbook union-find."""
 
 from __future__ import annotations
+
+from collections.abc import Iterable
 
 import numpy as np
 
@@ -22,6 +24,16 @@ def planted(seed: int, singles: int, clusters: int, size: int, k: int) -> np.nda
                 current ^= 1 << bit
     rng.shuffle(values)
     return np.array(values, dtype=np.uint64)
+
+
+def pair_tuples(chunks: Iterable[tuple[np.ndarray, np.ndarray, np.ndarray]]) -> list[tuple[int, int, int]]:
+    """``(left, right, distance)`` chunks of a pair search as ``(smaller, larger,
+    distance)`` tuples, in the order found (repeats kept, to be counted)."""
+    found = []
+    for left, right, distance in chunks:
+        for a, b, d in zip(left.tolist(), right.tolist(), distance.tolist(), strict=True):
+            found.append((min(a, b), max(a, b), d))
+    return found
 
 
 def plain_union_find(node_count: int, edges: list[tuple[int, int]]) -> list[int]:

@@ -29,7 +29,7 @@ Nothing here does I/O.
 
 from __future__ import annotations
 
-from collections.abc import Iterator, Sequence
+from collections.abc import Callable, Iterator, Sequence
 
 import numpy as np
 import numpy.typing as npt
@@ -64,6 +64,16 @@ def prefix_masks(tables: Sequence[Table]) -> list[int]:
     return [prefix_mask(table) for table in tables]
 
 
+def _position_bits(count: int) -> int:
+    return max(1, int(count - 1).bit_length())
+
+
+def packs(table: Table, count: int) -> bool:
+    """Whether :func:`group_by_prefix` sorts ``count`` fingerprints for
+    ``table`` as packed (prefix, position) values, or (slower) with an argsort."""
+    return table.prefix_bits + _position_bits(count) <= FINGERPRINT_BITS
+
+
 def group_by_prefix(fingerprints: U64Array, table: Table) -> tuple[U64Array, IntArray]:
     """Order the fingerprints so that those sharing ``table``'s prefix are adjacent.
 
@@ -75,8 +85,8 @@ def group_by_prefix(fingerprints: U64Array, table: Table) -> tuple[U64Array, Int
     """
     count = len(fingerprints)
     prefixes = table.permute_array(fingerprints) >> np.uint64(table.suffix_bits)
-    position_bits = max(1, int(count - 1).bit_length())
-    if table.prefix_bits + position_bits <= FINGERPRINT_BITS:
+    position_bits = _position_bits(count)
+    if packs(table, count):
         # Pack (prefix, position) into one uint64 and sort values, not indices:
         # numpy's vectorised sort is three times faster than argsort for 10M keys.
         packed = (prefixes << np.uint64(position_bits)) | np.arange(count, dtype=np.uint64)
@@ -170,8 +180,10 @@ def all_pairs(
     k: int,
     *,
     max_step: int | None = None,
+    progress: Callable[[int, int], None] | None = None,
 ) -> Iterator[PairArrays]:
-    """Every pair of positions whose fingerprints are within ``k`` bits, each once.
+    """Every pair of positions whose fingerprints are within ``k`` bits, each once;
+    ``progress(tables_done, tables_total)`` after each table.
 
     ``tables`` must cover ``k``: every two fingerprints within ``k`` bits
     share the full prefix of at least one table (true of every simstore
@@ -187,6 +199,8 @@ def all_pairs(
     masks = prefix_masks(tables)
     for index, table in enumerate(tables):
         yield from table_pairs(fingerprints, table, k, masks[:index], max_step=max_step)
+        if progress is not None:
+            progress(index + 1, len(tables))
 
 
 def brute_force_pairs(fingerprints: U64Array, k: int) -> set[tuple[int, int, int]]:

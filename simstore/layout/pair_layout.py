@@ -7,9 +7,9 @@ not a query's: each table costs a sort of all ``N`` fingerprints, and each
 run of ``m`` equal prefixes ``m**2 / 2`` comparisons. Few tables with short
 prefixes, right for a query, make long runs: at ``k = 8`` and 1M random
 fingerprints a store's 45 tables (12-14 bit prefixes) took 88 s, the 165
-tables of 11 blocks 23 s. This module picks, among the planner's layouts,
-the one whose estimated sort and comparison time is least for the ``N`` at
-hand.
+tables of 11 blocks 23 s. This module picks, among the planner's one-level
+layouts, the one whose estimated sort and comparison time is least for the
+``N`` at hand.
 
 Nothing here does I/O.
 """
@@ -20,6 +20,7 @@ from functools import lru_cache
 from math import comb
 
 from simstore.index import costs
+from simstore.index.pairs import packs
 from simstore.index.permute import FINGERPRINT_BITS, MAX_TABLES, Table
 from simstore.layout.planner import Layout, one_level
 
@@ -27,18 +28,16 @@ from simstore.layout.planner import Layout, one_level
 def pair_seconds(tables: tuple[Table, ...], count: int) -> float:
     """Estimated seconds of an all-pairs search of ``count`` random
     fingerprints through ``tables`` (:mod:`simstore.index.costs`)."""
-    position_bits = max(1, (count - 1).bit_length())
     total_us = 0.0
     for table in tables:
-        packed = table.prefix_bits + position_bits <= FINGERPRINT_BITS
-        sort_us = costs.PAIR_SORT_US if packed else costs.PAIR_ARGSORT_US
+        sort_us = costs.PAIR_SORT_US if packs(table, count) else costs.PAIR_ARGSORT_US
         run_length = count / 2.0**table.prefix_bits
         total_us += count * (sort_us + costs.PAIR_COMPARE_US * run_length / 2)
     return total_us / 1e6
 
 
 def pair_layout(k: int, count: int) -> Layout:
-    """The planner's layout exact for ``k`` with the least estimated
+    """The one-level layout exact for ``k`` with the least estimated
     all-pairs time over ``count`` fingerprints (ties: fewer tables)."""
     return min(_candidates(k), key=lambda layout: (pair_seconds(layout.tables, count), layout.table_count))
 

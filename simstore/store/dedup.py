@@ -21,7 +21,7 @@ from simstore.engine.settings import store_sketch
 from simstore.errors import CorruptStoreError, InvalidTypeError, InvalidValueError
 from simstore.fingerprinting.sketch import Sketch, estimate_jaccard
 from simstore.index.clusters import components, groups, pick_longest, stars
-from simstore.index.pairs import IntArray, prefix_masks, table_pairs
+from simstore.index.pairs import IntArray, all_pairs
 from simstore.index.permute import U64Array
 from simstore.keys import Key, unpack_key, unpack_meta
 from simstore.layout.pair_layout import pair_layout
@@ -211,12 +211,7 @@ def _pairs_within(
     """Every pair of positions in ``fingerprints`` within ``k`` bits, once,
     through the tables that make the search cheapest for their number (not
     the store's own, which are chosen for queries)."""
-    tables = pair_layout(k, len(fingerprints)).tables
-    masks = prefix_masks(tables)
-    for index, table in enumerate(tables):
-        yield from table_pairs(fingerprints, table, k, masks[:index])
-        if progress is not None:
-            progress(index + 1, len(tables))
+    return all_pairs(fingerprints, pair_layout(k, len(fingerprints)).tables, k, progress=progress)
 
 
 # --------------------------------------------------------------- clusters

@@ -9,7 +9,7 @@ from collections.abc import Iterator
 
 import numpy as np
 import pytest
-from _oracles import planted
+from _oracles import pair_tuples, planted
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
@@ -22,12 +22,7 @@ from simstore.store.dedup import Pair
 def found_pairs(
     fingerprints: np.ndarray, k: int, blocks: int, max_step: int | None = None
 ) -> list[tuple[int, int, int]]:
-    tables = one_level_tables(k, blocks)
-    result = []
-    for left, right, distance in all_pairs(fingerprints, tables, k, max_step=max_step):
-        for a, b, d in zip(left.tolist(), right.tolist(), distance.tolist(), strict=True):
-            result.append((min(a, b), max(a, b), d))
-    return result
+    return pair_tuples(all_pairs(fingerprints, one_level_tables(k, blocks), k, max_step=max_step))
 
 
 @settings(max_examples=60, deadline=None)
@@ -55,10 +50,7 @@ def test_smaller_k_and_chunked_steps(seed: int, query_k: int, max_step: int | No
     """A k below the layout's k, and tiny numpy steps, change nothing but the work."""
     fingerprints = planted(seed, 40, 6, 5, 3)
     tables = one_level_tables(3, 5)
-    found = set()
-    for left, right, distance in all_pairs(fingerprints, tables, query_k, max_step=max_step):
-        for a, b, d in zip(left.tolist(), right.tolist(), distance.tolist(), strict=True):
-            found.add((min(a, b), max(a, b), d))
+    found = set(pair_tuples(all_pairs(fingerprints, tables, query_k, max_step=max_step)))
     assert found == brute_force_pairs(fingerprints, query_k)
 
 

@@ -4,7 +4,7 @@ the cost model knows, and the pairs they find equal a brute-force scan."""
 from __future__ import annotations
 
 import numpy as np
-from _oracles import planted
+from _oracles import pair_tuples, planted
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
@@ -39,10 +39,7 @@ def test_pairs_through_the_chosen_tables_equal_brute_force(
 ) -> None:
     """Whatever N the tables were chosen for, the search is exact for the data it gets."""
     fingerprints = planted(seed, singles, clusters, size, k)
-    found = []
-    for left, right, distance in all_pairs(fingerprints, pair_layout(k, count).tables, k):
-        for a, b, d in zip(left.tolist(), right.tolist(), distance.tolist(), strict=True):
-            found.append((min(a, b), max(a, b), d))
+    found = pair_tuples(all_pairs(fingerprints, pair_layout(k, count).tables, k))
     assert len(found) == len(set(found)), "a pair was reported twice"
     assert set(found) == brute_force_pairs(fingerprints, k)
 
