@@ -82,6 +82,13 @@ def configure_dedup(parser: argparse.ArgumentParser) -> None:
     )
     what.add_argument("--clusters", action="store_true", help="write the clusters as JSONL")
     parser.add_argument(
+        "--bands",
+        action="store_true",
+        help="also pair documents whose verification sketches share a band, however far apart their "
+        "fingerprints, when they meet the similarity threshold: finds one-word edits of short texts "
+        "that move a fingerprint past k (reads every sketch into memory; not with --against)",
+    )
+    parser.add_argument(
         "--keep",
         choices=(*KEEP_POLICIES, "none"),
         default="first",
@@ -154,6 +161,8 @@ class DedupSummary:
 
 
 def run_dedup(args: argparse.Namespace) -> int:
+    if args.against is not None and args.bands:
+        args.parser.error("--bands pairs the documents of a store by their sketches; not with --against yet")
     if args.against is not None and args.clusters:
         args.parser.error("--clusters needs the documents in a store; it cannot be used with --against")
     if args.against is not None and args.keep != "first":
@@ -405,6 +414,7 @@ def _cluster(
             linkage=args.linkage,
             min_similarity=args.min_similarity,
             progress=update,
+            bands=args.bands,
         )
     dropped: set[Key] = set()
     provenance: Provenance = {}
@@ -417,7 +427,7 @@ def _cluster(
         bar, update = table_progress(args, "pairs")
         with bar, output_stream(output) as stream:
             for pair in store.near_duplicate_pairs(
-                k=args.k, min_similarity=args.min_similarity, progress=update
+                k=args.k, min_similarity=args.min_similarity, progress=update, bands=args.bands
             ):
                 record = {
                     "a": key_to_json(pair.key_a),

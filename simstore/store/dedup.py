@@ -19,6 +19,7 @@ from simstore.engine import _lmdb
 from simstore.engine.records import decode_record, encode_id
 from simstore.engine.settings import store_sketch
 from simstore.errors import CorruptStoreError, InvalidTypeError, InvalidValueError
+from simstore.fingerprinting.bands import band_keys
 from simstore.fingerprinting.sketch import Sketch, estimate_jaccard
 from simstore.index.clusters import components, groups, pick_longest, stars
 from simstore.index.pairs import IntArray, all_pairs
@@ -27,6 +28,7 @@ from simstore.keys import Key, unpack_key, unpack_meta
 from simstore.layout.pair_layout import pair_layout
 from simstore.results import Record
 from simstore.store.arguments import batch_threshold, checked_k
+from simstore.store.sketch_pairs import SketchLinks, cross_members, sketch_links
 
 if TYPE_CHECKING:
     from simstore.engine.core import Engine
@@ -129,16 +131,22 @@ def _current_txn(engine: Engine, snapshot: _Snapshot) -> _lmdb.Txn:
 
 
 def near_duplicate_pairs(
-    engine: Engine, k: int | None, min_similarity: float | None, progress: Progress | None
+    engine: Engine,
+    k: int | None,
+    min_similarity: float | None,
+    progress: Progress | None,
+    bands: bool = False,
 ) -> Iterator[Pair]:
     """``Store.near_duplicate_pairs``: every pair within ``k`` bits, once,
     streamed from one snapshot held until the iterator ends."""
     checked = checked_k(engine, k)
     threshold = batch_threshold(engine, min_similarity)
-    return _pairs(engine, checked, threshold, progress)
+    return _pairs(engine, checked, threshold, progress, bands)
 
 
-def _pairs(engine: Engine, k: int, threshold: float | None, progress: Progress | None) -> Iterator[Pair]:
+def _pairs(
+    engine: Engine, k: int, threshold: float | None, progress: Progress | None, bands: bool
+) -> Iterator[Pair]:
     snapshot = _snapshot(engine)
     try:
         for left, right, distance in _pairs_within(snapshot.fingerprints, k, progress):
@@ -149,21 +157,97 @@ def _pairs(engine: Engine, k: int, threshold: float | None, progress: Progress |
             with engine.lock:  # no map changes while the transaction is read
                 txn = _current_txn(engine, snapshot)
                 similarity = _pair_similarities(engine, txn, ids_a, ids_b)
-                bits = distance.astype(np.int64)
-                if threshold is not None:
-                    kept = ~(similarity < threshold)  # NaN (unjudged) is kept
-                    ids_a, ids_b, bits, similarity = ids_a[kept], ids_b[kept], bits[kept], similarity[kept]
-                id_list_a, id_list_b = ids_a.tolist(), ids_b.tolist()
-                keys = _keys_of(engine, txn, set(id_list_a) | set(id_list_b), gone_ok=snapshot.renewed)
-            judged = [None if value != value else value for value in similarity.tolist()]
-            for id_a, id_b, pair_bits, pair_similarity in zip(
-                id_list_a, id_list_b, bits.tolist(), judged, strict=True
-            ):
-                if id_a in keys and id_b in keys:  # else removed since the iteration began
-                    yield Pair(keys[id_a], keys[id_b], pair_bits, pair_similarity)
+            yield from _resolved_pairs(engine, snapshot, ids_a, ids_b, distance, similarity, threshold)
+        links = _sketch_links(engine, snapshot, k, threshold) if bands else None
+        if links is not None:
+            for first, second, which in _link_documents(links):
+                yield from _resolved_pairs(
+                    engine,
+                    snapshot,
+                    snapshot.doc_ids[first],
+                    snapshot.doc_ids[second],
+                    links.distance[which],
+                    links.similarity[which],
+                    None,
+                )
     finally:
         with contextlib.suppress(Exception):  # it may have died with its map
             snapshot.txn.abort()
+
+
+def _resolved_pairs(
+    engine: Engine,
+    snapshot: _Snapshot,
+    ids_a: U64Array,
+    ids_b: U64Array,
+    distance: np.ndarray,
+    similarity: np.ndarray,
+    threshold: float | None,
+) -> Iterator[Pair]:
+    """The pairs of documents ``ids_a[i]``, ``ids_b[i]`` (``ids_a`` added
+    first) whose ``similarity`` is not below ``threshold``, with their keys."""
+    bits = distance.astype(np.int64)
+    if threshold is not None:
+        kept = ~(similarity < threshold)  # NaN (unjudged) is kept
+        ids_a, ids_b, bits, similarity = ids_a[kept], ids_b[kept], bits[kept], similarity[kept]
+    id_list_a, id_list_b = ids_a.tolist(), ids_b.tolist()
+    with engine.lock:
+        txn = _current_txn(engine, snapshot)
+        keys = _keys_of(engine, txn, set(id_list_a) | set(id_list_b), gone_ok=snapshot.renewed)
+    judged = [None if value != value else value for value in similarity.tolist()]
+    for id_a, id_b, pair_bits, pair_similarity in zip(
+        id_list_a, id_list_b, bits.tolist(), judged, strict=True
+    ):
+        if id_a in keys and id_b in keys:  # else removed since the iteration began
+            yield Pair(keys[id_a], keys[id_b], pair_bits, pair_similarity)
+
+
+def _sketch_links(engine: Engine, snapshot: _Snapshot, k: int, threshold: float | None) -> SketchLinks | None:
+    """The node pairs linked by their sketches beyond ``k`` bits
+    (:mod:`simstore.store.sketch_pairs`), or ``None`` without a threshold or
+    sketches."""
+    sketch = store_sketch(engine)
+    if threshold is None or sketch is None or engine.handles.sketches is None:
+        return None
+    rows, present = _all_sketch_rows(engine, snapshot, sketch)
+    return sketch_links(snapshot.fingerprints, rows, present, sketch, k, threshold)
+
+
+#: Document pairs of sketch links made at a time.
+_LINK_CHUNK = 1 << 16
+
+
+def _link_documents(links: SketchLinks) -> Iterator[tuple[IntArray, IntArray, IntArray]]:
+    """``(first, second, link)`` in chunks: every document pair of each link
+    (positions, ``first < second``) and the link it came from."""
+    for start in range(0, len(links.left), _LINK_CHUNK):
+        left = links.left[start : start + _LINK_CHUNK]
+        right = links.right[start : start + _LINK_CHUNK]
+        a, b, which = cross_members(links.members, links.starts, left, right)
+        yield np.minimum(a, b), np.maximum(a, b), which + start
+
+
+def _all_sketch_rows(engine: Engine, snapshot: _Snapshot, sketch: Sketch) -> tuple[np.ndarray, np.ndarray]:
+    """Every document's sketch in the snapshot as rows (zeros where it has
+    none), and which have one: one pass of a cursor."""
+    with engine.lock:
+        engine.check_open()
+        txn = _current_txn(engine, snapshot)
+        cursor = txn.cursor(engine.handles.sketches)
+        raw_ids = b"".join(cursor.iternext(keys=True, values=False))
+        cursor.first()
+        raw_rows = b"".join(cursor.iternext(keys=False, values=True))
+    ids = np.frombuffer(raw_ids, dtype=">u8").astype(np.uint64)
+    if len(raw_rows) != len(ids) * sketch.nbytes:
+        raise CorruptStoreError(f"a stored sketch is not {sketch.nbytes} bytes")
+    stored = np.frombuffer(raw_rows, dtype=np.uint8).reshape(len(ids), sketch.nbytes)
+    where = np.minimum(np.searchsorted(snapshot.doc_ids, ids), max(len(snapshot.doc_ids) - 1, 0))
+    ours = snapshot.doc_ids[where] == ids if len(snapshot.doc_ids) else np.zeros(len(ids), dtype=np.bool_)
+    rows = np.zeros((len(snapshot.doc_ids), sketch.nbytes), dtype=np.uint8)
+    present = np.zeros(len(snapshot.doc_ids), dtype=np.bool_)
+    rows[where[ours]] = stored[ours]
+    present[where[ours]] = True
+    return rows, present
 
 
 def _pair_similarities(engine: Engine, txn: _lmdb.Txn, ids_a: U64Array, ids_b: U64Array) -> np.ndarray:
@@ -224,6 +308,7 @@ def clusters(
     linkage: str,
     min_similarity: float | None,
     progress: Progress | None,
+    bands: bool = False,
 ) -> list[Cluster]:
     """``Store.clusters``: the clusters of the near-duplicate pair graph of
     one snapshot, by ``linkage``, each represented as ``keep`` asks."""
@@ -239,7 +324,7 @@ def clusters(
     # grow the map, which ends the snapshot's transaction mid-computation.
     # Other threads' calls on this Store wait; other processes do not.
     with engine.lock:
-        return _clusters(engine, k, keep, linkage, threshold, progress)
+        return _clusters(engine, k, keep, linkage, threshold, progress, bands)
 
 
 def _clusters(
@@ -249,10 +334,11 @@ def _clusters(
     linkage: str,
     threshold: float | None,
     progress: Progress | None,
+    bands: bool,
 ) -> list[Cluster]:
     snapshot = _snapshot(engine)
     try:
-        unique, inverse, left, right = _linked(engine, snapshot, k, threshold, progress)
+        unique, inverse, left, right = _linked(engine, snapshot, k, threshold, progress, bands)
         if linkage == "components":
             component = components(len(unique), left, right)[inverse]
             leaders = None
@@ -267,7 +353,7 @@ def _clusters(
             first = np.full(len(unique), len(inverse), dtype=np.int64)
             np.minimum.at(first, component, np.arange(len(inverse), dtype=np.int64))
             component = first[component]
-        star_threshold = None if linkage != "star" or threshold is None else (k, threshold)
+        star_threshold = None if linkage != "star" or threshold is None else (k, threshold, bands)
         clusters = _make_clusters(engine, snapshot, groups(component), keep, leaders, inverse, star_threshold)
         return clusters
     finally:
@@ -275,7 +361,12 @@ def _clusters(
 
 
 def _linked(
-    engine: Engine, snapshot: _Snapshot, k: int, threshold: float | None, progress: Progress | None
+    engine: Engine,
+    snapshot: _Snapshot,
+    k: int,
+    threshold: float | None,
+    progress: Progress | None,
+    bands: bool,
 ) -> tuple[U64Array, IntArray, IntArray, IntArray]:
     """``(node fingerprints, each document's node, left, right)``: the
     pairs of nodes within ``k`` (and ``threshold``, judged on the first
@@ -306,6 +397,13 @@ def _linked(
         )
         kept = ~(similarity < threshold)  # NaN (unjudged) links
         left, right = left[kept], right[kept]
+    links = _sketch_links(engine, snapshot, k, threshold) if bands else None
+    if links is not None and len(links.left):
+        # Every document of a sketch link's node is in one node here (one
+        # fingerprint and, with a threshold, one sketch).
+        node = inverse[links.first_documents()]
+        left = np.concatenate([left, node[links.left]])
+        right = np.concatenate([right, node[links.right]])
     return unique, inverse, left, right
 
 
@@ -377,7 +475,7 @@ def _make_clusters(
     keep: KeepPolicy,
     leaders: IntArray | None,
     inverse: IntArray,
-    star_threshold: tuple[int, float] | None = None,
+    star_threshold: tuple[int, float, bool] | None = None,
 ) -> list[Cluster]:
     """The clusters of ``member_groups`` (document positions), each with its
     representative as ``keep`` asks; of a star (``leaders`` given), one of
@@ -423,6 +521,7 @@ def _held_stars(
     keep: KeepPolicy,
     k: int,
     threshold: float,
+    bands: bool,
 ) -> list[Cluster]:
     """A star whose members are all at least ``threshold`` similar to its
     representative (member ``chosen``), and more stars of those that are not.
@@ -445,6 +544,8 @@ def _held_stars(
             engine, snapshot.txn, np.full(len(others), doc_ids[lead], dtype=np.uint64), doc_ids[others]
         )
         near = np.bitwise_count(fingerprints[others] ^ fingerprints[lead]) <= k
+        if bands:
+            near |= _share_band(engine, snapshot, doc_ids[lead], doc_ids[others])
         joining = near & ~(similarity < threshold)  # NaN (unjudged) joins
         star = np.sort(np.append(others[joining], lead))
         if len(star) > 1:
@@ -460,6 +561,24 @@ def _held_stars(
         else:
             picked = choose_representative([records[index] for index in remaining.tolist()], keep)
             lead = next(index for index in remaining.tolist() if records[index].key is picked)
+
+
+def _share_band(engine: Engine, snapshot: _Snapshot, lead: np.uint64, others: U64Array) -> np.ndarray:
+    """Which of ``others`` (document ids) have a sketch band key in common
+    with ``lead``: linked to it by text, whatever their distance."""
+    sketch = store_sketch(engine)
+    shared = np.zeros(len(others), dtype=np.bool_)
+    if sketch is None or not len(others):
+        return shared
+    wanted = np.concatenate([np.array([lead], dtype=np.uint64), others])
+    rows, present = _sketch_rows(engine, _current_txn(engine, snapshot), wanted, sketch)
+    if not present[0]:
+        return shared
+    keys = band_keys(rows, sketch)
+    lead_keys = keys.keys[keys.rows == 0]
+    linked = keys.rows[np.isin(keys.keys, lead_keys) & (keys.rows > 0)] - 1
+    shared[linked] = present[1:][linked]
+    return shared
 
 
 def _cluster(

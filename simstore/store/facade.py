@@ -414,7 +414,12 @@ class Store:
         return reads.query_many(engine, queries, sketches, k, with_meta, threshold)
 
     def near_duplicate_pairs(
-        self, k: int | None = None, *, min_similarity: float | None = None, progress: Progress | None = None
+        self,
+        k: int | None = None,
+        *,
+        min_similarity: float | None = None,
+        progress: Progress | None = None,
+        bands: bool = False,
     ) -> Iterator[Pair]:
         """Every pair of stored documents within ``k`` bits, each pair once.
 
@@ -442,8 +447,21 @@ class Store:
                 this (0 to 1); a pair with a document that has no sketch
                 (added as a bare fingerprint) is kept, unjudged.
             progress: called as ``progress(tables_done, tables_total)``.
+            bands: also pair documents whose verification sketches share
+                a band (:mod:`simstore.fingerprinting.bands`), however far
+                apart their fingerprints, when their estimated similarity
+                reaches the threshold: a one-word edit of a short text, which
+                can move its fingerprint past any ``k``, is found. Needs a
+                threshold (``min_similarity`` or the store's) and sketches;
+                reads every sketch (128 bytes a document) into memory.
         """
-        return batch.near_duplicate_pairs(self._engine, k, min_similarity, arguments.check_progress(progress))
+        return batch.near_duplicate_pairs(
+            self._engine,
+            k,
+            min_similarity,
+            arguments.check_progress(progress),
+            arguments.check_flag("bands", bands),
+        )
 
     def clusters(
         self,
@@ -453,6 +471,7 @@ class Store:
         linkage: str = "components",
         min_similarity: float | None = None,
         progress: Progress | None = None,
+        bands: bool = False,
     ) -> list[Cluster]:
         """Clusters of the near-duplicate pair graph, of one snapshot.
 
@@ -485,6 +504,9 @@ class Store:
             min_similarity: pairs whose estimated similarity is below this
                 do not link (see :meth:`near_duplicate_pairs`).
             progress: called as ``progress(tables_done, tables_total)``.
+            bands: link documents whose sketches share a band too (see
+                :meth:`near_duplicate_pairs`); a star's members are then each
+                within ``k`` bits of the representative or share a band with it.
 
         Returns:
             The clusters, sorted by ``cluster_id`` (the internal id of the
@@ -493,7 +515,13 @@ class Store:
             representative.
         """
         return batch.clusters(
-            self._engine, k, keep, linkage, min_similarity, arguments.check_progress(progress)
+            self._engine,
+            k,
+            keep,
+            linkage,
+            min_similarity,
+            arguments.check_progress(progress),
+            arguments.check_flag("bands", bands),
         )
 
     # --------------------------------------------------------------- documents

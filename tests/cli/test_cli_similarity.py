@@ -343,3 +343,22 @@ def test_keep_none_annotation_is_documented_for_the_representative(
     assert "empty for the representative itself, which --keep none drops too" in help_text
     docs = " ".join((Path(__file__).parents[2] / "docs" / "cli.md").read_text(encoding="utf-8").split())
     assert "a document is kept exactly when its `cluster_id` is empty" in docs
+
+
+def test_dedup_bands_adds_pairs_beyond_k_that_meet_the_threshold(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    plain, banded = tmp_path / "plain.jsonl", tmp_path / "banded.jsonl"
+    assert main(["dedup", str(CORPUS), "--pairs", "-k", "2", "-o", str(plain)]) == 0
+    assert main(["dedup", str(CORPUS), "--pairs", "-k", "2", "--bands", "-o", str(banded)]) == 0
+    capsys.readouterr()
+    without = {json.dumps(pair, sort_keys=True) for pair in _json_lines(plain)}
+    with_bands = list(_json_lines(banded))
+    assert without <= {json.dumps(pair, sort_keys=True) for pair in with_bands}
+    beyond = [pair for pair in with_bands if int(pair["distance"]) > 2]  # type: ignore[call-overload]
+    assert beyond
+    assert all(float(pair["similarity"]) >= 0.8 for pair in beyond)
+    store = tmp_path / "s.simstore"
+    assert main(["add", str(store), str(CORPUS)]) == 0
+    with pytest.raises(SystemExit):
+        main(["dedup", str(CORPUS), "--against", str(store), "--bands", "-o", str(tmp_path / "x.jsonl")])

@@ -1,0 +1,90 @@
+"""Band keys of sketches (simstore.fingerprinting.bands) and pairs sharing a
+key (simstore.index.shared_keys), each against a brute-force reference."""
+
+from __future__ import annotations
+
+import itertools
+import math
+
+import numpy as np
+from hypothesis import given, settings
+from hypothesis import strategies as st
+
+from simstore.fingerprinting.bands import MAX_FILLED, MIN_BAND_BITS, MIN_FILLED, band_keys, sketch_codes
+from simstore.fingerprinting.sketch import Sketch, _pack
+from simstore.index.shared_keys import pairs_sharing_keys
+
+SKETCHES = (Sketch(), Sketch(bins=64, bits=8), Sketch(bins=128, bits=2))
+
+
+def _sketches(seed: int, sketch: Sketch, families: int, per_family: int) -> np.ndarray:
+    """Packed sketches in families: each a random fill, and copies with a
+    few bins changed, so that some bands are shared and others not."""
+    rng = np.random.default_rng(seed)
+    top = (1 << sketch.bits) - 1
+    codes = []
+    for _ in range(families):
+        fill = rng.uniform(0.02, 1.0)
+        base = np.where(rng.random(sketch.bins) < fill, rng.integers(1, top + 1, sketch.bins), 0)
+        for _ in range(per_family):
+            copy = base.copy()
+            changed = rng.integers(0, sketch.bins, rng.integers(0, 6))
+            copy[changed] = np.where(
+                rng.random(len(changed)) < 0.8, rng.integers(1, top + 1, len(changed)), 0
+            )
+            codes.append(copy)
+    return _pack(np.array(codes, dtype=np.uint8).reshape(-1, sketch.bins), sketch.bits)
+
+
+def _reference_pairs(rows: np.ndarray, sketch: Sketch) -> set[tuple[int, int]]:
+    """Pairs sharing a band, from the rules in the module's docstring, in loops."""
+    codes = sketch_codes(rows, sketch)
+    code_bits = math.log2((1 << sketch.bits) - 1)
+    width = max(1, 8 // sketch.bits)
+    banded: list[set[tuple[int, int, bytes]]] = [set() for _ in range(len(codes))]
+    while width <= sketch.bins:
+        for doc, row in enumerate(codes):
+            spread = int(np.count_nonzero(row)) * width / sketch.bins
+            if not MIN_FILLED <= spread <= MAX_FILLED:
+                continue
+            for band in range(sketch.bins // width):
+                piece = row[band * width : (band + 1) * width]
+                filled = int(np.count_nonzero(piece))
+                if filled * code_bits + math.log2(math.comb(width, filled)) >= MIN_BAND_BITS:
+                    banded[doc].add((width, band, piece.tobytes()))
+        width *= 2
+    return {(a, b) for a, b in itertools.combinations(range(len(codes)), 2) if banded[a] & banded[b]}
+
+
+@settings(max_examples=30, deadline=None)
+@given(st.integers(0, 2**32 - 1), st.sampled_from(SKETCHES))
+def test_band_pairs_equal_the_reference(seed: int, sketch: Sketch) -> None:
+    rows = _sketches(seed, sketch, families=6, per_family=4)
+    keys = band_keys(rows, sketch)
+    left, right = pairs_sharing_keys(keys.rows, keys.keys)
+    assert set(zip(left.tolist(), right.tolist(), strict=True)) == _reference_pairs(rows, sketch)
+
+
+def test_a_full_sketch_is_banded_in_bands_of_8_and_an_empty_one_not_at_all() -> None:
+    sketch = Sketch()
+    full = _pack(np.arange(256, dtype=np.uint8).reshape(1, 256) % 15 + 1, 4)
+    keys = band_keys(np.vstack([full, np.zeros_like(full)]), sketch)
+    assert keys.rows.tolist() == [0] * 32  # 256 bins in bands of 8: 32 bits of codes each
+    assert len(set(keys.keys.tolist())) == 32
+
+
+@settings(max_examples=100, deadline=None)
+@given(st.lists(st.tuples(st.integers(0, 12), st.integers(0, 6)), max_size=60))
+def test_pairs_sharing_keys_equal_brute_force(entries: list[tuple[int, int]]) -> None:
+    items = np.array([item for item, _ in entries], dtype=np.int64)
+    keys = np.array([key for _, key in entries], dtype=np.uint64)
+    left, right = pairs_sharing_keys(items, keys)
+    got = list(zip(left.tolist(), right.tolist(), strict=True))
+    expected = sorted(
+        {
+            (min(a, b), max(a, b))
+            for (a, ka), (b, kb) in itertools.combinations(entries, 2)
+            if ka == kb and a != b
+        }
+    )
+    assert got == expected
