@@ -42,7 +42,6 @@ __all__ = [
     "MIN_FILLED",
     "BandKeys",
     "band_keys",
-    "filled_bins",
     "sketch_codes",
 ]
 
@@ -78,11 +77,6 @@ def sketch_codes(rows: U8Array, sketch: Sketch) -> U8Array:
     for j in range(per_byte):
         codes[:, j::per_byte] = (rows >> np.uint8(sketch.bits * j)) & mask
     return codes
-
-
-def filled_bins(rows: U8Array, sketch: Sketch) -> IntArray:
-    """How many bins of each packed sketch are filled."""
-    return (sketch_codes(rows, sketch) != 0).sum(axis=1, dtype=np.int64)  # type: ignore[no-any-return]
 
 
 def band_keys(rows: U8Array, sketch: Sketch) -> BandKeys:

@@ -19,7 +19,7 @@ from simstore.engine import _lmdb
 from simstore.engine.records import decode_record, encode_id
 from simstore.engine.settings import store_sketch
 from simstore.errors import CorruptStoreError, InvalidTypeError, InvalidValueError
-from simstore.fingerprinting.bands import band_keys
+from simstore.fingerprinting.bands import BandKeys, band_keys
 from simstore.fingerprinting.sketch import Sketch, estimate_jaccard
 from simstore.index.clusters import components, groups, pick_longest, stars
 from simstore.index.pairs import IntArray, all_pairs
@@ -213,7 +213,7 @@ def _sketch_links(engine: Engine, snapshot: _Snapshot, k: int, threshold: float 
     return sketch_links(snapshot.fingerprints, rows, present, sketch, k, threshold)
 
 
-#: Document pairs of sketch links made at a time.
+#: Sketch links expanded into document pairs at a time.
 _LINK_CHUNK = 1 << 16
 
 
@@ -536,6 +536,7 @@ def _held_stars(
     clusters: list[Cluster] = []
     fingerprints = snapshot.fingerprints[positions]
     doc_ids = snapshot.doc_ids[positions]
+    banded = _member_bands(engine, snapshot, doc_ids) if bands else None
     remaining = np.arange(len(positions))
     lead = chosen
     while True:
@@ -544,8 +545,9 @@ def _held_stars(
             engine, snapshot.txn, np.full(len(others), doc_ids[lead], dtype=np.uint64), doc_ids[others]
         )
         near = np.bitwise_count(fingerprints[others] ^ fingerprints[lead]) <= k
-        if bands:
-            near |= _share_band(engine, snapshot, doc_ids[lead], doc_ids[others])
+        if banded is not None:
+            lead_keys = banded.keys[banded.rows == lead]
+            near |= np.isin(others, banded.rows[np.isin(banded.keys, lead_keys)])
         joining = near & ~(similarity < threshold)  # NaN (unjudged) joins
         star = np.sort(np.append(others[joining], lead))
         if len(star) > 1:
@@ -563,22 +565,17 @@ def _held_stars(
             lead = next(index for index in remaining.tolist() if records[index].key is picked)
 
 
-def _share_band(engine: Engine, snapshot: _Snapshot, lead: np.uint64, others: U64Array) -> np.ndarray:
-    """Which of ``others`` (document ids) have a sketch band key in common
-    with ``lead``: linked to it by text, whatever their distance."""
+def _member_bands(engine: Engine, snapshot: _Snapshot, doc_ids: U64Array) -> BandKeys:
+    """The sketch band keys of a cluster's members (``rows`` index
+    ``doc_ids``; a member without a sketch has none), read and made once for
+    all of its stars."""
     sketch = store_sketch(engine)
-    shared = np.zeros(len(others), dtype=np.bool_)
-    if sketch is None or not len(others):
-        return shared
-    wanted = np.concatenate([np.array([lead], dtype=np.uint64), others])
-    rows, present = _sketch_rows(engine, _current_txn(engine, snapshot), wanted, sketch)
-    if not present[0]:
-        return shared
+    if sketch is None:
+        return BandKeys(np.zeros(0, dtype=np.int64), np.zeros(0, dtype=np.uint64))
+    rows, present = _sketch_rows(engine, _current_txn(engine, snapshot), doc_ids, sketch)
     keys = band_keys(rows, sketch)
-    lead_keys = keys.keys[keys.rows == 0]
-    linked = keys.rows[np.isin(keys.keys, lead_keys) & (keys.rows > 0)] - 1
-    shared[linked] = present[1:][linked]
-    return shared
+    with_sketch = present[keys.rows]
+    return BandKeys(keys.rows[with_sketch], keys.keys[with_sketch])
 
 
 def _cluster(

@@ -44,9 +44,6 @@ class SketchLinks(NamedTuple):
     members: IntArray
     starts: IntArray
 
-    def documents(self, node: int) -> IntArray:
-        return self.members[self.starts[node] : self.starts[node + 1]]
-
     def first_documents(self) -> IntArray:
         """Each node's first document."""
         return self.members[self.starts[:-1]]
@@ -65,8 +62,7 @@ def sketch_links(
     apart, and whose estimated similarity is at least ``threshold``.
     ``rows[i]`` is document ``i``'s packed sketch where ``present[i]``."""
     positions = np.flatnonzero(present)
-    node_of, members, starts = _nodes(fingerprints, rows, positions, sketch)
-    del node_of
+    members, starts = _nodes(fingerprints, rows, positions, sketch)
     firsts = members[starts[:-1]]
     # Nodes of one sketch form a group; band keys are made once per group.
     group_rows, group_of = np.unique(
@@ -84,7 +80,7 @@ def sketch_links(
     inner_left, inner_right = pairs_sharing_keys(
         np.flatnonzero(keyed[group_of]), group_of[keyed[group_of]].astype(np.uint64)
     )
-    left, right, pair_similarity = _expand(group_of, group_left, group_right, similarity)
+    left, right, pair_similarity = _expand(group_of, len(group_rows), group_left, group_right, similarity)
     left = np.concatenate([left, inner_left])
     right = np.concatenate([right, inner_right])
     pair_similarity = np.concatenate([pair_similarity, np.ones(len(inner_left))])
@@ -97,8 +93,8 @@ def sketch_links(
 
 def _nodes(
     fingerprints: U64Array, rows: npt.NDArray[np.uint8], positions: IntArray, sketch: Sketch
-) -> tuple[IntArray, IntArray, IntArray]:
-    """``(node of each position, members, starts)``: the positions grouped by
+) -> tuple[IntArray, IntArray]:
+    """``(members, starts)``: the positions grouped into nodes of one
     (sketch, fingerprint), each node's members ascending, nodes in order of
     their first member."""
     keyed = np.empty(len(positions), dtype=[("sketch", f"V{sketch.nbytes}"), ("fingerprint", "<u8")])
@@ -108,11 +104,16 @@ def _nodes(
     # Number nodes by their first member, so that results follow the order added.
     renumber = np.empty(len(first_index), dtype=np.int64)
     renumber[np.argsort(first_index, kind="stable")] = np.arange(len(first_index))
-    node_of = renumber[node_of.ravel()]
-    order = np.argsort(node_of, kind="stable")
-    members = positions[order]
-    starts = np.searchsorted(node_of[order], np.arange(len(first_index) + 1))
-    return node_of, members, starts
+    order, starts = _by_group(renumber[node_of.ravel()], len(first_index))
+    return positions[order], starts
+
+
+def _by_group(group_of: IntArray, groups: int) -> tuple[IntArray, IntArray]:
+    """``(order, starts)``: the indices of ``group_of`` sorted by group (in
+    their order within one), and where each of the ``groups`` groups starts
+    in it (``groups + 1`` offsets)."""
+    order = np.argsort(group_of, kind="stable")
+    return order, np.searchsorted(group_of[order], np.arange(groups + 1))
 
 
 def _estimates(
@@ -128,12 +129,15 @@ def _estimates(
 
 
 def _expand(
-    group_of: IntArray, group_left: IntArray, group_right: IntArray, similarity: npt.NDArray[np.float64]
+    group_of: IntArray,
+    groups: int,
+    group_left: IntArray,
+    group_right: IntArray,
+    similarity: npt.NDArray[np.float64],
 ) -> tuple[IntArray, IntArray, npt.NDArray[np.float64]]:
     """Group pairs as node pairs (every node of one group with every node of
     the other; nearly always one each), ``left < right``."""
-    order = np.argsort(group_of, kind="stable")
-    group_starts = np.searchsorted(group_of[order], np.arange(int(group_of.max(initial=-1)) + 2))
+    order, group_starts = _by_group(group_of, groups)
     a, b, which = cross_members(order, group_starts, group_left, group_right)
     return np.minimum(a, b), np.maximum(a, b), similarity[which]
 
