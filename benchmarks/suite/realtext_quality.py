@@ -365,6 +365,13 @@ class CorpusResult:
     seed_distances: dict[int, tuple[npt.NDArray[np.float64], npt.NDArray[np.int64]]] = field(
         default_factory=dict
     )
+    #: Per feature-hash seed, per STORE_ANSWERS system: the exact J (-1 below 0.5) of
+    #: every pair the store reported, and whether one of its texts is short.
+    answers: dict[int, dict[str, tuple[npt.NDArray[np.float64], npt.NDArray[np.bool_]]]] = field(
+        default_factory=dict
+    )
+    #: True pairs per band, of long ("long") and short ("short") pairs apart.
+    answer_counts: dict[str, dict[str, int]] = field(default_factory=dict)
 
 
 def group_masks(
@@ -470,7 +477,68 @@ def run_corpus(
         result.seed_distances[seed] = (pairs.jaccard[long], d)
     if verify:
         result.sweep = threshold_sweep(base, groups["all"])
+        result.answer_counts = {
+            "long": band_counts(corpus, lambda a, b: ~corpus.short(a, b)),
+            "short": band_counts(corpus, corpus.short),
+        }
+        for seed in range(max(seeds, 1)):
+            result.answers[seed] = {
+                system: (corpus.lookup(first, second), corpus.short(first, second))
+                for system, (first, second) in store_answers(corpus.texts, seed).items()
+            }
     return result
+
+
+# -- the store's own answers ---------------------------------------------------------
+
+#: The store's answers scored per feature-hash seed: (system, min_similarity, bands),
+#: each a default store (k = 5) of the corpus's texts asked for near_duplicate_pairs.
+STORE_ANSWERS = (
+    ("k=5, t=0.8", 0.8, False),
+    ("k=5 + bands, t=0.8", 0.8, True),
+    ("k=5 + bands, t=0.75", 0.75, True),
+)
+STORE_K = 5
+
+
+def store_answers(
+    texts: Sequence[str], seed: int
+) -> dict[str, tuple[npt.NDArray[np.int64], npt.NDArray[np.int64]]]:
+    """Every STORE_ANSWERS system's pairs (rows, first < second) from a store of
+    ``texts`` fingerprinted with feature-hash ``seed``: what a user of the store gets,
+    end to end, rather than a model of it."""
+    import simstore
+
+    out = {}
+    with tempfile.TemporaryDirectory() as tmp:
+        path = Path(tmp, "answers.simstore")
+        with simstore.open(path, k=STORE_K, fingerprinter=simstore.Fingerprinter(seed=seed)) as store:
+            store.add_many(range(len(texts)), texts=list(texts))
+            for system, threshold, bands in STORE_ANSWERS:
+                found = np.array(
+                    [
+                        (p.key_a, p.key_b)
+                        for p in store.near_duplicate_pairs(min_similarity=threshold, bands=bands)
+                    ],
+                    dtype=np.int64,
+                ).reshape(-1, 2)
+                out[system] = (found.min(axis=1), found.max(axis=1))
+    return out
+
+
+def answer_scores(results: Sequence[CorpusResult], seed: int, system: str, kind: str) -> dict[str, float]:
+    """``system``'s scores on ``seed``, pooled over ``results``, for the pairs of ``kind``
+    ("long", "short"): recall per band, ``r90`` (0.9 <= J < 1), ``r80`` (0.8 <= J < 1),
+    and precision."""
+    held = [r for r in results if seed in r.answers]
+    counts = {band: sum(r.answer_counts[kind][band] for r in held) for band in held[0].answer_counts[kind]}
+    jaccard = np.concatenate(
+        [r.answers[seed][system][0][r.answers[seed][system][1] == (kind == "short")] for r in held]
+    )
+    out = score(jaccard, counts)
+    near = counts[">=0.97"] + counts["0.9-0.97"] + counts["0.8-0.9"]
+    out["r80"] = int(((jaccard >= 0.8) & (jaccard < 1.0)).sum()) / near if near else math.nan
+    return out
 
 
 def _verify_scores(

@@ -19,10 +19,12 @@ from realtext_quality import (
     DISTANCE_THRESHOLDS,
     RECALL_TARGET,
     SHORT_TOKENS,
+    STORE_ANSWERS,
     SWEEP_KS,
     SWEEP_THRESHOLDS,
     VERIFY_POINTS,
     CorpusResult,
+    answer_scores,
     lsh_shape,
     smallest_k,
 )
@@ -128,6 +130,54 @@ def seed_table(results: Sequence[CorpusResult]) -> list[str]:
     rows.append(["**worst**", *worst, *(_pct(v) for v in lows)])
     headers = ["seed", *(f"k for t = {t}" for t in DISTANCE_THRESHOLDS)]
     headers += [f"recall {low} <= J < {high:g}, k={k} %" for low, high in SEED_BANDS for k in SEED_KS]
+    return _table(headers, rows)
+
+
+#: The columns of the answer tables: (heading, score name).
+ANSWER_COLUMNS = (("J >= 0.97", ">=0.97"), ("0.9 <= J < 1", "r90"), ("0.8 <= J < 1", "r80"))
+
+
+def answer_table(results: Sequence[CorpusResult], kind: str) -> list[str]:
+    """Per STORE_ANSWERS system, pooled over the corpora, the pairs of ``kind``: recall
+    and precision on the worst feature-hash seed, column by column, and the range over
+    seeds."""
+    seeds = sorted(set.intersection(*(set(r.answers) for r in results))) if results else []
+    if not seeds:
+        return ["(not measured: run without --no-verify)"]
+    rows = []
+    for system, _, _ in STORE_ANSWERS:
+        by_seed = [answer_scores(results, seed, system, kind) for seed in seeds]
+        cells: list[object] = [system]
+        for _, name in (*ANSWER_COLUMNS, ("precision", "precision")):
+            values = [s[name] for s in by_seed if not math.isnan(s[name])]
+            cells.append(
+                "-" if not values else f"**{_pct(min(values))}** ({_pct(min(values))}-{_pct(max(values))})"
+            )
+        cells.append(max(int(s["fp"]) for s in by_seed))
+        rows.append(cells)
+    headers = ["system", *(f"recall {h} %" for h, _ in ANSWER_COLUMNS), "precision %", "false pairs (worst)"]
+    return [
+        f"Seeds {seeds[0]}..{seeds[-1]}; the worst seed in bold, the range after it.",
+        "",
+        *_table(headers, rows),
+    ]
+
+
+def answer_corpus_table(results: Sequence[CorpusResult]) -> list[str]:
+    """Per corpus with long pairs, per STORE_ANSWERS system: recall of 0.9 <= J < 1 and
+    0.8 <= J < 1 on the worst seed."""
+    rows = []
+    for r in results:
+        if not r.answers or not sum(r.answer_counts["long"][b] for b in (">=0.97", "0.9-0.97", "0.8-0.9")):
+            continue
+        cells: list[object] = [r.name]
+        for system, _, _ in STORE_ANSWERS:
+            by_seed = [answer_scores([r], seed, system, "long") for seed in r.answers]
+            cells += [_pct(min(s[name] for s in by_seed)) for name in ("r90", "r80")]
+        rows.append(cells)
+    headers = ["corpus"] + [
+        f"{system}: {band}" for system, _, _ in STORE_ANSWERS for band in ("0.9-1", "0.8-1")
+    ]
     return _table(headers, rows)
 
 
@@ -393,6 +443,24 @@ def markdown(
     lines += [f"Texts of >= {SHORT_TOKENS} tokens:", "", *distance_table(results, "long")]
     lines += ["", f"Pairs with a text of < {SHORT_TOKENS} tokens:", "", *distance_table(results, "short")]
     lines += ["", "One feature-hash seed is one draw; the same, pooled, per seed:", "", *seed_table(results)]
+    lines += [
+        "",
+        "## The store's answers, per feature-hash seed",
+        "",
+        f"A store of each corpus (k = 5, fingerprinted with seed s) asked for "
+        "`near_duplicate_pairs(min_similarity=t, bands=...)`, end to end. "
+        f"Texts of >= {SHORT_TOKENS} tokens:",
+        "",
+        *answer_table(results, "long"),
+        "",
+        f"Pairs with a text of < {SHORT_TOKENS} tokens:",
+        "",
+        *answer_table(results, "short"),
+        "",
+        "Per corpus, worst seed, texts of >= 20 tokens (recall %):",
+        "",
+        *answer_corpus_table(results),
+    ]
     lines += ["", "## Verification sketch: estimate against exact J", "", *error_table(results)]
     lines += ["", "## Verification threshold sweep (default sketch), pooled over the corpora", ""]
     lines += [
