@@ -86,7 +86,8 @@ def configure_dedup(parser: argparse.ArgumentParser) -> None:
         action="store_true",
         help="also pair documents whose verification sketches share a band, however far apart their "
         "fingerprints, when they meet the similarity threshold: finds one-word edits of short texts "
-        "that move a fingerprint past k (reads every sketch into memory; not with --against)",
+        "that move a fingerprint past k (reads every sketch into memory; with --against, reads every "
+        "stored sketch once per million documents)",
     )
     parser.add_argument(
         "--keep",
@@ -161,8 +162,6 @@ class DedupSummary:
 
 
 def run_dedup(args: argparse.Namespace) -> int:
-    if args.against is not None and args.bands:
-        args.parser.error("--bands pairs the documents of a store by their sketches; not with --against yet")
     if args.against is not None and args.clusters:
         args.parser.error("--clusters needs the documents in a store; it cannot be used with --against")
     if args.against is not None and args.keep != "first":
@@ -501,6 +500,11 @@ def _cluster_provenance(store: Store, cluster: Cluster) -> Provenance:
     }
 
 
+#: Documents matched against the store per call with --bands, each call
+#: reading every stored sketch once (their band keys take ~20 x 16 bytes each).
+AGAINST_BAND_CHUNK = 1 << 20
+
+
 def dedup_against(
     args: argparse.Namespace,
     store: Store,
@@ -523,18 +527,21 @@ def dedup_against(
     # and a query that may stop at it costs a fraction where documents
     # share boilerplate (hundreds of matches each).
     limit = None if args.pairs else 1
+    # Bands read every stored sketch once per call: far larger calls.
+    chunk = AGAINST_BAND_CHUNK if args.bands else QUERY_CHUNK
     with contextlib.ExitStack() as stack:
         stream = stack.enter_context(output_stream(output)) if args.pairs else None
         bar = stack.enter_context(progress(args, desc="matching", total=len(fingerprints), unit="doc"))
-        for start in range(0, len(fingerprints), QUERY_CHUNK):
+        for start in range(0, len(fingerprints), chunk):
             results = store.query_many(
-                fingerprints[start : start + QUERY_CHUNK],
+                fingerprints[start : start + chunk],
                 k=args.k,
                 min_similarity=args.min_similarity,
-                sketches=None if sketches is None else sketches[start : start + QUERY_CHUNK],
+                sketches=None if sketches is None else sketches[start : start + chunk],
                 limit=limit,
+                bands=args.bands,
             )
-            for key, matches in zip(collected.keys[start : start + QUERY_CHUNK], results, strict=True):
+            for key, matches in zip(collected.keys[start : start + chunk], results, strict=True):
                 if not matches:
                     continue
                 matched.add(key)

@@ -20,9 +20,9 @@ from typing import TYPE_CHECKING
 
 import numpy as np
 
-from simstore.engine import _lmdb
+from simstore.engine import _lmdb, band_search
 from simstore.engine.query import permute_columns, rows_of
-from simstore.engine.reads import BATCH_READS_BITMAPS
+from simstore.engine.reads import BATCH_READS_BITMAPS, resolve
 from simstore.engine.records import decode_record, encode_id
 from simstore.engine.settings import store_sketch
 from simstore.engine.tableset import sharing_records
@@ -262,10 +262,12 @@ def query_many(
     with_meta: bool,
     threshold: float | None,
     limit: int,
+    bands: bool = False,
 ) -> list[list[Match]]:
     """``Store.query_many`` limited to each query's closest ``limit``
-    matches. Queries equal in fingerprint and sketch (copies of one text in
-    the batch) are answered once."""
+    matches (``bands``: as :func:`simstore.engine.reads.query_many`).
+    Queries equal in fingerprint and sketch (copies of one text in the
+    batch) are answered once."""
     rows = None
     if sketches is not None:
         # Sliced from one bytes object: a row of a SketchRows array costs a
@@ -287,6 +289,7 @@ def query_many(
         with_meta,
         threshold,
         limit,
+        bands,
     )
     return [list(answers[index]) for index in answer_of]
 
@@ -299,6 +302,7 @@ def _query_distinct(
     with_meta: bool,
     threshold: float | None,
     limit: int,
+    bands: bool,
 ) -> list[list[Match]]:
     with engine.read(query=True) as txn:
         tableset = engine.tableset
@@ -330,7 +334,35 @@ def _query_distinct(
         )
         for closest in closests:
             closest.finish()
-        return [closest.matches for closest in closests]
+        answers = [closest.matches for closest in closests]
+        if bands and sketches is not None and threshold is not None:
+            _add_band_matches(engine, txn, query_list, sketches, k, with_meta, threshold, limit, answers)
+        return answers
+
+
+def _add_band_matches(
+    engine: Engine,
+    txn: _lmdb.Txn,
+    queries: list[int],
+    sketches: list[bytes | None],
+    k: int,
+    with_meta: bool,
+    threshold: float,
+    limit: int,
+    answers: list[list[Match]],
+) -> None:
+    """Fill each answer short of ``limit`` with its band matches beyond
+    ``k``: they come after every match within ``k``, closest first."""
+    short = [index for index, matches in enumerate(answers) if len(matches) < limit]
+    if not short:
+        return
+    rows = np.frombuffer(b"".join(sketches[index] or b"" for index in short), dtype=np.uint8)
+    matched = band_search.band_matches(engine, txn, rows.reshape(len(short), -1), threshold)
+    found = band_search.beyond_k(engine, txn, [queries[index] for index in short], matched, k)
+    for index, (distances, records) in zip(short, found, strict=True):
+        if distances:
+            extra = resolve(engine, txn, distances, with_meta, records, sketches[index], threshold)
+            answers[index].extend(extra[: limit - len(answers[index])])
 
 
 def _settle(closests: list[Closest], query_index: int, tables_visited: int) -> bool:

@@ -13,7 +13,7 @@ from typing import TYPE_CHECKING
 
 import numpy as np
 
-from simstore.engine import _lmdb
+from simstore.engine import _lmdb, band_search
 from simstore.engine.query import permute_columns, rows_of
 from simstore.engine.record_scan import fingerprint_array, id_and_fingerprint_arrays
 from simstore.engine.records import decode_record, encode_id, lookup_key
@@ -57,8 +57,12 @@ def query_many(
     k: int,
     with_meta: bool,
     threshold: float | None,
+    bands: bool = False,
 ) -> list[list[Match]]:
-    """``Store.query_many`` of fingerprints and their sketches, arguments checked."""
+    """``Store.query_many`` of fingerprints and their sketches, arguments
+    checked; with ``bands`` (which needs ``sketches`` and ``threshold``) the
+    documents sharing a sketch band with a query are added
+    (:mod:`simstore.engine.band_search`)."""
     results: list[list[Match]] = []
     with engine.read(query=True) as txn:
         # A batch may as well read every bitmap first.
@@ -73,6 +77,13 @@ def query_many(
         engine.tableset.find_many(
             txn, columns, query_list, k, founds, records, engine.handles.docs, engine.permute_all
         )
+        if bands and sketches is not None and threshold is not None:
+            matched = band_search.band_matches(engine, txn, sketches, threshold)
+            for found, found_records, (distances, band_records) in zip(
+                founds, records, band_search.beyond_k(engine, txn, query_list, matched, k), strict=True
+            ):
+                found.update(distances)
+                found_records.update(band_records)
         for index, (found, found_records) in enumerate(zip(founds, records, strict=True)):
             sketch = None if sketches is None else sketches[index].tobytes()
             results.append(resolve(engine, txn, found, with_meta, found_records, sketch, threshold))

@@ -84,22 +84,23 @@ def band_keys(rows: U8Array, sketch: Sketch) -> BandKeys:
     uint8): a few dozen for a long text, a few for a short one, none for a
     text too short to band (under about 8 shingles)."""
     rows = np.ascontiguousarray(np.asarray(rows, dtype=np.uint8).reshape(-1, sketch.nbytes))
-    filled = sketch_codes(rows, sketch) != 0
-    count = filled.sum(axis=1, dtype=np.int64)
-    code_bits = math.log2((1 << sketch.bits) - 1)
-    choose = _log2_choose(sketch.bins)
+    # Filled bins per band at width 1, then each width's by adding pairs of the last's.
+    in_band = (sketch_codes(rows, sketch) != 0).astype(np.uint16)
+    count = in_band.sum(axis=1, dtype=np.int64)
+    keyed_by_fill = _keyed_by_fill(sketch)
     found_rows: list[IntArray] = []
     found_keys: list[U64Array] = []
-    for width in _widths(sketch):
+    width = 1
+    for band_width in _widths(sketch):
+        while width < band_width:
+            in_band = in_band[:, 0::2] + in_band[:, 1::2]
+            width *= 2
         spread = count * width / sketch.bins
         docs = np.flatnonzero((spread >= MIN_FILLED) & (spread <= MAX_FILLED))
         if not len(docs):
             continue
-        bands = sketch.bins // width
-        in_band = filled[docs].reshape(len(docs), bands, width).sum(axis=2, dtype=np.int64)
-        information = in_band * code_bits + choose[width][in_band]
-        keys = _fold(rows[docs], width, bands, sketch)
-        doc_of, band_of = np.nonzero(information >= MIN_BAND_BITS)
+        keys = _fold(rows[docs], width, sketch.bins // width, sketch)
+        doc_of, band_of = np.nonzero(keyed_by_fill[width][in_band[docs]])
         found_rows.append(docs[doc_of])
         found_keys.append(keys[doc_of, band_of])
     if not found_rows:
@@ -131,12 +132,15 @@ def _fold(rows: U8Array, width: int, bands: int, sketch: Sketch) -> U64Array:
 
 
 @functools.lru_cache(maxsize=8)
-def _log2_choose(bins: int) -> dict[int, npt.NDArray[np.float64]]:
-    """Per band width w: log2 C(w, f) for f = 0..w, the bits in the places
-    of f filled bins among w."""
-    log_factorial = np.array([math.lgamma(n + 1) for n in range(bins + 1)])
+def _keyed_by_fill(sketch: Sketch) -> dict[int, npt.NDArray[np.bool_]]:
+    """Per band width w: whether a band of f = 0..w filled bins is keyed, its
+    codes and the places of its filled bins (log2 C(w, f)) carrying at least
+    MIN_BAND_BITS bits."""
+    code_bits = math.log2((1 << sketch.bits) - 1)
+    log_factorial = np.array([math.lgamma(n + 1) for n in range(sketch.bins + 1)])
     out = {}
-    for width in (1 << e for e in range(bins.bit_length())):
+    for width in _widths(sketch):
         f = np.arange(width + 1)
-        out[width] = (log_factorial[width] - log_factorial[f] - log_factorial[width - f]) / math.log(2)
+        places = (log_factorial[width] - log_factorial[f] - log_factorial[width - f]) / math.log(2)
+        out[width] = f * code_bits + places >= MIN_BAND_BITS
     return out

@@ -7,7 +7,7 @@ from __future__ import annotations
 import numpy as np
 import numpy.typing as npt
 
-__all__ = ["pairs_sharing_keys"]
+__all__ = ["KeyIndex", "pairs_across", "pairs_sharing_keys"]
 
 IntArray = npt.NDArray[np.int64]
 U64Array = npt.NDArray[np.uint64]
@@ -48,3 +48,61 @@ def pairs_sharing_keys(items: IntArray, keys: U64Array) -> tuple[IntArray, IntAr
     low, high = np.minimum(first, second), np.maximum(first, second)
     pairs = np.unique(np.stack([low, high], axis=1), axis=0)
     return pairs[:, 0].copy(), pairs[:, 1].copy()
+
+
+def pairs_across(
+    left_items: IntArray, left_keys: U64Array, right_items: IntArray, right_keys: U64Array
+) -> tuple[IntArray, IntArray]:
+    """Every pair ``(a, b)`` of a left item ``a`` and a right item ``b`` that
+    have a key in common (``left_keys[i]`` is a key of ``left_items[i]``, and
+    likewise on the right), each once, ordered by ``(a, b)``: the two sides
+    are separate collections, so ``a`` and ``b`` may be equal numbers.
+
+    >>> a, b = pairs_across(
+    ...     np.array([0, 0, 1]), np.array([7, 9, 9], dtype=np.uint64),
+    ...     np.array([5, 6, 5]), np.array([9, 9, 7], dtype=np.uint64),
+    ... )
+    >>> [(int(x), int(y)) for x, y in zip(a, b)]
+    [(0, 5), (0, 6), (1, 5), (1, 6)]
+    """
+    return KeyIndex(left_items, left_keys).pairs_with(right_items, right_keys)
+
+
+class KeyIndex:
+    """Items by key, for :meth:`pairs_with` many batches of other items: the
+    keys sorted once, and a bitmap of their low bits that turns away most
+    keys not among them before any search (a batch join's keys rarely meet)."""
+
+    __slots__ = ("_items", "_keys", "_low_bits", "_present")
+
+    def __init__(self, items: IntArray, keys: U64Array) -> None:
+        keys = np.asarray(keys, dtype=np.uint64)
+        order = np.argsort(keys, kind="stable")
+        self._keys = keys[order]
+        self._items = np.asarray(items, dtype=np.int64)[order]
+        # About 16 bitmap bits a key: some 1 in 16 absent keys gets through.
+        bits = int(np.clip(np.ceil(np.log2(max(len(keys), 1) * 16)), 10, 28))
+        self._low_bits = np.uint64((1 << bits) - 1)
+        self._present = np.zeros(1 << bits, dtype=np.bool_)
+        self._present[self._keys & self._low_bits] = True
+
+    def pairs_with(self, items: IntArray, keys: U64Array) -> tuple[IntArray, IntArray]:
+        """:func:`pairs_across` of this index's items (left) and ``items`` (right)."""
+        items = np.asarray(items, dtype=np.int64)
+        keys = np.asarray(keys, dtype=np.uint64)
+        empty = np.zeros(0, dtype=np.int64)
+        if not len(self._keys) or not len(keys):
+            return empty, empty
+        maybe = self._present[keys & self._low_bits]
+        items, keys = items[maybe], keys[maybe]
+        low = np.searchsorted(self._keys, keys, side="left")
+        counts = np.searchsorted(self._keys, keys, side="right") - low
+        # Each right key's run of equal left keys, expanded.
+        which = np.repeat(np.arange(len(keys)), counts)
+        offset = np.arange(len(which)) - np.repeat(np.cumsum(counts) - counts, counts)
+        first = self._items[low[which] + offset]
+        second = items[which]
+        if not len(first):
+            return empty, empty
+        pairs = np.unique(np.stack([first, second], axis=1), axis=0)
+        return pairs[:, 0].copy(), pairs[:, 1].copy()

@@ -108,6 +108,28 @@ def query_threshold(engine: Engine, min_similarity: object, query_sketch: object
     return threshold
 
 
+def checked_bands(engine: Engine, bands: object, query_sketches: object, threshold: float | None) -> bool:
+    """``bands`` of a batch query, checked: it needs the queries' sketches
+    and a similarity threshold to judge what the bands find."""
+    if not check_flag("bands", bands):
+        return False
+    if store_sketch(engine) is None:
+        raise InvalidValueError(
+            f"bands=True compares verification sketches, and the store {engine.path!r} keeps none "
+            "(it was made before sketches existed, or with Fingerprinter(sketch=None))"
+        )
+    if query_sketches is None:
+        raise InvalidValueError(
+            "bands=True matches by text: give texts= (or sketches=), not bare fingerprints"
+        )
+    if threshold is None:
+        raise InvalidValueError(
+            f"bands=True needs a similarity threshold, and the store {engine.path!r} has none: "
+            "give min_similarity="
+        )
+    return True
+
+
 def batch_threshold(engine: Engine, min_similarity: object) -> float | None:
     """The threshold of a pairs or clusters call: its own or the store's."""
     if min_similarity is None:

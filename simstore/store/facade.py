@@ -384,6 +384,7 @@ class Store:
         min_similarity: float | None = None,
         sketches: U8Array | None = None,
         limit: int | None = None,
+        bands: bool = False,
     ) -> list[list[Match]]:
         """:meth:`query` for a batch, against one snapshot: one list per query.
 
@@ -400,6 +401,17 @@ class Store:
                 query's closest match, all that deduplicating against the
                 store needs, and is much cheaper where documents share
                 boilerplate (hundreds of matches each).
+            bands: also match the stored documents whose verification
+                sketches share a band with a query's
+                (:mod:`simstore.fingerprinting.bands`) and reach the
+                threshold, however far apart the fingerprints: a one-word
+                edit of a short text, which can move its fingerprint past
+                any ``k``, is found. Such a match has a ``distance`` above
+                ``k`` and comes after those within it. Needs the queries'
+                texts (or ``sketches``) and a threshold (``min_similarity``
+                or the store's). The store keeps no table of bands yet, so
+                every stored sketch is read once per call (about 4 µs a
+                stored document): ask in large batches.
         """
         engine = self._engine
         queries, sketches = arguments.fingerprints_and_sketches(
@@ -409,9 +421,10 @@ class Store:
         threshold = arguments.query_threshold(engine, min_similarity, sketches)
         with_meta = arguments.check_flag("with_meta", with_meta)
         limit = closest.check_limit(limit)
+        bands = arguments.checked_bands(engine, bands, sketches, threshold)
         if limit is not None:
-            return closest.query_many(engine, queries, sketches, k, with_meta, threshold, limit)
-        return reads.query_many(engine, queries, sketches, k, with_meta, threshold)
+            return closest.query_many(engine, queries, sketches, k, with_meta, threshold, limit, bands)
+        return reads.query_many(engine, queries, sketches, k, with_meta, threshold, bands)
 
     def near_duplicate_pairs(
         self,

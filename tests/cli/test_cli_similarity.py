@@ -358,7 +358,33 @@ def test_dedup_bands_adds_pairs_beyond_k_that_meet_the_threshold(
     beyond = [pair for pair in with_bands if int(pair["distance"]) > 2]  # type: ignore[call-overload]
     assert beyond
     assert all(float(pair["similarity"]) >= 0.8 for pair in beyond)
+
+
+def test_dedup_against_with_bands_matches_query_many_with_bands(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """Half the corpus stored, the other half matched against it at k = 2:
+    --bands adds the matches beyond k that query_many(bands=True) gives."""
+    lines = CORPUS.read_text(encoding="utf-8").splitlines()
+    stored, new = tmp_path / "stored.jsonl", tmp_path / "new.jsonl"
+    stored.write_text("\n".join(lines[::2]) + "\n", encoding="utf-8")
+    new.write_text("\n".join(lines[1::2]) + "\n", encoding="utf-8")
     store = tmp_path / "s.simstore"
-    assert main(["add", str(store), str(CORPUS)]) == 0
-    with pytest.raises(SystemExit):
-        main(["dedup", str(CORPUS), "--against", str(store), "--bands", "-o", str(tmp_path / "x.jsonl")])
+    assert main(["add", str(store), str(stored)]) == 0
+    plain, banded = tmp_path / "plain.jsonl", tmp_path / "banded.jsonl"
+    assert main(["dedup", str(new), "--against", str(store), "--pairs", "-k", "2", "-o", str(plain)]) == 0
+    command = ["dedup", str(new), "--against", str(store), "--pairs", "-k", "2", "--bands", "-o", str(banded)]
+    assert main(command) == 0
+    capsys.readouterr()
+    records = [json.loads(line) for line in lines[1::2]]
+    with simstore.open(store, "r") as opened:
+        results = opened.query_many(texts=[r["text"] for r in records], k=2, bands=True)
+    expected = {
+        (record["id"], match.key, match.distance)
+        for record, matches in zip(records, results, strict=True)
+        for match in matches
+    }
+    got = {(pair["key"], pair["match"], pair["distance"]) for pair in _json_lines(banded)}
+    assert got == expected
+    assert {(pair["key"], pair["match"], pair["distance"]) for pair in _json_lines(plain)} < got
+    assert any(int(distance) > 2 for _, _, distance in got)  # type: ignore[call-overload]

@@ -12,7 +12,7 @@ from hypothesis import strategies as st
 
 from simstore.fingerprinting.bands import MAX_FILLED, MIN_BAND_BITS, MIN_FILLED, band_keys, sketch_codes
 from simstore.fingerprinting.sketch import Sketch, _pack
-from simstore.index.shared_keys import pairs_sharing_keys
+from simstore.index.shared_keys import pairs_across, pairs_sharing_keys
 
 SKETCHES = (Sketch(), Sketch(bins=64, bits=8), Sketch(bins=128, bits=2))
 
@@ -88,3 +88,19 @@ def test_pairs_sharing_keys_equal_brute_force(entries: list[tuple[int, int]]) ->
         }
     )
     assert got == expected
+
+
+_ENTRIES = st.lists(st.tuples(st.integers(0, 12), st.integers(0, 6)), max_size=40)
+
+
+@settings(max_examples=100, deadline=None)
+@given(_ENTRIES, _ENTRIES)
+def test_pairs_across_equal_brute_force(left: list[tuple[int, int]], right: list[tuple[int, int]]) -> None:
+    a, b = pairs_across(
+        np.array([item for item, _ in left], dtype=np.int64),
+        np.array([key for _, key in left], dtype=np.uint64),
+        np.array([item for item, _ in right], dtype=np.int64),
+        np.array([key for _, key in right], dtype=np.uint64),
+    )
+    got = list(zip(a.tolist(), b.tolist(), strict=True))
+    assert got == sorted({(x, y) for x, kx in left for y, ky in right if kx == ky})
