@@ -48,9 +48,11 @@ import numpy as np
 from simstore.dask.partitioned import (
     CLUSTER_COLUMNS,
     Grouping,
+    band_pairs,
     bucket_forest,
     checked_fingerprints,
     cluster_members,
+    distinct_pairs,
     empty_frame,
     finished_pairs,
     judged_forest,
@@ -62,6 +64,7 @@ from simstore.dask.partitioned import (
     positions,
     right_pairs,
     routed_edges,
+    scatter_bands,
     scatter_partition,
     unpack_keys,
     with_side,
@@ -200,6 +203,7 @@ def near_duplicate_pairs(
     sketch_column: str | None = None,
     min_similarity: float | None = None,
     fingerprinter: Fingerprinter | None = None,
+    bands: bool = False,
 ) -> dd.DataFrame:
     """Every pair of rows whose fingerprints are within ``k`` bits, each pair once.
 
@@ -227,6 +231,11 @@ def near_duplicate_pairs(
         min_similarity: drop pairs less similar than this (needs ``sketch_column``).
         fingerprinter: the settings the sketches were made with (default
             ``Fingerprinter()``): their geometry.
+        bands: also pair rows whose sketches share a band, however far apart
+            their fingerprints, when they reach ``min_similarity`` (as
+            :meth:`simstore.Store.near_duplicate_pairs`): a third shuffle
+            sends each row's band keys (about 20, 24 bytes each) to the
+            bucket the key hashes to. Needs ``sketch_column`` and ``min_similarity``.
 
     Returns:
         A lazy Dask DataFrame with columns ``key_a`` (the row earlier in the
@@ -235,6 +244,7 @@ def near_duplicate_pairs(
     """
     k, tables = _tables_for(k, layout)
     sketch, threshold = _verification(ddf, sketch_column, min_similarity, fingerprinter)
+    bands = _checked_bands(bands, sketch, threshold)
     columns = {key_column: "key", fingerprint_column: "fingerprint"}
     if sketch_column is not None:
         columns[sketch_column] = "sketch"
@@ -244,6 +254,8 @@ def near_duplicate_pairs(
     grouping = Grouping.of(len(frames), buckets)
     scattered = _scattered(frames, fingerprint_column, tables, buckets)
     pairs = _position_pairs(scattered, tables, k, grouping, firsts=False)
+    if bands and sketch is not None:
+        pairs += _band_pairs(frames, fingerprint_column, sketch, k, grouping, buckets)
     names = ["key", *(["sketch"] if sketch_column is not None else [])]
     found = _looked_up(frames, grouping, pairs, names, finished_pairs, sketch, threshold)
     return _collection(found, _PAIRS_META)
@@ -262,6 +274,31 @@ def _verification(
     if sketch is None:
         raise InvalidValueError("sketch_column= needs a fingerprinter that makes sketches")
     return sketch, threshold
+
+
+def _checked_bands(bands: object, sketch: Sketch | None, threshold: float | None) -> bool:
+    """``bands=``, checked: it needs sketches and a threshold to judge by."""
+    if not isinstance(bands, bool):
+        raise InvalidTypeError(f"bands must be True or False, got {type(bands).__name__}")
+    if bands and (sketch is None or threshold is None):
+        raise InvalidValueError("bands=True needs sketch_column= and min_similarity= to judge the pairs by")
+    return bands
+
+
+def _band_pairs(
+    frames: list[Any], column: str, sketch: Sketch, k: int, grouping: Grouping, buckets: int
+) -> list[list[Any]]:
+    """The pairs sharing a band more than ``k`` bits apart, as one more
+    source of pairs for :func:`_looked_up` (one part per group)."""
+    scattered = [
+        list(_task(scatter_bands, buckets)(frame, number, column, sketch, buckets))
+        for number, frame in enumerate(frames)
+    ]
+    found = [
+        list(_task(band_pairs, grouping.count)(k, grouping, *[parts[b] for parts in scattered]))
+        for b in range(buckets)
+    ]
+    return [[_task(distinct_pairs)(*[part[g] for part in found]) for g in range(grouping.count)]]
 
 
 def _collection(parts: list[Any], columns: dict[str, str]) -> dd.DataFrame:
@@ -380,6 +417,7 @@ def clusters(
     sketch_column: str | None = None,
     min_similarity: float | None = None,
     fingerprinter: Fingerprinter | None = None,
+    bands: bool = False,
 ) -> dd.DataFrame:
     """The connected components of the near-duplicate pair graph.
 
@@ -401,6 +439,9 @@ def clusters(
         sketch_column, min_similarity, fingerprinter: as for
             :func:`near_duplicate_pairs`: pairs less similar do not link
             (judged on the first row of each fingerprint).
+        bands: as for :func:`near_duplicate_pairs`: rows sharing a band
+            link when they reach ``min_similarity`` (judged on their own
+            sketches), however far apart their fingerprints.
 
     Returns:
         A lazy Dask DataFrame with one row per member of every cluster of two
@@ -425,6 +466,7 @@ def clusters(
     if keep == "longest" and length_column is None:
         raise InvalidValueError("keep='longest' needs length_column= to compare")
     sketch, threshold = _verification(ddf, sketch_column, min_similarity, fingerprinter)
+    bands = _checked_bands(bands, sketch, threshold)
     columns = {key_column: "key", fingerprint_column: "fingerprint"}
     if length_column is not None:
         columns[length_column] = "length"
@@ -440,6 +482,8 @@ def clusters(
         # Links are judged on each fingerprint's first row, so the pairs
         # of those rows meet their sketches before any component is formed.
         pairs = _position_pairs(scattered, tables, k, grouping, firsts=True)
+        if bands and sketch is not None:
+            pairs += _band_pairs(frames, fingerprint_column, sketch, k, grouping, buckets)
         names = ["fingerprint", "sketch"]
         forests = _looked_up(frames, grouping, pairs, names, judged_forest, sketch, threshold)
     else:
@@ -632,6 +676,7 @@ def against(
     *,
     sketch_column: str | None = None,
     min_similarity: float | None = None,
+    bands: bool = False,
 ) -> dd.DataFrame:
     """The stored documents near each row of a new batch, without inserting it.
 
@@ -650,6 +695,10 @@ def against(
             each match then gets its estimated ``similarity``.
         min_similarity: drop matches less similar than this (the stores'
             own threshold by default, where they have one; needs ``sketch_column``).
+        bands: also match stored documents whose sketches share a band with
+            a row's, however far apart the fingerprints
+            (:meth:`simstore.Store.query_many`); each partition's task reads
+            every stored sketch once. Needs ``sketch_column``.
 
     Returns:
         A lazy Dask DataFrame with one row per (batch row, stored match):
@@ -667,6 +716,10 @@ def against(
     threshold = None if min_similarity is None else check_similarity(min_similarity)
     if threshold is not None and sketch_column is None:
         raise InvalidValueError("min_similarity= needs sketch_column= (see fingerprint_and_sketch)")
+    if not isinstance(bands, bool):
+        raise InvalidTypeError(f"bands must be True or False, got {type(bands).__name__}")
+    if bands and sketch_column is None:
+        raise InvalidValueError("bands=True needs sketch_column= (see fingerprint_and_sketch)")
     columns = [key_column, fingerprint_column, *([sketch_column] if sketch_column else [])]
     _check_columns(ddf, columns)
     return ddf[columns].map_partitions(
@@ -677,6 +730,7 @@ def against(
         sketch_column,
         k,
         threshold,
+        bands,
         meta=empty_frame(_AGAINST_META),
     )
 
@@ -689,6 +743,7 @@ def _against_partition(
     sketch_column: str | None,
     k: int | None,
     threshold: float | None,
+    bands: bool = False,
 ) -> pd.DataFrame:
     fingerprints = checked_fingerprints(frame[fingerprint_column].to_numpy(), fingerprint_column)
     keys: list[Any] = []
@@ -704,7 +759,7 @@ def _against_partition(
             rows, present = sketch_rows(frame[sketch_column].tolist(), sketch)
             if not present.all():
                 raise InvalidValueError("every row needs a sketch when sketch_column= is given")
-        answers = store.query_many(fingerprints, k=k, sketches=rows, min_similarity=threshold)
+        answers = store.query_many(fingerprints, k=k, sketches=rows, min_similarity=threshold, bands=bands)
         for key, matches in zip(frame[key_column].tolist(), answers, strict=True):
             for match in matches:
                 keys.append(key)

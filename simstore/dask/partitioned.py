@@ -26,6 +26,7 @@ import numpy.typing as npt
 import pandas as pd
 
 from simstore.errors import InvalidValueError
+from simstore.fingerprinting.bands import band_keys
 from simstore.fingerprinting.sketch import Sketch, estimate_jaccard, sketch_rows
 from simstore.index import prefix_shuffle
 from simstore.index.pairs import IntArray
@@ -41,6 +42,7 @@ from simstore.index.prefix_shuffle import (
     scatter_entries,
     split_by,
 )
+from simstore.index.shared_keys import pairs_beyond_k
 from simstore.keys import Key, pack_key, unpack_key
 from simstore.results import Record
 from simstore.store.dedup import KeepPolicy, choose_representative
@@ -235,6 +237,56 @@ def right_pairs(grouping: Grouping, scattered_count: int, firsts: bool, *parts: 
         "distance": np.concatenate([distance, np.zeros(len(shared[0]), np.uint8)]),
     }
     return split_columns(columns, grouping.group_of(columns["position_a"]), grouping.count)
+
+
+# ------------------------------------------------------ pairs by text
+
+#: Salt of the band shuffle's buckets (apart from the fingerprints').
+BAND_SALT = 0x5BD1E995
+
+
+def scatter_bands(
+    frame: pd.DataFrame, number: int, column: str, sketch: Sketch, buckets: int
+) -> list[list[np.ndarray]]:
+    """Partition ``number``'s part of the band shuffle, one item per bucket:
+    ``[keys, positions, fingerprints]`` of every band key
+    (:func:`~simstore.fingerprinting.bands.band_keys`) of every row's
+    ``frame["sketch"]``, sent to the bucket the key hashes to; rows without
+    a sketch have none. ``column`` names the fingerprints in a failure."""
+    fingerprints = checked_fingerprints(frame["fingerprint"].to_numpy(), column)
+    rows, present = sketch_rows(frame["sketch"].tolist(), sketch)
+    sketched = np.flatnonzero(present)
+    keyed = band_keys(rows[sketched], sketch)
+    chosen = sketched[keyed.rows]
+    row_positions = positions(number, len(fingerprints))[chosen]
+    destination = hash_buckets(keyed.keys, buckets, BAND_SALT)
+    return split_by(destination, buckets, keyed.keys, row_positions, fingerprints[chosen])
+
+
+def band_pairs(k: int, grouping: Grouping, *parts: Sequence[np.ndarray]) -> list[Columns]:
+    """One bucket's pairs of positions sharing a band key more than ``k``
+    bits apart (:func:`~simstore.index.shared_keys.pairs_beyond_k` of its
+    ``parts`` from :func:`scatter_bands`), cut by the group of
+    ``position_a``. A pair sharing keys in several buckets comes out of each:
+    :func:`distinct_pairs` keeps one."""
+    first, second, distance = pairs_beyond_k(
+        np.concatenate([part[0] for part in parts]).astype(np.uint64),
+        np.concatenate([part[1] for part in parts]).astype(np.int64),
+        np.concatenate([part[2] for part in parts]).astype(np.uint64),
+        k,
+    )
+    columns: Columns = {"position_a": first, "position_b": second, "distance": distance.astype(np.uint8)}
+    return split_columns(columns, grouping.group_of(first), grouping.count)
+
+
+def distinct_pairs(*parts: Columns) -> Columns:
+    """The pairs of ``parts`` (from :func:`band_pairs`), each once."""
+    columns = concat_columns(parts)
+    if not len(columns["position_a"]):
+        return columns
+    pairs = np.stack([columns["position_a"], columns["position_b"]], axis=1)
+    _, where = np.unique(pairs, axis=0, return_index=True)
+    return {name: values[where] for name, values in columns.items()}
 
 
 # ------------------------------------------------ pairs meet their rows

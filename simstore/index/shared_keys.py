@@ -7,7 +7,7 @@ from __future__ import annotations
 import numpy as np
 import numpy.typing as npt
 
-__all__ = ["KeyIndex", "pairs_across", "pairs_sharing_keys"]
+__all__ = ["KeyIndex", "cross_members", "pairs_across", "pairs_beyond_k", "pairs_sharing_keys"]
 
 IntArray = npt.NDArray[np.int64]
 U64Array = npt.NDArray[np.uint64]
@@ -106,3 +106,63 @@ class KeyIndex:
             return empty, empty
         pairs = np.unique(np.stack([first, second], axis=1), axis=0)
         return pairs[:, 0].copy(), pairs[:, 1].copy()
+
+
+def cross_members(
+    members: IntArray, starts: IntArray, left: IntArray, right: IntArray
+) -> tuple[IntArray, IntArray, IntArray]:
+    """``(a, b, which)``: every member ``a`` of group ``left[i]`` with every
+    member ``b`` of group ``right[i]`` (group ``g``'s members are
+    ``members[starts[g]:starts[g + 1]]``), and the ``i`` each came from."""
+    sizes = np.diff(starts)
+    counts = sizes[left] * sizes[right]
+    which = np.repeat(np.arange(len(left)), counts)
+    offset = np.arange(len(which)) - np.repeat(np.cumsum(counts) - counts, counts)
+    width = sizes[right][which]
+    a = members[starts[left][which] + offset // width]
+    b = members[starts[right][which] + offset % width]
+    return a, b, which
+
+
+def pairs_beyond_k(
+    keys: U64Array, positions: IntArray, fingerprints: U64Array, k: int
+) -> tuple[IntArray, IntArray, IntArray]:
+    """``(first, second, distance)``: every pair of positions, ``first <
+    second``, that have a key in common (``keys[i]`` is a key of
+    ``positions[i]``, whose fingerprint is ``fingerprints[i]``) and whose
+    fingerprints are more than ``k`` bits apart, each once: the band pairs a
+    distributed search adds to those within ``k``.
+
+    Positions of one fingerprint under one key are taken together, so many
+    copies of a text cost one node per key rather than pairs among them
+    (they are 0 bits apart: the fingerprint search's).
+
+    >>> first, second, distance = pairs_beyond_k(
+    ...     np.array([7, 7, 7, 9], dtype=np.uint64), np.array([0, 1, 2, 2]),
+    ...     np.array([0, 0, 0xFF, 0xFF], dtype=np.uint64), 3,
+    ... )
+    >>> [(int(a), int(b), int(d)) for a, b, d in zip(first, second, distance)]
+    [(0, 2, 8), (1, 2, 8)]
+    """
+    keys = np.asarray(keys, dtype=np.uint64)
+    positions = np.asarray(positions, dtype=np.int64)
+    fingerprints = np.asarray(fingerprints, dtype=np.uint64)
+    empty = np.zeros(0, dtype=np.int64)
+    if len(keys) < 2:
+        return empty, empty, empty
+    order = np.lexsort((positions, fingerprints, keys))
+    keys, positions, fingerprints = keys[order], positions[order], fingerprints[order]
+    new_node = np.r_[True, (keys[1:] != keys[:-1]) | (fingerprints[1:] != fingerprints[:-1])]
+    node_starts = np.flatnonzero(new_node)
+    starts = np.r_[node_starts, len(keys)]
+    # Nodes under one key hold distinct fingerprints: every pair of them is a candidate.
+    left, right = pairs_sharing_keys(np.arange(len(node_starts)), keys[node_starts])
+    distance = np.bitwise_count(fingerprints[node_starts[left]] ^ fingerprints[node_starts[right]])
+    beyond = distance > k
+    left, right = left[beyond], right[beyond]
+    first, second, which = cross_members(positions, starts, left, right)
+    low, high = np.minimum(first, second), np.maximum(first, second)
+    if not len(low):
+        return empty, empty, empty
+    pairs, where = np.unique(np.stack([low, high], axis=1), axis=0, return_index=True)
+    return pairs[:, 0].copy(), pairs[:, 1].copy(), distance[beyond][which[where]].astype(np.int64)

@@ -146,20 +146,24 @@ class ShardedStore:
         min_similarity: float | None = None,
         sketches: Any = None,
         limit: int | None = None,
+        bands: bool = False,
     ) -> list[list[Match]]:
         """:meth:`query` for a batch: one sorted list per query, each shard
-        answering the whole batch from one snapshot of its own."""
+        answering the whole batch from one snapshot of its own (``bands``:
+        as :meth:`simstore.Store.query_many`)."""
         first = self.shards[0]._engine
         queries, sketches = arguments.fingerprints_and_sketches(first, texts, fingerprints, 1, sketches)
         k = arguments.checked_k(first, k)
         threshold = arguments.query_threshold(first, min_similarity, sketches)
         limit = closest.check_limit(limit)
+        bands = arguments.checked_bands(first, bands, sketches, threshold)
         merged: list[list[Match]] = [[] for _ in range(len(queries))]
         for shard in self.shards:
+            engine = shard._engine
             if limit is None:
-                answers = reads.query_many(shard._engine, queries, sketches, k, with_meta, threshold)
+                answers = reads.query_many(engine, queries, sketches, k, with_meta, threshold, bands)
             else:
-                answers = closest.query_many(shard._engine, queries, sketches, k, with_meta, threshold, limit)
+                answers = closest.query_many(engine, queries, sketches, k, with_meta, threshold, limit, bands)
             for found, matches in zip(merged, answers, strict=True):
                 found.extend(matches)
         for index, found in enumerate(merged):

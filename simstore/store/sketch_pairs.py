@@ -20,7 +20,7 @@ import numpy.typing as npt
 
 from simstore.fingerprinting.bands import band_keys
 from simstore.fingerprinting.sketch import Sketch, estimate_jaccard
-from simstore.index.shared_keys import pairs_sharing_keys
+from simstore.index.shared_keys import cross_members, pairs_sharing_keys
 
 __all__ = ["SketchLinks", "cross_members", "sketch_links"]
 
@@ -140,19 +140,3 @@ def _expand(
     order, group_starts = _by_group(group_of, groups)
     a, b, which = cross_members(order, group_starts, group_left, group_right)
     return np.minimum(a, b), np.maximum(a, b), similarity[which]
-
-
-def cross_members(
-    members: IntArray, starts: IntArray, left: IntArray, right: IntArray
-) -> tuple[IntArray, IntArray, IntArray]:
-    """``(a, b, which)``: every member ``a`` of group ``left[i]`` with every
-    member ``b`` of group ``right[i]`` (group ``g``'s members are
-    ``members[starts[g]:starts[g + 1]]``), and the ``i`` each came from."""
-    sizes = np.diff(starts)
-    counts = sizes[left] * sizes[right]
-    which = np.repeat(np.arange(len(left)), counts)
-    offset = np.arange(len(which)) - np.repeat(np.cumsum(counts) - counts, counts)
-    width = sizes[right][which]
-    a = members[starts[left][which] + offset // width]
-    b = members[starts[right][which] + offset % width]
-    return a, b, which

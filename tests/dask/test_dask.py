@@ -285,6 +285,96 @@ def test_verified_pairs_clusters_and_against_equal_one_store(
         sd.near_duplicate_pairs(ddf, min_similarity=0.5)
 
 
+def _short_texts(seed: int, bases: int = 40) -> tuple[list[str], list[str]]:
+    """Keys and texts of 8 to 120 words, each with one-word edits and an
+    exact copy: short texts whose edits move fingerprints past a small k."""
+    rng = np.random.default_rng(seed)
+    vocabulary = [f"w{i}" for i in range(2000)]
+    keys: list[str] = []
+    texts: list[str] = []
+    for base in range(bases):
+        words = [str(w) for w in rng.choice(vocabulary, size=int(rng.integers(8, 120)))]
+        variants = [words, list(words), [*words, "appended"], words[1:]]
+        variants[1][int(rng.integers(0, len(words)))] = str(rng.choice(vocabulary))
+        for number, variant in enumerate([*variants, words]):  # the last an exact copy
+            keys.append(f"b{base}v{number}")
+            texts.append(" ".join(variant))
+    return keys, texts
+
+
+@pytest.mark.parametrize(("k", "threshold"), [(2, 0.8), (5, 0.6)])
+def test_pairs_and_clusters_with_bands_equal_one_store(
+    client: Any, tmp_path: Path, k: int, threshold: float
+) -> None:
+    keys, texts = _short_texts(k)
+    fingerprints, sketches = simstore.Fingerprinter().fingerprints_and_sketches(texts)
+    table = pd.DataFrame(
+        {
+            "key": pd.Series(keys, dtype=object),
+            "fingerprint": fingerprints,
+            "sketch": pd.Series([row.tobytes() for row in sketches], dtype=object),
+        }
+    )
+    with dask.config.set({"dataframe.convert-string": False}):
+        ddf = dd.from_pandas(table, npartitions=5)
+    with simstore.open(str(tmp_path / "one.simstore"), "n", k=5) as store:
+        store.add_many(keys, fingerprints, sketches=sketches)
+        expected = {
+            tuple(pair) for pair in store.near_duplicate_pairs(k=k, min_similarity=threshold, bands=True)
+        }
+        one = store.clusters(k=k, min_similarity=threshold, bands=True)
+        plain = {tuple(pair) for pair in store.near_duplicate_pairs(k=k, min_similarity=threshold)}
+        queries = texts[::3]
+        query_fingerprints, query_sketches = simstore.Fingerprinter().fingerprints_and_sketches(
+            [text + " new" for text in queries]
+        )
+        answers = store.query_many(
+            query_fingerprints, sketches=query_sketches, k=k, min_similarity=threshold, bands=True
+        )
+        matched = {
+            (f"q{row}", match.key, match.distance, match.similarity)
+            for row, matches in enumerate(answers)
+            for match in matches
+        }
+    assert any(pair[2] > k for pair in expected)  # the bands found pairs beyond k
+    assert any(match[2] > k for match in matched)
+    batch = pd.DataFrame(
+        {
+            "key": pd.Series([f"q{row}" for row in range(len(queries))], dtype=object),
+            "fingerprint": query_fingerprints,
+            "sketch": pd.Series([row.tobytes() for row in query_sketches], dtype=object),
+        }
+    )
+    with dask.config.set({"dataframe.convert-string": False}):
+        batch_ddf = dd.from_pandas(batch, npartitions=3)
+    against = sd.against(
+        batch_ddf,
+        [str(tmp_path / "one.simstore")],
+        k=k,
+        sketch_column="sketch",
+        min_similarity=threshold,
+        bands=True,
+    ).compute()
+    assert (
+        set(
+            zip(against.key, against.match_key, against.distance.astype(int), against.similarity, strict=True)
+        )
+        == matched
+    )
+    assert plain < expected
+    got = sd.near_duplicate_pairs(
+        ddf, k=k, sketch_column="sketch", min_similarity=threshold, bands=True, npartitions=3
+    ).compute()
+    assert len(got) == len(expected)
+    assert set(zip(got.key_a, got.key_b, got.distance.astype(int), got.similarity, strict=True)) == expected
+    clusters = sd.clusters(ddf, k=k, sketch_column="sketch", min_similarity=threshold, bands=True).compute()
+    assert dask_cluster_sets(clusters) == cluster_sets(one)
+    with pytest.raises(simstore.InvalidValueError, match="min_similarity"):
+        sd.near_duplicate_pairs(ddf, sketch_column="sketch", bands=True)
+    with pytest.raises(simstore.InvalidTypeError):
+        sd.clusters(ddf, sketch_column="sketch", min_similarity=0.8, bands="yes")  # type: ignore[arg-type]
+
+
 @pytest.mark.parametrize("rows", [0, 2])
 def test_tiny_and_empty_frames(client: Any, rows: int) -> None:
     """A frame too small to fill every shuffled partition (or empty): pairs and clusters

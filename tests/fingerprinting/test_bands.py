@@ -12,7 +12,7 @@ from hypothesis import strategies as st
 
 from simstore.fingerprinting.bands import MAX_FILLED, MIN_BAND_BITS, MIN_FILLED, band_keys, sketch_codes
 from simstore.fingerprinting.sketch import Sketch, _pack
-from simstore.index.shared_keys import pairs_across, pairs_sharing_keys
+from simstore.index.shared_keys import pairs_across, pairs_beyond_k, pairs_sharing_keys
 
 SKETCHES = (Sketch(), Sketch(bins=64, bits=8), Sketch(bins=128, bits=2))
 
@@ -104,3 +104,26 @@ def test_pairs_across_equal_brute_force(left: list[tuple[int, int]], right: list
     )
     got = list(zip(a.tolist(), b.tolist(), strict=True))
     assert got == sorted({(x, y) for x, kx in left for y, ky in right if kx == ky})
+
+
+@settings(max_examples=100, deadline=None)
+@given(
+    st.lists(st.tuples(st.integers(0, 15), st.integers(0, 5)), max_size=50),
+    st.lists(st.integers(0, 2**64 - 1), min_size=16, max_size=16),
+    st.integers(0, 64),
+)
+def test_pairs_beyond_k_equal_brute_force(entries: list[tuple[int, int]], pool: list[int], k: int) -> None:
+    """Positions 0..15 with fingerprints drawn from a few values (copies
+    included), keys shared at random."""
+    fingerprint_of = [pool[position % 5] for position in range(16)]
+    positions = np.array([position for position, _ in entries], dtype=np.int64)
+    keys = np.array([key for _, key in entries], dtype=np.uint64)
+    fingerprints = np.array([fingerprint_of[position] for position, _ in entries], dtype=np.uint64)
+    first, second, distance = pairs_beyond_k(keys, positions, fingerprints, k)
+    got = list(zip(first.tolist(), second.tolist(), distance.tolist(), strict=True))
+    expected = set()
+    for (a, ka), (b, kb) in itertools.combinations(entries, 2):
+        bits = (fingerprint_of[a] ^ fingerprint_of[b]).bit_count()
+        if ka == kb and a != b and bits > k:
+            expected.add((min(a, b), max(a, b), bits))
+    assert got == sorted(expected)
