@@ -86,8 +86,8 @@ def configure_dedup(parser: argparse.ArgumentParser) -> None:
         action="store_true",
         help="also pair documents whose verification sketches share a band, however far apart their "
         "fingerprints, when they meet the similarity threshold: finds one-word edits of short texts "
-        "that move a fingerprint past k (reads every sketch into memory; with --against, reads every "
-        "stored sketch once per million documents)",
+        "that move a fingerprint past k (reads every sketch and its band keys into memory; with "
+        "--against, reads every stored sketch once per million documents)",
     )
     parser.add_argument(
         "--keep",

@@ -235,7 +235,8 @@ def near_duplicate_pairs(
             their fingerprints, when they reach ``min_similarity`` (as
             :meth:`simstore.Store.near_duplicate_pairs`): a third shuffle
             sends each row's band keys (about 20, 24 bytes each) to the
-            bucket the key hashes to. Needs ``sketch_column`` and ``min_similarity``.
+            bucket the key hashes to. Needs ``sketch_column`` and
+            ``min_similarity``.
 
     Returns:
         A lazy Dask DataFrame with columns ``key_a`` (the row earlier in the

@@ -7,7 +7,14 @@ from __future__ import annotations
 import numpy as np
 import numpy.typing as npt
 
-__all__ = ["KeyIndex", "cross_members", "pairs_across", "pairs_beyond_k", "pairs_sharing_keys"]
+__all__ = [
+    "KeyIndex",
+    "cross_members",
+    "key_star_edges",
+    "pairs_across",
+    "pairs_beyond_k",
+    "pairs_sharing_keys",
+]
 
 IntArray = npt.NDArray[np.int64]
 U64Array = npt.NDArray[np.uint64]
@@ -166,3 +173,31 @@ def pairs_beyond_k(
         return empty, empty, empty
     pairs, where = np.unique(np.stack([low, high], axis=1), axis=0, return_index=True)
     return pairs[:, 0].copy(), pairs[:, 1].copy(), distance[beyond][which[where]].astype(np.int64)
+
+
+def key_star_edges(keys: U64Array, fingerprints: U64Array) -> tuple[U64Array, U64Array]:
+    """``(low, high)``: edges that join every fingerprint sharing a key with
+    another (``keys[i]`` is a key of ``fingerprints[i]``) to the smallest
+    fingerprint under that key. They connect what every pair sharing a key
+    would, in one edge per fingerprint and key instead of a pair per two: a
+    component forest's input (:func:`simstore.index.prefix_shuffle.edge_forest`).
+
+    >>> low, high = key_star_edges(
+    ...     np.array([7, 7, 7, 9, 9], dtype=np.uint64), np.array([5, 3, 4, 4, 4], dtype=np.uint64)
+    ... )
+    >>> [(int(a), int(b)) for a, b in zip(low, high)]
+    [(3, 4), (3, 5)]
+    """
+    keys = np.asarray(keys, dtype=np.uint64)
+    fingerprints = np.asarray(fingerprints, dtype=np.uint64)
+    if not len(keys):
+        return fingerprints, fingerprints
+    order = np.lexsort((fingerprints, keys))
+    keys, fingerprints = keys[order], fingerprints[order]
+    distinct = np.r_[True, (keys[1:] != keys[:-1]) | (fingerprints[1:] != fingerprints[:-1])]
+    keys, fingerprints = keys[distinct], fingerprints[distinct]
+    run_start = np.r_[True, keys[1:] != keys[:-1]]
+    # Each entry's run's first (smallest) fingerprint.
+    smallest = fingerprints[np.flatnonzero(run_start)[np.cumsum(run_start) - 1]]
+    joined = ~run_start
+    return smallest[joined], fingerprints[joined]

@@ -40,6 +40,7 @@ def dedup_table(
     keep: str = "first",
     linkage: str = "star",
     store_path: str | os.PathLike[str] | None = None,
+    bands: bool = False,
 ) -> tuple[Any, Any]:
     """Deduplicate the rows of a table by the text in ``text_column``; the
     answer comes back in the kind of table that came in.
@@ -48,7 +49,7 @@ def dedup_table(
     list of row dicts, or anything else ``pyarrow.table()`` accepts (a dict
     of columns, a ``RecordBatch``). The rows go into a store (a temporary
     one, or ``store_path``, created if missing and kept), are clustered
-    (``linkage``, ``keep`` and ``min_similarity`` as for
+    (``linkage``, ``keep``, ``min_similarity`` and ``bands`` as for
     :meth:`simstore.Store.clusters`; the store's defaults otherwise), and one
     row is kept per cluster.
 
@@ -107,6 +108,7 @@ def dedup_table(
         keep=keep,
         linkage=linkage,
         store_path=store_path,
+        bands=bands,
     )
     ids = pa.array(np.asarray(keys).tolist())
     provenance = pa.table(
@@ -222,6 +224,7 @@ def cluster_rows(
     keep: str,
     linkage: str,
     store_path: str | os.PathLike[str] | None,
+    bands: bool = False,
 ) -> Provenance:
     """Add ``batches`` of ``(keys, texts)`` (``count`` rows in all) to a
     store, a temporary one or ``store_path`` (created if missing, and
@@ -239,7 +242,11 @@ def cluster_rows(
                 metas = [{"length": len(text)} for text in texts] if keep == "longest" else None
                 store.add_many(keys, texts=texts, metas=metas)
             clusters = store.clusters(
-                k, keep="first" if keep == "none" else keep, linkage=linkage, min_similarity=min_similarity
+                k,
+                keep="first" if keep == "none" else keep,
+                linkage=linkage,
+                min_similarity=min_similarity,
+                bands=bands,
             )
             return provenance_of(store, clusters, position, count, keep)
 

@@ -44,6 +44,8 @@ from simstore.io.tables import check_keep
 from simstore.ray._dedup import (
     _Annotate,
     _annotated,
+    _band_entries,
+    _band_forest,
     _checked_task_rows,
     _cluster_group,
     _cluster_rows_of,
@@ -109,6 +111,7 @@ def dedup_dataset(
     buckets: int | None = None,
     task_rows: int = 50_000,
     order_column: str | None = None,
+    bands: bool = False,
 ) -> tuple[Any, Any]:
     """Deduplicate the rows of a Ray Dataset by the text in ``text_column``.
 
@@ -137,6 +140,10 @@ def dedup_dataset(
             line see it.
         task_rows: rows per fingerprinting task (a block larger than this
             is fingerprinted by several tasks, each on a zero-copy slice).
+        bands: pair rows whose sketches share a band too, as
+            :func:`simstore.dedup_table` does with ``bands=True``: one more shuffle sends each row's band keys
+            (about 20, 16 bytes each) to the bucket the key hashes to, and
+            rows sharing one join one component.
 
     Returns:
         ``(kept, provenance)``, two Ray Datasets in input order: the kept
@@ -151,7 +158,9 @@ def dedup_dataset(
     if linkage not in ("star", "components"):
         raise InvalidValueError(f"linkage must be 'star' or 'components', got {linkage!r}")
     against_paths = None if against is None else _paths(against)
-    settings = _StoreSettings.probe(k, min_similarity, against_paths)
+    if not isinstance(bands, bool):
+        raise InvalidTypeError(f"bands must be True or False, got {type(bands).__name__}")
+    settings = _StoreSettings.probe(k, min_similarity, against_paths, bands)
     annotate = _Annotate(text_column, settings.fingerprinter, keep == "longest", against_paths)
     blocks = _annotated(_ordered_blocks(ds), annotate, _checked_task_rows(task_rows))
     kept, provenance = _deduplicated(blocks, id_column, settings, keep, linkage, None, buckets, order_column)
@@ -174,7 +183,19 @@ def _deduplicated(
     _, tables = _tables(settings.k, layout, int(offsets[-1]))
     bucket_count = _bucket_count(buckets, int(offsets[-1]), len(tables))
     fingerprints = [_searched_fingerprints.remote(block) for block in blocks]
-    forest = _forest(fingerprints, tables, settings.k, bucket_count)
+    more = []
+    if settings.banded:
+        # Rows sharing a band join one component, so that each component's
+        # clustering, with bands, sees every pair the whole corpus's would.
+        entries = [
+            _refs(
+                _fanout(_band_entries, bucket_count).remote(block, settings.fingerprinter, bucket_count),
+                bucket_count,
+            )
+            for block in blocks
+        ]
+        more = [_band_forest.remote(*[parts[b] for parts in entries]) for b in range(bucket_count)]
+    forest = _forest(fingerprints, tables, settings.k, bucket_count, more)
     labelled = _labelled(fingerprints, offsets, forest, bucket_count)
     groups = _groups(blocks, labelled, offsets, (id_column, order_column), bucket_count)
     found = [

@@ -15,10 +15,10 @@ import numpy as np
 import numpy.typing as npt
 
 from simstore.errors import InvalidTypeError, InvalidValueError
+from simstore.fingerprinting.bands import band_keys
 from simstore.fingerprinting.fingerprinter import Fingerprinter
-from simstore.index.prefix_shuffle import (
-    hash_buckets,
-)
+from simstore.index.prefix_shuffle import edge_forest, hash_buckets, split_by
+from simstore.index.shared_keys import key_star_edges
 from simstore.io.arrow_batches import MATCH_COLUMNS, fingerprint_batch, query_batch, sketch_array
 from simstore.io.tables import member_provenance
 from simstore.ray._requires import pa, ray
@@ -85,15 +85,30 @@ class _StoreSettings:
     use: its ``k`` and fingerprinter, and the arguments to make it again."""
 
     def __init__(
-        self, k: int, fingerprinter: Fingerprinter, open_k: int | None, threshold: float | None
+        self,
+        k: int,
+        fingerprinter: Fingerprinter,
+        open_k: int | None,
+        threshold: float | None,
+        bands: bool = False,
     ) -> None:
         self.k = k
         self.fingerprinter = fingerprinter
         self.open_k = open_k
         self.threshold = threshold
+        #: As asked, for ``Store.clusters``.
+        self.bands = bands
+        #: Whether a store made so pairs by bands: the pair graph needs their links.
+        self.banded = False
 
     @classmethod
-    def probe(cls, k: int | None, min_similarity: float | None, against: list[str] | None) -> _StoreSettings:
+    def probe(
+        cls,
+        k: int | None,
+        min_similarity: float | None,
+        against: list[str] | None,
+        bands: bool = False,
+    ) -> _StoreSettings:
         fingerprinter = None
         if against is not None:
             with ShardedStore(against) as stored:
@@ -103,7 +118,10 @@ class _StoreSettings:
             if fingerprinter is not None:
                 options["fingerprinter"] = fingerprinter
             with open_store(os.path.join(scratch, "probe.simstore"), "n", **options) as store:
-                return cls(k if k is not None else store.k, store.fingerprinter, k, min_similarity)
+                settings = cls(k if k is not None else store.k, store.fingerprinter, k, min_similarity, bands)
+                threshold = min_similarity if min_similarity is not None else store.min_similarity
+                settings.banded = bool(bands) and store.sketch is not None and threshold is not None
+                return settings
 
     def open_scratch(self, path: str) -> Store:
         """A new store at ``path`` as :func:`simstore.dedup_table` would make it."""
@@ -216,6 +234,30 @@ def _searched_fingerprints(block: Any) -> tuple[npt.NDArray[np.uint64], npt.NDAr
     fingerprints = block[_FINGERPRINT].to_numpy()
     unmatched = _unmatched(block)
     return np.where(unmatched, fingerprints, np.uint64(0)).astype(np.uint64), unmatched
+
+
+@_remote
+def _band_entries(block: Any, fingerprinter: Fingerprinter, buckets: int) -> Any:
+    """Per bucket, ``[keys, fingerprints]`` of the band keys of a block's
+    searched rows (:mod:`simstore.fingerprinting.bands`), each sent to the
+    bucket its key hashes to."""
+    sketch = fingerprinter.sketch
+    assert sketch is not None  # (bands apply only where sketches are made)
+    searched = np.flatnonzero(_unmatched(block))
+    rows = sketch_array(block[_SKETCH].take(pa.array(searched, pa.int64())))
+    keyed = band_keys(rows, sketch)
+    fingerprints = block[_FINGERPRINT].to_numpy()[searched[keyed.rows]]
+    return _returns(split_by(hash_buckets(keyed.keys, buckets, salt=2), buckets, keyed.keys, fingerprints))
+
+
+@_remote
+def _band_forest(*parts: Any) -> tuple[Any, Any]:
+    """The component forest of the fingerprints sharing a band key in one
+    bucket's ``parts`` (from :func:`_band_entries`): a superset of the pairs
+    by bands, which the single-machine clustering then judges."""
+    keys = np.concatenate([part[0] for part in parts]).astype(np.uint64)
+    fingerprints = np.concatenate([part[1] for part in parts]).astype(np.uint64)
+    return edge_forest(*key_star_edges(keys, fingerprints))
 
 
 def _unmatched(block: Any) -> npt.NDArray[np.bool_]:
@@ -342,6 +384,7 @@ def _cluster_rows(rows: Any, settings: _StoreSettings, keep: str, linkage: str) 
             keep="first" if keep == "none" else keep,
             linkage=linkage,
             min_similarity=settings.threshold,
+            bands=settings.bands,
         )
         for cluster in clusters:
             representative = cluster.representative

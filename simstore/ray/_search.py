@@ -5,7 +5,7 @@ combined in a tree, and the pairs of rows turned back into keys (the steps of
 
 from __future__ import annotations
 
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from typing import TYPE_CHECKING, Any
 
 import numpy as np
@@ -97,14 +97,18 @@ def _returns(items: list[Any]) -> Any:
     return items[0] if len(items) == 1 else items
 
 
-def _forest(searched: list[Any], tables: tuple[Any, ...], k: int, buckets: int) -> Any:
-    """The component forest of the searched fingerprints' pair graph."""
+def _forest(
+    searched: list[Any], tables: tuple[Any, ...], k: int, buckets: int, more: Sequence[Any] = ()
+) -> Any:
+    """The component forest of the searched fingerprints' pair graph, joined
+    with the forests ``more`` (references)."""
     scattered = [
         _refs(_fanout(_scatter_entries, buckets).remote(refs, tables, buckets), buckets) for refs in searched
     ]
     forests = [
         _bucket_forest.remote(tables, k, *[parts[bucket] for parts in scattered]) for bucket in range(buckets)
     ]
+    forests += list(more)
     while len(forests) > 1:
         forests = [
             _combine.remote(*forests[start : start + FOREST_FAN_IN])

@@ -466,7 +466,9 @@ class Store:
                 reaches the threshold: a one-word edit of a short text, which
                 can move its fingerprint past any ``k``, is found. Needs a
                 threshold (``min_similarity`` or the store's) and sketches;
-                reads every sketch (128 bytes a document) into memory.
+                reads every sketch (128 bytes a document) into memory, and
+                its band keys (some 20 a document, 16 bytes each): opt-in
+                until that is bounded.
         """
         return batch.near_duplicate_pairs(
             self._engine,
@@ -518,8 +520,9 @@ class Store:
                 do not link (see :meth:`near_duplicate_pairs`).
             progress: called as ``progress(tables_done, tables_total)``.
             bands: link documents whose sketches share a band too (see
-                :meth:`near_duplicate_pairs`); a star's members are then each
-                within ``k`` bits of the representative or share a band with it.
+                :meth:`near_duplicate_pairs`);
+                a star's members are then each within ``k`` bits of the
+                representative or share a band with it.
 
         Returns:
             The clusters, sorted by ``cluster_id`` (the internal id of the

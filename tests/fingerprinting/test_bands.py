@@ -12,7 +12,8 @@ from hypothesis import strategies as st
 
 from simstore.fingerprinting.bands import MAX_FILLED, MIN_BAND_BITS, MIN_FILLED, band_keys, sketch_codes
 from simstore.fingerprinting.sketch import Sketch, _pack
-from simstore.index.shared_keys import pairs_across, pairs_beyond_k, pairs_sharing_keys
+from simstore.index.prefix_shuffle import edge_forest
+from simstore.index.shared_keys import key_star_edges, pairs_across, pairs_beyond_k, pairs_sharing_keys
 
 SKETCHES = (Sketch(), Sketch(bins=64, bits=8), Sketch(bins=128, bits=2))
 
@@ -127,3 +128,20 @@ def test_pairs_beyond_k_equal_brute_force(entries: list[tuple[int, int]], pool: 
         if ka == kb and a != b and bits > k:
             expected.add((min(a, b), max(a, b), bits))
     assert got == sorted(expected)
+
+
+@settings(max_examples=100, deadline=None)
+@given(st.lists(st.tuples(st.integers(0, 6), st.integers(0, 12)), max_size=50))
+def test_key_star_edges_join_what_pairs_sharing_a_key_join(entries: list[tuple[int, int]]) -> None:
+    keys = np.array([key for key, _ in entries], dtype=np.uint64)
+    fingerprints = np.array([fingerprint for _, fingerprint in entries], dtype=np.uint64)
+    low, high = key_star_edges(keys, fingerprints)
+    assert (low < high).all()
+    pairs = {(a, b) for (ka, a), (kb, b) in itertools.combinations(entries, 2) if ka == kb and a != b}
+    every_low = np.array([min(pair) for pair in pairs], dtype=np.uint64)
+    every_high = np.array([max(pair) for pair in pairs], dtype=np.uint64)
+    nodes, roots = edge_forest(low, high)
+    want_nodes, want_roots = edge_forest(every_low, every_high)
+    assert dict(zip(nodes.tolist(), roots.tolist(), strict=True)) == dict(
+        zip(want_nodes.tolist(), want_roots.tolist(), strict=True)
+    )

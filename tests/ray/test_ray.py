@@ -155,6 +155,26 @@ def test_k_and_threshold_are_the_single_machine_ones(k, min_similarity) -> None:
 
 
 @pytest.mark.filterwarnings("ignore::simstore.ShortTextWarning")
+@pytest.mark.parametrize(("k", "linkage"), [(2, "star"), (5, "components")])
+def test_pairs_by_bands_are_the_single_machine_ones(k: int, linkage: str) -> None:
+    """Texts of 8 to 80 words with one-word edits, which move short texts'
+    fingerprints past k: rows sharing a band must meet in one component."""
+    rng = random.Random(k)
+    vocabulary = [f"w{i}" for i in range(2000)]
+    texts = []
+    for _ in range(40):
+        words = rng.choices(vocabulary, k=rng.randint(8, 80))
+        texts += [" ".join(words), " ".join([*words, "appended"]), " ".join(words[1:])]
+    rng.shuffle(texts)
+    table = pa.table({"text": texts})
+    plain, _ = simstore.dedup_table(table, k=k, linkage=linkage)
+    banded, _ = simstore.dedup_table(table, k=k, linkage=linkage, bands=True)
+    assert banded.num_rows < plain.num_rows  # the bands found copies past k
+    assert_same_as_dedup_table(table, 4, k=k, linkage=linkage, bands=True)
+    assert_same_as_dedup_table(table, 3, k=k, linkage=linkage)
+
+
+@pytest.mark.filterwarnings("ignore::simstore.ShortTextWarning")
 def test_against_a_store_drops_stored_matches_then_dedups_the_rest(tmp_path) -> None:
     texts = corpus(3, 160)
     stored_texts, new_texts = texts[:60], texts[60:]

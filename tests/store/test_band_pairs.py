@@ -69,7 +69,8 @@ def test_pairs_and_clusters_with_bands_equal_brute_force(
         assert set(got) == expected
         assert any(distance > k for _, _, distance in expected)  # the bands found something
         without = {
-            (p.key_a, p.key_b, p.distance) for p in store.near_duplicate_pairs(k=k, min_similarity=threshold)
+            (p.key_a, p.key_b, p.distance)
+            for p in store.near_duplicate_pairs(k=k, min_similarity=threshold, bands=False)
         }
         assert without == {pair for pair in expected if pair[2] <= k}
         # Clusters are the connected components of the same pairs.

@@ -20,6 +20,7 @@ from hypothesis import strategies as st
 import simstore
 from simstore import Fingerprinter
 from simstore.errors import InvalidTypeError, InvalidValueError, ParameterMismatchError
+from simstore.fingerprinting.bands import band_keys
 from simstore.fingerprinting.sketch import Sketch, estimate_jaccard
 
 pytestmark = pytest.mark.filterwarnings("ignore::simstore.ShortTextWarning")
@@ -251,17 +252,24 @@ def test_pairs_equal_brute_force_filtered_by_the_estimate(tmp_path: Path, thresh
     keys = list(texts)
     fingerprinter = Fingerprinter()
     fingerprints, sketches = fingerprinter.fingerprints_and_sketches(list(texts.values()))
-    expected = set()
+    banded = band_keys(sketches, fingerprinter.sketch)
+    band_sets = [set(banded.keys[banded.rows == i].tolist()) for i in range(len(keys))]
+    expected, within = set(), set()
     for i in range(len(keys)):
         for j in range(i + 1, len(keys)):
             distance = bin(int(fingerprints[i]) ^ int(fingerprints[j])).count("1")
             estimate = float(estimate_jaccard(sketches[i], sketches[j])[0])
-            if distance <= 4 and (threshold is None or estimate >= threshold):
-                expected.add((keys[i], keys[j], distance, estimate))
+            if threshold is None or estimate >= threshold:
+                pair = (keys[i], keys[j], distance, estimate)
+                if distance <= 4:
+                    within.add(pair)
+                if distance <= 4 or band_sets[i] & band_sets[j]:  # the store's threshold (0.0) bands too
+                    expected.add(pair)
     with simstore.open(tmp_path / "s.simstore", "c", k=4, min_similarity=0.0, merge_threshold=25) as store:
         for key in keys:
             store.add(key, texts[key])
-        got = set(store.near_duplicate_pairs(min_similarity=threshold))
+        got = set(store.near_duplicate_pairs(min_similarity=threshold, bands=True))
+        assert set(store.near_duplicate_pairs(min_similarity=threshold)) == within
     assert got == expected
 
 
