@@ -41,8 +41,12 @@ __all__ = [
     "MIN_BAND_BITS",
     "MIN_FILLED",
     "BandKeys",
+    "BandSlot",
     "band_keys",
+    "band_slots",
+    "filled_bins",
     "sketch_codes",
+    "slot_keys",
 ]
 
 #: The filled bins a document's bands hold on average at the widths it is
@@ -67,16 +71,74 @@ class BandKeys(NamedTuple):
     keys: U64Array
 
 
+class BandSlot(NamedTuple):
+    """A band's place: its width in bins and its index among the bands of that width."""
+
+    width: int
+    band: int
+
+
 def sketch_codes(rows: U8Array, sketch: Sketch) -> U8Array:
     """The codes of packed sketches (``(n, sketch.nbytes)`` uint8) as an
     ``(n, sketch.bins)`` uint8 array, 0 in an empty bin."""
-    rows = np.asarray(rows, dtype=np.uint8).reshape(-1, sketch.nbytes)
-    per_byte = 8 // sketch.bits
-    mask = np.uint8((1 << sketch.bits) - 1)
-    codes = np.empty((rows.shape[0], sketch.bins), dtype=np.uint8)
+    return _codes(np.asarray(rows, dtype=np.uint8).reshape(-1, sketch.nbytes), sketch.bits)
+
+
+def _codes(packed: U8Array, bits: int) -> U8Array:
+    """The codes of ``bits`` each packed in the bytes of each row."""
+    per_byte = 8 // bits
+    mask = np.uint8((1 << bits) - 1)
+    codes = np.empty((packed.shape[0], packed.shape[1] * per_byte), dtype=np.uint8)
     for j in range(per_byte):
-        codes[:, j::per_byte] = (rows >> np.uint8(sketch.bits * j)) & mask
+        codes[:, j::per_byte] = (packed >> np.uint8(bits * j)) & mask
     return codes
+
+
+#: Rows whose codes are unpacked at a time by :func:`filled_bins`.
+_CODES_CHUNK = 1 << 16
+
+
+def filled_bins(rows: U8Array, sketch: Sketch) -> IntArray:
+    """Each packed sketch's number of filled bins, unpacked a chunk at a time."""
+    rows = np.asarray(rows, dtype=np.uint8).reshape(-1, sketch.nbytes)
+    out = np.empty(len(rows), dtype=np.int64)
+    for start in range(0, len(rows), _CODES_CHUNK):
+        out[start : start + _CODES_CHUNK] = (
+            sketch_codes(rows[start : start + _CODES_CHUNK], sketch) != 0
+        ).sum(axis=1)
+    return out
+
+
+def band_slots(sketch: Sketch) -> list[BandSlot]:
+    """Every band's place, narrowest width first: :func:`slot_keys` of each,
+    together, are :func:`band_keys`."""
+    return [BandSlot(width, band) for width in _widths(sketch) for band in range(sketch.bins // width)]
+
+
+def slot_keys(rows: U8Array, filled: IntArray, sketch: Sketch, slot: BandSlot) -> BandKeys:
+    """The keys of one band place: those of :func:`band_keys` whose band is
+    ``slot`` (``filled``: :func:`filled_bins` of ``rows``). Two sketches can
+    share a key only in one place, so a search for shared keys can take the
+    places one at a time, holding one key a document at most."""
+    rows = np.ascontiguousarray(np.asarray(rows, dtype=np.uint8).reshape(-1, sketch.nbytes))
+    width, band = slot
+    spread = filled * width / sketch.bins
+    docs = np.flatnonzero((spread >= MIN_FILLED) & (spread <= MAX_FILLED))
+    band_bytes = width * sketch.bits // 8
+    # One band of each document: a gather of fixed-size items, not of rows.
+    piece = rows.view(f"V{band_bytes}")[docs, band].view(np.uint8).reshape(len(docs), band_bytes)
+    fill = _filled_per_byte(sketch.bits)[piece].sum(axis=1, dtype=np.int64)
+    keyed = _keyed_by_fill(sketch)[width][fill]
+    keys = _fold(np.ascontiguousarray(piece[keyed]), width, band, 1, sketch)
+    return BandKeys(docs[keyed], keys[:, 0])
+
+
+@functools.lru_cache(maxsize=4)
+def _filled_per_byte(bits: int) -> npt.NDArray[np.uint8]:
+    """For each byte value, how many of its codes of ``bits`` are not 0."""
+    values = np.arange(256, dtype=np.uint8).reshape(256, 1)
+    counts: npt.NDArray[np.uint8] = (_codes(values, bits) != 0).sum(axis=1).astype(np.uint8)
+    return counts
 
 
 def band_keys(rows: U8Array, sketch: Sketch) -> BandKeys:
@@ -99,7 +161,7 @@ def band_keys(rows: U8Array, sketch: Sketch) -> BandKeys:
         docs = np.flatnonzero((spread >= MIN_FILLED) & (spread <= MAX_FILLED))
         if not len(docs):
             continue
-        keys = _fold(rows[docs], width, sketch.bins // width, sketch)
+        keys = _fold(rows[docs], width, 0, sketch.bins // width, sketch)
         doc_of, band_of = np.nonzero(keyed_by_fill[width][in_band[docs]])
         found_rows.append(docs[doc_of])
         found_keys.append(keys[doc_of, band_of])
@@ -118,13 +180,14 @@ def _widths(sketch: Sketch) -> list[int]:
     return out
 
 
-def _fold(rows: U8Array, width: int, bands: int, sketch: Sketch) -> U64Array:
+def _fold(rows: U8Array, width: int, first: int, bands: int, sketch: Sketch) -> U64Array:
     """``(len(rows), bands)`` keys: each band's packed bytes (``width`` bins
-    lie in consecutive bytes) folded into a hash seeded by its place."""
+    lie in consecutive bytes; ``rows`` holds bands ``first`` to ``first +
+    bands - 1``) folded into a hash seeded by its place."""
     band_bytes = width * sketch.bits // 8
     word = min(band_bytes, 8)
     words = rows.view(np.dtype(f"<u{word}")).reshape(len(rows), bands, band_bytes // word).astype(np.uint64)
-    place = np.arange(bands, dtype=np.uint64) | _U64(width << 32)
+    place = np.arange(first, first + bands, dtype=np.uint64) | _U64(width << 32)
     hashed = np.broadcast_to(mix64_array(place ^ _U64(BAND_SALT)), (len(rows), bands)).copy()
     for column in range(words.shape[2]):
         hashed = mix64_array(hashed ^ words[:, :, column])

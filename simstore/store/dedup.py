@@ -9,6 +9,7 @@ back into keys.
 from __future__ import annotations
 
 import contextlib
+import itertools
 from collections.abc import Callable, Iterator, Sequence
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any, NamedTuple
@@ -24,11 +25,12 @@ from simstore.fingerprinting.sketch import Sketch, estimate_jaccard
 from simstore.index.clusters import components, groups, pick_longest, stars
 from simstore.index.pairs import IntArray, all_pairs
 from simstore.index.permute import U64Array
+from simstore.index.shared_keys import cross_members
 from simstore.keys import Key, unpack_key, unpack_meta
 from simstore.layout.pair_layout import pair_layout
 from simstore.results import Record
 from simstore.store.arguments import batch_threshold, checked_k
-from simstore.store.sketch_pairs import SketchLinks, cross_members, sketch_links
+from simstore.store.sketch_pairs import NodePairs, band_node_pairs, by_group
 
 if TYPE_CHECKING:
     from simstore.engine.core import Engine
@@ -158,18 +160,20 @@ def _pairs(
                 txn = _current_txn(engine, snapshot)
                 similarity = _pair_similarities(engine, txn, ids_a, ids_b)
             yield from _resolved_pairs(engine, snapshot, ids_a, ids_b, distance, similarity, threshold)
-        links = _sketch_links(engine, snapshot, k, threshold) if bands else None
-        if links is not None:
-            for first, second, which in _link_documents(links):
-                yield from _resolved_pairs(
-                    engine,
-                    snapshot,
-                    snapshot.doc_ids[first],
-                    snapshot.doc_ids[second],
-                    links.distance[which],
-                    links.similarity[which],
-                    None,
-                )
+        if bands and threshold is not None:
+            unique, inverse = _split_by_sketch(engine, snapshot, *distinct(snapshot.fingerprints))
+            links = _band_links(engine, snapshot, k, threshold, unique, inverse)
+            if links is not None:
+                for first, second, which in _link_documents(links, *by_group(inverse, len(unique))):
+                    yield from _resolved_pairs(
+                        engine,
+                        snapshot,
+                        snapshot.doc_ids[first],
+                        snapshot.doc_ids[second],
+                        links.distance[which],
+                        links.similarity[which],
+                        None,
+                    )
     finally:
         with contextlib.suppress(Exception):  # it may have died with its map
             snapshot.txn.abort()
@@ -202,52 +206,72 @@ def _resolved_pairs(
             yield Pair(keys[id_a], keys[id_b], pair_bits, pair_similarity)
 
 
-def _sketch_links(engine: Engine, snapshot: _Snapshot, k: int, threshold: float | None) -> SketchLinks | None:
-    """The node pairs linked by their sketches beyond ``k`` bits
-    (:mod:`simstore.store.sketch_pairs`), or ``None`` without a threshold or
-    sketches."""
+def _band_links(
+    engine: Engine, snapshot: _Snapshot, k: int, threshold: float, unique: U64Array, inverse: IntArray
+) -> NodePairs | None:
+    """The pairs of nodes (``unique`` fingerprints, ``inverse`` each
+    document's node, one sketch a node) linked by their sketches beyond
+    ``k`` bits (:mod:`simstore.store.sketch_pairs`), judged on each node's
+    first document; ``None`` where the store keeps no sketches."""
     sketch = store_sketch(engine)
-    if threshold is None or sketch is None or engine.handles.sketches is None:
+    if sketch is None or engine.handles.sketches is None:
         return None
-    rows, present = _all_sketch_rows(engine, snapshot, sketch)
-    return sketch_links(snapshot.fingerprints, rows, present, sketch, k, threshold)
+    first = _first_positions(len(unique), inverse)
+    rows, present = _all_sketch_rows(engine, snapshot, sketch, first)
+    return band_node_pairs(unique, rows, present, sketch, k, threshold)
 
 
-#: Sketch links expanded into document pairs at a time.
+#: Node pairs expanded into document pairs at a time.
 _LINK_CHUNK = 1 << 16
 
 
-def _link_documents(links: SketchLinks) -> Iterator[tuple[IntArray, IntArray, IntArray]]:
-    """``(first, second, link)`` in chunks: every document pair of each link
-    (positions, ``first < second``) and the link it came from."""
+def _link_documents(
+    links: NodePairs, members: IntArray, starts: IntArray
+) -> Iterator[tuple[IntArray, IntArray, IntArray]]:
+    """``(first, second, link)`` in chunks: every document pair of each
+    node pair (positions, ``first < second``; node ``i``'s documents are
+    ``members[starts[i]:starts[i + 1]]``) and the link it came from."""
     for start in range(0, len(links.left), _LINK_CHUNK):
         left = links.left[start : start + _LINK_CHUNK]
         right = links.right[start : start + _LINK_CHUNK]
-        a, b, which = cross_members(links.members, links.starts, left, right)
+        a, b, which = cross_members(members, starts, left, right)
         yield np.minimum(a, b), np.maximum(a, b), which + start
 
 
-def _all_sketch_rows(engine: Engine, snapshot: _Snapshot, sketch: Sketch) -> tuple[np.ndarray, np.ndarray]:
-    """Every document's sketch in the snapshot as rows (zeros where it has
-    none), and which have one: one pass of a cursor."""
+def _all_sketch_rows(
+    engine: Engine, snapshot: _Snapshot, sketch: Sketch, positions: IntArray
+) -> tuple[np.ndarray, np.ndarray]:
+    """The sketches of the documents at ``positions`` of the snapshot, as
+    rows in that order (zeros where one has none), and which have one: one
+    pass of a cursor over every sketch, placed a chunk at a time (no copy of
+    them all is held on the way)."""
+    # Each snapshot position's row in the answer (-1: not asked for).
+    row_of = np.full(len(snapshot.doc_ids), -1, dtype=np.int64)
+    row_of[positions] = np.arange(len(positions))
+    rows = np.zeros((len(positions), sketch.nbytes), dtype=np.uint8)
+    present = np.zeros(len(positions), dtype=np.bool_)
+    if not len(snapshot.doc_ids):
+        return rows, present
     with engine.lock:
         engine.check_open()
-        txn = _current_txn(engine, snapshot)
-        cursor = txn.cursor(engine.handles.sketches)
-        raw_ids = b"".join(cursor.iternext(keys=True, values=False))
-        cursor.first()
-        raw_rows = b"".join(cursor.iternext(keys=False, values=True))
-    ids = np.frombuffer(raw_ids, dtype=">u8").astype(np.uint64)
-    if len(raw_rows) != len(ids) * sketch.nbytes:
-        raise CorruptStoreError(f"a stored sketch is not {sketch.nbytes} bytes")
-    stored = np.frombuffer(raw_rows, dtype=np.uint8).reshape(len(ids), sketch.nbytes)
-    where = np.minimum(np.searchsorted(snapshot.doc_ids, ids), max(len(snapshot.doc_ids) - 1, 0))
-    ours = snapshot.doc_ids[where] == ids if len(snapshot.doc_ids) else np.zeros(len(ids), dtype=np.bool_)
-    rows = np.zeros((len(snapshot.doc_ids), sketch.nbytes), dtype=np.uint8)
-    present = np.zeros(len(snapshot.doc_ids), dtype=np.bool_)
-    rows[where[ours]] = stored[ours]
-    present[where[ours]] = True
+        items = (
+            _current_txn(engine, snapshot).cursor(engine.handles.sketches).iternext(keys=True, values=True)
+        )
+        while chunk := list(itertools.islice(items, _SKETCH_CHUNK)):
+            ids = np.frombuffer(b"".join(key for key, _ in chunk), dtype=">u8").astype(np.uint64)
+            raw = b"".join(value for _, value in chunk)
+            if len(raw) != len(ids) * sketch.nbytes:
+                raise CorruptStoreError(f"a stored sketch is not {sketch.nbytes} bytes")
+            where = np.minimum(np.searchsorted(snapshot.doc_ids, ids), len(snapshot.doc_ids) - 1)
+            row = np.where(snapshot.doc_ids[where] == ids, row_of[where], -1)
+            wanted = row >= 0
+            rows[row[wanted]] = np.frombuffer(raw, dtype=np.uint8).reshape(len(ids), sketch.nbytes)[wanted]
+            present[row[wanted]] = True
     return rows, present
+
+
+#: Stored sketches read by :func:`_all_sketch_rows` at a time.
+_SKETCH_CHUNK = 1 << 16
 
 
 def _pair_similarities(engine: Engine, txn: _lmdb.Txn, ids_a: U64Array, ids_b: U64Array) -> np.ndarray:
@@ -397,13 +421,14 @@ def _linked(
         )
         kept = ~(similarity < threshold)  # NaN (unjudged) links
         left, right = left[kept], right[kept]
-    links = _sketch_links(engine, snapshot, k, threshold) if bands else None
+    links = (
+        _band_links(engine, snapshot, k, threshold, unique, inverse)
+        if bands and threshold is not None
+        else None
+    )
     if links is not None and len(links.left):
-        # Every document of a sketch link's node is in one node here (one
-        # fingerprint and, with a threshold, one sketch).
-        node = inverse[links.first_documents()]
-        left = np.concatenate([left, node[links.left]])
-        right = np.concatenate([right, node[links.right]])
+        left = np.concatenate([left, links.left])
+        right = np.concatenate([right, links.right])
     return unique, inverse, left, right
 
 

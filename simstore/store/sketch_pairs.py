@@ -1,14 +1,16 @@
-"""Pairs found by text rather than by fingerprint: documents whose
-verification sketches share a band key (:mod:`simstore.fingerprinting.bands`),
-whose fingerprints lie more than ``k`` bits apart, and whose estimated
-similarity reaches the threshold. ``near_duplicate_pairs`` and ``clusters``
-add them to the pairs within ``k`` bits when a similarity threshold applies,
-so a one-word edit of a short text, which can move its fingerprint past any
-``k``, is still found (issue 36).
+"""Pairs found by text rather than by fingerprint: nodes whose verification
+sketches share a band key (:mod:`simstore.fingerprinting.bands`), whose
+fingerprints lie more than ``k`` bits apart, and whose estimated similarity
+reaches the threshold. ``near_duplicate_pairs`` and ``clusters`` add them to
+the pairs within ``k`` bits when asked, so a one-word edit of a short text,
+which can move its fingerprint past any ``k``, is still found (issue 36).
 
-Pure numpy over one snapshot's arrays; the caller reads them. Documents are
-grouped first into nodes of one sketch and one fingerprint, so that a
-thousand exact copies cost one node, not half a million pairs.
+Pure numpy over one snapshot's arrays; the caller reads them. The caller
+groups documents into nodes of one fingerprint and one sketch first, so that
+a thousand exact copies cost one node, not half a million pairs. The band
+places are searched one at a time (two sketches share a key only in one
+place), so at most one key a node is held at once, not the twenty or so a
+node has in all, and keys nobody shares are dropped before any pairing.
 """
 
 from __future__ import annotations
@@ -18,11 +20,11 @@ from typing import NamedTuple
 import numpy as np
 import numpy.typing as npt
 
-from simstore.fingerprinting.bands import band_keys
+from simstore.fingerprinting.bands import band_slots, filled_bins, slot_keys
 from simstore.fingerprinting.sketch import Sketch, estimate_jaccard
-from simstore.index.shared_keys import cross_members, pairs_sharing_keys
+from simstore.index.shared_keys import pairs_beyond_k
 
-__all__ = ["SketchLinks", "cross_members", "sketch_links"]
+__all__ = ["NodePairs", "band_node_pairs", "by_group"]
 
 IntArray = npt.NDArray[np.int64]
 U64Array = npt.NDArray[np.uint64]
@@ -30,85 +32,70 @@ U64Array = npt.NDArray[np.uint64]
 ESTIMATE_CHUNK = 1 << 20
 
 
-class SketchLinks(NamedTuple):
-    """Pairs of nodes (documents of one sketch and one fingerprint) linked
-    by their sketches: ``left < right`` index nodes, ``distance`` is their
-    fingerprints' and ``similarity`` their sketches' estimate. Node ``i``'s
-    documents are ``members[starts[i]:starts[i + 1]]`` (positions in the
-    snapshot, ascending)."""
+class NodePairs(NamedTuple):
+    """Pairs of nodes, ``left < right`` (indices), each once, with their
+    fingerprints' ``distance`` and their sketches' estimated ``similarity``."""
 
     left: IntArray
     right: IntArray
     distance: IntArray
     similarity: npt.NDArray[np.float64]
-    members: IntArray
-    starts: IntArray
-
-    def first_documents(self) -> IntArray:
-        """Each node's first document."""
-        return self.members[self.starts[:-1]]
 
 
-def sketch_links(
+def band_node_pairs(
     fingerprints: U64Array,
     rows: npt.NDArray[np.uint8],
     present: npt.NDArray[np.bool_],
     sketch: Sketch,
     k: int,
     threshold: float,
-) -> SketchLinks:
-    """The node pairs whose sketches share a band key (identical sketches
-    included, if they have one), whose fingerprints are more than ``k`` bits
-    apart, and whose estimated similarity is at least ``threshold``.
-    ``rows[i]`` is document ``i``'s packed sketch where ``present[i]``."""
-    positions = np.flatnonzero(present)
-    members, starts = _nodes(fingerprints, rows, positions, sketch)
-    firsts = members[starts[:-1]]
-    # Nodes of one sketch form a group; band keys are made once per group.
-    group_rows, group_of = np.unique(
-        np.ascontiguousarray(rows[firsts]).view(f"V{sketch.nbytes}").ravel(), return_inverse=True
-    )
-    group_sketches = group_rows.view(np.uint8).reshape(len(group_rows), sketch.nbytes)
-    keys = band_keys(group_sketches, sketch)
-    group_left, group_right = pairs_sharing_keys(keys.rows, keys.keys)
-    similarity = _estimates(group_sketches, group_left, group_right, sketch)
+) -> NodePairs:
+    """The pairs of nodes whose sketches share a band key, whose
+    fingerprints are more than ``k`` bits apart and whose estimated
+    similarity is at least ``threshold``. Node ``i`` has fingerprint
+    ``fingerprints[i]`` and, where ``present[i]``, the packed sketch ``rows[i]``."""
+    sketched = np.flatnonzero(present)
+    if len(sketched) < len(rows):  # (else no copy)
+        rows = rows[sketched]
+    rows = np.ascontiguousarray(rows)
+    filled = filled_bins(rows, sketch)
+    found: list[tuple[IntArray, IntArray, IntArray]] = []
+    for slot in band_slots(sketch):
+        keys = slot_keys(rows, filled, sketch, slot)
+        shared = _repeated(keys.keys)
+        if not shared.any():
+            continue
+        at = keys.rows[shared]
+        first, second, distance = pairs_beyond_k(keys.keys[shared], at, fingerprints[sketched[at]], k)
+        if len(first):
+            found.append((first, second, distance))
+    empty = np.zeros(0, dtype=np.int64)
+    if not found:
+        return NodePairs(empty, empty, empty, np.zeros(0))
+    first = np.concatenate([part[0] for part in found])
+    second = np.concatenate([part[1] for part in found])
+    distance = np.concatenate([part[2] for part in found])
+    # A pair sharing bands in several places is found in each.
+    pairs, once = np.unique(np.stack([first, second], axis=1), axis=0, return_index=True)
+    first, second, distance = pairs[:, 0], pairs[:, 1], distance[once]
+    similarity = _estimates(rows, first, second, sketch)
     kept = similarity >= threshold
-    group_left, group_right, similarity = group_left[kept], group_right[kept], similarity[kept]
-    # Nodes of one group share their sketch (similarity 1) and every key of it.
-    keyed = np.zeros(len(group_rows), dtype=np.bool_)
-    keyed[keys.rows] = True
-    inner_left, inner_right = pairs_sharing_keys(
-        np.flatnonzero(keyed[group_of]), group_of[keyed[group_of]].astype(np.uint64)
-    )
-    left, right, pair_similarity = _expand(group_of, len(group_rows), group_left, group_right, similarity)
-    left = np.concatenate([left, inner_left])
-    right = np.concatenate([right, inner_right])
-    pair_similarity = np.concatenate([pair_similarity, np.ones(len(inner_left))])
-    distance = np.bitwise_count(fingerprints[firsts[left]] ^ fingerprints[firsts[right]]).astype(np.int64)
-    beyond = distance > k  # those within k are the fingerprint search's
-    return SketchLinks(
-        left[beyond], right[beyond], distance[beyond], pair_similarity[beyond], members, starts
-    )
+    return NodePairs(sketched[first[kept]], sketched[second[kept]], distance[kept], similarity[kept])
 
 
-def _nodes(
-    fingerprints: U64Array, rows: npt.NDArray[np.uint8], positions: IntArray, sketch: Sketch
-) -> tuple[IntArray, IntArray]:
-    """``(members, starts)``: the positions grouped into nodes of one
-    (sketch, fingerprint), each node's members ascending, nodes in order of
-    their first member."""
-    keyed = np.empty(len(positions), dtype=[("sketch", f"V{sketch.nbytes}"), ("fingerprint", "<u8")])
-    keyed["sketch"] = np.ascontiguousarray(rows[positions]).view(f"V{sketch.nbytes}").ravel()
-    keyed["fingerprint"] = fingerprints[positions]
-    _, first_index, node_of = np.unique(keyed, return_index=True, return_inverse=True)
-    # Number nodes by their first member, so that results follow the order added.
-    renumber = np.empty(len(first_index), dtype=np.int64)
-    renumber[np.argsort(first_index, kind="stable")] = np.arange(len(first_index))
-    order, starts = _by_group(renumber[node_of.ravel()], len(first_index))
-    return positions[order], starts
+def _repeated(keys: U64Array) -> npt.NDArray[np.bool_]:
+    """Which keys occur more than once (most occur once: no pair)."""
+    ordered = np.sort(keys)
+    twice = ordered[1:][ordered[1:] == ordered[:-1]]
+    if not len(twice):
+        return np.zeros(len(keys), dtype=np.bool_)
+    twice = np.unique(twice)
+    where = np.minimum(np.searchsorted(twice, keys), len(twice) - 1)
+    repeated: npt.NDArray[np.bool_] = twice[where] == keys
+    return repeated
 
 
-def _by_group(group_of: IntArray, groups: int) -> tuple[IntArray, IntArray]:
+def by_group(group_of: IntArray, groups: int) -> tuple[IntArray, IntArray]:
     """``(order, starts)``: the indices of ``group_of`` sorted by group (in
     their order within one), and where each of the ``groups`` groups starts
     in it (``groups + 1`` offsets)."""
@@ -117,26 +104,10 @@ def _by_group(group_of: IntArray, groups: int) -> tuple[IntArray, IntArray]:
 
 
 def _estimates(
-    group_sketches: npt.NDArray[np.uint8], left: IntArray, right: IntArray, sketch: Sketch
+    rows: npt.NDArray[np.uint8], left: IntArray, right: IntArray, sketch: Sketch
 ) -> npt.NDArray[np.float64]:
     out = np.empty(len(left), dtype=np.float64)
     for start in range(0, len(left), ESTIMATE_CHUNK):
         end = start + ESTIMATE_CHUNK
-        out[start:end] = estimate_jaccard(
-            group_sketches[left[start:end]], group_sketches[right[start:end]], sketch
-        )
+        out[start:end] = estimate_jaccard(rows[left[start:end]], rows[right[start:end]], sketch)
     return out
-
-
-def _expand(
-    group_of: IntArray,
-    groups: int,
-    group_left: IntArray,
-    group_right: IntArray,
-    similarity: npt.NDArray[np.float64],
-) -> tuple[IntArray, IntArray, npt.NDArray[np.float64]]:
-    """Group pairs as node pairs (every node of one group with every node of
-    the other; nearly always one each), ``left < right``."""
-    order, group_starts = _by_group(group_of, groups)
-    a, b, which = cross_members(order, group_starts, group_left, group_right)
-    return np.minimum(a, b), np.maximum(a, b), similarity[which]

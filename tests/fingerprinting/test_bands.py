@@ -10,7 +10,16 @@ import numpy as np
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from simstore.fingerprinting.bands import MAX_FILLED, MIN_BAND_BITS, MIN_FILLED, band_keys, sketch_codes
+from simstore.fingerprinting.bands import (
+    MAX_FILLED,
+    MIN_BAND_BITS,
+    MIN_FILLED,
+    band_keys,
+    band_slots,
+    filled_bins,
+    sketch_codes,
+    slot_keys,
+)
 from simstore.fingerprinting.sketch import Sketch, _pack
 from simstore.index.prefix_shuffle import edge_forest
 from simstore.index.shared_keys import key_star_edges, pairs_across, pairs_beyond_k, pairs_sharing_keys
@@ -145,3 +154,19 @@ def test_key_star_edges_join_what_pairs_sharing_a_key_join(entries: list[tuple[i
     assert dict(zip(nodes.tolist(), roots.tolist(), strict=True)) == dict(
         zip(want_nodes.tolist(), want_roots.tolist(), strict=True)
     )
+
+
+@settings(max_examples=30, deadline=None)
+@given(st.integers(0, 2**32 - 1), st.sampled_from(SKETCHES))
+def test_the_keys_of_every_slot_are_the_band_keys(seed: int, sketch: Sketch) -> None:
+    rows = _sketches(seed, sketch, families=6, per_family=4)
+    whole = band_keys(rows, sketch)
+    filled = filled_bins(rows, sketch)
+    assert filled.tolist() == (sketch_codes(rows, sketch) != 0).sum(axis=1).tolist()
+    by_slot = [slot_keys(rows, filled, sketch, slot) for slot in band_slots(sketch)]
+    got = sorted(
+        (row, key)
+        for part in by_slot
+        for row, key in zip(part.rows.tolist(), part.keys.tolist(), strict=True)
+    )
+    assert got == sorted(zip(whole.rows.tolist(), whole.keys.tolist(), strict=True))
