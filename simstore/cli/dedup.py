@@ -83,11 +83,12 @@ def configure_dedup(parser: argparse.ArgumentParser) -> None:
     what.add_argument("--clusters", action="store_true", help="write the clusters as JSONL")
     parser.add_argument(
         "--bands",
-        action="store_true",
+        action=argparse.BooleanOptionalAction,
+        default=None,
         help="also pair documents whose verification sketches share a band, however far apart their "
         "fingerprints, when they meet the similarity threshold: finds one-word edits of short texts "
-        "that move a fingerprint past k (reads every sketch and its band keys into memory; with "
-        "--against, reads every stored sketch once per million documents)",
+        "that move a fingerprint past k (reads every sketch into memory). On by default; with "
+        "--against only when asked, as it then reads every stored sketch once per million documents",
     )
     parser.add_argument(
         "--keep",
@@ -413,7 +414,7 @@ def _cluster(
             linkage=args.linkage,
             min_similarity=args.min_similarity,
             progress=update,
-            bands=args.bands,
+            bands=args.bands is not False,
         )
     dropped: set[Key] = set()
     provenance: Provenance = {}
@@ -426,7 +427,7 @@ def _cluster(
         bar, update = table_progress(args, "pairs")
         with bar, output_stream(output) as stream:
             for pair in store.near_duplicate_pairs(
-                k=args.k, min_similarity=args.min_similarity, progress=update, bands=args.bands
+                k=args.k, min_similarity=args.min_similarity, progress=update, bands=args.bands is not False
             ):
                 record = {
                     "a": key_to_json(pair.key_a),
@@ -528,7 +529,8 @@ def dedup_against(
     # share boilerplate (hundreds of matches each).
     limit = None if args.pairs else 1
     # Bands read every stored sketch once per call: far larger calls.
-    chunk = AGAINST_BAND_CHUNK if args.bands else QUERY_CHUNK
+    bands = args.bands is True  # only when asked: it reads every stored sketch
+    chunk = AGAINST_BAND_CHUNK if bands else QUERY_CHUNK
     with contextlib.ExitStack() as stack:
         stream = stack.enter_context(output_stream(output)) if args.pairs else None
         bar = stack.enter_context(progress(args, desc="matching", total=len(fingerprints), unit="doc"))
@@ -539,7 +541,7 @@ def dedup_against(
                 min_similarity=args.min_similarity,
                 sketches=None if sketches is None else sketches[start : start + chunk],
                 limit=limit,
-                bands=args.bands,
+                bands=bands,
             )
             for key, matches in zip(collected.keys[start : start + chunk], results, strict=True):
                 if not matches:

@@ -203,7 +203,7 @@ def near_duplicate_pairs(
     sketch_column: str | None = None,
     min_similarity: float | None = None,
     fingerprinter: Fingerprinter | None = None,
-    bands: bool = False,
+    bands: bool | None = None,
 ) -> dd.DataFrame:
     """Every pair of rows whose fingerprints are within ``k`` bits, each pair once.
 
@@ -235,8 +235,9 @@ def near_duplicate_pairs(
             their fingerprints, when they reach ``min_similarity`` (as
             :meth:`simstore.Store.near_duplicate_pairs`): a third shuffle
             sends each row's band keys (about 20, 24 bytes each) to the
-            bucket the key hashes to. Needs ``sketch_column`` and
-            ``min_similarity``.
+            bucket the key hashes to. ``None`` (the default): on when
+            ``sketch_column`` and ``min_similarity`` are given, as in a
+            store; ``True`` needs them.
 
     Returns:
         A lazy Dask DataFrame with columns ``key_a`` (the row earlier in the
@@ -278,9 +279,12 @@ def _verification(
 
 
 def _checked_bands(bands: object, sketch: Sketch | None, threshold: float | None) -> bool:
-    """``bands=``, checked: it needs sketches and a threshold to judge by."""
+    """``bands=``, checked: it needs sketches and a threshold to judge by
+    (``None``: bands wherever they are given)."""
+    if bands is None:
+        return sketch is not None and threshold is not None
     if not isinstance(bands, bool):
-        raise InvalidTypeError(f"bands must be True or False, got {type(bands).__name__}")
+        raise InvalidTypeError(f"bands must be True, False or None, got {type(bands).__name__}")
     if bands and (sketch is None or threshold is None):
         raise InvalidValueError("bands=True needs sketch_column= and min_similarity= to judge the pairs by")
     return bands
@@ -418,7 +422,7 @@ def clusters(
     sketch_column: str | None = None,
     min_similarity: float | None = None,
     fingerprinter: Fingerprinter | None = None,
-    bands: bool = False,
+    bands: bool | None = None,
 ) -> dd.DataFrame:
     """The connected components of the near-duplicate pair graph.
 

@@ -40,7 +40,7 @@ def dedup_table(
     keep: str = "first",
     linkage: str = "star",
     store_path: str | os.PathLike[str] | None = None,
-    bands: bool = False,
+    bands: bool = True,
 ) -> tuple[Any, Any]:
     """Deduplicate the rows of a table by the text in ``text_column``; the
     answer comes back in the kind of table that came in.
@@ -224,7 +224,7 @@ def cluster_rows(
     keep: str,
     linkage: str,
     store_path: str | os.PathLike[str] | None,
-    bands: bool = False,
+    bands: bool = True,
 ) -> Provenance:
     """Add ``batches`` of ``(keys, texts)`` (``count`` rows in all) to a
     store, a temporary one or ``store_path`` (created if missing, and

@@ -111,7 +111,7 @@ def dedup_dataset(
     buckets: int | None = None,
     task_rows: int = 50_000,
     order_column: str | None = None,
-    bands: bool = False,
+    bands: bool = True,
 ) -> tuple[Any, Any]:
     """Deduplicate the rows of a Ray Dataset by the text in ``text_column``.
 
@@ -141,7 +141,8 @@ def dedup_dataset(
         task_rows: rows per fingerprinting task (a block larger than this
             is fingerprinted by several tasks, each on a zero-copy slice).
         bands: pair rows whose sketches share a band too, as
-            :func:`simstore.dedup_table` does with ``bands=True``: one more shuffle sends each row's band keys
+            :func:`simstore.dedup_table` does (by default, where a threshold
+            applies): one more shuffle sends each row's band keys
             (about 20, 16 bytes each) to the bucket the key hashes to, and
             rows sharing one join one component.
 

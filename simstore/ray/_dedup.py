@@ -90,7 +90,7 @@ class _StoreSettings:
         fingerprinter: Fingerprinter,
         open_k: int | None,
         threshold: float | None,
-        bands: bool = False,
+        bands: bool = True,
     ) -> None:
         self.k = k
         self.fingerprinter = fingerprinter
@@ -107,7 +107,7 @@ class _StoreSettings:
         k: int | None,
         min_similarity: float | None,
         against: list[str] | None,
-        bands: bool = False,
+        bands: bool = True,
     ) -> _StoreSettings:
         fingerprinter = None
         if against is not None:

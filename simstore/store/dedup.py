@@ -137,7 +137,7 @@ def near_duplicate_pairs(
     k: int | None,
     min_similarity: float | None,
     progress: Progress | None,
-    bands: bool = False,
+    bands: bool = True,
 ) -> Iterator[Pair]:
     """``Store.near_duplicate_pairs``: every pair within ``k`` bits, once,
     streamed from one snapshot held until the iterator ends."""
@@ -332,7 +332,7 @@ def clusters(
     linkage: str,
     min_similarity: float | None,
     progress: Progress | None,
-    bands: bool = False,
+    bands: bool = True,
 ) -> list[Cluster]:
     """``Store.clusters``: the clusters of the near-duplicate pair graph of
     one snapshot, by ``linkage``, each represented as ``keep`` asks."""

@@ -432,7 +432,7 @@ class Store:
         *,
         min_similarity: float | None = None,
         progress: Progress | None = None,
-        bands: bool = False,
+        bands: bool = True,
     ) -> Iterator[Pair]:
         """Every pair of stored documents within ``k`` bits, each pair once.
 
@@ -464,11 +464,12 @@ class Store:
                 a band (:mod:`simstore.fingerprinting.bands`), however far
                 apart their fingerprints, when their estimated similarity
                 reaches the threshold: a one-word edit of a short text, which
-                can move its fingerprint past any ``k``, is found. Needs a
-                threshold (``min_similarity`` or the store's) and sketches;
-                reads every sketch (128 bytes a document) into memory, and
-                its band keys (some 20 a document, 16 bytes each): opt-in
-                until that is bounded.
+                can move its fingerprint past any ``k``, is found. On by
+                default wherever a threshold (``min_similarity`` or the
+                store's) and sketches apply; it reads every sketch (128
+                bytes a document) into memory and takes about twice the
+                time of the search within ``k``. ``False``: the pairs within
+                ``k`` alone.
         """
         return batch.near_duplicate_pairs(
             self._engine,
@@ -486,7 +487,7 @@ class Store:
         linkage: str = "components",
         min_similarity: float | None = None,
         progress: Progress | None = None,
-        bands: bool = False,
+        bands: bool = True,
     ) -> list[Cluster]:
         """Clusters of the near-duplicate pair graph, of one snapshot.
 
@@ -520,7 +521,7 @@ class Store:
                 do not link (see :meth:`near_duplicate_pairs`).
             progress: called as ``progress(tables_done, tables_total)``.
             bands: link documents whose sketches share a band too (see
-                :meth:`near_duplicate_pairs`);
+                :meth:`near_duplicate_pairs`; on by default where it applies);
                 a star's members are then each within ``k`` bits of the
                 representative or share a band with it.
 

