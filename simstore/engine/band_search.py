@@ -13,7 +13,7 @@ batch's band keys in numpy. Its cost grows with the store, not the batch
 from __future__ import annotations
 
 import itertools
-from collections.abc import Sequence
+from collections.abc import Iterator, Sequence
 from typing import TYPE_CHECKING
 
 import numpy as np
@@ -23,10 +23,11 @@ from simstore.engine.records import decode_record, encode_id
 from simstore.engine.settings import store_sketch
 from simstore.errors import CorruptStoreError
 from simstore.fingerprinting.bands import band_keys
-from simstore.fingerprinting.sketch import U8Array, estimate_jaccard
+from simstore.fingerprinting.sketch import Sketch, U8Array, estimate_jaccard
+from simstore.index.permute import U64Array
 from simstore.index.shared_keys import KeyIndex
 
-__all__ = ["band_matches", "beyond_k"]
+__all__ = ["band_matches", "beyond_k", "stored_sketches"]
 
 #: Stored sketches read and banded at a time (8 MiB of sketches at 128 bytes).
 SCAN_CHUNK = 1 << 16
@@ -44,20 +45,13 @@ def band_matches(
     sketches. Reads every stored sketch in ``txn``."""
     found: list[dict[int, float]] = [{} for _ in range(len(sketches))]
     sketch = store_sketch(engine)
-    database = engine.handles.sketches
-    if sketch is None or database is None or not len(sketches):
+    if sketch is None or engine.handles.sketches is None or not len(sketches):
         return found
     queries = band_keys(sketches, sketch)
     if not len(queries.rows):
         return found
     index = KeyIndex(queries.rows, queries.keys)
-    items = txn.cursor(database).iternext(keys=True, values=True)
-    while chunk := list(itertools.islice(items, SCAN_CHUNK)):
-        doc_ids = np.frombuffer(b"".join(key for key, _ in chunk), dtype=">u8").astype(np.uint64)
-        raw = b"".join(value for _, value in chunk)
-        if len(raw) != len(chunk) * sketch.nbytes:
-            raise CorruptStoreError(f"{engine.path}: a stored sketch is not {sketch.nbytes} bytes")
-        rows = np.frombuffer(raw, dtype=np.uint8).reshape(len(chunk), sketch.nbytes)
+    for doc_ids, rows in stored_sketches(engine, txn, sketch):
         stored = band_keys(rows, sketch)
         query_rows, stored_rows = index.pairs_with(stored.rows, stored.keys)
         if not len(query_rows):
@@ -72,6 +66,21 @@ def band_matches(
         ):
             found[query][doc_id] = value
     return found
+
+
+def stored_sketches(engine: Engine, txn: _lmdb.Txn, sketch: Sketch) -> Iterator[tuple[U64Array, U8Array]]:
+    """Every stored sketch in ``txn``, ``SCAN_CHUNK`` at a time, as
+    ``(doc_ids, rows)`` in id order (one pass of a cursor)."""
+    database = engine.handles.sketches
+    if database is None:
+        return
+    items = txn.cursor(database).iternext(keys=True, values=True)
+    while chunk := list(itertools.islice(items, SCAN_CHUNK)):
+        doc_ids = np.frombuffer(b"".join(key for key, _ in chunk), dtype=">u8").astype(np.uint64)
+        raw = b"".join(value for _, value in chunk)
+        if len(raw) != len(chunk) * sketch.nbytes:
+            raise CorruptStoreError(f"{engine.path}: a stored sketch is not {sketch.nbytes} bytes")
+        yield doc_ids, np.frombuffer(raw, dtype=np.uint8).reshape(len(chunk), sketch.nbytes)
 
 
 def beyond_k(

@@ -9,7 +9,6 @@ back into keys.
 from __future__ import annotations
 
 import contextlib
-import itertools
 from collections.abc import Callable, Iterator, Sequence
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any, NamedTuple
@@ -17,6 +16,7 @@ from typing import TYPE_CHECKING, Any, NamedTuple
 import numpy as np
 
 from simstore.engine import _lmdb
+from simstore.engine.band_search import stored_sketches
 from simstore.engine.records import decode_record, encode_id
 from simstore.engine.settings import store_sketch
 from simstore.errors import CorruptStoreError, InvalidTypeError, InvalidValueError
@@ -254,24 +254,13 @@ def _all_sketch_rows(
         return rows, present
     with engine.lock:
         engine.check_open()
-        items = (
-            _current_txn(engine, snapshot).cursor(engine.handles.sketches).iternext(keys=True, values=True)
-        )
-        while chunk := list(itertools.islice(items, _SKETCH_CHUNK)):
-            ids = np.frombuffer(b"".join(key for key, _ in chunk), dtype=">u8").astype(np.uint64)
-            raw = b"".join(value for _, value in chunk)
-            if len(raw) != len(ids) * sketch.nbytes:
-                raise CorruptStoreError(f"a stored sketch is not {sketch.nbytes} bytes")
+        for ids, stored in stored_sketches(engine, _current_txn(engine, snapshot), sketch):
             where = np.minimum(np.searchsorted(snapshot.doc_ids, ids), len(snapshot.doc_ids) - 1)
             row = np.where(snapshot.doc_ids[where] == ids, row_of[where], -1)
             wanted = row >= 0
-            rows[row[wanted]] = np.frombuffer(raw, dtype=np.uint8).reshape(len(ids), sketch.nbytes)[wanted]
+            rows[row[wanted]] = stored[wanted]
             present[row[wanted]] = True
     return rows, present
-
-
-#: Stored sketches read by :func:`_all_sketch_rows` at a time.
-_SKETCH_CHUNK = 1 << 16
 
 
 def _pair_similarities(engine: Engine, txn: _lmdb.Txn, ids_a: U64Array, ids_b: U64Array) -> np.ndarray:
