@@ -77,6 +77,7 @@ from simstore.index.prefix_shuffle import combine_forests
 from simstore.index.sharding import check_shards, shards_of_packed
 from simstore.layout.choose import DEFAULT_K, LayoutRequest, choose_layout
 from simstore.options import Options
+from simstore.store.arguments import check_flag
 from simstore.store.dedup import KEEP_POLICIES, KeepPolicy
 from simstore.store.opening import MODES
 from simstore.store.opening import open as open_store
@@ -283,11 +284,10 @@ def _checked_bands(bands: object, sketch: Sketch | None, threshold: float | None
     (``None``: bands wherever they are given)."""
     if bands is None:
         return sketch is not None and threshold is not None
-    if not isinstance(bands, bool):
-        raise InvalidTypeError(f"bands must be True, False or None, got {type(bands).__name__}")
-    if bands and (sketch is None or threshold is None):
+    asked = check_flag("bands", bands)
+    if asked and (sketch is None or threshold is None):
         raise InvalidValueError("bands=True needs sketch_column= and min_similarity= to judge the pairs by")
-    return bands
+    return asked
 
 
 def _band_pairs(
@@ -721,9 +721,7 @@ def against(
     threshold = None if min_similarity is None else check_similarity(min_similarity)
     if threshold is not None and sketch_column is None:
         raise InvalidValueError("min_similarity= needs sketch_column= (see fingerprint_and_sketch)")
-    if not isinstance(bands, bool):
-        raise InvalidTypeError(f"bands must be True or False, got {type(bands).__name__}")
-    if bands and sketch_column is None:
+    if check_flag("bands", bands) and sketch_column is None:
         raise InvalidValueError("bands=True needs sketch_column= (see fingerprint_and_sketch)")
     columns = [key_column, fingerprint_column, *([sketch_column] if sketch_column else [])]
     _check_columns(ddf, columns)

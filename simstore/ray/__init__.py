@@ -76,6 +76,7 @@ from simstore.ray._search import (
     _tables,
     _with_keys,
 )
+from simstore.store.arguments import check_flag
 
 __all__ = ["PROVENANCE_COLUMNS", "RayMissingError", "clusters", "dedup_dataset", "near_duplicate_pairs"]
 
@@ -159,9 +160,7 @@ def dedup_dataset(
     if linkage not in ("star", "components"):
         raise InvalidValueError(f"linkage must be 'star' or 'components', got {linkage!r}")
     against_paths = None if against is None else _paths(against)
-    if not isinstance(bands, bool):
-        raise InvalidTypeError(f"bands must be True or False, got {type(bands).__name__}")
-    settings = _StoreSettings.probe(k, min_similarity, against_paths, bands)
+    settings = _StoreSettings.probe(k, min_similarity, against_paths, check_flag("bands", bands))
     annotate = _Annotate(text_column, settings.fingerprinter, keep == "longest", against_paths)
     blocks = _annotated(_ordered_blocks(ds), annotate, _checked_task_rows(task_rows))
     kept, provenance = _deduplicated(blocks, id_column, settings, keep, linkage, None, buckets, order_column)
