@@ -34,7 +34,9 @@ import subprocess
 import sys
 import tempfile
 import time
+from collections.abc import Callable
 from pathlib import Path
+from typing import Any
 
 import numpy as np
 
@@ -79,31 +81,42 @@ def run_system(system: str, texts: list[str]) -> np.ndarray:
     if system == "datasketch":
         from datasketch import MinHash, MinHashLSH
 
-        lsh = MinHashLSH(threshold=THRESHOLD, num_perm=PERMUTATIONS)
-        hashes = []
-        for row, shingles in enumerate(shingle_sets):
+        def datasketch_hash(shingles: set[str]) -> Any:
             minhash = MinHash(num_perm=PERMUTATIONS, seed=1)
             minhash.update_batch([shingle.encode() for shingle in shingles])
-            lsh.insert(row, minhash, check_duplication=False)
-            hashes.append(minhash)
-        pairs = set()
-        for row, minhash in enumerate(hashes):
-            for other in lsh.query(minhash):
-                if other > row and minhash.jaccard(hashes[other]) >= THRESHOLD:
-                    pairs.add((row, other))
-        return np.array(sorted(pairs), dtype=np.int64).reshape(-1, 2)
+            return minhash
+
+        lsh = MinHashLSH(threshold=THRESHOLD, num_perm=PERMUTATIONS)
+        return verified_pairs(
+            shingle_sets, datasketch_hash, lambda row, h: lsh.insert(row, h, False), lsh.query
+        )
     from rensa import RMinHash, RMinHashLSH
 
-    lsh = RMinHashLSH(threshold=THRESHOLD, num_perm=PERMUTATIONS, num_bands=16)
-    hashes = []
-    for row, shingles in enumerate(shingle_sets):
+    def rensa_hash(shingles: set[str]) -> Any:
         minhash = RMinHash(num_perm=PERMUTATIONS, seed=1)
         minhash.update(list(shingles))
-        lsh.insert(row, minhash)
+        return minhash
+
+    lsh = RMinHashLSH(threshold=THRESHOLD, num_perm=PERMUTATIONS, num_bands=16)
+    return verified_pairs(shingle_sets, rensa_hash, lsh.insert, lsh.query)
+
+
+def verified_pairs(
+    shingle_sets: list[set[str]],
+    make_hash: Callable[[set[str]], Any],
+    insert: Callable[[int, Any], Any],
+    query: Callable[[Any], Any],
+) -> np.ndarray:
+    """A MinHash LSH's pairs: every set hashed and inserted, then queried,
+    and a candidate kept when the MinHashes estimate J >= THRESHOLD."""
+    hashes = []
+    for row, shingles in enumerate(shingle_sets):
+        minhash = make_hash(shingles)
+        insert(row, minhash)
         hashes.append(minhash)
     pairs = set()
     for row, minhash in enumerate(hashes):
-        for other in lsh.query(minhash):
+        for other in query(minhash):
             if other > row and minhash.jaccard(hashes[other]) >= THRESHOLD:
                 pairs.add((row, other))
     return np.array(sorted(pairs), dtype=np.int64).reshape(-1, 2)
