@@ -45,6 +45,7 @@ __all__ = [
     "band_keys",
     "band_slots",
     "filled_bins",
+    "kept_bands",
     "sketch_codes",
     "slot_keys",
 ]
@@ -129,7 +130,7 @@ def slot_keys(rows: U8Array, filled: IntArray, sketch: Sketch, slot: BandSlot) -
     piece = rows.view(f"V{band_bytes}")[docs, band].view(np.uint8).reshape(len(docs), band_bytes)
     fill = _filled_per_byte(sketch.bits)[piece].sum(axis=1, dtype=np.int64)
     keyed = _keyed_by_fill(sketch)[width][fill]
-    keys = _fold(np.ascontiguousarray(piece[keyed]), width, band, 1, sketch)
+    keys = _fold(np.ascontiguousarray(piece[keyed]), width, np.array([band]), sketch)
     return BandKeys(docs[keyed], keys[:, 0])
 
 
@@ -141,10 +142,14 @@ def _filled_per_byte(bits: int) -> npt.NDArray[np.uint8]:
     return counts
 
 
-def band_keys(rows: U8Array, sketch: Sketch) -> BandKeys:
+def band_keys(rows: U8Array, sketch: Sketch, per_width: int | None = None) -> BandKeys:
     """The band keys of each packed sketch of ``rows`` (``(n, sketch.nbytes)``
     uint8): a few dozen for a long text, a few for a short one, none for a
-    text too short to band (under about 8 shingles)."""
+    text too short to band (under about 8 shingles).
+
+    ``per_width`` keeps at most that many evenly spaced bands of each width
+    (:func:`kept_bands`): the bands a store's band table holds, a few keys a
+    document rather than 32 for a long text."""
     rows = np.ascontiguousarray(np.asarray(rows, dtype=np.uint8).reshape(-1, sketch.nbytes))
     # Filled bins per band at width 1, then each width's by adding pairs of the last's.
     in_band = (sketch_codes(rows, sketch) != 0).astype(np.uint16)
@@ -153,7 +158,7 @@ def band_keys(rows: U8Array, sketch: Sketch) -> BandKeys:
     found_rows: list[IntArray] = []
     found_keys: list[U64Array] = []
     width = 1
-    for band_width in _widths(sketch):
+    for band_width in _widths_of(count, sketch):
         while width < band_width:
             in_band = in_band[:, 0::2] + in_band[:, 1::2]
             width *= 2
@@ -161,13 +166,30 @@ def band_keys(rows: U8Array, sketch: Sketch) -> BandKeys:
         docs = np.flatnonzero((spread >= MIN_FILLED) & (spread <= MAX_FILLED))
         if not len(docs):
             continue
-        keys = _fold(rows[docs], width, 0, sketch.bins // width, sketch)
-        doc_of, band_of = np.nonzero(keyed_by_fill[width][in_band[docs]])
+        kept = kept_bands(sketch.bins // width, per_width)
+        places = _places(sketch.bins // width, kept.step or 1)
+        band_bytes = width * sketch.bits // 8
+        # Only the kept bands' bytes are folded (a thinned table keeps a few).
+        pieces = np.ascontiguousarray(rows[docs].view(f"V{band_bytes}")[:, kept])
+        keys = _fold(pieces.view(np.uint8).reshape(len(docs), -1), width, places, sketch)
+        doc_of, band_of = np.nonzero(keyed_by_fill[width][in_band[docs][:, kept]])
         found_rows.append(docs[doc_of])
         found_keys.append(keys[doc_of, band_of])
     if not found_rows:
         return BandKeys(np.zeros(0, dtype=np.int64), np.zeros(0, dtype=np.uint64))
     return BandKeys(np.concatenate(found_rows), np.concatenate(found_keys))
+
+
+def kept_bands(bands: int, per_width: int | None) -> slice:
+    """Which of a width's ``bands`` bands a band table keeps: at most
+    ``per_width``, evenly spaced from the first (all of them for ``None``).
+    Evenly spaced bands see different parts of the sketch, so an edit that
+    spoils one rarely spoils the others."""
+    if per_width is None or per_width >= bands:
+        return slice(None)
+    if per_width < 1:
+        raise ValueError(f"per_width must be at least 1, got {per_width}")
+    return slice(0, bands, -(-bands // per_width))
 
 
 def _widths(sketch: Sketch) -> list[int]:
@@ -180,15 +202,46 @@ def _widths(sketch: Sketch) -> list[int]:
     return out
 
 
-def _fold(rows: U8Array, width: int, first: int, bands: int, sketch: Sketch) -> U64Array:
-    """``(len(rows), bands)`` keys: each band's packed bytes (``width`` bins
-    lie in consecutive bytes; ``rows`` holds bands ``first`` to ``first +
-    bands - 1``) folded into a hash seeded by its place."""
+def _widths_of(count: IntArray, sketch: Sketch) -> list[int]:
+    """The widths :func:`band_keys` bands any of the sketches at (``count``:
+    their filled bins): a few numpy calls spared a width for a small batch."""
+    if not len(count):
+        return []
+    low, high = int(count.min()), int(count.max())
+    return [
+        width
+        for width in _widths(sketch)
+        if high * width >= MIN_FILLED * sketch.bins and low * width <= MAX_FILLED * sketch.bins
+    ]
+
+
+@functools.lru_cache(maxsize=64)
+def _places(bands: int, step: int) -> IntArray:
+    """Every ``step``-th band's index of ``bands`` (read-only: shared)."""
+    places = np.arange(0, bands, step, dtype=np.int64)
+    places.flags.writeable = False
+    return places
+
+
+@functools.lru_cache(maxsize=256)
+def _seeds(width: int, places: bytes) -> U64Array:
+    """Each band place's hash seed (read-only: shared)."""
+    place = np.frombuffer(places, dtype=np.int64).astype(np.uint64) | _U64(width << 32)
+    seeds = mix64_array(place ^ _U64(BAND_SALT))
+    seeds.flags.writeable = False
+    return seeds
+
+
+def _fold(rows: U8Array, width: int, places: IntArray, sketch: Sketch) -> U64Array:
+    """``(len(rows), len(places))`` keys: each band's packed bytes (``width``
+    bins lie in consecutive bytes; ``rows`` holds the bands ``places`` names,
+    in order) folded into a hash seeded by its place."""
     band_bytes = width * sketch.bits // 8
     word = min(band_bytes, 8)
+    bands = len(places)
     words = rows.view(np.dtype(f"<u{word}")).reshape(len(rows), bands, band_bytes // word).astype(np.uint64)
-    place = np.arange(first, first + bands, dtype=np.uint64) | _U64(width << 32)
-    hashed = np.broadcast_to(mix64_array(place ^ _U64(BAND_SALT)), (len(rows), bands)).copy()
+    seeds = _seeds(width, np.asarray(places, dtype=np.int64).tobytes())
+    hashed = np.broadcast_to(seeds, (len(rows), bands)).copy()
     for column in range(words.shape[2]):
         hashed = mix64_array(hashed ^ words[:, :, column])
     return hashed
