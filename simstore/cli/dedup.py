@@ -88,7 +88,8 @@ def configure_dedup(parser: argparse.ArgumentParser) -> None:
         help="also pair documents whose verification sketches share a band, however far apart their "
         "fingerprints, when they meet the similarity threshold: finds one-word edits of short texts "
         "that move a fingerprint past k (reads every sketch into memory). On by default; with "
-        "--against only when asked, as it then reads every stored sketch once per million documents",
+        "--against, on where the store keeps a band table (new stores of k >= 5 do), "
+        "else only when asked, as it then reads every stored sketch once per million documents",
     )
     parser.add_argument(
         "--keep",
@@ -528,9 +529,10 @@ def dedup_against(
     # and a query that may stop at it costs a fraction where documents
     # share boilerplate (hundreds of matches each).
     limit = None if args.pairs else 1
-    # Bands read every stored sketch once per call: far larger calls.
-    bands = args.bands is True  # only when asked: it reads every stored sketch
-    chunk = AGAINST_BAND_CHUNK if bands else QUERY_CHUNK
+    # A store with a band table looks bands up (the default, bands=None); one
+    # without reads every stored sketch once per call for --bands: far larger calls.
+    bands = args.bands
+    chunk = AGAINST_BAND_CHUNK if bands is True and store.bands is None else QUERY_CHUNK
     with contextlib.ExitStack() as stack:
         stream = stack.enter_context(output_stream(output)) if args.pairs else None
         bar = stack.enter_context(progress(args, desc="matching", total=len(fingerprints), unit="doc"))

@@ -681,7 +681,7 @@ def against(
     *,
     sketch_column: str | None = None,
     min_similarity: float | None = None,
-    bands: bool = False,
+    bands: bool | None = None,
 ) -> dd.DataFrame:
     """The stored documents near each row of a new batch, without inserting it.
 
@@ -702,8 +702,10 @@ def against(
             own threshold by default, where they have one; needs ``sketch_column``).
         bands: also match stored documents whose sketches share a band with
             a row's, however far apart the fingerprints
-            (:meth:`simstore.Store.query_many`); each partition's task reads
-            every stored sketch once. Needs ``sketch_column``.
+            (:meth:`simstore.Store.query_many`). ``None`` (the default): where
+            the stores keep a band table and ``sketch_column`` is given; a
+            store without one reads every stored sketch once a partition for
+            ``True``. Needs ``sketch_column``.
 
     Returns:
         A lazy Dask DataFrame with one row per (batch row, stored match):
@@ -721,7 +723,7 @@ def against(
     threshold = None if min_similarity is None else check_similarity(min_similarity)
     if threshold is not None and sketch_column is None:
         raise InvalidValueError("min_similarity= needs sketch_column= (see fingerprint_and_sketch)")
-    if check_flag("bands", bands) and sketch_column is None:
+    if bands is not None and check_flag("bands", bands) and sketch_column is None:
         raise InvalidValueError("bands=True needs sketch_column= (see fingerprint_and_sketch)")
     columns = [key_column, fingerprint_column, *([sketch_column] if sketch_column else [])]
     _check_columns(ddf, columns)
@@ -746,7 +748,7 @@ def _against_partition(
     sketch_column: str | None,
     k: int | None,
     threshold: float | None,
-    bands: bool = False,
+    bands: bool | None = None,
 ) -> pd.DataFrame:
     fingerprints = checked_fingerprints(frame[fingerprint_column].to_numpy(), fingerprint_column)
     keys: list[Any] = []

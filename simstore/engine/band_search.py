@@ -3,11 +3,17 @@ verification sketch shares a band key with a query's sketch
 (:mod:`simstore.fingerprinting.bands`) and whose estimated similarity reaches
 the threshold, however far apart the fingerprints are (issue 36).
 
-The store keeps no table of band keys yet, so this is a batch join: every
-stored sketch is read once, in chunks, banded, and matched against the
-batch's band keys in numpy. Its cost grows with the store, not the batch
-(about 4 µs a stored document), which is why ``query_many(bands=True)`` and
-``dedup --against --bands`` take it and a single ``query`` does not.
+A format-4 store keeps a band table (its runs' keys in
+:class:`simstore.engine.column_tableset.ColumnTableSet`, the delta's in
+:class:`simstore.engine.delta_bands.DeltaBands`): a query's keys are looked up
+there, and each document found is verified against its sketch as it is now
+(it must still share a key with the query's, and reach the threshold).
+
+A store without one (format 2 or 3) answers by a batch join: every stored
+sketch is read once, in chunks, banded, and matched against the batch's band
+keys in numpy. Its cost grows with the store, not the batch (about 4 µs a
+stored document), which is why only ``query_many(bands=True)`` and ``dedup
+--against --bands`` take it there.
 """
 
 from __future__ import annotations
@@ -19,6 +25,7 @@ from typing import TYPE_CHECKING
 import numpy as np
 
 from simstore.engine import _lmdb
+from simstore.engine.column_tableset import BandSource, ColumnTableSet
 from simstore.engine.records import decode_record, encode_id
 from simstore.engine.settings import store_sketch
 from simstore.errors import CorruptStoreError
@@ -47,6 +54,8 @@ def band_matches(
     sketch = store_sketch(engine)
     if sketch is None or engine.handles.sketches is None or not len(sketches):
         return found
+    if engine.delta_bands is not None:
+        return _table_matches(engine, txn, sketches, threshold, engine.delta_bands.source)
     queries = band_keys(sketches, sketch)
     if not len(queries.rows):
         return found
@@ -65,6 +74,40 @@ def band_matches(
             strict=True,
         ):
             found[query][doc_id] = value
+    return found
+
+
+def _table_matches(
+    engine: Engine, txn: _lmdb.Txn, sketches: U8Array, threshold: float, source: BandSource
+) -> list[dict[int, float]]:
+    """:func:`band_matches` from the store's band table: the documents it
+    names under a query's keys, verified against their sketches."""
+    found: list[dict[int, float]] = [{} for _ in range(len(sketches))]
+    query_rows, query_keys = source.keys_of(sketches)
+    if not len(query_keys):
+        return found
+    assert engine.delta_bands is not None
+    engine.delta_bands.refresh(txn)
+    tableset = engine.tableset
+    assert isinstance(tableset, ColumnTableSet)  # a band table sits beside format 3's runs only
+    in_runs = tableset.band_candidates(txn, query_keys)[1]
+    in_delta = engine.delta_bands.look_up(query_keys)[1]
+    candidates = np.unique(np.concatenate([in_runs, in_delta]))
+    if not len(candidates):
+        return found
+    # Only the candidates' sketches as they are now decide: a stale key, or
+    # one that matched on its top 32 bits only, finds a document these turn away.
+    doc_ids, rows = source.stored_rows(txn, candidates)
+    stored_rows, stored_keys = source.keys_of(rows)
+    pair_queries, pair_rows = KeyIndex(query_rows, query_keys).pairs_with(stored_rows, stored_keys)
+    if not len(pair_queries):
+        return found
+    similarity = estimate_jaccard(sketches[pair_queries], rows[pair_rows], source.sketch)
+    kept = similarity >= threshold
+    for query, doc_id, value in zip(
+        pair_queries[kept].tolist(), doc_ids[pair_rows[kept]].tolist(), similarity[kept].tolist(), strict=True
+    ):
+        found[query][doc_id] = value
     return found
 
 

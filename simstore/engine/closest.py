@@ -251,7 +251,12 @@ def closest_in(
         closest.settle,
     )
     closest.finish()
-    return closest.matches
+    answers = [closest.matches]
+    if engine.delta_bands is not None and sketch is not None and threshold is not None:
+        _add_band_matches(
+            engine, txn, [fingerprint], [sketch], k, with_meta, threshold, limit, answers, own_id
+        )
+    return answers[0]
 
 
 def query_many(
@@ -350,9 +355,11 @@ def _add_band_matches(
     threshold: float,
     limit: int,
     answers: list[list[Match]],
+    own_id: int | None = None,
 ) -> None:
     """Fill each answer short of ``limit`` with its band matches beyond
-    ``k``: they come after every match within ``k``, closest first."""
+    ``k``: they come after every match within ``k``, closest first
+    (``own_id``, a document to leave out)."""
     short = [index for index, matches in enumerate(answers) if len(matches) < limit]
     if not short:
         return
@@ -360,6 +367,8 @@ def _add_band_matches(
     matched = band_search.band_matches(engine, txn, rows.reshape(len(short), -1), threshold)
     found = band_search.beyond_k(engine, txn, [queries[index] for index in short], matched, k)
     for index, (distances, records) in zip(short, found, strict=True):
+        if own_id is not None:
+            distances.pop(own_id, None)
         if distances:
             extra = resolve(engine, txn, distances, with_meta, records, sketches[index], threshold)
             answers[index].extend(extra[: limit - len(answers[index])])

@@ -30,6 +30,10 @@ What differs from format 2:
   store's lock, as the release is.
 - **Compaction** is a join of the runs the size-tiered plan names, in one
   step (bounded steps in the background are still to come: docs/format3.md).
+- **The band table** (format 4, :class:`BandSource`): each run's documents'
+  band keys, written with the run from the sketches the same transaction
+  holds, joined with it (the entries of documents the join drops are
+  dropped), viewed in place through the pin like the columns.
 """
 
 from __future__ import annotations
@@ -38,7 +42,7 @@ import contextlib
 import threading
 import time
 from collections.abc import Callable, Sequence
-from dataclasses import replace
+from dataclasses import dataclass, replace
 from typing import TYPE_CHECKING
 
 import numpy as np
@@ -46,10 +50,15 @@ import numpy.typing as npt
 
 from simstore.engine import graves
 from simstore.engine._lmdb import Database, MapMovedError, Txn
+from simstore.engine.band_tables import view_band_run, write_band_run
 from simstore.engine.column_index import UNSTAMPED, ColumnCatalog, ColumnIndex, Live, RunEntry
 from simstore.engine.column_tables import view_run
 from simstore.engine.format import CATALOG_KEY, REMOVALS_KEY
 from simstore.engine.record_scan import id_and_fingerprint_arrays
+from simstore.errors import CorruptStoreError
+from simstore.fingerprinting.bands import band_keys
+from simstore.fingerprinting.sketch import Sketch, U8Array
+from simstore.index.band_runs import BandRun, build_band_run, join_band_runs, look_up
 from simstore.index.column_search import IdArray, Matches, Snapshot
 from simstore.index.multi_index import MultiIndex
 from simstore.index.permute import FINGERPRINT_BITS, U64Array
@@ -72,12 +81,53 @@ Get = Callable[..., bytes | None]
 _SCAN_PLAN = ScanPlan((0,), (0, FINGERPRINT_BITS + 1))
 
 
+@dataclass(frozen=True)
+class BandSource:
+    """What a format-4 store's band table is made from: ``per_width`` bands
+    of each width (:func:`simstore.fingerprinting.bands.band_keys`) of the
+    ``sketch`` each document keeps in ``sketches``."""
+
+    per_width: int
+    sketch: Sketch
+    sketches: Database
+
+    def keys_of(self, rows: U8Array) -> tuple[npt.NDArray[np.int64], U64Array]:
+        """``(rows, keys)``: the band keys of packed sketches, each with its row."""
+        found = band_keys(rows, self.sketch, self.per_width)
+        return found.rows, found.keys
+
+    def stored_rows(self, txn: Txn, doc_ids: U64Array) -> tuple[U64Array, U8Array]:
+        """``(doc_ids, rows)`` of the documents of ``doc_ids`` that keep a sketch, read in ``txn``."""
+        wanted = [int(doc_id).to_bytes(8, "big") for doc_id in np.asarray(doc_ids, dtype=np.uint64).tolist()]
+        found = txn.cursor(self.sketches).getmulti(wanted)
+        if not found:
+            return np.zeros(0, dtype=np.uint64), np.zeros((0, self.sketch.nbytes), dtype=np.uint8)
+        raw = b"".join(bytes(value) for _, value in found)
+        if len(raw) != len(found) * self.sketch.nbytes:
+            raise CorruptStoreError(f"a stored sketch is not {self.sketch.nbytes} bytes")
+        ids = np.frombuffer(b"".join(bytes(key) for key, _ in found), dtype=">u8").astype(np.uint64)
+        return ids, np.frombuffer(raw, dtype=np.uint8).reshape(len(found), self.sketch.nbytes)
+
+    def run_of(self, txn: Txn, doc_ids: U64Array) -> BandRun:
+        """The band run of the documents ``doc_ids``, from their sketches in ``txn``."""
+        ids, rows = self.stored_rows(txn, doc_ids)
+        owners, keys = self.keys_of(rows)
+        return build_band_run(keys, _ids(ids[owners]))
+
+
 class _Pin:
     """A read transaction that reads buffers, and the snapshot of the runs it sees."""
 
-    __slots__ = ("born", "catalog_raw", "map_changes", "run_ids", "snapshot", "txn")
+    __slots__ = ("band_runs", "born", "catalog_raw", "map_changes", "run_ids", "snapshot", "txn")
 
-    def __init__(self, txn: Txn, catalog_raw: bytes | None, index: ColumnIndex, map_changes: int) -> None:
+    def __init__(
+        self,
+        txn: Txn,
+        catalog_raw: bytes | None,
+        index: ColumnIndex,
+        map_changes: int,
+        bands: BandSource | None,
+    ) -> None:
         self.txn = txn
         self.born = time.monotonic()
         self.map_changes = map_changes
@@ -85,6 +135,11 @@ class _Pin:
         catalog = ColumnCatalog.decode(catalog_raw)
         self.run_ids = frozenset(run.run_id for run in catalog.runs)
         self.snapshot = index.snapshot(txn, catalog) if catalog.runs else None
+        self.band_runs: list[BandRun] = (
+            []
+            if bands is None
+            else [view_band_run(txn, index.databases[0], run.run_id) for run in catalog.runs]
+        )
 
 
 class ColumnTableSet:
@@ -103,8 +158,10 @@ class ColumnTableSet:
         docs: Database,
         environment: Callable[[], Environment],
         lock: Callable[[], threading.RLock],
+        bands: BandSource | None = None,
     ) -> None:
         self.scheme = scheme
+        self.bands = bands
         self.index = ColumnIndex(scheme, databases)
         self.databases = list(databases)
         self._meta = meta
@@ -203,14 +260,7 @@ class ColumnTableSet:
         """``(query index, doc id)`` of every match in the pinned snapshot,
         and in any run ``txn`` names that the pin lacks (viewed from
         ``txn``: copies)."""
-        raw = txn.get(CATALOG_KEY, db=self._meta)
-        pin = self._pin
-        if pin is None or raw != pin.catalog_raw or pin.map_changes != self._environment().map_changes:
-            # Not prepared for this transaction (a write's, or a read that
-            # raced catalog changes): pinned now, at the latest commit.
-            with contextlib.suppress(MapMovedError):
-                self._renew(adopt_growth=False)
-            pin = self._pin
+        raw, pin = self._pin_for(txn)
         hits: list[tuple[int, int]] = []
         snapshot = None if pin is None else pin.snapshot
         if snapshot is not None and len(queries) == 1:
@@ -227,6 +277,34 @@ class ColumnTableSet:
                 batch = np.array(queries, dtype=np.uint64)
                 hits += _hits(Snapshot.of(self.scheme, runs).search(batch, k))
         return hits
+
+    def _pin_for(self, txn: Txn) -> tuple[bytes | None, _Pin | None]:
+        """The catalog ``txn`` reads, and the pin, renewed first if it was
+        not prepared for this transaction (a write's, or a read that raced
+        catalog changes): pinned now, at the latest commit. The pin may
+        still lack runs ``txn`` names (its own, uncommitted)."""
+        raw = txn.get(CATALOG_KEY, db=self._meta)
+        pin = self._pin
+        if pin is None or raw != pin.catalog_raw or pin.map_changes != self._environment().map_changes:
+            with contextlib.suppress(MapMovedError):
+                self._renew(adopt_growth=False)
+            pin = self._pin
+        return raw, pin
+
+    def band_candidates(self, txn: Txn, keys: U64Array) -> tuple[npt.NDArray[np.int64], U64Array]:
+        """``(positions, doc_ids)``: the documents whose band keys in the
+        runs ``txn`` names include ``keys[positions[j]]`` (on their top 32
+        bits: :mod:`simstore.index.band_runs`), repeats included, read from
+        the pin where it holds the runs, else from ``txn`` (copies). Stale
+        entries are found too: the caller verifies each document's sketch."""
+        if self.bands is None:
+            return np.zeros(0, dtype=np.int64), np.zeros(0, dtype=np.uint64)
+        raw, pin = self._pin_for(txn)
+        if pin is not None and raw == pin.catalog_raw:
+            return look_up(pin.band_runs, keys)
+        # (Views of txn's values: looked up before it ends.)
+        runs = [view_band_run(txn, self.databases[0], run.run_id) for run in ColumnCatalog.decode(raw).runs]
+        return look_up(runs, keys)
 
     def prepare(self) -> None:
         """Make or renew the pin if it is missing, old, or the map changed
@@ -248,7 +326,9 @@ class ColumnTableSet:
         txn = environment.begin_buffers(adopt_growth=adopt_growth)
         try:
             raw = txn.get(CATALOG_KEY, db=self._meta)
-            self._pin = _Pin(txn, None if raw is None else bytes(raw), self.index, environment.map_changes)
+            self._pin = _Pin(
+                txn, None if raw is None else bytes(raw), self.index, environment.map_changes, self.bands
+            )
         except BaseException:
             txn.abort()
             raise
@@ -284,9 +364,14 @@ class ColumnTableSet:
     def write_run(
         self, txn: Txn, catalog: ColumnCatalog, doc_ids: U64Array, fingerprints: U64Array
     ) -> ColumnCatalog:
-        """Write documents as a new run of every table; the catalog with it."""
+        """Write documents as a new run of every table (and their band keys,
+        read from their sketches in ``txn``); the catalog with it."""
         fingerprints = np.asarray(fingerprints, dtype=np.uint64)
-        return self.index.write_run(txn, catalog, fingerprints, _ids(doc_ids), self.removals(txn))
+        written = self.index.write_run(txn, catalog, fingerprints, _ids(doc_ids), self.removals(txn))
+        if self.bands is not None and written is not catalog:
+            band_run = self.bands.run_of(txn, np.asarray(doc_ids, dtype=np.uint64))
+            write_band_run(txn, self.databases[0], written.runs[-1].run_id, band_run)
+        return written
 
     def delete(
         self, txn: Txn, catalog: ColumnCatalog, doc_ids: Sequence[int], fingerprints: Sequence[int]
@@ -348,15 +433,50 @@ class ColumnTableSet:
 
         source = self._reader_of(joined)
         try:
+            band_run: BandRun | None = None
+            if self.bands is not None:
+                live, band_run = self._join_bands(txn if source is None else source, joined, live)
             joined_catalog = self.index.join(
                 txn, replace(catalog, compaction=None), first, end, live, removals, source
             )
+            if band_run is not None and joined_catalog.next_run_id != catalog.next_run_id:
+                # The join left a run (it kept some entry): its bands go under its id.
+                write_band_run(txn, self.databases[0], catalog.next_run_id, band_run)
         finally:
             if source is not None:
                 source.abort()
         stamps = [run.removals for run in joined_catalog.runs]
         graves.forget_below(txn, self._meta, min(stamps) if stamps else None)
         return joined_catalog, moved
+
+    def _join_bands(
+        self, reader: Txn, joined: Sequence[RunEntry], live: Live | None
+    ) -> tuple[Live | None, BandRun]:
+        """The band run of a join of ``joined`` (read in ``reader``), without
+        the entries of the documents ``live`` drops from each run; and a
+        ``live`` that answers the join from what was worked out here (each
+        run's entries are judged once)."""
+        kept: dict[int, npt.NDArray[np.bool_] | None] = {}
+        dropped: list[IdArray | None] = []
+        band_runs: list[BandRun] = []
+        for run in joined:
+            if live is None:
+                dropped.append(None)
+            else:
+                columns = view_run(reader, self.databases, self.scheme, run.run_id, run.entries)
+                keep = kept[run.run_id] = live(run, columns.ids, columns.fingerprints)
+                dropped.append(None if keep is None else np.asarray(columns.ids[~keep]).copy())
+                del columns
+            band_runs.append(view_band_run(reader, self.databases[0], run.run_id))
+        band_run = join_band_runs(band_runs, dropped)  # copies: the runs' values are dropped next
+        del band_runs
+        if live is None:
+            return None, band_run
+
+        def judged(run: RunEntry, ids: IdArray, fingerprints: U64Array) -> npt.NDArray[np.bool_] | None:
+            return kept[run.run_id]
+
+        return judged, band_run
 
     def _reader_of(self, runs: Sequence[RunEntry]) -> Txn | None:
         """A read transaction that reads buffers and sees ``runs``, or

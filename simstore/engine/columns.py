@@ -10,7 +10,10 @@ big-endian) + kind (1 byte)``, so a run's values sit together in key order:
   4 or 8 bytes as the run's largest id needs;
 - ``DIRECTORY``: for every value of the keys' top ``bits`` bits, the position
   of its first key, and the column's length last (little-endian uint32 or
-  uint64): a probe's range starts inside one directory slot.
+  uint64): a probe's range starts inside one directory slot;
+- ``BAND_KEYS`` and ``BAND_IDS`` (table 0 only, format 4): the band keys of
+  the run's documents (:mod:`simstore.index.band_runs`), little-endian
+  uint32 in ascending order, and each key's document id.
 
 Each value is a 16-byte header (kind, item size, the directory's bits, a
 CRC-32 of the payload, the item count) and then the payload, padded to at
@@ -37,7 +40,11 @@ from simstore.index.column_search import MAX_DIRECTORY_BITS, Directory
 KEYS = 0
 IDS = 1
 DIRECTORY = 2
-KINDS = (KEYS, IDS, DIRECTORY)
+#: Format 4's band table, in table 0's sub-database (:mod:`simstore.engine.band_tables`):
+#: the run's band keys (uint32, ascending) and each one's document id.
+BAND_KEYS = 3
+BAND_IDS = 4
+KINDS = (KEYS, IDS, DIRECTORY, BAND_KEYS, BAND_IDS)
 
 KEY = struct.Struct(">IB")
 HEADER = struct.Struct("<BBBxIQ")

@@ -32,6 +32,7 @@ import numpy as np
 
 from simstore.engine import _lmdb
 from simstore.engine.delta import Change, Delta, encode_seq
+from simstore.engine.delta_bands import DeltaBands
 from simstore.engine.format import CATALOG_KEY, META_KEY, STATE_KEY, State, StoredParams, decode_meta
 from simstore.engine.stored_tables import tableset_for
 from simstore.engine.wal import WRITE_AHEAD_LOG
@@ -235,8 +236,17 @@ class Engine:
         self.synced_snapshot = -1
         # The tables' runs and bitmaps, for the catalog version in catalog_version.
         self.tableset = tableset_for(
-            params, handles.tables, handles.meta, handles.docs, self._environment, self._lock
+            params,
+            handles.tables,
+            handles.meta,
+            handles.docs,
+            self._environment,
+            self._lock,
+            handles.sketches,
         )
+        bands = getattr(self.tableset, "bands", None)
+        # The band keys of the delta's documents (format 4's band table).
+        self.delta_bands = None if bands is None else DeltaBands(bands, self.delta)
         self.env.before_map_change = self.tableset.release
         self.catalog_version = -1
         self.meta_raw = bytes(raw_meta)

@@ -335,6 +335,10 @@ class Delta:
         self._indexed: dict[int, int] = {}
         self._buckets: list[Bucket] = [{} for _ in self.tables]
         self._sorted = _SortedTier(self.tables)
+        # The documents put since the band table's in-memory part last took
+        # them (simstore.engine.delta_bands), if one keeps it; ``era`` counts clears.
+        self.touched: list[int] | None = None
+        self.era = 0
         self.next_seq = 0
         self.merge_epoch = -1  # matches no stored epoch, so the first read loads
         self.state = State(0, 0, -1)
@@ -365,6 +369,9 @@ class Delta:
         return fingerprint
 
     def clear(self) -> None:
+        self.era += 1
+        if self.touched is not None:
+            self.touched = []
         self._pending.clear()
         self._indexed.clear()
         for bucket in self._buckets:
@@ -373,6 +380,8 @@ class Delta:
 
     def put(self, doc_id: int, fingerprint: int) -> None:
         """Record that ``doc_id`` has ``fingerprint`` (replacing any earlier one)."""
+        if self.touched is not None:
+            self.touched.append(doc_id)
         self.discard(doc_id)
         self._pending[doc_id] = fingerprint
         if len(self._pending) + len(self._indexed) >= self.recent_limit:
@@ -384,6 +393,8 @@ class Delta:
             for doc_id, fingerprint in zip(doc_ids, fingerprints.tolist(), strict=True):
                 self.put(doc_id, fingerprint)
             return
+        if self.touched is not None:
+            self.touched.extend(doc_ids)
         self._discard_many(doc_ids)
         if len(doc_ids) >= self.recent_limit:
             # A reload or a big batch goes straight to the sorted tier, in numpy.

@@ -44,8 +44,15 @@ FORMAT_NAME = "simstore"
 FORMAT_VERSION = 2
 #: Format 3: the tables of a multi-index scheme (the layout kind below).
 MULTI_INDEX_FORMAT_VERSION = 3
+#: Format 4: format 3 with a band table beside the runs (issue 36): the
+#: layout description holds ``"bands"``, the bands of each width a document
+#: keeps (:func:`simstore.fingerprinting.bands.kept_bands`). A simstore that
+#: reads only format 3 refuses it rather than write runs without bands.
+BAND_TABLE_FORMAT_VERSION = 4
 #: The layout description's ``kind`` of a format-3 store.
 MULTI_INDEX_KIND = "multi-index"
+#: The most bands of a width a band table keeps a document.
+MAX_BANDS_PER_WIDTH = 64
 #: The format simstore 0.1 wrote, which ``simstore migrate`` converts.
 LEGACY_FORMAT_VERSION = 1
 
@@ -98,7 +105,15 @@ class StoredParams:
     @property
     def version(self) -> int:
         """The format version this store's tables need."""
-        return FORMAT_VERSION if self.scheme is None else MULTI_INDEX_FORMAT_VERSION
+        if self.scheme is None:
+            return FORMAT_VERSION
+        return MULTI_INDEX_FORMAT_VERSION if self.bands is None else BAND_TABLE_FORMAT_VERSION
+
+    @property
+    def bands(self) -> int | None:
+        """The bands of each width the store's band table keeps a document
+        (``None``: the store keeps no band table)."""
+        return bands_of(self.layout)
 
     @property
     def stored_tables(self) -> int:
@@ -124,9 +139,32 @@ def scheme_of(layout: Mapping[str, Any] | None) -> MultiIndex | None:
         raise ValueError(f"the multi-index layout is invalid: {exc}") from exc
 
 
-def multi_index_layout(scheme: MultiIndex) -> dict[str, Any]:
-    """The layout description of a format-3 store laid out by ``scheme``."""
-    return {"kind": MULTI_INDEX_KIND, "widths": list(scheme.widths), "radii": list(scheme.radii)}
+def bands_of(layout: Mapping[str, Any] | None) -> int | None:
+    """The bands of each width a layout description's band table keeps
+    (``None``: it has none).
+
+    Raises:
+        ValueError: it names a band table, badly.
+    """
+    if layout is None or "bands" not in layout:
+        return None
+    bands = layout["bands"]
+    if isinstance(bands, bool) or not isinstance(bands, int) or not 1 <= bands <= MAX_BANDS_PER_WIDTH:
+        raise ValueError(f"the band table keeps {bands!r} bands a width")
+    return bands
+
+
+def multi_index_layout(scheme: MultiIndex, bands: int | None = None) -> dict[str, Any]:
+    """The layout description of a format-3 store laid out by ``scheme``
+    (format 4 with a band table of ``bands`` a width)."""
+    layout: dict[str, Any] = {
+        "kind": MULTI_INDEX_KIND,
+        "widths": list(scheme.widths),
+        "radii": list(scheme.radii),
+    }
+    if bands is not None:
+        layout["bands"] = bands
+    return layout
 
 
 _STATE_STRUCT = struct.Struct(">QQQQ")
@@ -206,10 +244,10 @@ def decode_meta(raw: bytes, *, accept: int = FORMAT_VERSION) -> StoredParams:
     version = record.get("version")
     if not isinstance(version, int) or version < 1:
         raise CorruptStoreError(f"the meta record has an invalid format version {version!r}")
-    if version > MULTI_INDEX_FORMAT_VERSION:
+    if version > BAND_TABLE_FORMAT_VERSION:
         raise FormatVersionError(
             f"the store has format version {version}, but this simstore reads only "
-            f"versions up to {MULTI_INDEX_FORMAT_VERSION}; upgrade simstore to open it"
+            f"versions up to {BAND_TABLE_FORMAT_VERSION}; upgrade simstore to open it"
         )
     if version >= FORMAT_VERSION and accept != FORMAT_VERSION:
         raise FormatVersionError(f"the store has format version {version} already; it needs no migration")
@@ -246,7 +284,15 @@ def decode_meta(raw: bytes, *, accept: int = FORMAT_VERSION) -> StoredParams:
         ):
             raise ValueError(f"the similarity threshold is {min_similarity!r}")
         scheme = scheme_of(layout)
-        if (scheme is not None) != (version == MULTI_INDEX_FORMAT_VERSION):
+        bands = bands_of(layout)
+        expected = (
+            FORMAT_VERSION
+            if scheme is None
+            else MULTI_INDEX_FORMAT_VERSION
+            if bands is None
+            else BAND_TABLE_FORMAT_VERSION
+        )
+        if version != expected and not (scheme is None and version < FORMAT_VERSION):
             raise ValueError(f"format version {version} with a layout of kind {(layout or {}).get('kind')!r}")
         if scheme is not None and scheme.k < k:
             raise ValueError(f"the multi-index scheme {scheme.label()} does not answer k={k}")

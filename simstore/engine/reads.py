@@ -44,6 +44,7 @@ def query(
         permuted = engine.permute_all(fingerprint)
         records: dict[int, bytes] = {}
         found = find(engine, txn, permuted, fingerprint, k, records)
+        add_banded(engine, txn, fingerprint, sketch, k, threshold, found, records)
         matches = resolve(engine, txn, found, with_meta, records, sketch, threshold)
         if engine.tableset.bitmaps_unread:
             engine.tableset.read_bitmaps(txn)
@@ -106,6 +107,30 @@ def find(
         txn, permuted, fingerprint, k, found, records, engine.handles.docs, engine.permute_all
     )
     return found
+
+
+def add_banded(
+    engine: Engine,
+    txn: _lmdb.Txn,
+    fingerprint: int,
+    sketch: bytes | None,
+    k: int,
+    threshold: float | None,
+    found: dict[int, int],
+    records: dict[int, bytes],
+) -> None:
+    """Add to ``found`` (and their records to ``records``) the documents
+    more than ``k`` bits away that the store's band table finds for
+    ``sketch`` at ``threshold``: nothing where the store keeps no band table
+    (:mod:`simstore.engine.band_search`) or the query has no sketch or threshold."""
+    if engine.delta_bands is None or sketch is None or threshold is None:
+        return
+    matched = band_search.band_matches(
+        engine, txn, np.frombuffer(sketch, dtype=np.uint8).reshape(1, -1), threshold
+    )
+    distances, band_records = band_search.beyond_k(engine, txn, [fingerprint], matched, k)[0]
+    found.update(distances)
+    records.update(band_records)
 
 
 def resolve(

@@ -10,10 +10,12 @@ from collections.abc import Callable, Sequence
 from typing import Any, Protocol
 
 from simstore.engine._lmdb import Database, Environment, Txn
-from simstore.engine.column_tableset import ColumnTableSet
+from simstore.engine.column_tableset import BandSource, ColumnTableSet
 from simstore.engine.format import StoredParams
 from simstore.engine.runs import filter_bits_for
 from simstore.engine.tableset import TableSet
+from simstore.errors import CorruptStoreError
+from simstore.fingerprinting.sketch import Sketch
 from simstore.index.permute import U64Array
 from simstore.index.scan_plan import ScanPlan
 
@@ -92,10 +94,17 @@ def tableset_for(
     docs: Database,
     environment: Callable[[], Environment],
     lock: Callable[[], threading.RLock],
+    sketches: Database | None = None,
 ) -> StoredTables:
     """The table set of a store laid out by ``params``, over its table
-    sub-databases ``tables``."""
+    sub-databases ``tables`` (and, for a band table, its ``sketches``)."""
     scheme = params.scheme
     if scheme is None:
         return TableSet(params.tables, tables, filter_bits_for(params.k))
-    return ColumnTableSet(scheme, tables, meta, docs, environment, lock)
+    bands = None
+    if params.bands is not None:
+        sketch = None if params.fingerprinter is None else params.fingerprinter.get("sketch")
+        if sketch is None or sketches is None:
+            raise CorruptStoreError("the store keeps a band table but no sketches to band")
+        bands = BandSource(params.bands, Sketch.from_settings(sketch), sketches)
+    return ColumnTableSet(scheme, tables, meta, docs, environment, lock, bands)

@@ -10,7 +10,7 @@ from collections.abc import Mapping
 from dataclasses import dataclass, replace
 from typing import Any
 
-from simstore.engine.format import multi_index_layout
+from simstore.engine.format import MAX_BANDS_PER_WIDTH, multi_index_layout
 from simstore.errors import InvalidTypeError, InvalidValueError, SimstoreError
 from simstore.fingerprinting.fingerprinter import Fingerprinter
 from simstore.index import multi_index
@@ -29,6 +29,10 @@ DEFAULT_K = 5
 #: every pair >= 0.97 that k finds and no pair below 0.5 (precision 99.0 %
 #: unverified, 62.5 % on templated pages).
 DEFAULT_MIN_SIMILARITY = 0.8
+#: The bands of each width a new multi-index store's band table keeps a
+#: document (simstore.fingerprinting.bands.kept_bands): a long text's 32
+#: bands of 8 bins thinned to 8, about 8 keys (4 bytes each) a document.
+DEFAULT_BANDS_PER_WIDTH = 8
 
 
 @dataclass(frozen=True)
@@ -42,6 +46,13 @@ class LayoutRequest:
     layout: Any
     expected_docs: int | None
     min_similarity: float | None = None
+    #: A band table (format 4): ``None`` or ``True`` for the default bands a
+    #: width where the layout is a multi-index scheme and documents keep
+    #: sketches, ``False`` for none, or the bands a width.
+    bands: bool | int | None = None
+    #: Whether documents keep sketches (a re-layout knows; a new store's
+    #: fingerprinter says).
+    sketches: bool = True
 
 
 def requested_k(requested: LayoutRequest) -> int:
@@ -110,8 +121,33 @@ def choose_layout(requested: LayoutRequest) -> tuple[int, tuple[Table, ...], dic
     ):
         chosen_k, tables, _spec, _blocks = _manku_layout(replace(requested, layout=None))
         docs = MULTI_INDEX_DOCS if requested.expected_docs is None else requested.expected_docs
-        return chosen_k, tables, multi_index_layout(multi_index.choose(chosen_k, docs)), None
+        bands = band_table(requested)
+        return chosen_k, tables, multi_index_layout(multi_index.choose(chosen_k, docs), bands), None
+    if requested.bands not in (None, False):
+        raise InvalidValueError(
+            "a band table sits beside a multi-index layout (k of 5 or more, or layout='multi-index'); "
+            "this layout is Manku's tables"
+        )
     return _manku_layout(requested)
+
+
+def band_table(requested: LayoutRequest) -> int | None:
+    """The bands a width of a new multi-index layout's band table (``None``: none)."""
+    bands = requested.bands
+    if bands is not None and not isinstance(bands, bool | int):
+        raise InvalidTypeError(f"bands must be True, False, None or an int, not {type(bands).__name__}")
+    sketches = requested.sketches and (
+        requested.fingerprinter is None or requested.fingerprinter.sketch is not None
+    )
+    if bands is False or (bands is None and not sketches):
+        return None
+    if not sketches:
+        raise InvalidValueError("a band table bands the documents' sketches, and this store keeps none")
+    if bands is None or bands is True:
+        return DEFAULT_BANDS_PER_WIDTH
+    if not 1 <= bands <= MAX_BANDS_PER_WIDTH:
+        raise InvalidValueError(f"bands must be from 1 to {MAX_BANDS_PER_WIDTH} a width, got {bands}")
+    return int(bands)
 
 
 def _manku_layout(requested: LayoutRequest) -> tuple[int, tuple[Table, ...], dict[str, Any], int | None]:

@@ -110,7 +110,10 @@ def query_threshold(engine: Engine, min_similarity: object, query_sketch: object
 
 def checked_bands(engine: Engine, bands: object, query_sketches: object, threshold: float | None) -> bool:
     """``bands`` of a batch query, checked: it needs the queries' sketches
-    and a similarity threshold to judge what the bands find."""
+    and a similarity threshold to judge what the bands find. ``None``: on
+    where the store keeps a band table and the queries have both."""
+    if bands is None:
+        return engine.delta_bands is not None and query_sketches is not None and threshold is not None
     if not check_flag("bands", bands):
         return False
     if store_sketch(engine) is None:

@@ -95,6 +95,13 @@ class Store:
         return settings.store_sketch(self._engine)
 
     @property
+    def bands(self) -> int | None:
+        """The bands of each width a document keeps in the store's band
+        table, which :meth:`query` and :meth:`add_if_new` look a text's bands
+        up in (``None``: the store keeps none; see ``simstore.open(bands=)``)."""
+        return self._engine.params.bands
+
+    @property
     def min_similarity(self) -> float | None:
         """The similarity threshold calls apply unless they pass their own
         (stored in the file; ``None``: none)."""
@@ -352,6 +359,14 @@ class Store:
         ``min_similarity``. The answer is the same as slicing the
         unlimited one.
 
+        A store with a band table (the default for new stores of k >= 5
+        that keep sketches: ``simstore.open(bands=)``) also returns, for a
+        query by text, the documents whose sketches share a band with the
+        text's and reach the threshold, however far apart the fingerprints:
+        a one-word edit that moved a short text's fingerprint past ``k``
+        is found. Such a match's ``distance`` is above ``k``, so it comes
+        after those within it. :meth:`add_if_new` looks the same way.
+
         Args:
             fingerprint: the query fingerprint (or give ``text``).
             k: the largest distance returned; defaults to the store's ``k``
@@ -384,7 +399,7 @@ class Store:
         min_similarity: float | None = None,
         sketches: U8Array | None = None,
         limit: int | None = None,
-        bands: bool = False,
+        bands: bool | None = None,
     ) -> list[list[Match]]:
         """:meth:`query` for a batch, against one snapshot: one list per query.
 
@@ -409,9 +424,11 @@ class Store:
                 any ``k``, is found. Such a match has a ``distance`` above
                 ``k`` and comes after those within it. Needs the queries'
                 texts (or ``sketches``) and a threshold (``min_similarity``
-                or the store's). The store keeps no table of bands yet, so
-                every stored sketch is read once per call (about 4 µs a
-                stored document): ask in large batches.
+                or the store's). ``None`` (the default): where the store
+                keeps a band table (``simstore.open(bands=)``), which looks
+                the queries' bands up, as :meth:`query` does. A store
+                without one reads every stored sketch once per call (about
+                4 µs a stored document) for ``bands=True``: ask in large batches.
         """
         engine = self._engine
         queries, sketches = arguments.fingerprints_and_sketches(

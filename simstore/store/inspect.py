@@ -16,6 +16,7 @@ import numpy as np
 import numpy.typing as npt
 
 from simstore.engine import _lmdb, columns, occupancy, runs
+from simstore.engine.band_tables import view_band_run
 from simstore.engine.catalog import Catalog, Run
 from simstore.engine.column_tables import view_run
 from simstore.engine.column_tableset import ColumnTableSet
@@ -26,6 +27,7 @@ from simstore.engine.records import decode_id, decode_record, lookup_key
 from simstore.engine.settings import store_sketch
 from simstore.engine.tableset import TableSet
 from simstore.errors import CorruptStoreError
+from simstore.index.band_runs import short_keys
 from simstore.index.permute import FINGERPRINT_BITS, MAX_FINGERPRINT, Table, U64Array
 from simstore.index.skew import degenerate_fingerprints, table_skew
 from simstore.keys import KEY_TYPES, unpack_key
@@ -384,6 +386,8 @@ def _check_columns(
         live = at >= 0
         live[live] = tabled.fingerprints[at[live]] == fingerprints[live]
         covered.append(ids[live])
+        if tableset.bands is not None:
+            _check_band_run(txn, tableset, run.run_id, ids[live], problems)
     held = _sorted_unique(np.sort(np.concatenate(covered))) if covered else np.zeros(0, dtype=np.uint64)
     missing = len(tabled.ids) - len(held)
     if missing:
@@ -398,6 +402,31 @@ def _check_columns(
                 continue
             if run_id not in named:
                 problems.append(f"table {index} holds a value of run {run_id}, which the catalog lacks")
+
+
+def _check_band_run(
+    txn: _lmdb.Txn, tableset: ColumnTableSet, run_id: int, live_ids: U64Array, problems: list[str]
+) -> None:
+    """A run's band keys sound (checksums, order) and holding every key of
+    the sketch of each document the run holds a live entry of."""
+    assert tableset.bands is not None
+    try:
+        band_run = view_band_run(txn, tableset.databases[0], run_id, verify=True)
+    except CorruptStoreError as exc:
+        problems.append(str(exc))
+        return
+    doc_ids, rows = tableset.bands.stored_rows(txn, live_ids)
+    owners, keys = tableset.bands.keys_of(rows)
+    wanted = _band_entries(short_keys(keys), doc_ids[owners])
+    held = _band_entries(band_run.keys, band_run.ids.astype(np.uint64))
+    lacking = int(np.count_nonzero(~np.isin(wanted, held)))
+    if lacking:
+        problems.append(f"run {run_id}'s band table lacks {lacking} band keys of its documents")
+
+
+def _band_entries(keys: npt.NDArray[np.uint32], ids: U64Array) -> U64Array:
+    """Band entries as one uint64 each (key high, id low), to compare sets."""
+    return (keys.astype(np.uint64) << np.uint64(32)) | (ids & np.uint64(0xFFFFFFFF))
 
 
 def _sorted_unique(values: npt.NDArray[Any]) -> npt.NDArray[Any]:

@@ -8,19 +8,28 @@ import errno
 import os
 import warnings
 from collections.abc import Sequence
+from dataclasses import replace
 from typing import TYPE_CHECKING, Any
 
 from simstore.engine import _lmdb, graves
 from simstore.engine.catalog import plan_compaction
 from simstore.engine.delta import Change
-from simstore.engine.format import CATALOG_KEY, META_KEY, State, StoredParams, encode_meta
+from simstore.engine.format import (
+    CATALOG_KEY,
+    META_KEY,
+    State,
+    StoredParams,
+    encode_meta,
+    multi_index_layout,
+    scheme_of,
+)
 from simstore.engine.reads import all_documents, document_count
 from simstore.engine.runs import filter_bits_for
 from simstore.engine.stored_tables import tableset_for
 from simstore.engine.tableset import run_bytes
 from simstore.errors import InvalidTypeError, InvalidValueError, StoreFullError, StoreNotFoundError
 from simstore.index.permute import Table, validate_k
-from simstore.layout.choose import LayoutRequest, choose_layout, is_multi_index
+from simstore.layout.choose import LayoutRequest, band_table, choose_layout, is_multi_index
 from simstore.options import COMPACTION_CREDIT, DEFAULT_MERGE_THRESHOLD
 from simstore.results import MaintenanceWarning, StoreFullWarning
 from simstore.version import __version__
@@ -204,8 +213,16 @@ def relayout(
     # A layout carries its own k; otherwise k stays unless given. With
     # nothing else asked, choose_layout picks Manku's default blocks for k.
     new_k = k if k is not None or (layout is not None and not is_multi_index(layout)) else engine.params.k
-    requested = LayoutRequest(new_k, blocks, None, layout, expected_docs)
+    requested = LayoutRequest(new_k, blocks, None, layout, expected_docs, bands=False)
     chosen_k, tables, spec, chosen_blocks = choose_layout(requested)
+    scheme = scheme_of(spec)
+    if scheme is not None:
+        # A band table keeps its bands a width; a store without one gets what a
+        # new store would (one, where documents keep sketches).
+        sketches = engine.handles.sketches is not None
+        kept = engine.params.bands
+        bands = kept if kept is not None else band_table(replace(requested, bands=None, sketches=sketches))
+        spec = multi_index_layout(scheme, bands)
     reserve_for(engine, 0, 0, run_entries=document_count(engine), tables=tables)
 
     def body(txn: _lmdb.Txn, state: State) -> tuple[None, State, Change]:
@@ -228,7 +245,13 @@ def relayout(
         doc_ids, fingerprints = all_documents(engine, txn)
         handles = engine.handles
         tableset = tableset_for(
-            params, databases, handles.meta, handles.docs, lambda: engine.env, lambda: engine.lock
+            params,
+            databases,
+            handles.meta,
+            handles.docs,
+            lambda: engine.env,
+            lambda: engine.lock,
+            handles.sketches,
         )
         catalog = tableset.write_run(txn, tableset.decode_catalog(None), doc_ids, fingerprints)
         for db in old_tables:
@@ -276,6 +299,10 @@ def reserve_for(
         # A multi-index run: a column of 8-byte keys a table, 4-8 bytes of
         # ids and a directory of about one 4-byte slot an entry.
         estimate += run_entries * (8 * engine.params.stored_tables + 16)
+        if engine.params.bands is not None:
+            # Its band keys: 8 bytes a key, at most 2 widths of ``bands`` keys
+            # a document (a long text keeps 8 at the default).
+            estimate += run_entries * 16 * engine.params.bands
     elif run_entries:
         max_id = 2 * (document_count(engine) + documents)  # the id width, roughly
         estimate += run_bytes(

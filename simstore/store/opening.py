@@ -76,6 +76,7 @@ def open(  # noqa: A001 - mirrors dbm.open, deliberately
     layout: Any = None,
     expected_docs: int | None = None,
     min_similarity: float | None = None,
+    bands: bool | int | None = None,
     **options: Any,
 ) -> Store:
     """Open (or create) a store file.
@@ -116,6 +117,15 @@ def open(  # noqa: A001 - mirrors dbm.open, deliberately
             gets the ``k`` at which 97 % of real near-duplicate pairs that
             similar were found (``simstore.layout.planner.K_FOR_SIMILARITY``). Stored;
             ``None`` on an existing store means "the file decides".
+        bands: a band table beside a multi-index layout (k of 5 or more),
+            so that ``query`` and ``add_if_new`` also find the documents
+            whose sketches share a band with the text's and reach the
+            threshold, however far apart the fingerprints (a one-word edit
+            of a short text): ``None`` (the default) or ``True`` keeps
+            ``simstore.layout.choose.DEFAULT_BANDS_PER_WIDTH`` bands of
+            each width a document where documents keep sketches, an int
+            that many, ``False`` none. On an existing store, ``True`` or
+            ``False`` must match the file.
         **options: per-open settings, see :class:`simstore.Options`.
 
     Raises:
@@ -130,6 +140,8 @@ def open(  # noqa: A001 - mirrors dbm.open, deliberately
     if not isinstance(readonly, bool):
         raise InvalidTypeError(f"readonly must be True or False, got {readonly!r}")
     readonly = readonly or mode == "r"
+    if bands is not None and not isinstance(bands, bool | int):
+        raise InvalidTypeError(f"bands must be True, False, None or an int, not {type(bands).__name__}")
     if readonly and mode == "n":
         raise InvalidValueError("mode 'n' creates a new store and cannot be read-only")
     if k is not None:
@@ -165,7 +177,7 @@ def open(  # noqa: A001 - mirrors dbm.open, deliberately
         _check_writable(path_str, mode)
     if opts.map_size is not None and not readonly:
         _check_map_room(path_str, opts.map_size)
-    requested = LayoutRequest(k, blocks, fingerprinter, layout, expected_docs, min_similarity)
+    requested = LayoutRequest(k, blocks, fingerprinter, layout, expected_docs, min_similarity, bands)
     if exists and mode == "n":
         choose_layout(requested)  # refuse bad parameters before deleting anything
         _replace_store(path_str, requested, opts)
@@ -385,6 +397,11 @@ def _load_or_create(
             raise ParameterMismatchError({"layout": (layout_name(params.k, params.layout), MULTI_INDEX_KIND)})
     elif requested.layout is not None:
         requested_tables = tuple(layout_tables(requested.layout, params.k)[1])
+    if requested.bands is not None and (
+        (params.bands is not None) != bool(requested.bands)
+        or (not isinstance(requested.bands, bool) and params.bands != requested.bands)
+    ):
+        raise ParameterMismatchError({"bands": (params.bands, requested.bands)})
     check_requested(
         params,
         {

@@ -146,7 +146,7 @@ class ShardedStore:
         min_similarity: float | None = None,
         sketches: Any = None,
         limit: int | None = None,
-        bands: bool = False,
+        bands: bool | None = None,
     ) -> list[list[Match]]:
         """:meth:`query` for a batch: one sorted list per query, each shard
         answering the whole batch from one snapshot of its own (``bands``:

@@ -23,7 +23,7 @@ from simstore.engine.closest import closest_in
 from simstore.engine.delta import Change, encode_add, encode_remove, encode_seq
 from simstore.engine.format import State
 from simstore.engine.packed import IntArray, PackedKeys, Positions
-from simstore.engine.reads import find, resolve
+from simstore.engine.reads import add_banded, find, resolve
 from simstore.engine.records import (
     big_endian_sliced,
     decode_id,
@@ -138,6 +138,7 @@ def _others_near(
     records: dict[int, bytes] = {}
     if limit is None:
         found = find(engine, txn, engine.permute_all(fingerprint), fingerprint, k, records)
+        add_banded(engine, txn, fingerprint, sketch, k, threshold, found, records)
         if own_id is not None:
             found.pop(own_id, None)
         matches = resolve(engine, txn, found, with_meta, records, sketch, threshold) if found else []
@@ -237,8 +238,7 @@ def put_one(
         id_bytes = existing
         old_fp = record_fingerprint(engine, txn, doc_id)
         txn.put(id_bytes, encode_record(fp, packed), db=handles.docs)
-        put_sketch(engine, txn, id_bytes, sketch)
-        if old_fp == fp:
+        if not put_sketch(engine, txn, id_bytes, sketch) and old_fp == fp:
             put_meta(engine, txn, id_bytes, packed_meta)
             return state, Change([], [])
         if doc_id not in engine.delta:
@@ -338,8 +338,7 @@ def add_batch(engine: Engine, txn: _lmdb.Txn, state: State, batch: _Batch) -> tu
         old_fp = record_fingerprint(engine, txn, doc_id)
         txn.put(id_bytes, encode_record(new_fp, batch.packed_keys.at(position)), db=handles.docs)
         put_meta(engine, txn, id_bytes, batch.meta(position))
-        put_sketch(engine, txn, id_bytes, batch.sketch(position))
-        if old_fp == new_fp:
+        if not put_sketch(engine, txn, id_bytes, batch.sketch(position)) and old_fp == new_fp:
             continue
         if doc_id in engine.delta:
             removed_from_delta.append(doc_id)
@@ -543,16 +542,23 @@ def record_fingerprint(engine: Engine, txn: _lmdb.Txn, doc_id: int) -> int:
     return decode_record(raw)[0]
 
 
-def put_sketch(engine: Engine, txn: _lmdb.Txn, id_bytes: bytes, sketch: bytes | None) -> None:
+def put_sketch(engine: Engine, txn: _lmdb.Txn, id_bytes: bytes, sketch: bytes | None) -> bool:
     """Store a replaced document's sketch (or drop its old one: a
-    document re-added as a bare fingerprint has none)."""
+    document re-added as a bare fingerprint has none). Returns whether a
+    band table must band the document again: it keeps one and the sketch
+    changed (its runs hold the old sketch's bands)."""
     sketches = engine.handles.sketches
     if sketches is None:
-        return
+        return False
+    rebanded = False
+    if engine.delta_bands is not None:
+        old = txn.get(id_bytes, db=sketches)
+        rebanded = (None if old is None else bytes(old)) != sketch
     if sketch is None:
         txn.delete(id_bytes, db=sketches)
     else:
         txn.put(id_bytes, sketch, db=sketches)
+    return rebanded
 
 
 def put_meta(engine: Engine, txn: _lmdb.Txn, id_bytes: bytes, packed_meta: bytes | None) -> None:

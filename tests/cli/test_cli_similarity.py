@@ -367,7 +367,8 @@ def test_dedup_against_with_bands_matches_query_many_with_bands(
     tmp_path: Path, capsys: pytest.CaptureFixture[str]
 ) -> None:
     """Half the corpus stored, the other half matched against it at k = 2:
-    --bands adds the matches beyond k that query_many(bands=True) gives."""
+    bands (the store's band table; --bands asks for them) add the matches
+    beyond k that query_many(bands=True) gives, and --no-bands leaves them out."""
     lines = CORPUS.read_text(encoding="utf-8").splitlines()
     stored, new = tmp_path / "stored.jsonl", tmp_path / "new.jsonl"
     stored.write_text("\n".join(lines[::2]) + "\n", encoding="utf-8")
@@ -375,7 +376,10 @@ def test_dedup_against_with_bands_matches_query_many_with_bands(
     store = tmp_path / "s.simstore"
     assert main(["add", str(store), str(stored)]) == 0
     plain, banded = tmp_path / "plain.jsonl", tmp_path / "banded.jsonl"
-    assert main(["dedup", str(new), "--against", str(store), "--pairs", "-k", "2", "-o", str(plain)]) == 0
+    plain_command = ["dedup", str(new), "--against", str(store), "--pairs", "-k", "2", "--no-bands"]
+    assert main([*plain_command, "-o", str(plain)]) == 0
+    default = tmp_path / "default.jsonl"
+    assert main(["dedup", str(new), "--against", str(store), "--pairs", "-k", "2", "-o", str(default)]) == 0
     command = ["dedup", str(new), "--against", str(store), "--pairs", "-k", "2", "--bands", "-o", str(banded)]
     assert main(command) == 0
     capsys.readouterr()
@@ -390,4 +394,5 @@ def test_dedup_against_with_bands_matches_query_many_with_bands(
     got = {(pair["key"], pair["match"], pair["distance"]) for pair in _json_lines(banded)}
     assert got == expected
     assert {(pair["key"], pair["match"], pair["distance"]) for pair in _json_lines(plain)} < got
+    assert {(pair["key"], pair["match"], pair["distance"]) for pair in _json_lines(default)} == got
     assert any(int(distance) > 2 for _, _, distance in got)  # type: ignore[call-overload]

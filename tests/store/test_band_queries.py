@@ -45,16 +45,21 @@ def _corpus(seed: int, bases: int = 25) -> tuple[dict[str, str], list[str]]:
 
 
 def _oracle(
-    store: simstore.Store, keys: list[str], queries: list[str], k: int, threshold: float
+    store: simstore.Store,
+    keys: list[str],
+    queries: list[str],
+    k: int,
+    threshold: float,
+    per_width: int | None = None,
 ) -> list[list[tuple[str, int]]]:
     """Per query, ``(key, distance)`` of every stored document within ``k``
-    bits or sharing a band, estimated at least ``threshold`` similar;
-    sorted by distance, then key."""
+    bits or sharing a band (of ``per_width`` bands a width), estimated at
+    least ``threshold`` similar; sorted by distance, then key."""
     fingerprints = np.array([store[key].fingerprint for key in keys], dtype=np.uint64)
     rows = np.array([np.frombuffer(store.sketch_of(key) or b"", np.uint8) for key in keys])
     query_fingerprints, query_rows = simstore.Fingerprinter().fingerprints_and_sketches(queries)
-    stored_bands = band_keys(rows, Sketch())
-    query_bands = band_keys(np.asarray(query_rows), Sketch())
+    stored_bands = band_keys(rows, Sketch(), per_width)
+    query_bands = band_keys(np.asarray(query_rows), Sketch(), per_width)
     stored_sets = [set(stored_bands.keys[stored_bands.rows == i].tolist()) for i in range(len(keys))]
     expected = []
     for q in range(len(queries)):
@@ -69,25 +74,30 @@ def _oracle(
     return expected
 
 
+@pytest.mark.parametrize("table", [False, True], ids=["scan", "band-table"])
 @pytest.mark.parametrize(("seed", "k", "threshold"), [(0, 5, 0.8), (1, 0, 0.5), (2, 3, 0.9), (3, 8, 0.7)])
 def test_query_many_with_bands_equals_brute_force(
-    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, seed: int, k: int, threshold: float
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, seed: int, k: int, threshold: float, table: bool
 ) -> None:
+    """Without a band table every stored sketch is scanned and banded whole;
+    with one (the default) the table's bands (a few a width) are looked up."""
     monkeypatch.setattr(band_search, "SCAN_CHUNK", 7)  # many chunks of stored sketches
     stored, queries = _corpus(seed)
     keys = list(stored)
-    with simstore.open(tmp_path / "s.simstore", "n", k=8, merge_threshold=20) as store:
+    with simstore.open(tmp_path / "s.simstore", "n", k=8, merge_threshold=20, bands=table) as store:
+        per_width = store._engine.params.bands
+        assert (per_width is not None) == table
         for key in keys:  # some in the tables after merges, some in the delta
             store.add(key, stored[key])
         store.remove(keys[3])
         keys.remove(keys[3])
-        expected = _oracle(store, keys, queries, k, threshold)
+        expected = _oracle(store, keys, queries, k, threshold, per_width)
         got = store.query_many(texts=queries, k=k, min_similarity=threshold, bands=True)
         assert [[(m.key, m.distance) for m in matches] for matches in got] == expected
         assert any(distance > k for matches in expected for _, distance in matches)  # bands found some
         for matches in got:
             assert all(m.similarity is not None and m.similarity >= threshold for m in matches)
-        without = store.query_many(texts=queries, k=k, min_similarity=threshold)
+        without = store.query_many(texts=queries, k=k, min_similarity=threshold, bands=False)
         assert [[(m.key, m.distance) for m in matches] for matches in without] == [
             [match for match in matches if match[1] <= k] for matches in expected
         ]
@@ -104,7 +114,7 @@ def test_a_one_word_edit_past_k_is_found_by_its_text(tmp_path: Path) -> None:
         originals = [" ".join(rng.choices(VOCABULARY, k=rng.randint(50, 80))) for _ in range(200)]
         store.add_many(range(200), texts=originals)
         edits = [text + " appended" for text in originals]
-        plain = store.query_many(texts=edits, limit=1)
+        plain = store.query_many(texts=edits, limit=1, bands=False)
         banded = store.query_many(texts=edits, limit=1, bands=True)
     assert sum(bool(m) and m[0].key == i for i, m in enumerate(banded)) >= 199
     assert sum(bool(m) for m in banded) > sum(bool(m) for m in plain)  # bands reach past k = 5

@@ -44,18 +44,26 @@ def _corpus(seed: int, bases: int = 12, variants: int = 4) -> dict[str, str]:
 
 
 def _brute_force(
-    query: str, texts: dict[str, str], k: int, threshold: float | None
+    query: str, texts: dict[str, str], k: int, threshold: float | None, table_bands: int | None = None
 ) -> list[tuple[str, int, float]]:
+    """Within ``k`` (or, in a store whose band table keeps ``table_bands``
+    bands a width, sharing one of them) and at least ``threshold`` similar."""
     fingerprinter = Fingerprinter()
     keys = list(texts)
     fingerprints, sketches = fingerprinter.fingerprints_and_sketches([texts[key] for key in keys])
     query_fp, query_sketch = fingerprinter.fingerprint_and_sketch(query)
     distances = [bin(int(fp) ^ query_fp).count("1") for fp in fingerprints]
     estimates = estimate_jaccard(np.frombuffer(query_sketch, np.uint8), sketches)
+    shares = [False] * len(keys)
+    if table_bands is not None:
+        rows = np.vstack([np.frombuffer(query_sketch, np.uint8), np.asarray(sketches)])
+        found = band_keys(rows, Sketch(), table_bands)
+        wanted = set(found.keys[found.rows == 0].tolist())
+        shares = [bool(wanted & set(found.keys[found.rows == row].tolist())) for row in range(1, len(rows))]
     expected = [
         (key, distance, float(estimate))
-        for key, distance, estimate in zip(keys, distances, estimates, strict=True)
-        if distance <= k and (threshold is None or estimate >= threshold)
+        for key, distance, estimate, shared in zip(keys, distances, estimates, shares, strict=True)
+        if (distance <= k or shared) and (threshold is None or estimate >= threshold)
     ]
     return sorted(expected, key=lambda item: (item[1], item[0]))
 
@@ -76,11 +84,12 @@ def test_query_equals_brute_force_with_threshold_at_every_k(tmp_path: Path, thre
         for query_key in keys[::5]:
             for k in range(6):
                 got = store.query(text=texts[query_key], k=k, min_similarity=threshold)
-                assert _answer(got) == _brute_force(texts[query_key], texts, k, threshold)
+                expected = _brute_force(texts[query_key], texts, k, threshold, store.bands)
+                assert _answer(got) == expected
     with simstore.open(tmp_path / "s.simstore", "r") as store:
         for query_key in keys[::7]:
             got = store.query(text=texts[query_key], min_similarity=threshold)
-            assert _answer(got) == _brute_force(texts[query_key], texts, 5, threshold)
+            assert _answer(got) == _brute_force(texts[query_key], texts, 5, threshold, store.bands)
 
 
 @settings(max_examples=25, deadline=None)
@@ -96,7 +105,7 @@ def test_query_many_equals_query(
         batch = store.query_many(texts=queries, k=k, min_similarity=threshold)
         for query, matches in zip(queries, batch, strict=True):
             assert matches == store.query(text=query, k=k, min_similarity=threshold)
-            assert _answer(matches) == _brute_force(query, texts, k, threshold)
+            assert _answer(matches) == _brute_force(query, texts, k, threshold, store.bands)
 
 
 def test_documents_without_a_sketch_are_kept_unjudged(tmp_path: Path) -> None:

@@ -1,0 +1,116 @@
+"""A band table's runs: the band keys of a run's documents, sorted, for exact look-ups.
+
+A format-4 store keeps, beside each run of its multi-index tables, the band
+keys (:func:`simstore.fingerprinting.bands.band_keys` at the store's bands a
+width) of the documents the run holds: a column of keys in ascending order and
+each key's document id. Only a key's top 32 bits are kept (:func:`short_keys`):
+4 bytes a key rather than 8, at the price of an unrelated key matching now and
+then (at 100M documents of 8 keys, one in five look-ups), which the caller's
+verification turns away; it reads the document's sketch anyway.
+
+A look-up takes every query key against every run in two ``searchsorted``
+calls a run. Nothing here does I/O.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from typing import Any, NamedTuple
+
+import numpy as np
+import numpy.typing as npt
+
+from simstore.index.ranges import expand_ranges
+
+__all__ = ["BandRun", "build_band_run", "join_band_runs", "look_up", "short_keys"]
+
+U64Array = npt.NDArray[np.uint64]
+U32Array = npt.NDArray[np.uint32]
+IntArray = npt.NDArray[np.int64]
+IdArray = npt.NDArray[np.unsignedinteger[Any]]
+
+_ID_MASK = (1 << 32) - 1
+
+
+class BandRun(NamedTuple):
+    """One run's band keys (:func:`short_keys`), ascending, ties in id
+    order, and the document id of each."""
+
+    keys: U32Array
+    ids: IdArray
+
+    def __len__(self) -> int:
+        return len(self.keys)
+
+
+def short_keys(keys: U64Array) -> U32Array:
+    """The top 32 bits of 64-bit band keys: what a band run holds."""
+    return (np.asarray(keys, dtype=np.uint64) >> np.uint64(32)).astype(np.uint32)
+
+
+def build_band_run(keys: U64Array, ids: IdArray) -> BandRun:
+    """The band run holding key ``keys[j]`` (64-bit) of document ``ids[j]``,
+    each ``(key, id)`` once."""
+    return _sorted_run(short_keys(keys), np.asarray(ids))
+
+
+def join_band_runs(runs: Sequence[BandRun], dropped: Sequence[IdArray | None]) -> BandRun:
+    """One band run holding the entries of ``runs`` but those of the
+    documents ``dropped[i]`` names in ``runs[i]`` (``None``: none)."""
+    keys: list[U32Array] = []
+    ids: list[IdArray] = []
+    for run, gone in zip(runs, dropped, strict=True):
+        if gone is None or not len(gone):
+            keys.append(run.keys)
+            ids.append(run.ids)
+            continue
+        kept = ~np.isin(run.ids, gone)
+        keys.append(run.keys[kept])
+        ids.append(run.ids[kept])
+    id_dtype = np.result_type(*(part.dtype for part in ids)) if ids else np.dtype(np.uint32)
+    return _sorted_run(
+        np.concatenate(keys) if keys else np.zeros(0, dtype=np.uint32),
+        np.concatenate(ids).astype(id_dtype, copy=False) if ids else np.zeros(0, dtype=id_dtype),
+    )
+
+
+def look_up(runs: Sequence[BandRun], keys: U64Array) -> tuple[IntArray, IdArray]:
+    """``(positions, ids)``: for every entry of ``runs`` whose key is that of
+    ``keys[positions[j]]`` (64-bit keys, compared on their top 32 bits), its
+    document ``ids[j]``; in no particular order, repeats included."""
+    wanted = short_keys(keys)
+    positions: list[IntArray] = []
+    found: list[IdArray] = []
+    for run in runs:
+        if not len(run.keys):
+            continue
+        first = np.searchsorted(run.keys, wanted, side="left")
+        counts = np.searchsorted(run.keys, wanted, side="right") - first
+        at, owner = expand_ranges(first, counts)
+        if len(at):
+            positions.append(owner)
+            found.append(run.ids[at].astype(np.uint64))
+    if not positions:
+        return np.zeros(0, dtype=np.int64), np.zeros(0, dtype=np.uint64)
+    return np.concatenate(positions), np.concatenate(found)
+
+
+def _sorted_run(keys: U32Array, ids: IdArray) -> BandRun:
+    """Entries sorted by key, then id, each once. Where every id fits in 32
+    bits, a key and its id are one uint64 (key high): one sort, which the
+    concatenated sorted runs of a join make a merge (timsort finds them)."""
+    if not len(ids) or int(ids.max()) <= _ID_MASK:
+        packed = (keys.astype(np.uint64) << np.uint64(32)) | ids.astype(np.uint64)
+        packed.sort(kind="stable")
+        if len(packed) > 1:
+            packed = packed[np.concatenate([[True], packed[1:] != packed[:-1]])]
+        return BandRun(
+            (packed >> np.uint64(32)).astype(np.uint32), (packed & np.uint64(_ID_MASK)).astype(np.uint32)
+        )
+    order = np.lexsort((ids, keys))
+    keys, ids = keys[order], ids[order]
+    repeated = (keys[1:] == keys[:-1]) & (ids[1:] == ids[:-1])
+    if bool(repeated.any()):
+        kept = np.concatenate([[True], ~repeated])
+        keys, ids = keys[kept], ids[kept]
+    return BandRun(keys, ids)
