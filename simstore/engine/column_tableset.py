@@ -41,7 +41,7 @@ from __future__ import annotations
 import contextlib
 import threading
 import time
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Iterator, Sequence
 from dataclasses import dataclass, replace
 from typing import TYPE_CHECKING
 
@@ -58,7 +58,7 @@ from simstore.engine.record_scan import id_and_fingerprint_arrays
 from simstore.errors import CorruptStoreError
 from simstore.fingerprinting.bands import band_keys
 from simstore.fingerprinting.sketch import Sketch, U8Array
-from simstore.index.band_runs import BandRun, build_band_run, join_band_runs, look_up
+from simstore.index.band_runs import BandRun, join_band_runs, look_up, short_keys, sorted_band_run
 from simstore.index.column_search import IdArray, Matches, Snapshot
 from simstore.index.multi_index import MultiIndex
 from simstore.index.permute import FINGERPRINT_BITS, U64Array
@@ -72,6 +72,8 @@ if TYPE_CHECKING:
 SCAN_SHARE = 2
 #: Seconds a pinned snapshot serves queries before it is let go.
 PIN_SECONDS = 1.0
+#: Documents a run's band keys are read and made for at a time.
+BAND_CHUNK = 1 << 16
 
 #: ``txn.get``, or a stand-in for it (:func:`simstore.engine.tableset.sharing_records`).
 Get = Callable[..., bytes | None]
@@ -108,11 +110,26 @@ class BandSource:
         ids = np.frombuffer(b"".join(bytes(key) for key, _ in found), dtype=">u8").astype(np.uint64)
         return ids, np.frombuffer(raw, dtype=np.uint8).reshape(len(found), self.sketch.nbytes)
 
+    def entries(self, txn: Txn, doc_ids: U64Array) -> Iterator[tuple[U64Array, U64Array]]:
+        """``(ids, keys)`` of the band keys of the documents ``doc_ids`` that
+        keep a sketch in ``txn`` (key ``keys[j]`` is document ``ids[j]``'s),
+        :data:`BAND_CHUNK` documents at a time (banding holds about 1 KiB a sketch)."""
+        doc_ids = np.asarray(doc_ids, dtype=np.uint64)
+        for start in range(0, len(doc_ids), BAND_CHUNK):
+            found, rows = self.stored_rows(txn, doc_ids[start : start + BAND_CHUNK])
+            owners, keys = self.keys_of(rows)
+            yield found[owners], keys
+
     def run_of(self, txn: Txn, doc_ids: U64Array) -> BandRun:
         """The band run of the documents ``doc_ids``, from their sketches in ``txn``."""
-        ids, rows = self.stored_rows(txn, doc_ids)
-        owners, keys = self.keys_of(rows)
-        return build_band_run(keys, _ids(ids[owners]))
+        keys: list[npt.NDArray[np.uint32]] = []
+        ids: list[IdArray] = []
+        for chunk_ids, chunk_keys in self.entries(txn, doc_ids):
+            keys.append(short_keys(chunk_keys))
+            ids.append(chunk_ids)
+        if not keys:
+            return sorted_band_run(np.zeros(0, dtype=np.uint32), np.zeros(0, dtype=np.uint32))
+        return sorted_band_run(np.concatenate(keys), _ids(np.concatenate(ids)))
 
 
 class _Pin:

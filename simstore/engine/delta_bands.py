@@ -57,12 +57,12 @@ class DeltaBands:
             return
         delta.touched = []
         try:
-            doc_ids, rows = self.source.stored_rows(txn, np.unique(np.array(touched, dtype=np.uint64)))
-            owners, keys = self.source.keys_of(rows)
+            made = list(self.source.entries(txn, np.unique(np.array(touched, dtype=np.uint64))))
         except BaseException:
             delta.touched = touched + (delta.touched or [])  # banded by the next refresh
             raise
-        ids = doc_ids[owners]
+        ids = np.concatenate([chunk_ids for chunk_ids, _ in made]) if made else np.zeros(0, np.uint64)
+        keys = np.concatenate([chunk_keys for _, chunk_keys in made]) if made else np.zeros(0, np.uint64)
         if len(keys) + self._recent_keys <= RECENT_KEYS:
             for key, doc_id in zip(keys.tolist(), ids.tolist(), strict=True):
                 self._recent.setdefault(key, []).append(doc_id)

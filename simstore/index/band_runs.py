@@ -22,7 +22,7 @@ import numpy.typing as npt
 
 from simstore.index.ranges import expand_ranges
 
-__all__ = ["BandRun", "build_band_run", "join_band_runs", "look_up", "short_keys"]
+__all__ = ["BandRun", "build_band_run", "join_band_runs", "look_up", "short_keys", "sorted_band_run"]
 
 U64Array = npt.NDArray[np.uint64]
 U32Array = npt.NDArray[np.uint32]
@@ -51,7 +51,7 @@ def short_keys(keys: U64Array) -> U32Array:
 def build_band_run(keys: U64Array, ids: IdArray) -> BandRun:
     """The band run holding key ``keys[j]`` (64-bit) of document ``ids[j]``,
     each ``(key, id)`` once."""
-    return _sorted_run(short_keys(keys), np.asarray(ids))
+    return sorted_band_run(short_keys(keys), np.asarray(ids))
 
 
 def join_band_runs(runs: Sequence[BandRun], dropped: Sequence[IdArray | None]) -> BandRun:
@@ -68,7 +68,7 @@ def join_band_runs(runs: Sequence[BandRun], dropped: Sequence[IdArray | None]) -
         keys.append(run.keys[kept])
         ids.append(run.ids[kept])
     id_dtype = np.result_type(*(part.dtype for part in ids)) if ids else np.dtype(np.uint32)
-    return _sorted_run(
+    return sorted_band_run(
         np.concatenate(keys) if keys else np.zeros(0, dtype=np.uint32),
         np.concatenate(ids).astype(id_dtype, copy=False) if ids else np.zeros(0, dtype=id_dtype),
     )
@@ -95,8 +95,9 @@ def look_up(runs: Sequence[BandRun], keys: U64Array) -> tuple[IntArray, IdArray]
     return np.concatenate(positions), np.concatenate(found)
 
 
-def _sorted_run(keys: U32Array, ids: IdArray) -> BandRun:
-    """Entries sorted by key, then id, each once. Where every id fits in 32
+def sorted_band_run(keys: U32Array, ids: IdArray) -> BandRun:
+    """The band run of entries of :func:`short_keys` ``keys`` and ``ids``:
+    sorted by key, then id, each once. Where every id fits in 32
     bits, a key and its id are one uint64 (key high): one sort, which the
     concatenated sorted runs of a join make a merge (timsort finds them)."""
     if not len(ids) or int(ids.max()) <= _ID_MASK:

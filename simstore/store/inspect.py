@@ -27,7 +27,6 @@ from simstore.engine.records import decode_id, decode_record, lookup_key
 from simstore.engine.settings import store_sketch
 from simstore.engine.tableset import TableSet
 from simstore.errors import CorruptStoreError
-from simstore.index.band_runs import short_keys
 from simstore.index.permute import FINGERPRINT_BITS, MAX_FINGERPRINT, Table, U64Array
 from simstore.index.skew import degenerate_fingerprints, table_skew
 from simstore.keys import KEY_TYPES, unpack_key
@@ -372,6 +371,7 @@ def _check_columns(
         problems.append(f"run catalog: {exc}")
         return
     covered: list[U64Array] = []
+    banded: list[tuple[int, U64Array]] = []
     for run in catalog.runs:
         try:
             viewed = view_run(txn, tableset.databases, tableset.scheme, run.run_id, run.entries, verify=True)
@@ -386,8 +386,12 @@ def _check_columns(
         live = at >= 0
         live[live] = tabled.fingerprints[at[live]] == fingerprints[live]
         covered.append(ids[live])
-        if tableset.bands is not None:
-            _check_band_run(txn, tableset, run.run_id, ids[live], problems)
+        banded.append((run.run_id, ids[live]))
+    if tableset.bands is not None:
+        # A document's bands are those of the newest run holding it live: a
+        # replacement that kept the fingerprint but not the sketch is in two.
+        for run_id, owned in _newest_holders(banded):
+            _check_band_run(txn, tableset, run_id, owned, problems)
     held = _sorted_unique(np.sort(np.concatenate(covered))) if covered else np.zeros(0, dtype=np.uint64)
     missing = len(tabled.ids) - len(held)
     if missing:
@@ -404,6 +408,21 @@ def _check_columns(
                 problems.append(f"table {index} holds a value of run {run_id}, which the catalog lacks")
 
 
+def _newest_holders(runs: list[tuple[int, U64Array]]) -> Iterator[tuple[int, U64Array]]:
+    """For each ``(run id, live ids)`` of ``runs`` (oldest first), the ids
+    no newer run holds too."""
+    if not runs:
+        return
+    ids = np.concatenate([live for _, live in runs])
+    run_of = np.concatenate([np.full(len(live), index) for index, (_, live) in enumerate(runs)])
+    order = np.lexsort((run_of, ids))
+    ids, run_of = ids[order], run_of[order]
+    last = np.ones(len(ids), dtype=bool)
+    last[:-1] = ids[1:] != ids[:-1]
+    for index, (run_id, _) in enumerate(runs):
+        yield run_id, ids[last & (run_of == index)]
+
+
 def _check_band_run(
     txn: _lmdb.Txn, tableset: ColumnTableSet, run_id: int, live_ids: U64Array, problems: list[str]
 ) -> None:
@@ -415,9 +434,8 @@ def _check_band_run(
     except CorruptStoreError as exc:
         problems.append(str(exc))
         return
-    doc_ids, rows = tableset.bands.stored_rows(txn, live_ids)
-    owners, keys = tableset.bands.keys_of(rows)
-    wanted = _band_entries(short_keys(keys), doc_ids[owners])
+    expected = tableset.bands.run_of(txn, live_ids)
+    wanted = _band_entries(expected.keys, expected.ids.astype(np.uint64))
     held = _band_entries(band_run.keys, band_run.ids.astype(np.uint64))
     lacking = int(np.count_nonzero(~np.isin(wanted, held)))
     if lacking:

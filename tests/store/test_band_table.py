@@ -370,3 +370,23 @@ def test_a_new_text_under_the_same_fingerprint_is_banded_again(
         store.compact()
         assert [match.key for match in store.query(text=second)] == ["a"]
         assert store.check() == []
+
+
+def test_a_batch_into_the_tables_that_keeps_a_fingerprint_but_not_the_sketch(tmp_path: Path) -> None:
+    """The document is then in two runs under one fingerprint, the older one's
+    entry stale: check() looks for its bands in the newer run (found by the
+    state machine), and queries judge it by its new sketch."""
+    old, new, other = TEXTS[0], TEXTS[5], TEXTS[10]
+    with simstore.open(tmp_path / "s.simstore", "n", merge_threshold=5) as store:
+        rows = np.asarray(store.fingerprinter.fingerprints_and_sketches([old, new, other])[1])
+        far = np.array([0x5555_5555_5555_5555, 0x3333_3333_3333_3333], dtype=np.uint64)
+        store.add_many(["a", "b"], far, sketches=rows[[0, 2]])
+        store.compact()
+        keys = ["a", *(f"c{index}" for index in range(7))]
+        store.add_many(keys, far[[0] * 8] + np.arange(8, dtype=np.uint64), sketches=rows[[1] * 8])
+        assert store.stats().runs == 2 and store.stats().delta_docs == 0
+        assert store.check() == []
+        assert "a" in {match.key for match in store.query(text=new)}
+        assert "a" not in {match.key for match in store.query(text=old)}
+        store.compact()
+        assert store.check() == []
