@@ -15,6 +15,7 @@ default suite afford dozens of kills. Nothing here is collected as a test.
 
 from __future__ import annotations
 
+import hashlib
 import json
 import os
 import random
@@ -25,6 +26,7 @@ from collections.abc import Iterator
 from typing import Any
 
 import msgpack
+import numpy as np
 
 Key = str | bytes | int
 Meta = dict[str, Any] | None
@@ -174,7 +176,7 @@ def run_op(store: Any, op: Op) -> None:
     if kind == "add":
         store.add(op[1], fingerprint=op[2], meta=op[3])
     elif kind == "add_many":
-        store.add_many(op[1], op[2], metas=op[3])
+        store.add_many(op[1], op[2], metas=op[3], sketches=sketches_of(op[2]))
     elif kind == "add_if_new":
         store.add_if_new(op[1], fingerprint=op[2])
     elif kind == "remove":
@@ -187,6 +189,21 @@ def run_op(store: Any, op: Op) -> None:
         store.relayout(blocks=op[1])
     else:
         raise AssertionError(f"unknown op {op!r}")
+
+
+def sketches_of(fps: list[int]) -> np.ndarray:
+    """A 128-byte sketch for each fingerprint, made from it (every bin filled):
+    batches carry sketches, so a store's band table holds keys under the kills
+    and ``check()`` after each verifies it against them."""
+    digests = b"".join(
+        hashlib.blake2b(fp.to_bytes(8, "little"), digest_size=64, salt=salt).digest()
+        for fp in fps
+        for salt in (b"one", b"two")
+    )
+    rows = np.frombuffer(digests, dtype=np.uint8).reshape(len(fps), 128).copy()
+    rows[(rows & 0x0F) == 0] |= 0x01  # no empty bin: every one of a long text's bands
+    rows[(rows & 0xF0) == 0] |= 0x10
+    return rows
 
 
 def describe(op: Op) -> str:
