@@ -32,7 +32,7 @@ from simstore.errors import CorruptStoreError
 from simstore.fingerprinting.bands import band_keys
 from simstore.fingerprinting.sketch import Sketch, U8Array, estimate_jaccard
 from simstore.index.permute import U64Array
-from simstore.index.shared_keys import KeyIndex
+from simstore.index.shared_keys import KeyIndex, pairs_across
 
 __all__ = ["band_matches", "beyond_k", "stored_sketches"]
 
@@ -99,7 +99,7 @@ def _table_matches(
     # one that matched on its top 32 bits only, finds a document these turn away.
     doc_ids, rows = source.stored_rows(txn, candidates)
     stored_rows, stored_keys = source.keys_of(rows)
-    pair_queries, pair_rows = KeyIndex(query_rows, query_keys).pairs_with(stored_rows, stored_keys)
+    pair_queries, pair_rows = pairs_across(query_rows, query_keys, stored_rows, stored_keys)
     if not len(pair_queries):
         return found
     similarity = estimate_jaccard(sketches[pair_queries], rows[pair_rows], source.sketch)

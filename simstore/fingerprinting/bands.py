@@ -33,7 +33,7 @@ from typing import NamedTuple
 import numpy as np
 import numpy.typing as npt
 
-from simstore.fingerprinting.hashing import mix64_array
+from simstore.fingerprinting.hashing import mix64, mix64_array
 from simstore.fingerprinting.sketch import Sketch, U8Array
 
 __all__ = [
@@ -151,6 +151,8 @@ def band_keys(rows: U8Array, sketch: Sketch, per_width: int | None = None) -> Ba
     (:func:`kept_bands`): the bands a store's band table holds, a few keys a
     document rather than 32 for a long text."""
     rows = np.ascontiguousarray(np.asarray(rows, dtype=np.uint8).reshape(-1, sketch.nbytes))
+    if len(rows) <= FEW_ROWS:
+        return _few_band_keys(rows, sketch, per_width)
     # Filled bins per band at width 1, then each width's by adding pairs of the last's.
     in_band = (sketch_codes(rows, sketch) != 0).astype(np.uint16)
     count = in_band.sum(axis=1, dtype=np.int64)
@@ -178,6 +180,58 @@ def band_keys(rows: U8Array, sketch: Sketch, per_width: int | None = None) -> Ba
     if not found_rows:
         return BandKeys(np.zeros(0, dtype=np.int64), np.zeros(0, dtype=np.uint64))
     return BandKeys(np.concatenate(found_rows), np.concatenate(found_keys))
+
+
+#: Batches of at most this many sketches (a query's, its candidates') are
+#: banded in plain Python: some 60 numpy calls cost a single sketch ~400 µs.
+FEW_ROWS = 4
+
+
+def _few_band_keys(rows: U8Array, sketch: Sketch, per_width: int | None) -> BandKeys:
+    """:func:`band_keys` of a few sketches, one band at a time in Python:
+    the same keys in the same order (width, then row, then band)."""
+    fill_of = _filled_per_byte_list(sketch.bits).__getitem__
+    raws = [row.tobytes() for row in rows]
+    counts = [sum(map(fill_of, raw)) for raw in raws]
+    found_rows: list[int] = []
+    found_keys: list[int] = []
+    for width, band_bytes, word, bands, keyed in _few_plan(sketch, per_width):
+        low, high = MIN_FILLED * sketch.bins / width, MAX_FILLED * sketch.bins / width
+        for row, (raw, count) in enumerate(zip(raws, counts, strict=True)):
+            if not low <= count <= high:
+                continue
+            for start, seed in bands:
+                piece = raw[start : start + band_bytes]
+                if not keyed[sum(map(fill_of, piece))]:
+                    continue
+                key = seed
+                for at in range(0, band_bytes, word):
+                    key = mix64(key ^ int.from_bytes(piece[at : at + word], "little"))
+                found_rows.append(row)
+                found_keys.append(key)
+    return BandKeys(np.array(found_rows, dtype=np.int64), np.array(found_keys, dtype=np.uint64))
+
+
+@functools.lru_cache(maxsize=16)
+def _few_plan(
+    sketch: Sketch, per_width: int | None
+) -> list[tuple[int, int, int, list[tuple[int, int]], list[bool]]]:
+    """Per width: its band bytes, word bytes, each kept band's first byte
+    and seed, and whether a band of each fill is keyed."""
+    plan = []
+    keyed_by_fill = _keyed_by_fill(sketch)
+    for width in _widths(sketch):
+        band_bytes = width * sketch.bits // 8
+        places = _places(sketch.bins // width, kept_bands(sketch.bins // width, per_width).step or 1)
+        seeds = _seeds(width, places.tobytes()).tolist()
+        bands = [(place * band_bytes, seed) for place, seed in zip(places.tolist(), seeds, strict=True)]
+        plan.append((width, band_bytes, min(band_bytes, 8), bands, keyed_by_fill[width].tolist()))
+    return plan
+
+
+@functools.lru_cache(maxsize=4)
+def _filled_per_byte_list(bits: int) -> list[int]:
+    return [int(count) for count in _filled_per_byte(bits)]
 
 
 def kept_bands(bands: int, per_width: int | None) -> slice:

@@ -72,7 +72,33 @@ def pairs_across(
     >>> [(int(x), int(y)) for x, y in zip(a, b)]
     [(0, 5), (0, 6), (1, 5), (1, 6)]
     """
+    if len(left_keys) + len(right_keys) <= FEW_KEYS:
+        return _few_pairs_across(left_items, left_keys, right_items, right_keys)
     return KeyIndex(left_items, left_keys).pairs_with(right_items, right_keys)
+
+
+#: Joins of at most this many keys in all (a query's against its
+#: candidates') are made in a dict: some 30 numpy calls cost ~250 µs.
+FEW_KEYS = 512
+
+
+def _few_pairs_across(
+    left_items: IntArray, left_keys: U64Array, right_items: IntArray, right_keys: U64Array
+) -> tuple[IntArray, IntArray]:
+    """:func:`pairs_across` of a few keys, in a dict."""
+    by_key: dict[int, list[int]] = {}
+    for item, key in zip(np.asarray(left_items).tolist(), np.asarray(left_keys).tolist(), strict=True):
+        by_key.setdefault(key, []).append(item)
+    pairs = sorted(
+        {
+            (left, right)
+            for right, key in zip(
+                np.asarray(right_items).tolist(), np.asarray(right_keys).tolist(), strict=True
+            )
+            for left in by_key.get(key, ())
+        }
+    )
+    return np.array([a for a, _ in pairs], dtype=np.int64), np.array([b for _, b in pairs], dtype=np.int64)
 
 
 class KeyIndex:

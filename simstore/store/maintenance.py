@@ -300,9 +300,10 @@ def reserve_for(
         # ids and a directory of about one 4-byte slot an entry.
         estimate += run_entries * (8 * engine.params.stored_tables + 16)
         if engine.params.bands is not None:
-            # Its band keys: 8 bytes a key, at most 2 widths of ``bands`` keys
-            # a document (a long text keeps 8 at the default).
-            estimate += run_entries * 16 * engine.params.bands
+            # Its band keys: 8 bytes a key with its id, ``bands`` keys a long
+            # text (a medium one banded at two widths keeps up to twice as
+            # many, a short one fewer; the map grows if a batch needs more).
+            estimate += run_entries * 8 * engine.params.bands
     elif run_entries:
         max_id = 2 * (document_count(engine) + documents)  # the id width, roughly
         estimate += run_bytes(

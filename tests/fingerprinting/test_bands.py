@@ -5,22 +5,26 @@ from __future__ import annotations
 
 import itertools
 import math
+from unittest import mock
 
 import numpy as np
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from simstore.fingerprinting.bands import (
+    FEW_ROWS,
     MAX_FILLED,
     MIN_BAND_BITS,
     MIN_FILLED,
     band_keys,
     band_slots,
     filled_bins,
+    kept_bands,
     sketch_codes,
     slot_keys,
 )
 from simstore.fingerprinting.sketch import Sketch, _pack
+from simstore.index import shared_keys
 from simstore.index.prefix_shuffle import edge_forest
 from simstore.index.shared_keys import key_star_edges, pairs_across, pairs_beyond_k, pairs_sharing_keys
 
@@ -104,14 +108,18 @@ _ENTRIES = st.lists(st.tuples(st.integers(0, 12), st.integers(0, 6)), max_size=4
 
 
 @settings(max_examples=100, deadline=None)
-@given(_ENTRIES, _ENTRIES)
-def test_pairs_across_equal_brute_force(left: list[tuple[int, int]], right: list[tuple[int, int]]) -> None:
-    a, b = pairs_across(
-        np.array([item for item, _ in left], dtype=np.int64),
-        np.array([key for _, key in left], dtype=np.uint64),
-        np.array([item for item, _ in right], dtype=np.int64),
-        np.array([key for _, key in right], dtype=np.uint64),
-    )
+@given(_ENTRIES, _ENTRIES, st.sampled_from([0, shared_keys.FEW_KEYS]))
+def test_pairs_across_equal_brute_force(
+    left: list[tuple[int, int]], right: list[tuple[int, int]], few_keys: int
+) -> None:
+    """In a dict (a few keys) and in numpy (``FEW_KEYS`` 0: always)."""
+    with mock.patch.object(shared_keys, "FEW_KEYS", few_keys):
+        a, b = pairs_across(
+            np.array([item for item, _ in left], dtype=np.int64),
+            np.array([key for _, key in left], dtype=np.uint64),
+            np.array([item for item, _ in right], dtype=np.int64),
+            np.array([key for _, key in right], dtype=np.uint64),
+        )
     got = list(zip(a.tolist(), b.tolist(), strict=True))
     assert got == sorted({(x, y) for x, kx in left for y, ky in right if kx == ky})
 
@@ -170,3 +178,37 @@ def test_the_keys_of_every_slot_are_the_band_keys(seed: int, sketch: Sketch) -> 
         for row, key in zip(part.rows.tolist(), part.keys.tolist(), strict=True)
     )
     assert got == sorted(zip(whole.rows.tolist(), whole.keys.tolist(), strict=True))
+
+
+@settings(max_examples=30, deadline=None)
+@given(st.integers(0, 2**32 - 1), st.sampled_from(SKETCHES), st.sampled_from([None, 1, 3, 8]))
+def test_a_few_sketches_banded_in_python_get_the_numpy_keys(
+    seed: int, sketch: Sketch, per_width: int | None
+) -> None:
+    """A query's sketch and its candidates' take the plain-Python path
+    (``FEW_ROWS``): the same keys, in the same order, as the vectorised one,
+    which the kept bands of ``per_width`` thin the same way."""
+    rows = _sketches(seed, sketch, families=3, per_family=3)
+    numpy_keys = band_keys(rows, sketch, per_width)  # more rows than FEW_ROWS: vectorised
+    whole = band_keys(rows, sketch)
+    assert set(zip(numpy_keys.rows.tolist(), numpy_keys.keys.tolist(), strict=True)) <= set(
+        zip(whole.rows.tolist(), whole.keys.tolist(), strict=True)
+    )
+    for start in range(0, len(rows), FEW_ROWS):
+        few = band_keys(rows[start : start + FEW_ROWS], sketch, per_width)
+        wanted = (numpy_keys.rows >= start) & (numpy_keys.rows < start + FEW_ROWS)
+        expected = sorted(
+            zip((numpy_keys.rows[wanted] - start).tolist(), numpy_keys.keys[wanted].tolist(), strict=True)
+        )
+        assert sorted(zip(few.rows.tolist(), few.keys.tolist(), strict=True)) == expected
+
+
+def test_kept_bands_are_evenly_spaced_and_at_most_per_width() -> None:
+    assert kept_bands(32, 8) == slice(0, 32, 4)
+    assert kept_bands(8, 8) == slice(None)
+    assert kept_bands(32, None) == slice(None)
+    for bands in (2, 7, 32, 128):
+        for per_width in (1, 3, 5, 8, 200):
+            kept = range(bands)[kept_bands(bands, per_width)]
+            assert 1 <= len(kept) <= min(bands, per_width)
+            assert len(kept) >= min(bands, per_width) // 2  # not thinned past half what was asked

@@ -384,7 +384,8 @@ def test_a_batch_into_the_tables_that_keeps_a_fingerprint_but_not_the_sketch(tmp
         store.compact()
         keys = ["a", *(f"c{index}" for index in range(7))]
         store.add_many(keys, far[[0] * 8] + np.arange(8, dtype=np.uint64), sketches=rows[[1] * 8])
-        assert store.stats().runs == 2 and store.stats().delta_docs == 0
+        stats = store.stats()
+        assert (stats.runs, stats.delta_docs) == (2, 0)
         assert store.check() == []
         assert "a" in {match.key for match in store.query(text=new)}
         assert "a" not in {match.key for match in store.query(text=old)}
