@@ -176,7 +176,8 @@ def layout_name(k: int, spec: Mapping[str, Any] | None) -> str:
     """A readable name of the stored layout, e.g. ``1-level 5 blocks``."""
     spec = spec or {}
     if spec.get("kind") == MULTI_INDEX:
-        return f"multi-index {spec.get('widths')} r{spec.get('radii')}"
+        name = f"multi-index {spec.get('widths')} r{spec.get('radii')}"
+        return name if spec.get("bands") is None else f"{name} + {spec['bands']} bands a width"
     if spec.get("kind") in ("one-level", "two-level"):
         try:
             return from_spec(k, spec).name
