@@ -85,9 +85,13 @@ def query_many(
             ):
                 found.update(distances)
                 found_records.update(band_records)
+        known = None if sketches is None else batch_similarities(engine, txn, founds, sketches)
         for index, (found, found_records) in enumerate(zip(founds, records, strict=True)):
             sketch = None if sketches is None else sketches[index].tobytes()
-            results.append(resolve(engine, txn, found, with_meta, found_records, sketch, threshold))
+            similarity_of = None if known is None else known[index]
+            results.append(
+                resolve(engine, txn, found, with_meta, found_records, sketch, threshold, similarity_of)
+            )
     return results
 
 
@@ -141,17 +145,20 @@ def resolve(
     records: dict[int, bytes] | None = None,
     sketch: bytes | None = None,
     threshold: float | None = None,
+    similarity_of: dict[int, float] | None = None,
 ) -> list[Match]:
     """The matches of ``found`` (``{doc_id: distance}``), sorted, with
-    their similarity to the query's ``sketch`` (if given), and without
-    those less similar than ``threshold``."""
+    their similarity to the query's ``sketch`` (if given; ``similarity_of``
+    if the caller estimated them already), and without those less similar
+    than ``threshold``."""
     if not found:
         return []
     docs = engine.handles.docs
     docmeta = engine.handles.docmeta
-    similarity_of: dict[int, float] = {}
-    if sketch is not None and engine.handles.sketches is not None:
-        similarity_of = similarities(engine, txn, found, sketch)
+    if similarity_of is None:
+        similarity_of = {}
+        if sketch is not None and engine.handles.sketches is not None:
+            similarity_of = similarities(engine, txn, found, sketch)
     matches = []
     for doc_id, distance in found.items():
         similarity = similarity_of.get(doc_id)
@@ -171,9 +178,42 @@ def resolve(
     return matches
 
 
+def batch_similarities(
+    engine: Engine, txn: _lmdb.Txn, founds: Sequence[dict[int, int]], sketches: U8Array
+) -> list[dict[int, float]] | None:
+    """:func:`similarities` of a batch: for each query (a row of
+    ``sketches``), the estimated similarity of each document of its
+    ``founds`` entry that has a sketch; each stored sketch read once and
+    every pair estimated in one pass (``None``: the store keeps no sketches)."""
+    geometry = store_sketch(engine)
+    if engine.handles.sketches is None or geometry is None:
+        return None
+    out: list[dict[int, float]] = [{} for _ in founds]
+    doc_ids, stored = _stored_sketches(engine, txn, sorted({doc_id for found in founds for doc_id in found}))
+    row_of = {doc_id: row for row, doc_id in enumerate(doc_ids)}
+    pairs = [(query, doc_id) for query, found in enumerate(founds) for doc_id in found if doc_id in row_of]
+    if not pairs:
+        return out
+    queries = np.array([query for query, _ in pairs], dtype=np.int64)
+    at = np.array([row_of[doc_id] for _, doc_id in pairs], dtype=np.int64)
+    estimates = estimate_jaccard(np.asarray(sketches)[queries], stored[at], geometry).tolist()
+    for (query, doc_id), estimate in zip(pairs, estimates, strict=True):
+        out[query][doc_id] = estimate
+    return out
+
+
 def similarities(engine: Engine, txn: _lmdb.Txn, found: Iterable[int], sketch: bytes) -> dict[int, float]:
     """The estimated similarity to ``sketch`` of each document of
     ``found`` (internal ids) that has a sketch."""
+    doc_ids, stored = _stored_sketches(engine, txn, found)
+    if not doc_ids:
+        return {}
+    estimates = estimate_jaccard(np.frombuffer(sketch, dtype=np.uint8), stored, store_sketch(engine))
+    return dict(zip(doc_ids, estimates.tolist(), strict=True))
+
+
+def _stored_sketches(engine: Engine, txn: _lmdb.Txn, found: Iterable[int]) -> tuple[list[int], U8Array]:
+    """The documents of ``found`` that keep a sketch, and their sketches as rows."""
     database = engine.handles.sketches
     geometry = store_sketch(engine)
     assert database is not None
@@ -186,14 +226,13 @@ def similarities(engine: Engine, txn: _lmdb.Txn, found: Iterable[int], sketch: b
             doc_ids.append(doc_id)
             rows.append(raw)
     if not rows:
-        return {}
+        return doc_ids, np.zeros((0, geometry.nbytes), dtype=np.uint8)
     stored = np.frombuffer(b"".join(rows), dtype=np.uint8).reshape(len(rows), -1)
     if stored.shape[1] != geometry.nbytes:
         raise CorruptStoreError(
             f"a stored sketch is {stored.shape[1]} bytes, not the store's {geometry.nbytes}"
         )
-    estimates = estimate_jaccard(np.frombuffer(sketch, dtype=np.uint8), stored, geometry)
-    return dict(zip(doc_ids, estimates.tolist(), strict=True))
+    return doc_ids, stored
 
 
 # ---------------------------------------------------------------- documents
