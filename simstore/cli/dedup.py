@@ -263,8 +263,11 @@ def _dedup_store(args: argparse.Namespace, scratch: str) -> StoreOnDemand:
         return StoreOnDemand(path, args.k, lambda: open_or_create(path, args.k, merge_on_close=False))
     temporary = os.path.join(scratch, "dedup.simstore")
     k = DEFAULT_K if args.k is None else args.k
+    # No band table: pairs and clusters band every stored sketch themselves.
     return StoreOnDemand(
-        temporary, k, lambda: open_store(temporary, "n", k=k, sync=False, merge_on_close=False)
+        temporary,
+        k,
+        lambda: open_store(temporary, "n", k=k, sync=False, merge_on_close=False, bands=False),
     )
 
 

@@ -236,7 +236,8 @@ def cluster_rows(
         path = os.fspath(store_path) if store_path is not None else os.path.join(scratch, "rows.simstore")
         options: dict[str, Any] = {"sync": False}
         if store_path is None:
-            options.update(k=k, min_similarity=min_similarity)
+            # No band table: pairs and clusters band every stored sketch themselves.
+            options.update(k=k, min_similarity=min_similarity, bands=False)
         with open_store(path, "c", **options) as store:
             for keys, texts in batches:
                 metas = [{"length": len(text)} for text in texts] if keep == "longest" else None

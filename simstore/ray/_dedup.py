@@ -114,7 +114,12 @@ class _StoreSettings:
             with ShardedStore(against) as stored:
                 fingerprinter = stored.shards[0].fingerprinter
         with tempfile.TemporaryDirectory(prefix="simstore-ray-") as scratch:
-            options: dict[str, Any] = {"k": k, "min_similarity": min_similarity, "sync": False}
+            options: dict[str, Any] = {
+                "k": k,
+                "min_similarity": min_similarity,
+                "sync": False,
+                "bands": False,
+            }
             if fingerprinter is not None:
                 options["fingerprinter"] = fingerprinter
             with open_store(os.path.join(scratch, "probe.simstore"), "n", **options) as store:
@@ -132,6 +137,7 @@ class _StoreSettings:
             min_similarity=self.threshold,
             fingerprinter=self.fingerprinter,
             sync=False,
+            bands=False,  # as dedup_table's: pairs and clusters band every sketch themselves
         )
 
 
