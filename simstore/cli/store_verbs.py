@@ -77,6 +77,13 @@ def configure_add(parser: argparse.ArgumentParser) -> None:
         "--no-length", action="store_true", help=f"do not record each text's length as meta[{LENGTH_FIELD!r}]"
     )
     parser.add_argument(
+        "--bands",
+        action=argparse.BooleanOptionalAction,
+        default=None,
+        help="a new store keeps a band table, so that queries by text find one-word edits past k "
+        "(the default where k >= 5; about 60 bytes a document); --no-bands keeps none",
+    )
+    parser.add_argument(
         "--allow-empty",
         action="store_true",
         help="with no document to add, still create a missing STORE, empty (else that is an error and "
@@ -95,7 +102,9 @@ def run_add(args: argparse.Namespace) -> int:
     # The delta is merged below on success only: a merge run by close() after
     # Ctrl-C or an error would hold the command up (16 s at 10M documents).
     with StoreOnDemand(
-        args.store, args.k, lambda: open_or_create(args.store, args.k, merge_on_close=False)
+        args.store,
+        args.k,
+        lambda: open_or_create(args.store, args.k, merge_on_close=False, bands=args.bands),
     ) as target:
 
         def commit(batch: Collected) -> None:
@@ -538,6 +547,7 @@ def _export_header(store: Store) -> dict[str, Any]:
         "k": store.k,
         "fingerprinter": store.fingerprinter.settings(),
         "min_similarity": store.min_similarity,
+        "bands": store.bands,
     }
 
 
@@ -548,6 +558,9 @@ class ExportSettings:
     k: int
     fingerprinter: Fingerprinter
     min_similarity: float | None
+    #: The exported store's band table (``False``: none; ``None``: an export
+    #: from before band tables, so a new store gets the default).
+    bands: bool | int | None = None
 
 
 def _parse_export_header(record: dict[str, Any], name: str, number: int) -> ExportSettings:
@@ -565,7 +578,10 @@ def _parse_export_header(record: dict[str, Any], name: str, number: int) -> Expo
         )
     k = record.get("k")
     min_similarity = record.get("min_similarity")
+    bands = record.get("bands")
     try:
+        if bands is not None and (isinstance(bands, bool) or not isinstance(bands, int)):
+            raise InvalidValueError(f"bands must be an integer or null, got {bands!r}")
         if isinstance(k, bool) or not isinstance(k, int):
             raise InvalidValueError(f"k must be an integer, got {k!r}")
         if min_similarity is not None and (
@@ -575,7 +591,10 @@ def _parse_export_header(record: dict[str, Any], name: str, number: int) -> Expo
         fingerprinter = Fingerprinter.from_settings(record.get("fingerprinter"))  # type: ignore[arg-type]
     except (InvalidValueError, InvalidTypeError) as exc:
         raise InputError(name, number, f"bad settings line: {exc}") from None
-    return ExportSettings(k, fingerprinter, None if min_similarity is None else float(min_similarity))
+    stored_bands: bool | int | None = (False if bands is None else bands) if "bands" in record else None
+    return ExportSettings(
+        k, fingerprinter, None if min_similarity is None else float(min_similarity), stored_bands
+    )
 
 
 def _open_import_target(
@@ -613,6 +632,9 @@ def _open_import_target(
             k=k,
             fingerprinter=settings.fingerprinter,
             min_similarity=settings.min_similarity,
+            # A new store keeps the exported one's band table, or none; an
+            # existing one keeps its own (it changes no stored document).
+            bands=None if os.path.exists(args.store) else settings.bands,
         )
     except ParameterMismatchError as exc:
         listed = "; ".join(

@@ -161,3 +161,29 @@ def test_settings_line_after_documents(
     moved.write_text("".join([lines[1], lines[0], *lines[2:]]), encoding="utf-8")
     assert main(["import", str(tmp_path / "m.simstore"), str(moved)]) == 1
     assert f"{moved}:2: a settings line belongs on the first line" in capsys.readouterr().err
+
+
+@pytest.mark.parametrize("bands", [False, 3])
+def test_import_keeps_the_exported_band_table(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str], bands: bool | int
+) -> None:
+    """A new store made by import keeps the exported store's band table (or
+    none), as `add --no-bands` makes a store without one."""
+    texts = list(_texts().items())[:40]
+    source = tmp_path / "source.simstore"
+    with simstore.open(source, bands=bands) as store:
+        store.add_many([key for key, _ in texts], texts=[text for _, text in texts])
+    exported = tmp_path / "source.jsonl"
+    assert main(["export", str(source), "-o", str(exported), "-q"]) == 0
+    assert main(["import", str(tmp_path / "copy.simstore"), str(exported)]) == 0
+    with simstore.open(tmp_path / "copy.simstore", "r") as copy:
+        assert copy.bands == (None if bands is False else bands)
+    lines = tmp_path / "lines.jsonl"
+    lines.write_text("".join(json.dumps({"id": key, "text": text}) + "\n" for key, text in texts))
+    assert main(["add", str(tmp_path / "added.simstore"), str(lines), "--no-bands"]) == 0
+    assert main(["add", str(tmp_path / "default.simstore"), str(lines)]) == 0
+    capsys.readouterr()
+    with simstore.open(tmp_path / "added.simstore", "r") as added:
+        assert added.bands is None
+    with simstore.open(tmp_path / "default.simstore", "r") as default:
+        assert default.bands == 8
