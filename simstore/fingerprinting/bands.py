@@ -100,13 +100,12 @@ _CODES_CHUNK = 1 << 16
 
 
 def filled_bins(rows: U8Array, sketch: Sketch) -> IntArray:
-    """Each packed sketch's number of filled bins, unpacked a chunk at a time."""
+    """Each packed sketch's number of filled bins, counted a chunk at a time."""
     rows = np.asarray(rows, dtype=np.uint8).reshape(-1, sketch.nbytes)
     out = np.empty(len(rows), dtype=np.int64)
+    fill = _filled_per_byte(sketch.bits)
     for start in range(0, len(rows), _CODES_CHUNK):
-        out[start : start + _CODES_CHUNK] = (
-            sketch_codes(rows[start : start + _CODES_CHUNK], sketch) != 0
-        ).sum(axis=1)
+        out[start : start + _CODES_CHUNK] = fill[rows[start : start + _CODES_CHUNK]].sum(axis=1)
     return out
 
 
@@ -153,13 +152,14 @@ def band_keys(rows: U8Array, sketch: Sketch, per_width: int | None = None) -> Ba
     rows = np.ascontiguousarray(np.asarray(rows, dtype=np.uint8).reshape(-1, sketch.nbytes))
     if len(rows) <= FEW_ROWS:
         return _few_band_keys(rows, sketch, per_width)
-    # Filled bins per band at width 1, then each width's by adding pairs of the last's.
-    in_band = (sketch_codes(rows, sketch) != 0).astype(np.uint16)
+    # Filled bins per byte (a table look-up of the packed bytes: no codes
+    # unpacked), then each wider band's by adding pairs of the last's.
+    in_band = _filled_per_byte(sketch.bits)[rows].astype(np.uint16)
     count = in_band.sum(axis=1, dtype=np.int64)
     keyed_by_fill = _keyed_by_fill(sketch)
     found_rows: list[IntArray] = []
     found_keys: list[U64Array] = []
-    width = 1
+    width = 8 // sketch.bits  # bins a byte
     for band_width in _widths_of(count, sketch):
         while width < band_width:
             in_band = in_band[:, 0::2] + in_band[:, 1::2]
