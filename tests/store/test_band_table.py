@@ -391,3 +391,37 @@ def test_a_batch_into_the_tables_that_keeps_a_fingerprint_but_not_the_sketch(tmp
         assert "a" not in {match.key for match in store.query(text=old)}
         store.compact()
         assert store.check() == []
+
+
+_WRITER = """
+import sys, warnings
+warnings.simplefilter("ignore")
+import simstore
+with simstore.open(sys.argv[1], "w", merge_on_close=sys.argv[4] == "merge") as store:
+    store.add(sys.argv[2], sys.argv[3])
+    if sys.argv[4] == "merge":
+        store.merge()
+"""
+
+
+@pytest.mark.parametrize("merge", [False, True], ids=["into-the-delta", "merged"])
+def test_a_document_another_process_adds_is_found_by_its_bands(tmp_path: Path, merge: bool) -> None:
+    """This process's delta follows the other's writes through the log, and
+    its in-memory band keys are made from the sketches they stored; a merge
+    the other process made is seen as a new run with its band keys."""
+    import subprocess
+    import sys
+
+    path = tmp_path / "s.simstore"
+    edited = " ".join([*TEXTS[0].split(), "appended"])
+    with simstore.open(path, "n") as store:
+        store.add("mine", TEXTS[10])
+        assert store.query(text=edited) == []  # the delta's bands made now, before the other's write
+        how = "merge" if merge else "delta"
+        subprocess.run([sys.executable, "-c", _WRITER, str(path), "theirs", TEXTS[0], how], check=True)
+        assert store.stats().delta_docs == (0 if merge else 2)
+        expected = expected_matches({"mine": TEXTS[10], "theirs": TEXTS[0]}, edited, 5, 0.8, store.bands)
+        assert [key for key, _ in expected] == ["theirs"]
+        assert _pairs(store.query(text=edited)) == expected
+        assert _pairs(store.add_if_new("copy", edited)) == expected
+        assert store.check() == []
