@@ -287,10 +287,10 @@ def check_input(item: Input, options: ReadOptions) -> None:
                     text_stream.detach()
                 if header is not None:
                     _check_header(header, item.display, options)
+    except _DAMAGED_GZIP as exc:  # (before OSError: gzip.BadGzipFile is one)
+        raise InputError(item.display, 1, f"damaged gzip data ({exc})") from exc
     except OSError as exc:
         raise InputError(item.display, 0, f"cannot read: {exc.strerror or exc}") from exc
-    except _DAMAGED_GZIP as exc:
-        raise InputError(item.display, 1, f"damaged gzip data ({exc})") from exc
     except csv.Error as exc:
         raise InputError(item.display, 1, NUL_MESSAGE if "NUL" in str(exc) else f"bad CSV: {exc}") from exc
 

@@ -457,6 +457,7 @@ BAD_JSONL = [
     b'{"id": "x", "text": "caf\xc3 alpha beta"}',
     b'{"id": "x", "text": "alpha\xff\xfe beta"}',
     b'{"id": "x\x00y", "text": "alpha beta\x00 gamma", "extra": {"a": [1, {"b": null}]}, "bad": }',
+    b"\x1f\x8b",  # a first line that opens like gzip: damaged gzip data at line 1 (found by this test)
 ]
 
 
