@@ -39,7 +39,6 @@ What differs from format 2:
 from __future__ import annotations
 
 import contextlib
-import itertools
 import threading
 import time
 from collections.abc import Callable, Iterator, Sequence
@@ -55,8 +54,7 @@ from simstore.engine.band_tables import view_band_run, write_band_run
 from simstore.engine.column_index import UNSTAMPED, ColumnCatalog, ColumnIndex, Live, RunEntry
 from simstore.engine.column_tables import view_run
 from simstore.engine.format import CATALOG_KEY, REMOVALS_KEY
-from simstore.engine.record_scan import id_and_fingerprint_arrays
-from simstore.errors import CorruptStoreError
+from simstore.engine.record_scan import id_and_fingerprint_arrays, sketch_rows
 from simstore.fingerprinting.bands import band_keys
 from simstore.fingerprinting.sketch import Sketch, U8Array
 from simstore.index.band_runs import BandRun, join_band_runs, look_up, short_keys, sorted_band_run
@@ -100,34 +98,8 @@ class BandSource:
         return found.rows, found.keys
 
     def stored_rows(self, txn: Txn, doc_ids: U64Array) -> tuple[U64Array, U8Array]:
-        """``(doc_ids, rows)`` of the documents of ``doc_ids`` that keep a
-        sketch, read in ``txn``. Ids that fill most of their range (a batch's
-        new documents) are read by one cursor pass over it, the others looked up."""
-        doc_ids = np.asarray(doc_ids, dtype=np.uint64)
-        if not len(doc_ids):
-            return doc_ids, np.zeros((0, self.sketch.nbytes), dtype=np.uint8)
-        first, last = int(doc_ids.min()), int(doc_ids.max())
-        cursor = txn.cursor(self.sketches)
-        if last - first < 2 * len(doc_ids):
-            found = []
-            if cursor.set_range(first.to_bytes(8, "big")):
-                found = list(itertools.islice(cursor.iternext(keys=True, values=True), last - first + 1))
-        else:
-            found = cursor.getmulti([int(doc_id).to_bytes(8, "big") for doc_id in doc_ids.tolist()])
-        if not found:
-            return np.zeros(0, dtype=np.uint64), np.zeros((0, self.sketch.nbytes), dtype=np.uint8)
-        keys, values = zip(*found, strict=True)
-        raw = b"".join(values)  # (bytes, or a buffer transaction's memoryviews)
-        if len(raw) != len(found) * self.sketch.nbytes:
-            raise CorruptStoreError(f"a stored sketch is not {self.sketch.nbytes} bytes")
-        ids = np.frombuffer(b"".join(keys), dtype=">u8").astype(np.uint64)
-        rows = np.frombuffer(raw, dtype=np.uint8).reshape(len(found), self.sketch.nbytes)
-        if last - first < 2 * len(doc_ids):
-            # The pass read the range: only the documents asked for.
-            wanted = (ids <= np.uint64(last)) & np.isin(ids, doc_ids)
-            if not wanted.all():
-                ids, rows = ids[wanted], rows[wanted]
-        return ids, rows
+        """``(doc_ids, rows)`` of the documents of ``doc_ids`` that keep a sketch, read in ``txn``."""
+        return sketch_rows(txn, self.sketches, self.sketch, doc_ids)
 
     def entries(self, txn: Txn, doc_ids: U64Array) -> Iterator[tuple[U64Array, U64Array]]:
         """``(ids, keys)`` of the band keys of the documents ``doc_ids`` that

@@ -24,8 +24,8 @@ import numpy.typing as npt
 from simstore.engine._lmdb import Txn
 from simstore.engine.column_tableset import BandSource
 from simstore.engine.delta import Delta
+from simstore.index.band_runs import equal_ranges
 from simstore.index.permute import U64Array
-from simstore.index.ranges import expand_ranges
 
 __all__ = ["DeltaBands"]
 
@@ -99,11 +99,7 @@ class DeltaBands:
         out_positions = [np.array(positions, dtype=np.int64)]
         out_ids = [np.array(found, dtype=np.uint64)]
         for sorted_keys, ids in self._sorted:
-            first = np.searchsorted(sorted_keys, keys, side="left")
-            counts = np.searchsorted(sorted_keys, keys, side="right") - first
-            if not counts.any():
-                continue
-            at, owner = expand_ranges(first, counts)
+            at, owner = equal_ranges(sorted_keys, keys)
             out_positions.append(owner)
             out_ids.append(ids[at])
         return np.concatenate(out_positions), np.concatenate(out_ids)

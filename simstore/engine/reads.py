@@ -15,7 +15,7 @@ import numpy as np
 
 from simstore.engine import _lmdb, band_search
 from simstore.engine.query import permute_columns, rows_of
-from simstore.engine.record_scan import fingerprint_array, id_and_fingerprint_arrays
+from simstore.engine.record_scan import fingerprint_array, id_and_fingerprint_arrays, sketch_rows
 from simstore.engine.records import decode_record, encode_id, lookup_key
 from simstore.engine.settings import store_sketch
 from simstore.errors import CorruptStoreError, InvalidTypeError, InvalidValueError, KeyNotFoundError
@@ -218,21 +218,8 @@ def _stored_sketches(engine: Engine, txn: _lmdb.Txn, found: Iterable[int]) -> tu
     geometry = store_sketch(engine)
     assert database is not None
     assert geometry is not None
-    doc_ids: list[int] = []
-    rows: list[bytes] = []
-    for doc_id in found:
-        raw = txn.get(encode_id(doc_id), db=database)
-        if raw is not None:
-            doc_ids.append(doc_id)
-            rows.append(raw)
-    if not rows:
-        return doc_ids, np.zeros((0, geometry.nbytes), dtype=np.uint8)
-    stored = np.frombuffer(b"".join(rows), dtype=np.uint8).reshape(len(rows), -1)
-    if stored.shape[1] != geometry.nbytes:
-        raise CorruptStoreError(
-            f"a stored sketch is {stored.shape[1]} bytes, not the store's {geometry.nbytes}"
-        )
-    return doc_ids, stored
+    ids, rows = sketch_rows(txn, database, geometry, np.fromiter(found, dtype=np.uint64))
+    return ids.tolist(), rows
 
 
 # ---------------------------------------------------------------- documents

@@ -22,7 +22,16 @@ import numpy.typing as npt
 
 from simstore.index.ranges import expand_ranges
 
-__all__ = ["BandRun", "build_band_run", "join_band_runs", "look_up", "short_keys", "sorted_band_run"]
+__all__ = [
+    "BandRun",
+    "build_band_run",
+    "equal_ranges",
+    "join_band_runs",
+    "look_up",
+    "packed_entries",
+    "short_keys",
+    "sorted_band_run",
+]
 
 U64Array = npt.NDArray[np.uint64]
 U32Array = npt.NDArray[np.uint32]
@@ -82,11 +91,7 @@ def look_up(runs: Sequence[BandRun], keys: U64Array) -> tuple[IntArray, IdArray]
     positions: list[IntArray] = []
     found: list[IdArray] = []
     for run in runs:
-        if not len(run.keys):
-            continue
-        first = np.searchsorted(run.keys, wanted, side="left")
-        counts = np.searchsorted(run.keys, wanted, side="right") - first
-        at, owner = expand_ranges(first, counts)
+        at, owner = equal_ranges(run.keys, wanted)
         if len(at):
             positions.append(owner)
             found.append(run.ids[at].astype(np.uint64))
@@ -95,13 +100,27 @@ def look_up(runs: Sequence[BandRun], keys: U64Array) -> tuple[IntArray, IdArray]
     return np.concatenate(positions), np.concatenate(found)
 
 
+def equal_ranges(sorted_keys: npt.NDArray[Any], wanted: npt.NDArray[Any]) -> tuple[IntArray, IntArray]:
+    """``(at, owner)``: every position of ``sorted_keys`` (ascending) whose
+    key is ``wanted[owner[j]]``, found by two ``searchsorted`` calls."""
+    first = np.searchsorted(sorted_keys, wanted, side="left")
+    counts = np.searchsorted(sorted_keys, wanted, side="right") - first
+    return expand_ranges(first, counts)
+
+
+def packed_entries(keys: U32Array, ids: IdArray) -> U64Array:
+    """Each entry as one uint64, key high and the id's low 32 bits low:
+    ordered by key, then id (for ids that fit in 32 bits), and compared as a set."""
+    return (keys.astype(np.uint64) << np.uint64(32)) | (ids.astype(np.uint64) & np.uint64(_ID_MASK))
+
+
 def sorted_band_run(keys: U32Array, ids: IdArray) -> BandRun:
     """The band run of entries of :func:`short_keys` ``keys`` and ``ids``:
     sorted by key, then id, each once. Where every id fits in 32
     bits, a key and its id are one uint64 (key high): one sort, which the
     concatenated sorted runs of a join make a merge (timsort finds them)."""
     if not len(ids) or int(ids.max()) <= _ID_MASK:
-        packed = (keys.astype(np.uint64) << np.uint64(32)) | ids.astype(np.uint64)
+        packed = packed_entries(keys, ids)
         packed.sort(kind="stable")
         if len(packed) > 1:
             packed = packed[np.concatenate([[True], packed[1:] != packed[:-1]])]

@@ -131,11 +131,16 @@ def choose_layout(requested: LayoutRequest) -> tuple[int, tuple[Table, ...], dic
     return _manku_layout(requested)
 
 
+def check_bands(bands: object) -> None:
+    """Refuse a ``bands=`` that is not ``True``, ``False``, ``None`` or an int."""
+    if bands is not None and not isinstance(bands, bool | int):
+        raise InvalidTypeError(f"bands must be True, False, None or an int, not {type(bands).__name__}")
+
+
 def band_table(requested: LayoutRequest) -> int | None:
     """The bands a width of a new multi-index layout's band table (``None``: none)."""
     bands = requested.bands
-    if bands is not None and not isinstance(bands, bool | int):
-        raise InvalidTypeError(f"bands must be True, False, None or an int, not {type(bands).__name__}")
+    check_bands(bands)
     sketches = requested.sketches and (
         requested.fingerprinter is None or requested.fingerprinter.sketch is not None
     )

@@ -27,6 +27,7 @@ from simstore.engine.records import decode_id, decode_record, lookup_key
 from simstore.engine.settings import store_sketch
 from simstore.engine.tableset import TableSet
 from simstore.errors import CorruptStoreError
+from simstore.index.band_runs import packed_entries
 from simstore.index.permute import FINGERPRINT_BITS, MAX_FINGERPRINT, Table, U64Array
 from simstore.index.skew import degenerate_fingerprints, table_skew
 from simstore.keys import KEY_TYPES, unpack_key
@@ -435,16 +436,11 @@ def _check_band_run(
         problems.append(str(exc))
         return
     expected = tableset.bands.run_of(txn, live_ids)
-    wanted = _band_entries(expected.keys, expected.ids.astype(np.uint64))
-    held = _band_entries(band_run.keys, band_run.ids.astype(np.uint64))
+    wanted = packed_entries(expected.keys, expected.ids)
+    held = packed_entries(band_run.keys, band_run.ids)
     lacking = int(np.count_nonzero(~np.isin(wanted, held)))
     if lacking:
         problems.append(f"run {run_id}'s band table lacks {lacking} band keys of its documents")
-
-
-def _band_entries(keys: npt.NDArray[np.uint32], ids: U64Array) -> U64Array:
-    """Band entries as one uint64 each (key high, id low), to compare sets."""
-    return (keys.astype(np.uint64) << np.uint64(32)) | (ids & np.uint64(0xFFFFFFFF))
 
 
 def _sorted_unique(values: npt.NDArray[Any]) -> npt.NDArray[Any]:

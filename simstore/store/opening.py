@@ -46,6 +46,7 @@ from simstore.index.permute import validate_k
 from simstore.layout.choose import (
     DEFAULT_MIN_SIMILARITY,
     LayoutRequest,
+    check_bands,
     choose_layout,
     is_multi_index,
     layout_name,
@@ -140,8 +141,7 @@ def open(  # noqa: A001 - mirrors dbm.open, deliberately
     if not isinstance(readonly, bool):
         raise InvalidTypeError(f"readonly must be True or False, got {readonly!r}")
     readonly = readonly or mode == "r"
-    if bands is not None and not isinstance(bands, bool | int):
-        raise InvalidTypeError(f"bands must be True, False, None or an int, not {type(bands).__name__}")
+    check_bands(bands)  # (a new store's choice is checked in full by choose_layout)
     if readonly and mode == "n":
         raise InvalidValueError("mode 'n' creates a new store and cannot be read-only")
     if k is not None:
