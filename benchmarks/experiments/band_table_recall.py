@@ -81,7 +81,11 @@ def tally(jaccard: npt.NDArray[np.float64], short: npt.NDArray[np.bool_]) -> Cou
 
 
 def measure(
-    corpus: realtext_quality.Corpus, seed: int, sketch: Sketch, systems: dict[str, int | None]
+    corpus: realtext_quality.Corpus,
+    seed: int,
+    sketch: Sketch,
+    systems: dict[str, int | None],
+    thresholds: Sequence[float] = THRESHOLDS,
 ) -> Run:
     """Counts of every (system, t) on one corpus and seed, and the band keys of each system."""
     n = len(corpus.texts)
@@ -108,20 +112,22 @@ def measure(
     out = {}
     for label, pairs in found.items():
         chosen = np.isin(candidates, pairs, assume_unique=True)
-        for threshold in THRESHOLDS:
+        for threshold in thresholds:
             kept = chosen & (estimates >= threshold)
             out[(label, threshold)] = tally(jaccard[kept], short[kept])
     return out, keys_of
 
 
-def table(truth: Counts, runs: Sequence[Run], systems: Sequence[str]) -> str:
+def table(
+    truth: Counts, runs: Sequence[Run], systems: Sequence[str], thresholds: Sequence[float] = THRESHOLDS
+) -> str:
     """One markdown table: each (system, t) at its worst seed of ``runs`` (one per seed)."""
     headers = ["system", "t", "keys/doc", "keys/long doc"]
     headers += [f"{kind} {name} ({truth[f'{kind} {name}']:,})" for kind in KINDS for name, _ in RANGES]
     headers += ["false pairs (J<0.5)", "reported"]
     keys = functools.reduce(added, (run[1] for run in runs))  # over the seeds: the mean
     lines = []
-    for threshold in THRESHOLDS:
+    for threshold in thresholds:
         for label in systems:
             counts = [run[0][(label, threshold)] for run in runs]
             long_keys = keys[f"{label} long"] / keys["long docs"] if keys["long docs"] else None
@@ -153,6 +159,9 @@ def main() -> None:
     parser.add_argument(
         "--per-widths", nargs="*", type=per_width, default=PER_WIDTHS, help="bands kept a width ('all')"
     )
+    parser.add_argument(
+        "--thresholds", nargs="*", type=float, default=THRESHOLDS, help="verification thresholds t"
+    )
     parser.add_argument("--output", type=Path, default=None, help="write the markdown report here")
     args = parser.parse_args()
     sketch = Sketch()
@@ -166,14 +175,15 @@ def main() -> None:
         corpus = realtext_quality.prepare(name)
         pairs = corpus.pairs
         truth = tally(pairs.jaccard, corpus.short(pairs.first, pairs.second))
-        runs = [measure(corpus, seed, sketch, systems) for seed in range(args.seeds)]
+        runs = [measure(corpus, seed, sketch, systems, args.thresholds) for seed in range(args.seeds)]
         for (counts, keys), (into_counts, into_keys) in zip(runs, pooled, strict=True):
             for system, value in counts.items():
                 into_counts[system] = added(into_counts.get(system, {}), value)
             into_keys.update(added(into_keys, keys))
         pooled_truth = added(pooled_truth, truth)
         n, long_docs = runs[0][1]["docs"], runs[0][1]["long docs"]
-        sections.append(f"### {name}: {n:,} docs ({n - long_docs:,} short)\n\n{table(truth, runs, labels)}\n")
+        section = table(truth, runs, labels, args.thresholds)
+        sections.append(f"### {name}: {n:,} docs ({n - long_docs:,} short)\n\n{section}\n")
         print(f"{name}: {n} docs, {time.perf_counter() - started:.0f} s", flush=True)
     info = machine()
     header = [
@@ -191,7 +201,7 @@ def main() -> None:
         "",
         f"## Pooled: {pooled[0][1]['docs']:,} docs ({', '.join(args.corpora)})",
         "",
-        table(pooled_truth, pooled, labels),
+        table(pooled_truth, pooled, labels, args.thresholds),
         "",
         "## Per corpus",
         "",

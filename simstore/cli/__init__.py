@@ -40,12 +40,12 @@ from types import FrameType
 from simstore.cli.common import PROG
 from simstore.cli.dedup import configure_dedup, run_dedup
 from simstore.cli.maintain import configure_compact, configure_migrate, run_compact, run_migrate
+from simstore.cli.plan import configure_plan, run_plan
 from simstore.cli.progress import LOG_LINE_SECONDS
 from simstore.cli.store_verbs import (
     configure_add,
     configure_export,
     configure_import,
-    configure_plan,
     configure_query,
     configure_relayout,
     configure_remove,
@@ -56,7 +56,6 @@ from simstore.cli.store_verbs import (
     run_export,
     run_import,
     run_merge,
-    run_plan,
     run_query,
     run_relayout,
     run_remove,

@@ -45,13 +45,12 @@ from simstore.cli.progress import ReadingBar, note, progress
 from simstore.cli.stores import StoreOnDemand, check_distance, open_existing, open_or_create, similarity
 from simstore.errors import InvalidTypeError, InvalidValueError, ParameterMismatchError, SimstoreError
 from simstore.fingerprinting.fingerprinter import Fingerprinter, ShortTextWarning
-from simstore.index import costs, multi_index
 from simstore.io.inputs import STDIN, STDIN_NAME, InputError
 from simstore.io.readers import ON_ERROR, read_documents
 from simstore.io.streams import text_lines
 from simstore.keys import Key
-from simstore.layout.choose import DEFAULT_K, MULTI_INDEX, MULTI_INDEX_FROM_K
-from simstore.layout.planner import format_plan, plan
+from simstore.layout.choose import DEFAULT_K, MULTI_INDEX
+from simstore.layout.presets import ExactThreshold
 from simstore.store.dedup import LENGTH_FIELD
 from simstore.store.facade import Store
 from simstore.store.opening import open as open_store
@@ -84,6 +83,15 @@ def configure_add(parser: argparse.ArgumentParser) -> None:
         "(the default where k >= 5; about 60 bytes a document); --no-bands keeps none",
     )
     parser.add_argument(
+        "--min-similarity",
+        type=similarity,
+        metavar="J",
+        help="a new store is made to find the documents whose word 3-shingles are at least this "
+        "similar (0 to 1): k=5 beside a band table of 8 bands a width (16 below 0.9), verifying "
+        "estimates from a little below J (0.862 for 0.9, 0.75 for 0.8; `simstore stats` shows it). "
+        "An existing store's must match",
+    )
+    parser.add_argument(
         "--allow-empty",
         action="store_true",
         help="with no document to add, still create a missing STORE, empty (else that is an error and "
@@ -104,7 +112,9 @@ def run_add(args: argparse.Namespace) -> int:
     with StoreOnDemand(
         args.store,
         args.k,
-        lambda: open_or_create(args.store, args.k, merge_on_close=False, bands=args.bands),
+        lambda: open_or_create(
+            args.store, args.k, merge_on_close=False, bands=args.bands, min_similarity=args.min_similarity
+        ),
     ) as target:
 
         def commit(batch: Collected) -> None:
@@ -298,115 +308,6 @@ def run_stats(args: argparse.Namespace) -> int:
         for name, value in summary.items():
             print(f"{name:18} {value}")
     return 0
-
-
-def configure_plan(parser: argparse.ArgumentParser) -> None:
-    parser.add_argument(
-        "-k",
-        "--k",
-        type=non_negative,
-        help=f"largest distance (default {DEFAULT_K}, or what --min-similarity needs)",
-    )
-    parser.add_argument(
-        "--docs", type=document_count, required=True, help="expected number of documents, e.g. 1e9"
-    )
-    parser.add_argument(
-        "--min-similarity",
-        type=similarity,
-        metavar="J",
-        help="plan for the k that finds 97 %% of the real near-duplicate pairs at J or more",
-    )
-    parser.add_argument("--max-tables", type=non_negative, default=None, help="at most this many tables")
-    parser.add_argument("--limit", type=non_negative, default=None, help="show only the best N layouts")
-
-
-def run_plan(args: argparse.Namespace) -> int:
-    k = DEFAULT_K if args.k is None and args.min_similarity is None else args.k
-    layouts = plan(k, args.docs, max_tables=args.max_tables, min_similarity=args.min_similarity)
-    scheme_k = layouts[0].k if layouts else k
-    if args.json:
-        manku = [
-            {
-                "name": layout.name,
-                "format": 2,
-                "tables": layout.table_count,
-                "prefix_bits": list(layout.prefix_bits),
-                "expected_candidates": layout.expected_candidates,
-                "bytes_per_doc": layout.bytes_per_doc,
-                "query_us": layout.query_us,
-                "insert_us": layout.insert_us,
-                "spec": layout.spec,
-            }
-            for layout in layouts[: args.limit]
-        ]
-        print_json(manku + scheme_entries(scheme_k, args.docs, limit=args.limit))
-    else:
-        print(format_plan(layouts, limit=args.limit))
-        print()
-        print(format_schemes(scheme_k, args.docs, limit=args.limit))
-    return 0
-
-
-def ranked_schemes(k: int, docs: int, *, limit: int | None) -> list[multi_index.MultiIndex]:
-    """The multi-index schemes exact for ``k``, cheapest first by the model of
-    :func:`simstore.index.multi_index.choose`."""
-    return sorted(
-        multi_index.exact_schemes(k),
-        key=lambda scheme: (
-            multi_index.query_us(scheme, docs) + multi_index.US_PER_BYTE * multi_index.bytes_per_doc(scheme),
-            scheme.tables,
-        ),
-    )[:limit]
-
-
-def scheme_entries(k: int, docs: int, *, limit: int | None) -> list[dict[str, Any]]:
-    """``plan --json``'s entries for the multi-index schemes (format 3), with the
-    keys of Manku's layouts' entries and ``probes``, ``radii`` and ``chosen``
-    (the scheme a new store at ``k`` gets, for ``docs``). ``bytes_per_doc``
-    counts the records as Manku's entries do (``costs.PER_DOC_BYTES``) beside
-    the tables' bytes; ``query_us`` is the model's batch time a query, and
-    ``insert_us`` is not modelled (``None``)."""
-    chosen = multi_index.choose(k, docs)
-    return [
-        {
-            "name": f"multi-index {scheme.label()}",
-            "format": 3,
-            "tables": scheme.tables,
-            "prefix_bits": list(scheme.widths),
-            "expected_candidates": scheme.candidate_rate() * docs,
-            "bytes_per_doc": costs.PER_DOC_BYTES + multi_index.bytes_per_doc(scheme),
-            "table_bytes_per_doc": multi_index.bytes_per_doc(scheme),
-            "query_us": multi_index.query_us(scheme, docs),
-            "insert_us": None,
-            "spec": {"kind": MULTI_INDEX, "widths": list(scheme.widths), "radii": list(scheme.radii)},
-            "probes": scheme.probes,
-            "radii": list(scheme.radii),
-            "chosen": scheme == chosen and k >= MULTI_INDEX_FROM_K,
-        }
-        for scheme in ranked_schemes(k, docs, limit=limit)
-    ]
-
-
-def format_schemes(k: int, docs: int, *, limit: int | None) -> str:
-    """The multi-index schemes exact for ``k``, cheapest first by the model of
-    :func:`simstore.index.multi_index.choose` (format 3; a new store's layout
-    from k = 5, or with ``layout="multi-index"``)."""
-    chosen = multi_index.choose(k, docs)
-    ranked = ranked_schemes(k, docs, limit=limit)
-    lines = [
-        f'multi-index schemes for k={k} (format 3: layout="multi-index"; '
-        + ("a new store's layout at this k" if k >= MULTI_INDEX_FROM_K else "opt-in at this k")
-        + "):",
-        f"{'scheme':<28} {'tables':>6} {'probes':>7} {'table bytes/doc':>15} {'batch µs/query':>14}",
-    ]
-    for scheme in ranked:
-        mark = "  <- chosen" if scheme == chosen else ""
-        lines.append(
-            f"{scheme.label():<28} {scheme.tables:>6} {scheme.probes:>7} "
-            f"{multi_index.bytes_per_doc(scheme):>15.0f} {multi_index.query_us(scheme, docs):>14.3g}{mark}"
-        )
-    lines.append("(batch µs/query: the model fitted at 1M, benchmarks/results/multi_index_1M.md)")
-    return "\n".join(lines)
 
 
 def configure_relayout(parser: argparse.ArgumentParser) -> None:
@@ -631,7 +532,11 @@ def _open_import_target(
             "c",
             k=k,
             fingerprinter=settings.fingerprinter,
-            min_similarity=settings.min_similarity,
+            # The export's threshold as it is: not the lower one a new store
+            # asked to find pairs that similar verifies at.
+            min_similarity=None
+            if settings.min_similarity is None
+            else ExactThreshold(settings.min_similarity),
             # A new store keeps the exported one's band table, or none; an
             # existing one keeps its own (it changes no stored document).
             bands=None if os.path.exists(args.store) else settings.bands,

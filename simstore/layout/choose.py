@@ -17,6 +17,7 @@ from simstore.index import multi_index
 from simstore.index.cover import covers
 from simstore.index.permute import Table, default_blocks, one_level_tables
 from simstore.layout.planner import best_layout, from_spec, k_for_similarity
+from simstore.layout.presets import PRESET_K, preset_bands
 
 #: The k of a new store: on real text whose near-duplicates occurred naturally
 #: (benchmarks/suite/bench_quality.py --real: documentation across releases, licence
@@ -53,15 +54,40 @@ class LayoutRequest:
     #: Whether documents keep sketches (a re-layout knows; a new store's
     #: fingerprinter says).
     sketches: bool = True
+    #: Whether a new store keeps ``min_similarity`` as its threshold as it
+    #: is (:class:`simstore.layout.presets.ExactThreshold`) rather than the
+    #: lower one that finds pairs that similar.
+    exact_threshold: bool = False
 
 
 def requested_k(requested: LayoutRequest) -> int:
-    """The ``k`` of a new store: asked for, or what its threshold needs, or the default."""
+    """The ``k`` of a new store: asked for, or what its threshold needs, or the default.
+
+    A threshold is met by a band table beside the default k where the store
+    can keep one (:mod:`simstore.layout.presets`); otherwise by the ``k``
+    at which 97 % of the real pairs that similar lie
+    (:data:`simstore.layout.planner.K_FOR_SIMILARITY`)."""
     if requested.k is not None:
         return requested.k
     if requested.min_similarity is not None:
-        return k_for_similarity(requested.min_similarity)
+        return PRESET_K if _may_band(requested) else k_for_similarity(requested.min_similarity)
     return DEFAULT_K
+
+
+def _may_band(requested: LayoutRequest) -> bool:
+    """Whether a new store asked for with no ``k`` would keep a band table."""
+    return (
+        requested.bands is not False
+        and requested.blocks is None
+        and (requested.layout is None or is_multi_index(requested.layout))
+        and _keeps_sketches(requested)
+    )
+
+
+def _keeps_sketches(requested: LayoutRequest) -> bool:
+    return requested.sketches and (
+        requested.fingerprinter is None or requested.fingerprinter.sketch is not None
+    )
 
 
 def layout_tables(layout: Any, k: int | None) -> tuple[int, tuple[Table, ...], dict[str, Any] | None]:
@@ -141,14 +167,14 @@ def band_table(requested: LayoutRequest) -> int | None:
     """The bands a width of a new multi-index layout's band table (``None``: none)."""
     bands = requested.bands
     check_bands(bands)
-    sketches = requested.sketches and (
-        requested.fingerprinter is None or requested.fingerprinter.sketch is not None
-    )
+    sketches = _keeps_sketches(requested)
     if bands is False or (bands is None and not sketches):
         return None
     if not sketches:
         raise InvalidValueError("a band table bands the documents' sketches, and this store keeps none")
     if bands is None or bands is True:
+        if requested.min_similarity is not None:
+            return preset_bands(requested.min_similarity)
         return DEFAULT_BANDS_PER_WIDTH
     if not 1 <= bands <= MAX_BANDS_PER_WIDTH:
         raise InvalidValueError(f"bands must be from 1 to {MAX_BANDS_PER_WIDTH} a width, got {bands}")

@@ -39,6 +39,7 @@ from simstore.errors import (
     StoreLockedError,
     StoreNotFoundError,
 )
+from simstore.fingerprinting.algorithms import UNRECORDED_SETTINGS
 from simstore.fingerprinting.fingerprinter import Fingerprinter
 from simstore.fingerprinting.sketch import check_similarity
 from simstore.fingerprinting.text import segmenter_info
@@ -52,6 +53,7 @@ from simstore.layout.choose import (
     layout_name,
     layout_tables,
 )
+from simstore.layout.presets import ExactThreshold, verification_threshold
 from simstore.options import Options
 from simstore.store import writes
 from simstore.store.facade import Store
@@ -112,12 +114,22 @@ def open(  # noqa: A001 - mirrors dbm.open, deliberately
         fingerprinter: the text fingerprinting settings (default
             ``Fingerprinter()`` for a new store). They are stored in the file;
             ``None`` on an existing store means "the file decides".
-        min_similarity: the similarity threshold (0 to 1) that text queries,
-            ``add_if_new``, pairs and clusters apply unless a call passes its
-            own (see :meth:`Store.query`). A new store given one and no ``k``
-            gets the ``k`` at which 97 % of real near-duplicate pairs that
-            similar were found (``simstore.layout.planner.K_FOR_SIMILARITY``). Stored;
-            ``None`` on an existing store means "the file decides".
+        min_similarity: for a new store, the similarity (0 to 1, of word
+            3-shingles) of the near-duplicates it is to find. Without ``k``
+            it gets the default k = 5 and a band table of 8 bands a width
+            (16 below 0.9), and verifies matches from an estimate a little
+            below it (:func:`simstore.layout.presets.verification_threshold`:
+            0.862 for 0.9, 0.75 for 0.8), since the sketch's estimate of a
+            pair just above the threshold falls below it about half the
+            time; ``Store.min_similarity`` is that threshold, which text
+            queries, ``add_if_new``, pairs and clusters apply unless a call
+            passes its own (see :meth:`Store.query`). Without a band table
+            (``bands=False``, ``blocks`` or a Manku layout) the ``k`` at which
+            97 % of real pairs that similar were found
+            (``simstore.layout.planner.K_FOR_SIMILARITY``). An
+            :class:`~simstore.layout.presets.ExactThreshold` is kept as it
+            is. Stored; on an existing store, ``None`` means "the file
+            decides", and a value must name the stored threshold.
         bands: a band table beside a multi-index layout (k of 5 or more),
             so that ``query`` and ``add_if_new`` also find the documents
             whose sketches share a band with the text's and reach the
@@ -150,6 +162,7 @@ def open(  # noqa: A001 - mirrors dbm.open, deliberately
         raise InvalidTypeError(
             f"fingerprinter must be a simstore.Fingerprinter, got {type(fingerprinter).__name__}"
         )
+    exact_threshold = isinstance(min_similarity, ExactThreshold)
     if min_similarity is not None:
         min_similarity = check_similarity(min_similarity)
         if fingerprinter is not None and fingerprinter.sketch is None:
@@ -177,7 +190,16 @@ def open(  # noqa: A001 - mirrors dbm.open, deliberately
         _check_writable(path_str, mode)
     if opts.map_size is not None and not readonly:
         _check_map_room(path_str, opts.map_size)
-    requested = LayoutRequest(k, blocks, fingerprinter, layout, expected_docs, min_similarity, bands)
+    requested = LayoutRequest(
+        k,
+        blocks,
+        fingerprinter,
+        layout,
+        expected_docs,
+        min_similarity,
+        bands,
+        exact_threshold=exact_threshold,
+    )
     if exists and mode == "n":
         choose_layout(requested)  # refuse bad parameters before deleting anything
         _replace_store(path_str, requested, opts)
@@ -409,7 +431,7 @@ def _load_or_create(
             "blocks": requested.blocks,
             "fingerprinter": requested_settings,
             "tables": requested_tables,
-            "min_similarity": requested.min_similarity,
+            "min_similarity": _asked_threshold(params, requested.min_similarity),
         },
     )
     return params, stored
@@ -460,7 +482,7 @@ def _create(env: _lmdb.Environment, requested: LayoutRequest) -> tuple[StoredPar
         layout=layout_spec,
         fingerprinter=fingerprinter.settings(),
         segmenter=segmenter_info(),
-        min_similarity=_new_threshold(requested.min_similarity, fingerprinter),
+        min_similarity=_new_threshold(requested, fingerprinter),
     )
 
     raw_meta = encode_meta(params, version=__version__)
@@ -481,11 +503,34 @@ def _create(env: _lmdb.Environment, requested: LayoutRequest) -> tuple[StoredPar
     return params, raw_meta
 
 
-def _new_threshold(requested: float | None, fingerprinter: Fingerprinter) -> float | None:
-    """A new store's threshold: the one asked for, else the default if it keeps sketches."""
-    if requested is not None:
+def _new_threshold(requested: LayoutRequest, fingerprinter: Fingerprinter) -> float | None:
+    """A new store's threshold: the one that finds the similarity asked for
+    (:func:`simstore.layout.presets.verification_threshold`; as it is if
+    it is an :class:`~simstore.layout.presets.ExactThreshold`), else the
+    default if it keeps sketches."""
+    similarity = requested.min_similarity
+    if fingerprinter.sketch is None:
+        return None
+    if similarity is None:
+        return DEFAULT_MIN_SIMILARITY
+    return (
+        similarity
+        if requested.exact_threshold
+        else verification_threshold(similarity, fingerprinter.sketch.bins)
+    )
+
+
+def _asked_threshold(params: StoredParams, requested: float | None) -> float | None:
+    """The stored threshold where a reopening's ``min_similarity`` names it
+    (the one a new store asked for it verifies at, or the very value: a
+    store made before presets lowered it, or an exact one); else the value
+    asked for, which the mismatch then reports."""
+    if requested is None or requested == params.min_similarity:
         return requested
-    return DEFAULT_MIN_SIMILARITY if fingerprinter.sketch is not None else None
+    sketch = Fingerprinter.from_settings(params.fingerprinter or UNRECORDED_SETTINGS).sketch
+    if sketch is not None and verification_threshold(requested, sketch.bins) == params.min_similarity:
+        return params.min_similarity
+    return requested
 
 
 def _file_size(path: str) -> int:

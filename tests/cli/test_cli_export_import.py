@@ -13,6 +13,7 @@ import pytest
 
 import simstore
 from simstore.cli import main
+from simstore.layout.presets import verification_threshold
 
 CORPUS = Path(__file__).resolve().parents[2] / "examples" / "corpus" / "kjv_near_duplicates.jsonl"
 
@@ -50,7 +51,9 @@ def test_round_trip_keeps_the_settings(
         assert imported.k == 3
         assert imported.fingerprinter == original.fingerprinter
         assert imported.sketch == simstore.Sketch(bins=128, bits=4)
-        assert imported.min_similarity == 0.5
+        # The threshold as stored (not lowered again as a new store asked for it would be).
+        assert original.min_similarity == verification_threshold(0.5, 128)
+        assert imported.min_similarity == original.min_similarity
         assert list(imported.items()) == list(original.items())
         for key, text in list(_texts().items())[:20]:
             assert imported.query(text=text) == original.query(text=text)

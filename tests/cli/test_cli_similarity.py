@@ -396,3 +396,51 @@ def test_dedup_against_with_bands_matches_query_many_with_bands(
     assert {(pair["key"], pair["match"], pair["distance"]) for pair in _json_lines(plain)} < got
     assert {(pair["key"], pair["match"], pair["distance"]) for pair in _json_lines(default)} == got
     assert any(int(distance) > 2 for _, _, distance in got)  # type: ignore[call-overload]
+
+
+def test_add_min_similarity_makes_a_store_that_finds_that_similarity(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """`simstore add --min-similarity 0.8` makes the preset store (k = 5, 16 bands
+    a width, verifying from 0.75); an existing store's must name its threshold."""
+    from simstore.layout.presets import verification_threshold
+
+    store = tmp_path / "s.simstore"
+    assert main(["add", str(store), str(CORPUS), "-q", "--min-similarity", "0.8"]) == 0
+    with simstore.open(store, "r") as opened:
+        assert (opened.k, opened.bands) == (5, 16)
+        assert opened.min_similarity == verification_threshold(0.8, 256)
+        count = len(opened)
+    capsys.readouterr()
+    assert main(["add", str(store), str(CORPUS), "-q", "--min-similarity", "0.8"]) == 0  # the same store
+    assert main(["add", str(store), str(CORPUS), "-q", "--min-similarity", "0.9"]) == 1
+    assert "min_similarity" in capsys.readouterr().err
+    with simstore.open(store, "r") as opened:
+        assert len(opened) == count
+
+
+def test_plan_min_similarity_reports_the_preset_and_its_costs(capsys: pytest.CaptureFixture[str]) -> None:
+    """`simstore plan --min-similarity J` says what a new store asked for J keeps
+    (k = 5 and a band table, its threshold and bytes) before the layouts a
+    store without a band table would need."""
+    from simstore.layout.planner import k_for_similarity
+    from simstore.layout.presets import similarity_preset
+
+    for similarity, bands in ((0.9, 8), (0.8, 16)):
+        preset = similarity_preset(similarity, 256)
+        assert main(["plan", "--docs", "1e7", "--min-similarity", str(similarity), "--limit", "2"]) == 0
+        out = capsys.readouterr().out
+        assert f"asked for min_similarity={similarity:g}" in out
+        assert f"+ {bands} bands a width" in out
+        assert f"estimated similarity of {preset.threshold:g}" in out
+        assert f"k={k_for_similarity(similarity)}: the layouts below" in out
+        assert main(["plan", "--docs", "1e7", "--min-similarity", str(similarity), "--json"]) == 0
+        entries = json.loads(capsys.readouterr().out)
+        [chosen] = [entry for entry in entries if entry.get("chosen")]
+        assert (chosen["format"], chosen["k"], chosen["bands"]) == (4, 5, bands)
+        assert chosen["threshold"] == preset.threshold
+        assert chosen["band_bytes_per_doc"] > 0
+        assert chosen["bytes_per_doc"] > chosen["table_bytes_per_doc"] + chosen["band_bytes_per_doc"]
+    # With -k the similarity only chooses nothing but the threshold: no preset.
+    assert main(["plan", "-k", "5", "--docs", "1e7", "--min-similarity", "0.8"]) == 0
+    assert "asked for min_similarity" not in capsys.readouterr().out

@@ -22,6 +22,7 @@ from simstore import Fingerprinter
 from simstore.errors import InvalidTypeError, InvalidValueError, ParameterMismatchError
 from simstore.fingerprinting.bands import band_keys
 from simstore.fingerprinting.sketch import Sketch, estimate_jaccard
+from simstore.layout.choose import DEFAULT_K
 
 pytestmark = pytest.mark.filterwarnings("ignore::simstore.ShortTextWarning")
 
@@ -375,32 +376,76 @@ def test_clusters_with_a_threshold_split_dissimilar_texts(tmp_path: Path) -> Non
 # -- the store's own threshold ----------------------------------------------
 
 
-def test_a_stored_threshold_chooses_k_and_applies_by_default(tmp_path: Path) -> None:
-    from simstore.layout.planner import k_for_similarity
+def test_a_stored_threshold_chooses_the_store_and_applies_by_default(tmp_path: Path) -> None:
+    from simstore.layout.presets import PRESET_K, verification_threshold
 
     words = VOCABULARY[:100]
     base = " ".join(words)
     edited = " ".join([*words[:50], "changed", *words[51:]])
     path = tmp_path / "s.simstore"
+    threshold = verification_threshold(0.99, Fingerprinter().sketch.bins)  # type: ignore[union-attr]
+    assert 0.97 < threshold < 0.99
     with simstore.open(path, "c", min_similarity=0.99) as store:
-        assert store.k == k_for_similarity(0.99)
-        assert store.min_similarity == 0.99
+        assert (store.k, store.bands) == (PRESET_K, 8)
+        assert store.min_similarity == threshold
         fingerprint = store.add("base", base)
         near = store.query(text=edited, min_similarity=0.0)
         assert [m.key for m in near] == ["base"]
         assert near[0].similarity is not None
-        assert near[0].similarity < 0.99
+        assert near[0].similarity < threshold
         assert store.query(text=edited) == []  # the stored threshold applies
         assert store.add_if_new("edited", edited) == []  # so this is new
         assert [m.key for m in store.query(fingerprint)] == ["base", "edited"]  # no sketch: unjudged
         assert list(store.near_duplicate_pairs()) == []
         assert len(list(store.near_duplicate_pairs(min_similarity=0.5))) == 1
     with simstore.open(path, "r") as store:
-        assert store.min_similarity == 0.99
+        assert store.min_similarity == threshold
     with pytest.raises(ParameterMismatchError, match="min_similarity"):
         simstore.open(path, "r", min_similarity=0.9)
-    with simstore.open(path, "r", min_similarity=0.99):
-        pass
+    for asked in (0.99, threshold):  # the similarity named, or the threshold itself
+        with simstore.open(path, "r", min_similarity=asked):
+            pass
+
+
+@pytest.mark.parametrize(
+    ("similarity", "bands"), [(1.0, 8), (0.97, 8), (0.9, 8), (0.85, 16), (0.8, 16), (0.5, 16)]
+)
+def test_a_similarity_preset_keeps_bands_beside_the_default_k(
+    tmp_path: Path, similarity: float, bands: int
+) -> None:
+    from simstore.layout.presets import verification_threshold
+
+    with simstore.open(tmp_path / "s.simstore", "c", min_similarity=similarity) as store:
+        assert (store.k, store.bands) == (DEFAULT_K, bands)
+        assert store.min_similarity == verification_threshold(similarity, 256)
+        assert store.min_similarity <= similarity
+        assert "bands a width" in store.stats().layout_name
+
+
+def test_a_similarity_preset_without_a_band_table_takes_the_k_that_finds_it(tmp_path: Path) -> None:
+    from simstore.layout.planner import k_for_similarity
+    from simstore.layout.presets import verification_threshold
+
+    for name, options in (("none", {"bands": False}), ("manku", {"blocks": 12})):
+        with simstore.open(tmp_path / f"{name}.simstore", "c", min_similarity=0.8, **options) as store:
+            assert (store.k, store.bands) == (k_for_similarity(0.8), None)
+            assert store.min_similarity == verification_threshold(0.8, 256)
+    with simstore.open(tmp_path / "k.simstore", "c", k=3, min_similarity=0.8) as store:
+        assert (store.k, store.bands) == (3, None)  # an explicit k wins; k = 3 keeps no band table
+    with pytest.raises(InvalidValueError, match="band table"):
+        simstore.open(tmp_path / "k2.simstore", "c", k=3, min_similarity=0.8, bands=True)
+
+
+def test_verification_threshold_is_monotone_and_below_the_similarity() -> None:
+    from simstore.layout.presets import verification_threshold
+
+    for bins in (64, 256, 1024):
+        thresholds = [verification_threshold(j / 100, bins) for j in range(101)]
+        assert thresholds == sorted(thresholds)
+        assert all(0.0 <= t <= j / 100 for j, t in enumerate(thresholds))
+    # More bins, a steadier estimate: a threshold closer to the similarity.
+    coarse, default, fine = (verification_threshold(0.8, bins) for bins in (64, 256, 1024))
+    assert coarse < default < fine
 
 
 def test_threshold_table_and_bad_thresholds_at_open(tmp_path: Path) -> None:
