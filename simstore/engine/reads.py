@@ -14,7 +14,7 @@ from typing import TYPE_CHECKING
 import numpy as np
 
 from simstore.engine import _lmdb, band_search
-from simstore.engine.query import permute_columns, rows_of
+from simstore.engine.query import permuted_keys
 from simstore.engine.record_scan import fingerprint_array, id_and_fingerprint_arrays, sketch_rows
 from simstore.engine.records import decode_record, encode_id, lookup_key
 from simstore.engine.settings import store_sketch
@@ -44,8 +44,8 @@ def query(
         permuted = engine.permute_all(fingerprint)
         records: dict[int, bytes] = {}
         found = find(engine, txn, permuted, fingerprint, k, records)
-        add_banded(engine, txn, fingerprint, sketch, k, threshold, found, records)
-        matches = resolve(engine, txn, found, with_meta, records, sketch, threshold)
+        known = add_banded(engine, txn, fingerprint, sketch, k, threshold, found, records)
+        matches = resolve(engine, txn, found, with_meta, records, sketch, threshold, known=known)
         if engine.tableset.bitmaps_unread:
             engine.tableset.read_bitmaps(txn)
         return matches
@@ -68,16 +68,16 @@ def query_many(
     with engine.read(query=True) as txn:
         # A batch may as well read every bitmap first.
         engine.tableset.read_bitmaps(txn, 1 << 30 if len(queries) >= BATCH_READS_BITMAPS else 1)
-        columns = permute_columns(engine.tables, queries)
+        columns, rows = permuted_keys(engine.tables, engine.permute_all, queries)
         query_list = queries.tolist()
         founds = [
-            engine.delta.matches(permuted, query, k)
-            for query, permuted in zip(query_list, rows_of(columns), strict=True)
+            engine.delta.matches(permuted, query, k) for query, permuted in zip(query_list, rows, strict=True)
         ]
         records: list[dict[int, bytes]] = [{} for _ in query_list]
         engine.tableset.find_many(
             txn, columns, query_list, k, founds, records, engine.handles.docs, engine.permute_all
         )
+        matched = None
         if bands and sketches is not None and threshold is not None:
             matched = band_search.band_matches(engine, txn, sketches, threshold)
             for found, found_records, (distances, band_records) in zip(
@@ -85,7 +85,7 @@ def query_many(
             ):
                 found.update(distances)
                 found_records.update(band_records)
-        known = None if sketches is None else batch_similarities(engine, txn, founds, sketches)
+        known = None if sketches is None else batch_similarities(engine, txn, founds, sketches, matched)
         for index, (found, found_records) in enumerate(zip(founds, records, strict=True)):
             sketch = None if sketches is None else sketches[index].tobytes()
             similarity_of = None if known is None else known[index]
@@ -122,19 +122,22 @@ def add_banded(
     threshold: float | None,
     found: dict[int, int],
     records: dict[int, bytes],
-) -> None:
+) -> dict[int, float]:
     """Add to ``found`` (and their records to ``records``) the documents
     more than ``k`` bits away that the store's band table finds for
     ``sketch`` at ``threshold``: nothing where the store keeps no band table
-    (:mod:`simstore.engine.band_search`) or the query has no sketch or threshold."""
+    (:mod:`simstore.engine.band_search`) or the query has no sketch or
+    threshold. Returns the estimated similarity of every document the
+    bands found, within ``k`` or not (for :func:`resolve`'s ``known``)."""
     if engine.delta_bands is None or sketch is None or threshold is None:
-        return
-    matched = band_search.band_matches(
+        return {}
+    [matched] = band_search.band_matches(
         engine, txn, np.frombuffer(sketch, dtype=np.uint8).reshape(1, -1), threshold
     )
-    distances, band_records = band_search.beyond_k(engine, txn, [fingerprint], matched, k)[0]
+    distances, band_records = band_search.beyond_k(engine, txn, [fingerprint], [matched], k)[0]
     found.update(distances)
     records.update(band_records)
+    return matched
 
 
 def resolve(
@@ -146,19 +149,22 @@ def resolve(
     sketch: bytes | None = None,
     threshold: float | None = None,
     similarity_of: dict[int, float] | None = None,
+    known: dict[int, float] | None = None,
 ) -> list[Match]:
     """The matches of ``found`` (``{doc_id: distance}``), sorted, with
     their similarity to the query's ``sketch`` (if given; ``similarity_of``
-    if the caller estimated them already), and without those less similar
-    than ``threshold``."""
+    if the caller estimated them all already, ``known`` if some), and
+    without those less similar than ``threshold``."""
     if not found:
         return []
     docs = engine.handles.docs
     docmeta = engine.handles.docmeta
     if similarity_of is None:
-        similarity_of = {}
+        similarity_of = dict(known) if known else {}
         if sketch is not None and engine.handles.sketches is not None:
-            similarity_of = similarities(engine, txn, found, sketch)
+            missing = [doc_id for doc_id in found if doc_id not in similarity_of]
+            if missing:
+                similarity_of.update(similarities(engine, txn, missing, sketch))
     matches = []
     for doc_id, distance in found.items():
         similarity = similarity_of.get(doc_id)
@@ -179,19 +185,28 @@ def resolve(
 
 
 def batch_similarities(
-    engine: Engine, txn: _lmdb.Txn, founds: Sequence[dict[int, int]], sketches: U8Array
+    engine: Engine,
+    txn: _lmdb.Txn,
+    founds: Sequence[dict[int, int]],
+    sketches: U8Array,
+    known: Sequence[dict[int, float]] | None = None,
 ) -> list[dict[int, float]] | None:
     """:func:`similarities` of a batch: for each query (a row of
     ``sketches``), the estimated similarity of each document of its
     ``founds`` entry that has a sketch; each stored sketch read once and
-    every pair estimated in one pass (``None``: the store keeps no sketches)."""
+    every pair estimated in one pass (``None``: the store keeps no sketches).
+    ``known[i]`` holds estimates query ``i`` has already (its band matches',
+    made from the same snapshot's sketches): they are taken, not made again."""
     geometry = store_sketch(engine)
     if engine.handles.sketches is None or geometry is None:
         return None
-    out: list[dict[int, float]] = [{} for _ in founds]
-    doc_ids, stored = _stored_sketches(engine, txn, sorted({doc_id for found in founds for doc_id in found}))
+    out: list[dict[int, float]] = [{} for _ in founds] if known is None else [dict(given) for given in known]
+    wanted = [
+        [doc_id for doc_id in found if doc_id not in given] for found, given in zip(founds, out, strict=True)
+    ]
+    doc_ids, stored = _stored_sketches(engine, txn, sorted({doc_id for found in wanted for doc_id in found}))
     row_of = {doc_id: row for row, doc_id in enumerate(doc_ids)}
-    pairs = [(query, doc_id) for query, found in enumerate(founds) for doc_id in found if doc_id in row_of]
+    pairs = [(query, doc_id) for query, found in enumerate(wanted) for doc_id in found if doc_id in row_of]
     if not pairs:
         return out
     queries = np.array([query for query, _ in pairs], dtype=np.int64)

@@ -138,10 +138,12 @@ def _others_near(
     records: dict[int, bytes] = {}
     if limit is None:
         found = find(engine, txn, engine.permute_all(fingerprint), fingerprint, k, records)
-        add_banded(engine, txn, fingerprint, sketch, k, threshold, found, records)
+        known = add_banded(engine, txn, fingerprint, sketch, k, threshold, found, records)
         if own_id is not None:
             found.pop(own_id, None)
-        matches = resolve(engine, txn, found, with_meta, records, sketch, threshold) if found else []
+        matches = (
+            resolve(engine, txn, found, with_meta, records, sketch, threshold, known=known) if found else []
+        )
     else:
         matches = closest_in(
             engine, txn, fingerprint, sketch, k, with_meta, threshold, limit, records, own_id

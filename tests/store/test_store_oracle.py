@@ -14,6 +14,7 @@ from hypothesis import strategies as st
 
 import simstore
 import simstore.index.costs
+from simstore.engine.query import FEW_QUERIES
 from simstore.index.permute import MAX_FINGERPRINT
 
 Key = str | bytes | int
@@ -124,6 +125,8 @@ def check_against_brute(store: simstore.Store, stored: list[int], queries: list[
     keys = [make_key(i) for i in range(len(stored))]
     fps = np.array(stored, dtype=np.uint64)
     query_array = np.array(queries, dtype=np.uint64)
+    # A batch of FEW_QUERIES or more is permuted a table at a time, a smaller one a query at a time.
+    wide_array = np.resize(query_array, FEW_QUERIES + len(queries))
     for k in range(store.k + 1):
         batch = store.query_many(query_array, k=k)
         assert len(batch) == len(queries)
@@ -131,6 +134,10 @@ def check_against_brute(store: simstore.Store, stored: list[int], queries: list[
             expected = brute(keys, fps, query, k)
             assert as_tuples(store.query(fingerprint=query, k=k)) == expected, (query, k)
             assert as_tuples(batch_result) == expected, (query, k)
+        if len(queries):
+            wide = store.query_many(wide_array, k=k)
+            for query, result in zip(wide_array.tolist(), wide, strict=True):
+                assert as_tuples(result) == brute(keys, fps, query, k), (query, k)
     # k omitted means the store's k
     default = store.query_many(query_array)
     for query, result in zip(queries, default, strict=True):
