@@ -29,7 +29,7 @@ from simstore.engine.column_tableset import BandSource, ColumnTableSet
 from simstore.engine.records import decode_record, encode_id
 from simstore.engine.settings import store_sketch
 from simstore.errors import CorruptStoreError
-from simstore.fingerprinting.bands import band_keys
+from simstore.fingerprinting.bands import band_keys, shares_band
 from simstore.fingerprinting.sketch import Sketch, U8Array, estimate_jaccard
 from simstore.index.permute import U64Array
 from simstore.index.shared_keys import KeyIndex, pairs_across
@@ -38,6 +38,9 @@ __all__ = ["band_matches", "beyond_k", "stored_sketches"]
 
 #: Stored sketches read and banded at a time (8 MiB of sketches at 128 bytes).
 SCAN_CHUNK = 1 << 16
+#: A single query's candidates up to this many are verified by comparing
+#: their bands' bytes with the query's (shares_band), not by banding them.
+FEW_CANDIDATES = 64
 
 if TYPE_CHECKING:
     from simstore.engine.core import Engine
@@ -98,8 +101,12 @@ def _table_matches(
     # Only the candidates' sketches as they are now decide: a stale key, or
     # one that matched on its top 32 bits only, finds a document these turn away.
     doc_ids, rows = source.stored_rows(txn, candidates)
-    stored_rows, stored_keys = source.keys_of(rows)
-    pair_queries, pair_rows = pairs_across(query_rows, query_keys, stored_rows, stored_keys)
+    if len(sketches) == 1 and len(rows) <= FEW_CANDIDATES:
+        pair_rows = np.flatnonzero(shares_band(sketches[0], rows, source.sketch, source.per_width))
+        pair_queries = np.zeros(len(pair_rows), dtype=np.int64)
+    else:
+        stored_rows, stored_keys = source.keys_of(rows)
+        pair_queries, pair_rows = pairs_across(query_rows, query_keys, stored_rows, stored_keys)
     if not len(pair_queries):
         return found
     similarity = estimate_jaccard(sketches[pair_queries], rows[pair_rows], source.sketch)

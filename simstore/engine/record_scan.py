@@ -36,6 +36,11 @@ def fingerprint_array(txn: Txn, docs: Database) -> U64Array:
     return np.frombuffer(fingerprint_bytes, dtype=">u8").astype(np.uint64)
 
 
+#: Fewer ids than this are looked up one by one (``getmulti``), never read
+#: by a pass over their range.
+FEW_IDS = 16
+
+
 def sketch_rows(txn: Txn, sketches: Database, sketch: Sketch, doc_ids: U64Array) -> tuple[U64Array, U8Array]:
     """``(ids, rows)``: the documents of ``doc_ids`` that keep a sketch in
     ``sketches``, and their sketches as rows. Ids that fill most of their
@@ -46,7 +51,8 @@ def sketch_rows(txn: Txn, sketches: Database, sketch: Sketch, doc_ids: U64Array)
         return doc_ids, np.zeros((0, sketch.nbytes), dtype=np.uint8)
     first, last = int(doc_ids.min()), int(doc_ids.max())
     cursor = txn.cursor(sketches)
-    ranged = last - first < 2 * len(doc_ids)
+    # (A few are looked up whatever their range: the pass's filter costs more.)
+    ranged = len(doc_ids) >= FEW_IDS and last - first < 2 * len(doc_ids)
     if ranged:
         found = []
         if cursor.set_range(first.to_bytes(8, "big")):

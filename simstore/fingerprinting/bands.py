@@ -46,6 +46,7 @@ __all__ = [
     "band_slots",
     "filled_bins",
     "kept_bands",
+    "shares_band",
     "sketch_codes",
     "slot_keys",
 ]
@@ -210,6 +211,35 @@ def _few_band_keys(rows: U8Array, sketch: Sketch, per_width: int | None) -> Band
                 found_rows.append(row)
                 found_keys.append(key)
     return BandKeys(np.array(found_rows, dtype=np.int64), np.array(found_keys, dtype=np.uint64))
+
+
+def shares_band(query: U8Array, rows: U8Array, sketch: Sketch, per_width: int | None = None) -> list[bool]:
+    """Whether each packed sketch of ``rows`` shares a key of
+    :func:`band_keys` (``per_width``) with the packed sketch ``query``,
+    without hashing the rows' bands: two keys are equal (but for 64-bit
+    hash collisions) exactly where a band place at whose width both
+    sketches are banded holds the same bytes in both, the query's keyed.
+    For a query's few candidates, in plain Python."""
+    fill_of = _filled_per_byte_list(sketch.bits).__getitem__
+    query_raw = np.ascontiguousarray(query, dtype=np.uint8).tobytes()
+    query_count = sum(map(fill_of, query_raw))
+    wanted: list[tuple[float, float, int, int, bytes]] = []
+    for width, band_bytes, _word, bands, keyed in _few_plan(sketch, per_width):
+        low, high = MIN_FILLED * sketch.bins / width, MAX_FILLED * sketch.bins / width
+        if not low <= query_count <= high:
+            continue
+        for start, _seed in bands:
+            piece = query_raw[start : start + band_bytes]
+            if keyed[sum(map(fill_of, piece))]:
+                wanted.append((low, high, start, start + band_bytes, piece))
+    out = []
+    for row in np.asarray(rows, dtype=np.uint8).reshape(-1, sketch.nbytes):
+        raw = row.tobytes()
+        count = sum(map(fill_of, raw))
+        out.append(
+            any(low <= count <= high and raw[start:end] == piece for low, high, start, end, piece in wanted)
+        )
+    return out
 
 
 @functools.lru_cache(maxsize=16)

@@ -20,6 +20,7 @@ from simstore.fingerprinting.bands import (
     band_slots,
     filled_bins,
     kept_bands,
+    shares_band,
     sketch_codes,
     slot_keys,
 )
@@ -201,6 +202,21 @@ def test_a_few_sketches_banded_in_python_get_the_numpy_keys(
             zip((numpy_keys.rows[wanted] - start).tolist(), numpy_keys.keys[wanted].tolist(), strict=True)
         )
         assert sorted(zip(few.rows.tolist(), few.keys.tolist(), strict=True)) == expected
+
+
+@settings(max_examples=40, deadline=None)
+@given(st.integers(0, 2**32 - 1), st.sampled_from(SKETCHES), st.sampled_from([None, 1, 3, 8]))
+def test_shares_band_is_a_shared_band_key(seed: int, sketch: Sketch, per_width: int | None) -> None:
+    """A single query's candidates are verified by comparing band bytes:
+    the same answer as intersecting the band keys of both (families share
+    some bands and not others; fills reach every width)."""
+    rows = _sketches(seed, sketch, families=3, per_family=4)
+    keys = band_keys(rows, sketch, per_width)
+    key_sets = [set(keys.keys[keys.rows == row].tolist()) for row in range(len(rows))]
+    for query in range(len(rows)):
+        expected = [bool(key_sets[query] & key_sets[row]) for row in range(len(rows))]
+        assert shares_band(rows[query], rows, sketch, per_width) == expected
+    assert any(expected) or not key_sets[query]  # a banded sketch shares a band with itself
 
 
 def test_kept_bands_are_evenly_spaced_and_at_most_per_width() -> None:
