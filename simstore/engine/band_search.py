@@ -30,7 +30,7 @@ from simstore.engine.records import decode_record, encode_id
 from simstore.engine.settings import store_sketch
 from simstore.errors import CorruptStoreError
 from simstore.fingerprinting.bands import band_keys, shares_band
-from simstore.fingerprinting.sketch import Sketch, U8Array, estimate_jaccard
+from simstore.fingerprinting.sketch import Sketch, U8Array, estimate_jaccard, estimate_jaccard_one
 from simstore.index.permute import U64Array
 from simstore.index.shared_keys import KeyIndex, pairs_across
 
@@ -102,11 +102,15 @@ def _table_matches(
     # one that matched on its top 32 bits only, finds a document these turn away.
     doc_ids, rows = source.stored_rows(txn, candidates)
     if len(sketches) == 1 and len(rows) <= FEW_CANDIDATES:
-        pair_rows = np.flatnonzero(shares_band(sketches[0], rows, source.sketch, source.per_width))
-        pair_queries = np.zeros(len(pair_rows), dtype=np.int64)
-    else:
-        stored_rows, stored_keys = source.keys_of(rows)
-        pair_queries, pair_rows = pairs_across(query_rows, query_keys, stored_rows, stored_keys)
+        # A query's few candidates, in plain Python (the same estimates).
+        query = sketches[0].tobytes()
+        shared = shares_band(sketches[0], rows, source.sketch, source.per_width)
+        for doc_id, row, sharing in zip(doc_ids.tolist(), rows, shared, strict=True):
+            if sharing and (value := estimate_jaccard_one(query, row.tobytes(), source.sketch)) >= threshold:
+                found[0][doc_id] = value
+        return found
+    stored_rows, stored_keys = source.keys_of(rows)
+    pair_queries, pair_rows = pairs_across(query_rows, query_keys, stored_rows, stored_keys)
     if not len(pair_queries):
         return found
     similarity = estimate_jaccard(sketches[pair_queries], rows[pair_rows], source.sketch)
