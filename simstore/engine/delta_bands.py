@@ -76,7 +76,7 @@ class DeltaBands:
         self._add_sorted(keys, ids)
 
     def _add_sorted(self, keys: U64Array, ids: U64Array) -> None:
-        order = np.argsort(keys, kind="stable")
+        order = np.argsort(keys)  # (ties in any order: a look-up returns them unordered)
         arrays = self._sorted
         arrays.append((keys[order], ids[order]))
         while len(arrays) > 1 and 2 * len(arrays[-1][0]) >= len(arrays[-2][0]):

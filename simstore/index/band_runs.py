@@ -80,6 +80,7 @@ def join_band_runs(runs: Sequence[BandRun], dropped: Sequence[IdArray | None]) -
     return sorted_band_run(
         np.concatenate(keys) if keys else np.zeros(0, dtype=np.uint32),
         np.concatenate(ids).astype(id_dtype, copy=False) if ids else np.zeros(0, dtype=id_dtype),
+        sorted_stretches=True,
     )
 
 
@@ -114,14 +115,18 @@ def packed_entries(keys: U32Array, ids: IdArray) -> U64Array:
     return (keys.astype(np.uint64) << np.uint64(32)) | (ids.astype(np.uint64) & np.uint64(_ID_MASK))
 
 
-def sorted_band_run(keys: U32Array, ids: IdArray) -> BandRun:
+def sorted_band_run(keys: U32Array, ids: IdArray, *, sorted_stretches: bool = False) -> BandRun:
     """The band run of entries of :func:`short_keys` ``keys`` and ``ids``:
     sorted by key, then id, each once. Where every id fits in 32
-    bits, a key and its id are one uint64 (key high): one sort, which the
-    concatenated sorted runs of a join make a merge (timsort finds them)."""
+    bits, a key and its id are one uint64 (key high): one sort. Entries in
+    a few ``sorted_stretches`` (a join's runs, concatenated) are merged by a
+    stable sort (timsort finds the stretches: 0.032 s for 3.2M entries in
+    two, against 0.05 s); others by numpy's default sort, which on uint64
+    takes 0.04 s for 3.2M random entries where the stable one takes 0.48 s
+    (SIMD sorting; a 2-core Xeon, numpy 2.4)."""
     if not len(ids) or int(ids.max()) <= _ID_MASK:
         packed = packed_entries(keys, ids)
-        packed.sort(kind="stable")
+        packed.sort(kind="stable" if sorted_stretches else None)
         if len(packed) > 1:
             packed = packed[np.concatenate([[True], packed[1:] != packed[:-1]])]
         return BandRun(
