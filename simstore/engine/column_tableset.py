@@ -83,6 +83,23 @@ _SCAN_PLAN = ScanPlan((0,), (0, FINGERPRINT_BITS + 1))
 
 
 @dataclass(frozen=True)
+class GivenSketches:
+    """The sketches a writer has in hand for the documents ``first_id`` to
+    ``first_id + len(rows) - 1`` (row ``i`` is document ``first_id + i``'s;
+    all zeros: none), the same as it writes into the ``sketches``
+    sub-database: a run banded from them need not read them back."""
+
+    first_id: int
+    rows: U8Array
+
+    def split(self, doc_ids: U64Array) -> tuple[U64Array, U8Array, U64Array]:
+        """``(given ids, their rows, the other ids)`` of ``doc_ids``."""
+        offsets = doc_ids - np.uint64(self.first_id)  # (wraps below first_id: out of range too)
+        given = offsets < np.uint64(len(self.rows))
+        return doc_ids[given], self.rows[offsets[given].astype(np.int64)], doc_ids[~given]
+
+
+@dataclass(frozen=True)
 class BandSource:
     """What a format-4 store's band table is made from: ``per_width`` bands
     of each width (:func:`simstore.fingerprinting.bands.band_keys`) of the
@@ -101,21 +118,30 @@ class BandSource:
         """``(doc_ids, rows)`` of the documents of ``doc_ids`` that keep a sketch, read in ``txn``."""
         return sketch_rows(txn, self.sketches, self.sketch, doc_ids)
 
-    def entries(self, txn: Txn, doc_ids: U64Array) -> Iterator[tuple[U64Array, U64Array]]:
+    def entries(
+        self, txn: Txn, doc_ids: U64Array, given: GivenSketches | None = None
+    ) -> Iterator[tuple[U64Array, U64Array]]:
         """``(ids, keys)`` of the band keys of the documents ``doc_ids`` that
         keep a sketch in ``txn`` (key ``keys[j]`` is document ``ids[j]``'s),
-        :data:`BAND_CHUNK` documents at a time (banding holds about 1 KiB a sketch)."""
+        :data:`BAND_CHUNK` documents at a time (banding holds about 1 KiB a
+        sketch); those ``given`` holds are banded from it, not read."""
         doc_ids = np.sort(np.asarray(doc_ids, dtype=np.uint64))  # chunks of nearby ids
+        if given is not None:
+            in_hand, rows, doc_ids = given.split(doc_ids)
+            for start in range(0, len(in_hand), BAND_CHUNK):
+                owners, keys = self.keys_of(rows[start : start + BAND_CHUNK])
+                yield in_hand[start : start + BAND_CHUNK][owners], keys
         for start in range(0, len(doc_ids), BAND_CHUNK):
             found, rows = self.stored_rows(txn, doc_ids[start : start + BAND_CHUNK])
             owners, keys = self.keys_of(rows)
             yield found[owners], keys
 
-    def run_of(self, txn: Txn, doc_ids: U64Array) -> BandRun:
-        """The band run of the documents ``doc_ids``, from their sketches in ``txn``."""
+    def run_of(self, txn: Txn, doc_ids: U64Array, given: GivenSketches | None = None) -> BandRun:
+        """The band run of the documents ``doc_ids``, from their sketches in
+        ``txn`` (or ``given``)."""
         keys: list[npt.NDArray[np.uint32]] = []
         ids: list[IdArray] = []
-        for chunk_ids, chunk_keys in self.entries(txn, doc_ids):
+        for chunk_ids, chunk_keys in self.entries(txn, doc_ids, given):
             keys.append(short_keys(chunk_keys))
             ids.append(chunk_ids)
         if not keys:
@@ -370,14 +396,19 @@ class ColumnTableSet:
     # ----------------------------------------------------------------- writes
 
     def write_run(
-        self, txn: Txn, catalog: ColumnCatalog, doc_ids: U64Array, fingerprints: U64Array
+        self,
+        txn: Txn,
+        catalog: ColumnCatalog,
+        doc_ids: U64Array,
+        fingerprints: U64Array,
+        given: GivenSketches | None = None,
     ) -> ColumnCatalog:
         """Write documents as a new run of every table (and their band keys,
-        read from their sketches in ``txn``); the catalog with it."""
+        from their sketches in ``txn``, or ``given``); the catalog with it."""
         fingerprints = np.asarray(fingerprints, dtype=np.uint64)
         written = self.index.write_run(txn, catalog, fingerprints, _ids(doc_ids), self.removals(txn))
         if self.bands is not None and written is not catalog:
-            band_run = self.bands.run_of(txn, np.asarray(doc_ids, dtype=np.uint64))
+            band_run = self.bands.run_of(txn, np.asarray(doc_ids, dtype=np.uint64), given)
             write_band_run(txn, self.databases[0], written.runs[-1].run_id, band_run)
         return written
 

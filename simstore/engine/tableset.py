@@ -494,9 +494,11 @@ class TableSet:
 
     # ----------------------------------------------------------------- writes
 
-    def write_run(self, txn: Txn, catalog: Catalog, doc_ids: U64Array, fingerprints: U64Array) -> Catalog:
+    def write_run(
+        self, txn: Txn, catalog: Catalog, doc_ids: U64Array, fingerprints: U64Array, given: object = None
+    ) -> Catalog:
         """Write documents as a new run into every table, with its bitmaps;
-        the catalog with the run."""
+        the catalog with the run (``given`` sketches: no band table here)."""
         if not len(doc_ids):
             return catalog
         run_id = catalog.new_run_id()

@@ -20,6 +20,7 @@ from simstore.commit.group import group_commit
 from simstore.commit.queue import Body, Spec
 from simstore.engine import _lmdb
 from simstore.engine.closest import closest_in
+from simstore.engine.column_tableset import GivenSketches
 from simstore.engine.delta import Change, encode_add, encode_remove, encode_seq
 from simstore.engine.format import State
 from simstore.engine.packed import IntArray, PackedKeys, Positions
@@ -365,7 +366,9 @@ def add_batch(engine: Engine, txn: _lmdb.Txn, state: State, batch: _Batch) -> tu
         if len(carried_ids):  # no copies of a first load's million ids and fingerprints
             all_ids = np.concatenate([carried_ids, placed_ids])
             all_fps = np.concatenate([carried_fps, placed_fps])
-        catalog = engine.tableset.write_run(txn, engine.tableset.catalog, all_ids, all_fps)
+        catalog = engine.tableset.write_run(
+            txn, engine.tableset.catalog, all_ids, all_fps, _given_sketches(batch, new_positions, first_id)
+        )
         txn.drop(handles.delta, delete=False)
         merged = state._replace(next_id=next_id, merge_epoch=state.merge_epoch + 1)
         return None, merged, Change([], [], merged=True, catalog=catalog)
@@ -542,6 +545,16 @@ def record_fingerprint(engine: Engine, txn: _lmdb.Txn, doc_id: int) -> int:
     if raw is None:
         raise CorruptStoreError(f"document {doc_id} is in the key table but has no record")
     return decode_record(raw)[0]
+
+
+def _given_sketches(batch: _Batch, new_positions: Positions, first_id: int) -> GivenSketches | None:
+    """The new documents' sketches (ids from ``first_id``), as the batch
+    holds them: what a run writing them bands without reading them back."""
+    if batch.sketches is None or not len(new_positions):
+        return None
+    if isinstance(new_positions, range):
+        return GivenSketches(first_id, batch.sketches[new_positions.start : new_positions.stop])
+    return GivenSketches(first_id, batch.sketches[new_positions])
 
 
 def put_sketch(engine: Engine, txn: _lmdb.Txn, id_bytes: bytes, sketch: bytes | None) -> bool:

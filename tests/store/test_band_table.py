@@ -133,6 +133,31 @@ def test_a_join_keeps_all_but_the_dropped_documents_entries() -> None:
 
 
 @pytest.mark.parametrize("seed", [0, 1])
+def test_batches_straight_into_the_tables_band_the_sketches_they_carry(tmp_path: Path, seed: int) -> None:
+    """An add_many big enough to go straight to a run bands the sketches it
+    was given (its new documents) and reads the rest back (the delta's, the
+    replaced ones'): the same table as banding every stored sketch, and the
+    brute-force answers. Batches repeat keys and replace stored ones."""
+    rng = random.Random(seed)
+    model: dict[str, str] = {}
+    with simstore.open(tmp_path / "s.simstore", "n", merge_threshold=6) as store:
+        per_width = store._engine.params.bands
+        assert per_width is not None
+        for _ in range(8):
+            keys = [f"d{rng.randrange(30)}" for _ in range(rng.randrange(1, 12))]
+            texts = [rng.choice(TEXTS) for _ in keys]
+            store.add_many(keys, texts=texts)
+            model.update(zip(keys, texts, strict=True))
+            assert store.check() == []  # every run holds every key of its documents' sketches
+            query = rng.choice(TEXTS)
+            assert _pairs(store.query(text=query)) == expected_matches(model, query, 5, 0.8, per_width)
+        queries = TEXTS[:10]
+        assert [_pairs(matches) for matches in store.query_many(texts=queries)] == [
+            expected_matches(model, query, 5, 0.8, per_width) for query in queries
+        ]
+
+
+@pytest.mark.parametrize("seed", [0, 1])
 def test_query_by_text_equals_brute_force_through_merges_and_joins(tmp_path: Path, seed: int) -> None:
     rng = random.Random(seed)
     model: dict[str, str] = {}
