@@ -37,6 +37,14 @@ from simstore.fingerprinting.sketch import Sketch
 
 SKETCH = Sketch()  # 256 bins of 4 bits: 128 bytes
 STORES = {"plain (bands=False)": False, "bands (default)": None}
+
+
+def stores_of(bands: int | None) -> dict[str, bool | int | None]:
+    """The two stores compared: without a band table, and with the default one
+    (``bands`` None) or one of ``bands`` a width."""
+    return STORES if bands is None else {"plain (bands=False)": False, f"bands={bands}": bands}
+
+
 U8 = npt.NDArray[np.uint8]
 U64 = npt.NDArray[np.uint64]
 
@@ -92,8 +100,9 @@ def measure(n: int, args: argparse.Namespace, tmp: str) -> list[list[object]]:
     fps, rows = documents(rng, n)
     check = random_codes(rng, 8)
     assert (sketch_codes(pack(check), SKETCH) == check).all(), "packing disagrees with simstore"
-    paths = {name: Path(tmp, f"{n}-{bands}.simstore") for name, bands in STORES.items()}
-    stores = {name: simstore.open(paths[name], "n", bands=bands) for name, bands in STORES.items()}
+    kinds = stores_of(args.bands)
+    paths = {name: Path(tmp, f"{n}-{bands}.simstore") for name, bands in kinds.items()}
+    stores = {name: simstore.open(paths[name], "n", bands=bands) for name, bands in kinds.items()}
     names = list(stores)
     out: dict[str, dict[str, object]] = {name: {} for name in names}
     build = dict.fromkeys(names, 0.0)
@@ -209,6 +218,9 @@ def main() -> None:
     parser.add_argument("--queries", type=parse_count, default=2000, help="single queries (default 2000)")
     parser.add_argument("--batch-queries", type=parse_count, default=10_000, help="batch size (default 10K)")
     parser.add_argument("--rounds", type=int, default=3, help="batch rounds a store (default 3)")
+    parser.add_argument(
+        "--bands", type=int, default=None, help="bands a width of the band store (default: the default's)"
+    )
     parser.add_argument("--output", type=Path, default=None, help="write the markdown report here")
     args = parser.parse_args()
     load_start, began, info = loadavg(), time.perf_counter(), machine()
