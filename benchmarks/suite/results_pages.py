@@ -50,7 +50,7 @@ CURRENT: dict[str, tuple[str, list[tuple[str, str]]]] = {
         "format 2 and format 3 (multi-index) stores beside faiss `IndexBinaryMultiHash` and brute force",
         [
             ("query_engine_1M.md", "1M, k = 3, 5, 8"),
-            ("query_engine_10M.md", "10M, k = 3, 5, 8 (a busy machine: read the ratios)"),
+            ("query_engine_10M.md", "10M, k = 3, 5"),
         ],
     ),
     "bench_store.py": (

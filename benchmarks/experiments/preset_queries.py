@@ -1,0 +1,263 @@
+"""Queries by text at J >= 0.8 side by side (issue 36's goal for the 0.8 preset:
+queries faster than datasketch's, at <= 1/3 of MinHashLSH's bytes a document): a
+store opened with ``min_similarity=0.8`` (k = 5, 16 bands a width, verifying from
+0.75), datasketch ``MinHashLSH(0.8, 128)`` and rensa's ``RMinHashLSH`` (128
+permutations, 16 bands), on a real-text set of ``benchmarks/suite/realtext_corpora.py``.
+
+Each system indexes nine tenths of the set (every tenth document is held out, in
+order) and is then asked, for every held-out document, which indexed documents are
+near-duplicates of it, one query at a time:
+
+- **end to end**: from the text. simstore's ``Store.query(text=...)`` tokenises,
+  fingerprints, sketches, looks up and verifies. The peers get simstore's tokens
+  (as in ``dedup_peers.py``: tokenising is timed as theirs), build the MinHash of the
+  word 3-shingles, query, and keep the candidates whose MinHashes estimate J >= 0.8.
+- **look-up only**: from a fingerprint and sketch (simstore, a one-query
+  ``query_many``) or a MinHash (peers) made beforehand.
+
+Recall: of the held-out documents' true neighbours in the index (exact Jaccard of word
+3-shingles, ``realtext_truth``) at 0.8 <= J < 1, those found; a reported match with
+J < 0.5 is false. Bytes a document: simstore's live bytes in the file (``stats()``:
+records, tables, band table and the 128-byte sketch); datasketch's MinHash values
+(128 x 8 bytes) and its LSH's growth of the process's RSS (``tracemalloc``'s peak of
+the inserts, which counts Python objects); rensa's the same. All in one process,
+systems in turn; p50/p99 of the per-query times.
+
+    python benchmarks/experiments/preset_queries.py --set English
+
+Needs datasketch, rensa and scipy (the bench extra, ``pip install rensa``) and the
+cached corpora.
+"""
+
+from __future__ import annotations
+
+import argparse
+import sys
+import tempfile
+import time
+import tracemalloc
+import warnings
+from collections.abc import Callable
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+
+HERE = Path(__file__).resolve().parents[1]
+sys.path.insert(0, str(HERE))
+sys.path.insert(0, str(HERE / "suite"))
+
+import realtext_truth  # noqa: E402
+from _common import command_line, load_average, machine  # noqa: E402
+
+import simstore  # noqa: E402
+
+SETS = {
+    "English": ("docs_en", "licence_en", "licence_en_para", "templated_en", "negative_en"),
+    "Chinese": ("docs_zh", "docs_zh_para"),
+}
+THRESHOLD = 0.8
+PERMUTATIONS = 128
+HELD_OUT = 10  # every tenth document is a query
+
+
+def texts_of(names: tuple[str, ...]) -> list[str]:
+    import realtext_corpora
+
+    realtext_corpora.build(list(names))
+    return [row["text"] for name in names for row in realtext_corpora.load_corpus(name)]
+
+
+def truth_of(texts: list[str], queries: np.ndarray, indexed: np.ndarray) -> dict[int, dict[int, float]]:
+    """For each query (a text's number), its indexed neighbours at J >= 0.5 and their J."""
+    tokens = realtext_truth.tokens_of(texts)
+    pairs = realtext_truth.similar_pairs(realtext_truth.shingle_matrix(tokens), 0.5)
+    is_query = np.zeros(len(texts), dtype=bool)
+    is_query[queries] = True
+    is_indexed = np.zeros(len(texts), dtype=bool)
+    is_indexed[indexed] = True
+    out: dict[int, dict[int, float]] = {int(q): {} for q in queries}
+    for a, b, j in zip(pairs.first.tolist(), pairs.second.tolist(), pairs.jaccard.tolist(), strict=True):
+        if is_query[a] and is_indexed[b]:
+            out[a][b] = j
+        if is_query[b] and is_indexed[a]:
+            out[b][a] = j
+    return out
+
+
+def score(found: dict[int, list[int]], truth: dict[int, dict[int, float]]) -> tuple[float, int, int]:
+    """Recall at 0.8 <= J < 1, false matches (J < 0.5), matches reported."""
+    wanted = hit = false = reported = 0
+    for query, matches in found.items():
+        near = truth[query]
+        for doc, j in near.items():
+            if THRESHOLD <= j < 1:
+                wanted += 1
+                hit += doc in matches
+        false += sum(doc not in near for doc in matches)
+        reported += len(matches)
+    return (hit / wanted if wanted else float("nan")), false, reported
+
+
+def timed(calls: list[Callable[[], list[int]]]) -> tuple[list[list[int]], np.ndarray]:
+    answers, times = [], []
+    for call in calls:
+        began = time.perf_counter()
+        answers.append(call())
+        times.append(time.perf_counter() - began)
+    return answers, np.array(times) * 1e6
+
+
+def run_simstore(texts: list[str], indexed: np.ndarray, queries: np.ndarray, tmp: str) -> dict[str, Any]:
+    with simstore.open(Path(tmp, "preset.simstore"), "n", min_similarity=THRESHOLD) as store:
+        began = time.perf_counter()
+        store.add_many(indexed.tolist(), texts=[texts[i] for i in indexed], processes=1)
+        store.compact()
+        build = time.perf_counter() - began
+        stats = store.stats()
+        query_texts = [texts[i] for i in queries]
+        store.query(text=query_texts[0])  # warm: the segmenter, the pin
+        end_to_end, e2e_times = timed([lambda t=t: [m.key for m in store.query(text=t)] for t in query_texts])
+        fingerprints, sketches = store.fingerprinter.fingerprints_and_sketches(query_texts)
+        fingerprints = np.asarray(fingerprints, dtype=np.uint64)
+        sketches = np.asarray(sketches, dtype=np.uint8)
+        _, lookup_times = timed(
+            [
+                lambda i=i: [
+                    m.key for m in store.query_many(fingerprints[i : i + 1], sketches=sketches[i : i + 1])[0]
+                ]
+                for i in range(len(query_texts))
+            ]
+        )
+        label = (
+            f"simstore min_similarity=0.8 (k={store.k}, {store.bands} bands a width, "
+            f"verifying from {store.min_similarity})"
+        )
+        return {
+            "system": label,
+            "found": dict(zip(queries.tolist(), end_to_end, strict=True)),
+            "e2e": e2e_times,
+            "lookup": lookup_times,
+            "build": len(indexed) / build,
+            "bytes": stats.bytes_live / len(indexed),
+        }
+
+
+def run_minhash(
+    name: str, texts: list[str], indexed: np.ndarray, queries: np.ndarray
+) -> dict[str, Any] | None:
+    try:
+        if name == "datasketch":
+            from datasketch import MinHash, MinHashLSH
+
+            def make(shingles: set[str]) -> Any:
+                minhash = MinHash(num_perm=PERMUTATIONS, seed=1)
+                minhash.update_batch([shingle.encode() for shingle in shingles])
+                return minhash
+
+            lsh: Any = MinHashLSH(threshold=THRESHOLD, num_perm=PERMUTATIONS)
+            insert: Callable[[int, Any], Any] = lambda row, h: lsh.insert(row, h, False)  # noqa: E731
+        else:
+            from rensa import RMinHash, RMinHashLSH
+
+            def make(shingles: set[str]) -> Any:
+                minhash = RMinHash(num_perm=PERMUTATIONS, seed=1)
+                minhash.update(list(shingles))
+                return minhash
+
+            lsh = RMinHashLSH(threshold=THRESHOLD, num_perm=PERMUTATIONS, num_bands=16)
+            insert = lsh.insert
+    except ImportError as exc:
+        print(f"{name}: skipped ({exc})", flush=True)
+        return None
+    began = time.perf_counter()
+    hashes: dict[int, Any] = {}
+    tracemalloc.start()
+    for row, tokens in zip(
+        indexed.tolist(), realtext_truth.tokens_of([texts[i] for i in indexed]), strict=True
+    ):
+        hashes[row] = make(realtext_truth.shingles(tokens))
+        insert(row, hashes[row])
+    traced = tracemalloc.get_traced_memory()[1]
+    tracemalloc.stop()
+    build = time.perf_counter() - began
+
+    def end_to_end(text: str) -> list[int]:
+        minhash = make(realtext_truth.shingles(realtext_truth.tokens_of([text])[0]))
+        return [doc for doc in lsh.query(minhash) if minhash.jaccard(hashes[doc]) >= THRESHOLD]
+
+    def lookup(minhash: Any) -> list[int]:
+        return [doc for doc in lsh.query(minhash) if minhash.jaccard(hashes[doc]) >= THRESHOLD]
+
+    query_texts = [texts[i] for i in queries]
+    found, e2e_times = timed([lambda t=t: end_to_end(t) for t in query_texts])
+    ready = [make(realtext_truth.shingles(tokens)) for tokens in realtext_truth.tokens_of(query_texts)]
+    _, lookup_times = timed([lambda m=m: lookup(m) for m in ready])
+    return {
+        "system": f"{name} MinHashLSH(0.8, {PERMUTATIONS})",
+        "found": dict(zip(queries.tolist(), found, strict=True)),
+        "e2e": e2e_times,
+        "lookup": lookup_times,
+        "build": len(indexed) / build,
+        "bytes": traced / len(indexed),
+    }
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--set", choices=list(SETS), default="English")
+    parser.add_argument("--output", type=Path, default=None)
+    args = parser.parse_args()
+    warnings.simplefilter("ignore")  # ShortTextWarning: short texts are part of the sets
+    texts = texts_of(SETS[args.set])
+    numbers = np.arange(len(texts))
+    queries, indexed = numbers[::HELD_OUT], numbers[numbers % HELD_OUT != 0]
+    truth = truth_of(texts, queries, indexed)
+    started = load_average()
+    rows = []
+    with tempfile.TemporaryDirectory(dir=".") as tmp:
+        for run in (
+            lambda: run_simstore(texts, indexed, queries, tmp),
+            lambda: run_minhash("datasketch", texts, indexed, queries),
+            lambda: run_minhash("rensa", texts, indexed, queries),
+        ):
+            result = run()
+            if result is not None:
+                recall, false, reported = score(result["found"], truth)
+                rows.append((result, recall, false, reported))
+                print(result["system"], f"{recall:.2%}", flush=True)
+    info = machine()
+    lines = [
+        f"# Queries by text at J >= 0.8: the 0.8 preset beside MinHash LSH ({args.set})",
+        "",
+        f"Command: `{command_line()}`",
+        "",
+        f"Machine: 2-core VM, {info['cpu']}, {info['python']}, numpy {info['numpy']}; "
+        f"load {started} -> {load_average()}; {len(indexed):,} documents indexed, "
+        f"{len(queries):,} held-out queries ({', '.join(SETS[args.set])}).",
+        "",
+        "| system | end to end p50 / p99 µs | look-up only p50 / p99 µs | recall 0.8 <= J < 1 "
+        "| false (J < 0.5) / reported | build docs/s | bytes a document |",
+        "|---|---|---|---|---|---|---|",
+    ]
+    for result, recall, false, reported in rows:
+        e2e = np.percentile(result["e2e"], [50, 99])
+        lookup = np.percentile(result["lookup"], [50, 99])
+        lines.append(
+            f"| {result['system']} | {e2e[0]:,.0f} / {e2e[1]:,.0f} | {lookup[0]:,.0f} / {lookup[1]:,.0f} "
+            f"| {recall:.1%} | {false} / {reported} | {result['build']:,.0f} | {result['bytes']:,.0f} |"
+        )
+    lines += [
+        "",
+        "Bytes a document: simstore's live bytes in its file (the 128-byte sketch included); the "
+        "peers' Python allocations while indexing (`tracemalloc` peak: MinHash values and LSH "
+        "tables, not the texts).",
+    ]
+    text = "\n".join(lines) + "\n"
+    print(text)
+    if args.output:
+        args.output.write_text(text, encoding="utf-8")
+
+
+if __name__ == "__main__":
+    main()
