@@ -29,7 +29,7 @@ from simstore.engine.column_tableset import BandSource, ColumnTableSet
 from simstore.engine.records import decode_record, encode_id
 from simstore.engine.settings import store_sketch
 from simstore.errors import CorruptStoreError
-from simstore.fingerprinting.bands import band_keys, shares_band
+from simstore.fingerprinting.bands import band_keys, keyed_bands, shares_band
 from simstore.fingerprinting.sketch import Sketch, U8Array, estimate_jaccard, estimate_jaccard_one
 from simstore.index.permute import U64Array
 from simstore.index.shared_keys import KeyIndex, pairs_across
@@ -86,7 +86,13 @@ def _table_matches(
     """:func:`band_matches` from the store's band table: the documents it
     names under a query's keys, verified against their sketches."""
     found: list[dict[int, float]] = [{} for _ in range(len(sketches))]
-    query_rows, query_keys = source.keys_of(sketches)
+    # One query's bands are made once, with their places, for its candidates' check too.
+    keyed = keyed_bands(sketches[0], source.sketch, source.per_width) if len(sketches) == 1 else None
+    if keyed is not None:
+        query_keys = np.array([band.key for band in keyed], dtype=np.uint64)
+        query_rows = np.zeros(len(query_keys), dtype=np.int64)
+    else:
+        query_rows, query_keys = source.keys_of(sketches)
     if not len(query_keys):
         return found
     assert engine.delta_bands is not None
@@ -101,10 +107,10 @@ def _table_matches(
     # Only the candidates' sketches as they are now decide: a stale key, or
     # one that matched on its top 32 bits only, finds a document these turn away.
     doc_ids, rows = source.stored_rows(txn, candidates)
-    if len(sketches) == 1 and len(rows) <= FEW_CANDIDATES:
+    if keyed is not None and len(rows) <= FEW_CANDIDATES:
         # A query's few candidates, in plain Python (the same estimates).
         query = sketches[0].tobytes()
-        shared = shares_band(sketches[0], rows, source.sketch, source.per_width)
+        shared = shares_band(keyed, rows, source.sketch)
         for doc_id, row, sharing in zip(doc_ids.tolist(), rows, shared, strict=True):
             if sharing and (value := estimate_jaccard_one(query, row.tobytes(), source.sketch)) >= threshold:
                 found[0][doc_id] = value

@@ -28,13 +28,14 @@ from __future__ import annotations
 
 import functools
 import math
+from collections.abc import Sequence
 from typing import NamedTuple
 
 import numpy as np
 import numpy.typing as npt
 
 from simstore.fingerprinting.hashing import mix64, mix64_array
-from simstore.fingerprinting.sketch import Sketch, U8Array
+from simstore.fingerprinting.sketch import Sketch, U8Array, code_low_bits, filled_code_bits
 
 __all__ = [
     "MAX_FILLED",
@@ -42,10 +43,12 @@ __all__ = [
     "MIN_FILLED",
     "BandKeys",
     "BandSlot",
+    "KeyedBand",
     "band_keys",
     "band_slots",
     "filled_bins",
     "kept_bands",
+    "keyed_bands",
     "shares_band",
     "sketch_codes",
     "slot_keys",
@@ -191,53 +194,79 @@ FEW_ROWS = 4
 def _few_band_keys(rows: U8Array, sketch: Sketch, per_width: int | None) -> BandKeys:
     """:func:`band_keys` of a few sketches, one band at a time in Python:
     the same keys in the same order (width, then row, then band)."""
-    fill_of = _filled_per_byte_list(sketch.bits).__getitem__
-    raws = [row.tobytes() for row in rows]
-    counts = [sum(map(fill_of, raw)) for raw in raws]
+    per_row = [keyed_bands(row, sketch, per_width) for row in rows]
     found_rows: list[int] = []
     found_keys: list[int] = []
-    for width, band_bytes, word, bands, keyed in _few_plan(sketch, per_width):
-        low, high = MIN_FILLED * sketch.bins / width, MAX_FILLED * sketch.bins / width
-        for row, (raw, count) in enumerate(zip(raws, counts, strict=True)):
-            if not low <= count <= high:
-                continue
-            for start, seed in bands:
-                piece = raw[start : start + band_bytes]
-                if not keyed[sum(map(fill_of, piece))]:
-                    continue
-                key = seed
-                for at in range(0, band_bytes, word):
-                    key = mix64(key ^ int.from_bytes(piece[at : at + word], "little"))
-                found_rows.append(row)
-                found_keys.append(key)
+    for width in _widths(sketch):
+        for row, bands in enumerate(per_row):
+            for band in bands:
+                if band.width == width:
+                    found_rows.append(row)
+                    found_keys.append(band.key)
     return BandKeys(np.array(found_rows, dtype=np.int64), np.array(found_keys, dtype=np.uint64))
 
 
-def shares_band(query: U8Array, rows: U8Array, sketch: Sketch, per_width: int | None = None) -> list[bool]:
-    """Whether each packed sketch of ``rows`` shares a key of
-    :func:`band_keys` (``per_width``) with the packed sketch ``query``,
-    without hashing the rows' bands: two keys are equal (but for 64-bit
-    hash collisions) exactly where a band place at whose width both
-    sketches are banded holds the same bytes in both, the query's keyed.
-    For a query's few candidates, in plain Python."""
-    fill_of = _filled_per_byte_list(sketch.bits).__getitem__
-    query_raw = np.ascontiguousarray(query, dtype=np.uint8).tobytes()
-    query_count = sum(map(fill_of, query_raw))
-    wanted: list[tuple[float, float, int, int, bytes]] = []
-    for width, band_bytes, _word, bands, keyed in _few_plan(sketch, per_width):
+class KeyedBand(NamedTuple):
+    """One keyed band of a sketch: its width, the filled bins a sketch must
+    have in all to be banded at that width (``low`` to ``high``), its place
+    in the packed bytes (``start`` to ``end``), those bytes, and its key."""
+
+    width: int
+    low: float
+    high: float
+    start: int
+    end: int
+    piece: bytes
+    key: int
+
+
+def keyed_bands(row: U8Array, sketch: Sketch, per_width: int | None = None) -> list[KeyedBand]:
+    """The keyed bands of one packed sketch (:func:`band_keys` of it, with
+    where each band lies), narrowest width first, in plain Python: filled
+    bins are counted as set bits of :func:`filled_code_bits` of the sketch."""
+    raw = np.ascontiguousarray(row, dtype=np.uint8).tobytes()
+    value = int.from_bytes(raw, "little")
+    filled = filled_code_bits(value, sketch.bits, code_low_bits(sketch.bits, sketch.nbytes))
+    count = filled.bit_count()
+    found: list[KeyedBand] = []
+    for width, band_bytes, word, bands, keyed in _few_plan(sketch, per_width):
         low, high = MIN_FILLED * sketch.bins / width, MAX_FILLED * sketch.bins / width
-        if not low <= query_count <= high:
+        if not low <= count <= high:
             continue
-        for start, _seed in bands:
-            piece = query_raw[start : start + band_bytes]
-            if keyed[sum(map(fill_of, piece))]:
-                wanted.append((low, high, start, start + band_bytes, piece))
+        band_mask = (1 << (8 * band_bytes)) - 1
+        word_mask = (1 << (8 * word)) - 1
+        for start, seed in bands:
+            if not keyed[((filled >> (8 * start)) & band_mask).bit_count()]:
+                continue
+            key = seed
+            for at in range(start, start + band_bytes, word):
+                key = mix64(key ^ ((value >> (8 * at)) & word_mask))
+            found.append(
+                KeyedBand(width, low, high, start, start + band_bytes, raw[start : start + band_bytes], key)
+            )
+    return found
+
+
+def shares_band(
+    query: U8Array | Sequence[KeyedBand], rows: U8Array, sketch: Sketch, per_width: int | None = None
+) -> list[bool]:
+    """Whether each packed sketch of ``rows`` shares a key of
+    :func:`band_keys` (``per_width``) with the packed sketch ``query`` (or
+    with the sketch whose :func:`keyed_bands` ``query`` is), without hashing
+    the rows' bands: two keys are equal (but for 64-bit hash collisions)
+    exactly where a band place at whose width both sketches are banded
+    holds the same bytes in both, the query's keyed. For a query's few
+    candidates, in plain Python."""
+    wanted = query if isinstance(query, list) else keyed_bands(np.asarray(query), sketch, per_width)
+    low_bits = code_low_bits(sketch.bits, sketch.nbytes)
     out = []
     for row in np.asarray(rows, dtype=np.uint8).reshape(-1, sketch.nbytes):
         raw = row.tobytes()
-        count = sum(map(fill_of, raw))
+        count = filled_code_bits(int.from_bytes(raw, "little"), sketch.bits, low_bits).bit_count()
         out.append(
-            any(low <= count <= high and raw[start:end] == piece for low, high, start, end, piece in wanted)
+            any(
+                band.low <= count <= band.high and raw[band.start : band.end] == band.piece for band in wanted
+            )
         )
     return out
 
@@ -257,11 +286,6 @@ def _few_plan(
         bands = [(place * band_bytes, seed) for place, seed in zip(places.tolist(), seeds, strict=True)]
         plan.append((width, band_bytes, min(band_bytes, 8), bands, keyed_by_fill[width].tolist()))
     return plan
-
-
-@functools.lru_cache(maxsize=4)
-def _filled_per_byte_list(bits: int) -> list[int]:
-    return [int(count) for count in _filled_per_byte(bits)]
 
 
 def kept_bands(bands: int, per_width: int | None) -> slice:

@@ -56,8 +56,10 @@ __all__ = [
     "U8Array",
     "batch_shingles",
     "check_similarity",
+    "code_low_bits",
     "estimate_jaccard",
     "estimate_jaccard_one",
+    "filled_code_bits",
     "sketch_rows",
     "sketches_of_batch",
     "sketches_of_shingles",
@@ -316,8 +318,21 @@ def _low_bits(bits: int, nbytes: int) -> int:
 def _filled_codes(value: int, bits: int, low_bits: int) -> int:
     """How many of the ``bits``-bit codes packed in ``value`` are not 0:
     each code's bits are OR-ed into its lowest, and those counted."""
+    return filled_code_bits(value, bits, low_bits).bit_count()
+
+
+def filled_code_bits(value: int, bits: int, low_bits: int) -> int:
+    """``value`` (codes of ``bits`` packed in an int) with the lowest bit of
+    each non-zero code set and every other bit clear (``low_bits``: the lowest
+    bit of every code, see :func:`code_low_bits`): its ``bit_count()`` over a
+    stretch is the filled bins there."""
     shift = 1
     while shift < bits:
         value |= value >> shift
         shift <<= 1
-    return (value & low_bits).bit_count()
+    return value & low_bits
+
+
+def code_low_bits(bits: int, nbytes: int) -> int:
+    """The lowest bit of every ``bits``-bit code of ``nbytes`` packed bytes, as an int."""
+    return _low_bits(bits, nbytes)
