@@ -19,7 +19,7 @@ from simstore.engine.record_scan import fingerprint_array, id_and_fingerprint_ar
 from simstore.engine.records import decode_record, encode_id, lookup_key
 from simstore.engine.settings import store_sketch
 from simstore.errors import CorruptStoreError, InvalidTypeError, InvalidValueError, KeyNotFoundError
-from simstore.fingerprinting.sketch import U8Array, estimate_jaccard
+from simstore.fingerprinting.sketch import U8Array, estimate_jaccard, estimate_jaccard_one
 from simstore.index.permute import U64Array
 from simstore.keys import Key, KeyLike, pack_key, unpack_key, unpack_meta
 from simstore.results import Match, Record, match_order
@@ -184,6 +184,12 @@ def resolve(
     return matches
 
 
+#: Up to this many (query, document) pairs are estimated one at a time in
+#: Python integers rather than in one numpy pass: 1 / 3 / 8 / 16 pairs took
+#: 4 / 13 / 35 / 124 µs so against 29 / 33 / 46 / 87.
+FEW_PAIRS = 8
+
+
 def batch_similarities(
     engine: Engine,
     txn: _lmdb.Txn,
@@ -209,9 +215,15 @@ def batch_similarities(
     pairs = [(query, doc_id) for query, found in enumerate(wanted) for doc_id in found if doc_id in row_of]
     if not pairs:
         return out
-    queries = np.array([query for query, _ in pairs], dtype=np.int64)
-    at = np.array([row_of[doc_id] for _, doc_id in pairs], dtype=np.int64)
-    estimates = estimate_jaccard(np.asarray(sketches)[queries], stored[at], geometry).tolist()
+    if len(pairs) <= FEW_PAIRS:  # (the same values, in Python integers)
+        estimates = [
+            estimate_jaccard_one(sketches[query].tobytes(), stored[row_of[doc_id]].tobytes(), geometry)
+            for query, doc_id in pairs
+        ]
+    else:
+        queries = np.array([query for query, _ in pairs], dtype=np.int64)
+        at = np.array([row_of[doc_id] for _, doc_id in pairs], dtype=np.int64)
+        estimates = estimate_jaccard(np.asarray(sketches)[queries], stored[at], geometry).tolist()
     for (query, doc_id), estimate in zip(pairs, estimates, strict=True):
         out[query][doc_id] = estimate
     return out
