@@ -235,7 +235,14 @@ def similarities(engine: Engine, txn: _lmdb.Txn, found: Iterable[int], sketch: b
     doc_ids, stored = _stored_sketches(engine, txn, found)
     if not doc_ids:
         return {}
-    estimates = estimate_jaccard(np.frombuffer(sketch, dtype=np.uint8), stored, store_sketch(engine))
+    geometry = store_sketch(engine)
+    assert geometry is not None
+    if len(doc_ids) <= FEW_PAIRS:
+        return {
+            doc_id: estimate_jaccard_one(sketch, row.tobytes(), geometry)
+            for doc_id, row in zip(doc_ids, stored, strict=True)
+        }
+    estimates = estimate_jaccard(np.frombuffer(sketch, dtype=np.uint8), stored, geometry)
     return dict(zip(doc_ids, estimates.tolist(), strict=True))
 
 
