@@ -17,11 +17,13 @@ near-duplicates of it, one query at a time:
 
 Recall: of the held-out documents' true neighbours in the index (exact Jaccard of word
 3-shingles, ``realtext_truth``) at 0.8 <= J < 1, those found; a reported match with
-J < 0.5 is false. Bytes a document: simstore's live bytes in the file (``stats()``:
-records, tables, band table and the 128-byte sketch); a peer's, the Python memory
-its index and MinHashes of 2,000 of the documents hold once built (``tracemalloc``:
-Python's allocations; rensa's Rust allocations are not seen, so its figure is a floor). All in one process,
-systems in turn; p50/p99 of the per-query times.
+J < 0.5 is false. After an untimed first pass (the answers), ``--rounds`` timed
+passes of each system alternate, the order reversed every round, all in one process;
+reported: the median (min-max) over the passes of each pass's p50 and p99. Bytes a
+document: simstore's live bytes in the file (``stats()``: records, tables, band table
+and the 128-byte sketch); a peer's, the Python memory its index and MinHashes of 2,000
+of the documents hold once built (``tracemalloc``: Python's allocations; rensa's Rust
+allocations are not seen, so its figure is a floor).
 
     python benchmarks/experiments/preset_queries.py --set English
 
@@ -49,23 +51,11 @@ sys.path.insert(0, str(HERE / "suite"))
 
 import realtext_truth  # noqa: E402
 from _common import command_line, load_average, machine  # noqa: E402
+from dedup_peers import PERMUTATIONS, SETS, THRESHOLD, texts_of  # noqa: E402
 
 import simstore  # noqa: E402
 
-SETS = {
-    "English": ("docs_en", "licence_en", "licence_en_para", "templated_en", "negative_en"),
-    "Chinese": ("docs_zh", "docs_zh_para"),
-}
-THRESHOLD = 0.8
-PERMUTATIONS = 128
 HELD_OUT = 10  # every tenth document is a query
-
-
-def texts_of(names: tuple[str, ...]) -> list[str]:
-    import realtext_corpora
-
-    realtext_corpora.build(list(names))
-    return [row["text"] for name in names for row in realtext_corpora.load_corpus(name)]
 
 
 def truth_of(texts: list[str], queries: np.ndarray, indexed: np.ndarray) -> dict[int, dict[int, float]]:
@@ -100,6 +90,7 @@ def score(found: dict[int, list[int]], truth: dict[int, dict[int, float]]) -> tu
 
 
 def timed(calls: list[Callable[[], list[int]]]) -> tuple[list[list[int]], np.ndarray]:
+    """Each call's answer and its time in µs."""
     answers, times = [], []
     for call in calls:
         began = time.perf_counter()
@@ -109,38 +100,33 @@ def timed(calls: list[Callable[[], list[int]]]) -> tuple[list[list[int]], np.nda
 
 
 def run_simstore(texts: list[str], indexed: np.ndarray, queries: np.ndarray, tmp: str) -> dict[str, Any]:
-    with simstore.open(Path(tmp, "preset.simstore"), "n", min_similarity=THRESHOLD) as store:
-        began = time.perf_counter()
-        store.add_many(indexed.tolist(), texts=[texts[i] for i in indexed], processes=1)
-        store.compact()
-        build = time.perf_counter() - began
-        stats = store.stats()
-        query_texts = [texts[i] for i in queries]
-        store.query(text=query_texts[0])  # warm: the segmenter, the pin
-        end_to_end, e2e_times = timed([lambda t=t: [m.key for m in store.query(text=t)] for t in query_texts])
-        fingerprints, sketches = store.fingerprinter.fingerprints_and_sketches(query_texts)
-        fingerprints = np.asarray(fingerprints, dtype=np.uint64)
-        sketches = np.asarray(sketches, dtype=np.uint8)
-        _, lookup_times = timed(
-            [
-                lambda i=i: [
-                    m.key for m in store.query_many(fingerprints[i : i + 1], sketches=sketches[i : i + 1])[0]
-                ]
-                for i in range(len(query_texts))
-            ]
-        )
-        label = (
+    store = simstore.open(Path(tmp, "preset.simstore"), "n", min_similarity=THRESHOLD)
+    began = time.perf_counter()
+    store.add_many(indexed.tolist(), texts=[texts[i] for i in indexed], processes=1)
+    store.compact()
+    build = time.perf_counter() - began
+    stats = store.stats()
+    query_texts = [texts[i] for i in queries]
+    store.query(text=query_texts[0])  # warm: the segmenter, the pin
+    fingerprints, sketches = store.fingerprinter.fingerprints_and_sketches(query_texts)
+    fingerprints = np.asarray(fingerprints, dtype=np.uint64)
+    sketches = np.asarray(sketches, dtype=np.uint8)
+    return {
+        "system": (
             f"simstore min_similarity=0.8 (k={store.k}, {store.bands} bands a width, "
             f"verifying from {store.min_similarity})"
-        )
-        return {
-            "system": label,
-            "found": dict(zip(queries.tolist(), end_to_end, strict=True)),
-            "e2e": e2e_times,
-            "lookup": lookup_times,
-            "build": len(indexed) / build,
-            "bytes": stats.bytes_live / len(indexed),
-        }
+        ),
+        "e2e": [lambda t=t: [m.key for m in store.query(text=t)] for t in query_texts],
+        "lookup": [
+            lambda i=i: [
+                m.key for m in store.query_many(fingerprints[i : i + 1], sketches=sketches[i : i + 1])[0]
+            ]
+            for i in range(len(query_texts))
+        ],
+        "build": len(indexed) / build,
+        "bytes": stats.bytes_live / len(indexed),
+        "close": store.close,
+    }
 
 
 def run_minhash(
@@ -188,16 +174,14 @@ def run_minhash(
         return [doc for doc in lsh.query(minhash) if minhash.jaccard(hashes[doc]) >= THRESHOLD]
 
     query_texts = [texts[i] for i in queries]
-    found, e2e_times = timed([lambda t=t: end_to_end(t) for t in query_texts])
     ready = [make(realtext_truth.shingles(tokens)) for tokens in realtext_truth.tokens_of(query_texts)]
-    _, lookup_times = timed([lambda m=m: lookup(m) for m in ready])
     return {
         "system": f"{name} MinHashLSH(0.8, {PERMUTATIONS})",
-        "found": dict(zip(queries.tolist(), found, strict=True)),
-        "e2e": e2e_times,
-        "lookup": lookup_times,
+        "e2e": [lambda t=t: end_to_end(t) for t in query_texts],
+        "lookup": [lambda m=m: lookup(m) for m in ready],
         "build": len(indexed) / build,
         "bytes": bytes_per_doc,
+        "close": lambda: None,
     }
 
 
@@ -235,26 +219,41 @@ def _index_bytes(make: Callable[[set[str]], Any], name: str, sample: list[str]) 
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--set", choices=list(SETS), default="English")
+    parser.add_argument("--rounds", type=int, default=3, help="timed passes a system (default 3)")
     parser.add_argument("--output", type=Path, default=None)
     args = parser.parse_args()
     warnings.simplefilter("ignore")  # ShortTextWarning: short texts are part of the sets
-    texts = texts_of(SETS[args.set])
+    texts = texts_of(args.set)
     numbers = np.arange(len(texts))
     queries, indexed = numbers[::HELD_OUT], numbers[numbers % HELD_OUT != 0]
     truth = truth_of(texts, queries, indexed)
     started = load_average()
-    rows = []
     with tempfile.TemporaryDirectory(dir=".") as tmp:
-        for run in (
-            lambda: run_simstore(texts, indexed, queries, tmp),
-            lambda: run_minhash("datasketch", texts, indexed, queries),
-            lambda: run_minhash("rensa", texts, indexed, queries),
-        ):
-            result = run()
-            if result is not None:
-                recall, false, reported = score(result["found"], truth)
-                rows.append((result, recall, false, reported))
-                print(result["system"], f"{recall:.2%}", flush=True)
+        systems = [
+            result
+            for result in (
+                run_simstore(texts, indexed, queries, tmp),
+                run_minhash("datasketch", texts, indexed, queries),
+                run_minhash("rensa", texts, indexed, queries),
+            )
+            if result is not None
+        ]
+        try:
+            scores = []
+            for system in systems:  # a first pass: the answers (and a warm-up)
+                found = dict(zip(queries.tolist(), [call() for call in system["e2e"]], strict=True))
+                scores.append(score(found, truth))
+                print(system["system"], f"{scores[-1][0]:.2%}", flush=True)
+            # Timed passes, the systems alternating (the order reversed every round).
+            timings: list[dict[str, list[np.ndarray]]] = [{"e2e": [], "lookup": []} for _ in systems]
+            for round_number in range(args.rounds):
+                order = list(enumerate(systems))
+                for index, system in order if round_number % 2 == 0 else order[::-1]:
+                    for kind in ("e2e", "lookup"):
+                        timings[index][kind].append(timed(system[kind])[1])
+        finally:
+            for system in systems:
+                system["close"]()
     info = machine()
     lines = [
         f"# Queries by text at J >= 0.8: the 0.8 preset beside MinHash LSH ({args.set})",
@@ -263,18 +262,22 @@ def main() -> None:
         "",
         f"Machine: 2-core VM, {info['cpu']}, {info['python']}, numpy {info['numpy']}; "
         f"load {started} -> {load_average()}; {len(indexed):,} documents indexed, "
-        f"{len(queries):,} held-out queries ({', '.join(SETS[args.set])}).",
+        f"{len(queries):,} held-out queries ({', '.join(SETS[args.set])}); {args.rounds} timed passes "
+        "a system, alternating: the median (min-max) over the passes of each pass's p50 and p99.",
         "",
-        "| system | end to end p50 / p99 µs | look-up only p50 / p99 µs | recall 0.8 <= J < 1 "
+        "| system | end to end p50 µs | p99 | look-up only p50 µs | p99 | recall 0.8 <= J < 1 "
         "| false (J < 0.5) / reported | build docs/s | bytes a document |",
-        "|---|---|---|---|---|---|---|",
+        "|---|---|---|---|---|---|---|---|---|",
     ]
-    for result, recall, false, reported in rows:
-        e2e = np.percentile(result["e2e"], [50, 99])
-        lookup = np.percentile(result["lookup"], [50, 99])
+    for system, (recall, false, reported), timing in zip(systems, scores, timings, strict=True):
+        cells = []
+        for kind in ("e2e", "lookup"):
+            for percentile in (50, 99):
+                values = [float(np.percentile(times, percentile)) for times in timing[kind]]
+                cells.append(f"{np.median(values):,.0f} ({min(values):,.0f}-{max(values):,.0f})")
         lines.append(
-            f"| {result['system']} | {e2e[0]:,.0f} / {e2e[1]:,.0f} | {lookup[0]:,.0f} / {lookup[1]:,.0f} "
-            f"| {recall:.1%} | {false} / {reported} | {result['build']:,.0f} | {result['bytes']:,.0f} |"
+            f"| {system['system']} | {' | '.join(cells)} | {recall:.1%} | {false} / {reported} "
+            f"| {system['build']:,.0f} | {system['bytes']:,.0f} |"
         )
     lines += [
         "",
