@@ -14,10 +14,12 @@ Run (2-core x86-64 VM, Python 3.11)::
 
     python benchmarks/experiments/ab_one_query.py --against 0e9af7c
 
-Measured 2026-11-29 against 0e9af7c (the start of that session), one-query
-``query_many`` p50 at 200K: 1,239-1,650 µs before and 578-640 µs after the few-query
-permutation (ace3e5a); the band look-up 250-283 -> 176-239 µs (e219345) -> 134-211 µs
-(46bd0b9), each step alternating against the commit before it.
+Measured 2026-11-29, ``--against 0e9af7c --docs 100000 --queries 1000 --rounds 2`` (the
+start of that session against its end, 6011cfd): one-query ``query_many`` p50 1,532-1,660
+-> 242-306 µs, the band look-up 357-374 -> 105-107 µs a query, every planted copy found
+by both. Step by step (each against the commit before it, at 200K): the few-query
+permutation (ace3e5a) 1,239-1,650 -> 578-640 µs; the band look-up 250-283 -> 176-239 µs
+(e219345) -> 134-211 µs (46bd0b9).
 """
 
 from __future__ import annotations
