@@ -7,9 +7,9 @@
 - Temporary files and ``dedup``'s scratch folder (its temporary store,
   stdin copied to a file) are made with Ctrl-C and ``SIGTERM`` held back
   (:func:`signals_held`), inside the ``try`` whose ``finally`` removes them;
-  a removal that an interrupt cuts short is done again in full before the
-  interrupt goes on. (One interrupt, that is: a second Ctrl-C exits at once,
-  see :mod:`simstore.cli`.)
+  a removal that an interrupt cuts short (or that it falls on as it is
+  called) is done again in full before the interrupt goes on. (One
+  interrupt, that is: a second Ctrl-C exits at once, see :mod:`simstore.cli`.)
 - A run killed with ``SIGKILL`` cannot remove its scratch folder: each
   folder holds a lock its run keeps (the kernel lets it go when the process
   dies), and the next ``dedup`` removes the folders whose lock nobody holds.
@@ -28,7 +28,7 @@ import shutil
 import signal
 import tempfile
 import threading
-from collections.abc import Callable, Iterator
+from collections.abc import Iterator
 from types import FrameType
 
 from simstore.errors import SimstoreError
@@ -81,14 +81,11 @@ def signals_held() -> Iterator[None]:
             os.kill(os.getpid(), noted_signal)  # delivered now, to the handler it would have met
 
 
-def redone_if_interrupted(action: Callable[[], object]) -> None:
-    """Run a clean-up ``action``; if an interrupt cuts it short (or falls as
-    it begins), run it again in full, then let the interrupt go on."""
-    try:
-        action()
-    except KeyboardInterrupt:
-        action()
-        raise
+# A clean-up that an interrupt cuts short is run again in full, then the
+# interrupt goes on. The try must be in the frame that calls the clean-up:
+# an interrupt that falls as a function is entered is raised before any try
+# inside it, so a helper doing this would lose one that fell on the helper's
+# own call (the scratch folder of a run interrupted as it ended stayed).
 
 
 def remove_file(path: str) -> None:
@@ -134,7 +131,11 @@ def remove_unused_store(path: str, existed_before: set[str], documents: int | No
 def remove_new_store(path: str, existed_before: set[str]) -> None:
     """:func:`remove_unused_store` of a closed store, done again in full if
     an interrupt cuts it short (or falls as it begins)."""
-    redone_if_interrupted(lambda: remove_unused_store(path, existed_before, None))
+    try:
+        remove_unused_store(path, existed_before, None)
+    except KeyboardInterrupt:
+        remove_unused_store(path, existed_before, None)
+        raise
 
 
 # ------------------------------------------------------------- scratch folders
@@ -158,7 +159,11 @@ def scratch_folder(prefix: str = SCRATCH_PREFIX) -> Iterator[str]:
     finally:
         # An interrupt cutting the removal short (or falling as it begins) is
         # raised after it has been done again in full.
-        redone_if_interrupted(lambda: _remove_scratch(folder, locks))
+        try:
+            _remove_scratch(folder, locks)
+        except KeyboardInterrupt:
+            _remove_scratch(folder, locks)
+            raise
 
 
 def _remove_scratch(folder: str | None, locks: list[int]) -> None:

@@ -31,7 +31,7 @@ from collections.abc import Iterator, Sequence
 from dataclasses import dataclass
 from typing import Any
 
-from simstore.cli.cleanup import redone_if_interrupted, remove_file, signals_held
+from simstore.cli.cleanup import remove_file, signals_held
 from simstore.cli.common import CommandError
 from simstore.io.inputs import STDIN
 
@@ -226,7 +226,11 @@ def output_stream(output: Output | str, *, binary: bool = False) -> Iterator[Any
         os.replace(temporary, output.path)
     except BaseException:
         if temporary is not None:
-            redone_if_interrupted(lambda: remove_file(temporary))
+            try:
+                remove_file(temporary)
+            except KeyboardInterrupt:  # (cut short: done again in full)
+                remove_file(temporary)
+                raise
         raise
 
 

@@ -26,7 +26,7 @@ import stat
 import tempfile
 from typing import Any
 
-from simstore.cli.cleanup import redone_if_interrupted, remove_file, signals_held
+from simstore.cli.cleanup import remove_file, signals_held
 from simstore.cli.common import CommandError
 from simstore.io.readers import Input
 
@@ -144,7 +144,11 @@ class ProgressLog:
             os.replace(temporary, self.path)
         except BaseException:
             if temporary is not None:
-                redone_if_interrupted(lambda: remove_file(temporary))
+                try:
+                    remove_file(temporary)
+                except KeyboardInterrupt:  # (cut short: done again in full)
+                    remove_file(temporary)
+                    raise
             raise
 
     def finish(self) -> None:

@@ -285,3 +285,50 @@ def _wait_for_scratch(root: Path, count: int) -> list[Path]:
             return found
         time.sleep(0.05)  # no event to wait on: files another process makes
     raise AssertionError(f"found {found}")
+
+
+def test_an_interrupt_falling_as_the_scratch_folder_is_removed_still_removes_it(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Ctrl-C that lands on the very call of the scratch folder's removal (as
+    the run ends) is raised before any ``try`` inside the called function:
+    the ``finally`` must catch it itself and remove the folder again. (It
+    was lost inside a helper's first instruction; found in CI as one of the
+    moments above.) Each call the clean-up makes in its module is tried."""
+    from simstore.cli import _interrupts, cleanup
+    from simstore.cli.cleanup import scratch_folder
+
+    monkeypatch.setattr(tempfile, "tempdir", str(tmp_path))
+    cleanup_file = cleanup.__file__
+
+    class Interrupter:
+        """A profile function: SIGINT at the ``target``-th call into the
+        clean-up's module once ``armed`` (0: never)."""
+
+        def __init__(self, target: int) -> None:
+            self.target, self.calls, self.armed = target, 0, False
+
+        def __call__(self, frame: object, event: str, arg: object) -> None:
+            code = frame.f_code  # type: ignore[attr-defined]
+            if self.armed and event == "call" and code.co_filename == cleanup_file:
+                self.calls += 1
+                if self.calls == self.target:
+                    os.kill(os.getpid(), signal.SIGINT)
+
+    def run(interrupter: Interrupter) -> None:
+        try:
+            with scratch_folder() as folder:
+                assert os.path.isdir(folder)
+                sys.setprofile(interrupter)
+                interrupter.armed = True
+        finally:
+            sys.setprofile(None)
+
+    calibration = Interrupter(0)
+    with _interrupts():
+        run(calibration)
+    assert calibration.calls >= 2  # the folder's generator resumed, its removal called
+    for target in range(1, calibration.calls + 1):
+        with _interrupts(), pytest.raises(KeyboardInterrupt):
+            run(Interrupter(target))
+        assert list(tmp_path.iterdir()) == [], target
