@@ -133,6 +133,10 @@ STORED_KEYS = {"m1", b"m2", 3, -4, "d1"}
 
 
 def is_stored_key(key: object) -> bool:
+    """Whether ``key`` names a stored document: a numpy integer is the key of
+    its Python int (``simstore.keys``), as the store treats it."""
+    if isinstance(key, np.integer):
+        key = int(key)
     return type(key) in (str, bytes, int) and key in STORED_KEYS
 
 
