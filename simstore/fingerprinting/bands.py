@@ -247,26 +247,21 @@ def keyed_bands(row: U8Array, sketch: Sketch, per_width: int | None = None) -> l
     return found
 
 
-def shares_band(
-    query: U8Array | Sequence[KeyedBand], rows: U8Array, sketch: Sketch, per_width: int | None = None
-) -> list[bool]:
+def shares_band(query: Sequence[KeyedBand], rows: U8Array, sketch: Sketch) -> list[bool]:
     """Whether each packed sketch of ``rows`` shares a key of
-    :func:`band_keys` (``per_width``) with the packed sketch ``query`` (or
-    with the sketch whose :func:`keyed_bands` ``query`` is), without hashing
-    the rows' bands: two keys are equal (but for 64-bit hash collisions)
-    exactly where a band place at whose width both sketches are banded
-    holds the same bytes in both, the query's keyed. For a query's few
-    candidates, in plain Python."""
-    wanted = query if isinstance(query, list) else keyed_bands(np.asarray(query), sketch, per_width)
+    :func:`band_keys` with the sketch whose :func:`keyed_bands` ``query``
+    is (banded with the same ``per_width``), without hashing the rows'
+    bands: two keys are equal (but for 64-bit hash collisions) exactly where
+    a band place at whose width both sketches are banded holds the same
+    bytes in both, the query's keyed. For a query's few candidates, in
+    plain Python."""
     low_bits = code_low_bits(sketch.bits, sketch.nbytes)
     out = []
     for row in np.asarray(rows, dtype=np.uint8).reshape(-1, sketch.nbytes):
         raw = row.tobytes()
         count = filled_code_bits(int.from_bytes(raw, "little"), sketch.bits, low_bits).bit_count()
         out.append(
-            any(
-                band.low <= count <= band.high and raw[band.start : band.end] == band.piece for band in wanted
-            )
+            any(band.low <= count <= band.high and raw[band.start : band.end] == band.piece for band in query)
         )
     return out
 

@@ -299,7 +299,7 @@ def estimate_jaccard_one(first: bytes, second: bytes, sketch: Sketch) -> float:
     the numpy function costs tens for one pair."""
     a = int.from_bytes(first, "little")
     b = int.from_bytes(second, "little")
-    low_bits = _low_bits(sketch.bits, sketch.nbytes)
+    low_bits = code_low_bits(sketch.bits, sketch.nbytes)
     filled_a = _filled_codes(a, sketch.bits, low_bits)
     filled_b = _filled_codes(b, sketch.bits, low_bits)
     union = _filled_codes(a | b, sketch.bits, low_bits)  # bins where either is non-empty
@@ -311,7 +311,8 @@ def estimate_jaccard_one(first: bytes, second: bytes, sketch: Sketch) -> float:
 
 
 @functools.lru_cache(maxsize=16)
-def _low_bits(bits: int, nbytes: int) -> int:
+def code_low_bits(bits: int, nbytes: int) -> int:
+    """The lowest bit of every ``bits``-bit code of ``nbytes`` packed bytes, as an int."""
     return int.from_bytes(bytes([_LOW_BITS[bits]]) * nbytes, "little")
 
 
@@ -331,8 +332,3 @@ def filled_code_bits(value: int, bits: int, low_bits: int) -> int:
         value |= value >> shift
         shift <<= 1
     return value & low_bits
-
-
-def code_low_bits(bits: int, nbytes: int) -> int:
-    """The lowest bit of every ``bits``-bit code of ``nbytes`` packed bytes, as an int."""
-    return _low_bits(bits, nbytes)

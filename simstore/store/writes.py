@@ -193,6 +193,13 @@ class _Batch:
     def meta(self, position: int) -> bytes | None:
         return None if self.metas is None else self.metas[position]
 
+    def sketch_rows(self, positions: Positions) -> U8Array:
+        """The sketch rows at ``positions`` (the batch holds sketches)."""
+        assert self.sketches is not None
+        if isinstance(positions, range):  # a slice: no copy
+            return self.sketches[positions.start : positions.stop]
+        return self.sketches[positions]
+
     def sketch(self, position: int) -> bytes | None:
         """The sketch at ``position``; an all-zero row means none."""
         if self.sketches is None or not self.sketches[position].any():
@@ -410,10 +417,7 @@ def insert_new(
     txn.cursor(handles.docs).putmulti(records, append=True)
     if batch.sketches is not None and handles.sketches is not None:
         # Ids are new and ascending with positions: appended, no search.
-        if isinstance(positions, range):
-            rows = batch.sketches[positions.start : positions.stop]
-        else:
-            rows = batch.sketches[positions]
+        rows = batch.sketch_rows(positions)
         sketched_ids = doc_ids
         present = rows.any(axis=1)  # an all-zero row (no bin filled) stands for no sketch
         if not present.all():
@@ -552,9 +556,7 @@ def _given_sketches(batch: _Batch, new_positions: Positions, first_id: int) -> G
     holds them: what a run writing them bands without reading them back."""
     if batch.sketches is None or not len(new_positions):
         return None
-    if isinstance(new_positions, range):
-        return GivenSketches(first_id, batch.sketches[new_positions.start : new_positions.stop])
-    return GivenSketches(first_id, batch.sketches[new_positions])
+    return GivenSketches(first_id, batch.sketch_rows(new_positions))
 
 
 def put_sketch(engine: Engine, txn: _lmdb.Txn, id_bytes: bytes, sketch: bytes | None) -> bool:
