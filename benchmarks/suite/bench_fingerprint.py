@@ -93,7 +93,12 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[1]))  # benchmarks/: _co
 from _common import parse_with_quick  # noqa: E402
 
 from simstore import Fingerprinter, ShortTextWarning  # noqa: E402
-from simstore.fingerprinting.text import _jieba_tokenizer, _segment_cache  # noqa: E402
+from simstore.fingerprinting.text import _segment_cache  # noqa: E402
+
+try:
+    from simstore.fingerprinting.segmenter import _jieba_tokenizer
+except ImportError:  # a simstore before the segmenter module
+    from simstore.fingerprinting.text import _jieba_tokenizer  # type: ignore[attr-defined,no-redef]
 
 ALGORITHM_1 = "simstore-text-simhash-1"
 

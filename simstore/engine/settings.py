@@ -8,8 +8,8 @@ from typing import TYPE_CHECKING
 from simstore.errors import warn_caller
 from simstore.fingerprinting.algorithms import UNRECORDED_SETTINGS
 from simstore.fingerprinting.fingerprinter import Fingerprinter
+from simstore.fingerprinting.segmenter import segmenter_info
 from simstore.fingerprinting.sketch import Sketch
-from simstore.fingerprinting.text import segmenter_info
 from simstore.results import SegmenterChangedWarning
 
 if TYPE_CHECKING:

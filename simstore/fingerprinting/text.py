@@ -2,7 +2,8 @@
 
 Both steps are pure functions of their input (and of the Unicode database of
 the running Python, and of the jieba dictionary for Chinese; see
-:func:`segmenter_info`, which the store records so that a change is noticed).
+:func:`simstore.fingerprinting.segmenter.segmenter_info`, which the store
+records so that a change is noticed).
 
 ``normalise(text)``
     1. Unicode NFKC (this also maps full-width ASCII, U+FF01..U+FF5E, to
@@ -20,7 +21,8 @@ the running Python, and of the jieba dictionary for Chinese; see
     - a run of Han ideographs (CJK Unified Ideographs and extensions, and
       U+3007 ideographic zero) is segmented by jieba (its bundled dictionary, HMM on by default)
       with a private ``jieba.Tokenizer``, so ``jieba.load_userdict`` elsewhere
-      in the program cannot change fingerprints;
+      in the program cannot change fingerprints (or by rjieba, which cuts the
+      same words faster: :mod:`simstore.fingerprinting.segmenter`);
     - a run of other word characters (letters and digits of any script, the
       underscore, and combining marks, so that ``हिन्दी`` stays one word) is
       one token; scripts written without spaces other than Chinese (Thai,
@@ -35,22 +37,16 @@ the running Python, and of the jieba dictionary for Chinese; see
 from __future__ import annotations
 
 import functools
-import hashlib
-import importlib.metadata
-import logging
 import re
 import unicodedata
-from pathlib import Path
-from typing import Any
 
 from simstore.errors import InvalidTypeError, InvalidValueError
+from simstore.fingerprinting.segmenter import cut_function
 
 __all__ = [
     "as_text",
-    "jieba_idf",
     "normalise",
     "segment_han",
-    "segmenter_info",
     "tokenise",
 ]
 
@@ -216,7 +212,8 @@ def tokenise(text: str, *, hmm: bool = True) -> list[str]:
 
 
 def segment_han(runs: list[str], *, hmm: bool = True) -> list[list[str]]:
-    """Segment each run of Han characters with jieba; one word list per run."""
+    """Segment each run of Han characters as jieba does (see
+    :mod:`simstore.fingerprinting.segmenter`); one word list per run."""
     # jieba segments each run on its own (see _RUN_SEPARATOR), so a run's
     # words never depend on its neighbours and can be remembered: runs
     # repeat across documents (15 % of the Han characters of the benchmark
@@ -232,7 +229,7 @@ def segment_han(runs: list[str], *, hmm: bool = True) -> list[list[str]]:
             known[run] = words
     if missing:
         segmented: list[list[str]] = [[]]
-        for word in _jieba_tokenizer().lcut(_RUN_SEPARATOR.join(missing), HMM=hmm):
+        for word in cut_function()(_RUN_SEPARATOR.join(missing), hmm):
             if word == _RUN_SEPARATOR:
                 segmented.append([])
             else:
@@ -253,77 +250,3 @@ _SEGMENT_CACHE_RUNS = 100_000
 @functools.cache
 def _segment_cache(hmm: bool) -> dict[str, tuple[str, ...]]:
     return {}
-
-
-@functools.cache
-def _jieba_tokenizer() -> Any:
-    """A private, initialised jieba tokenizer with the bundled dictionary."""
-    # Imported here so that importing simstore never loads jieba (its import
-    # is quick, but its dictionary takes about a second to load).
-    import jieba
-
-    tokenizer = jieba.Tokenizer()
-    # jieba logs its start-up ("Building prefix dict ...", "Loading model
-    # cost ...") at DEBUG on its own stderr handler. Raised to WARNING for this
-    # call only: its errors (an unwritable cache) still show, and the level
-    # its other users in the process chose is put back.
-    logger = logging.getLogger("jieba")
-    level = logger.level
-    if level < logging.WARNING:
-        logger.setLevel(logging.WARNING)
-    try:
-        tokenizer.initialize()
-    finally:
-        logger.setLevel(level)
-    return tokenizer
-
-
-def _jieba_dir() -> Path:
-    """The installed jieba package's directory, found without importing it."""
-    import importlib.util
-
-    spec = importlib.util.find_spec("jieba")
-    if spec is None or spec.origin is None:
-        raise InvalidValueError("jieba is not installed; it is needed for Chinese text")
-    return Path(spec.origin).parent
-
-
-@functools.cache
-def segmenter_info() -> dict[str, str]:
-    """Versions and checksums of everything besides the settings that shapes a
-    fingerprint: jieba's version, SHA-256 of its bundled ``dict.txt`` and of
-    ``analyse/idf.txt`` (used by TF-IDF weighting), and the Unicode version of
-    this Python (NFKC, case folding and word characters follow it).
-
-    jieba is not initialised (nor imported) to compute this.
-    """
-    folder = _jieba_dir()
-    return {
-        "jieba": importlib.metadata.version("jieba"),
-        "jieba_dict_sha256": _sha256(folder / "dict.txt"),
-        "jieba_idf_sha256": _sha256(folder / "analyse" / "idf.txt"),
-        "unicode": unicodedata.unidata_version,
-    }
-
-
-def _sha256(path: Path) -> str:
-    """Hex SHA-256 of a file's bytes."""
-    digest = hashlib.sha256()
-    with open(path, "rb") as handle:
-        for block in iter(functools.partial(handle.read, 1 << 20), b""):
-            digest.update(block)
-    return digest.hexdigest()
-
-
-@functools.cache
-def jieba_idf() -> tuple[dict[str, float], float]:
-    """jieba's bundled IDF table (``analyse/idf.txt``) and its median value,
-    which jieba itself gives to words not in the table."""
-    table: dict[str, float] = {}
-    with open(_jieba_dir() / "analyse" / "idf.txt", encoding="utf-8") as handle:
-        for line in handle:
-            word, _, value = line.strip().partition(" ")
-            if value:
-                table[word] = float(value)
-    values = sorted(table.values())
-    return table, values[len(values) // 2]

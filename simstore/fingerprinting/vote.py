@@ -32,7 +32,7 @@ import numpy as np
 import numpy.typing as npt
 
 from simstore.fingerprinting.hashing import U64
-from simstore.fingerprinting.text import jieba_idf
+from simstore.fingerprinting.segmenter import jieba_idf
 
 __all__ = ["BLOCK_FEATURES", "SMALL_BLOCK_FEATURES", "top_features", "vote", "vote_batch", "weigh"]
 

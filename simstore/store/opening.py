@@ -41,8 +41,8 @@ from simstore.errors import (
 )
 from simstore.fingerprinting.algorithms import UNRECORDED_SETTINGS
 from simstore.fingerprinting.fingerprinter import Fingerprinter
+from simstore.fingerprinting.segmenter import segmenter_info
 from simstore.fingerprinting.sketch import check_similarity
-from simstore.fingerprinting.text import segmenter_info
 from simstore.index.permute import validate_k
 from simstore.layout.choose import (
     DEFAULT_MIN_SIMILARITY,

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import os
 import subprocess
 import sys
 import unicodedata
@@ -11,15 +12,14 @@ from hypothesis import given
 from hypothesis import strategies as st
 
 from simstore.errors import InvalidTypeError, InvalidValueError
+from simstore.fingerprinting.segmenter import jieba_idf, segmenter_info
 from simstore.fingerprinting.text import (
     _control_table,
     _strip_controls,
     _token_pattern,
     as_text,
-    jieba_idf,
     normalise,
     segment_han,
-    segmenter_info,
     tokenise,
 )
 
@@ -177,7 +177,7 @@ def test_segmenter_info_names_versions_and_checksums() -> None:
 def test_import_and_segmenter_info_do_not_load_jieba() -> None:
     code = (
         "import sys\n"
-        "from simstore.fingerprinting.text import segmenter_info\n"
+        "from simstore.fingerprinting.segmenter import segmenter_info\n"
         "from simstore.fingerprinting.fingerprinter import fingerprint\n"
         "segmenter_info()\n"
         "fingerprint('plain english words only, no chinese at all here')\n"
@@ -194,7 +194,10 @@ def test_import_and_segmenter_info_do_not_load_jieba() -> None:
 
 def test_jieba_is_silent_on_stderr() -> None:
     code = "from simstore.fingerprinting import text as t\nprint(t.tokenise('我爱北京天安门'))\n"
-    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True)
+    environment = {**os.environ, "SIMSTORE_SEGMENTER": "jieba"}  # jieba's own start-up, not rjieba's
+    out = subprocess.run(
+        [sys.executable, "-c", code], capture_output=True, text=True, check=True, env=environment
+    )
     assert "北京" in out.stdout
     assert out.stderr == ""
 
@@ -219,10 +222,11 @@ def test_control_stripping_equals_the_translate_table(text: str) -> None:
 
 
 def test_segment_han_remembers_runs_without_changing_them(monkeypatch: pytest.MonkeyPatch) -> None:
+    from simstore.fingerprinting import segmenter
     from simstore.fingerprinting import text as text_module
 
     runs = ["我们在北京", "天安门广场", "我们在北京", "看到了很多人", "结巴中文分词"]
-    jieba_alone = [text_module._jieba_tokenizer().lcut(run) for run in runs]
+    jieba_alone = [segmenter._jieba_tokenizer().lcut(run) for run in runs]
     monkeypatch.setattr(text_module, "_SEGMENT_CACHE_RUNS", 3)  # refills as it goes
     text_module._segment_cache(True).clear()
     first = segment_han(runs)
@@ -243,7 +247,7 @@ def test_loading_jieba_is_quiet_but_shows_its_errors(
 
     import jieba
 
-    from simstore.fingerprinting import text
+    from simstore.fingerprinting import segmenter
 
     logger = logging.getLogger("jieba")
     monkeypatch.setattr(logger, "level", logging.DEBUG)  # jieba's own default
@@ -255,7 +259,7 @@ def test_loading_jieba_is_quiet_but_shows_its_errors(
 
     monkeypatch.setattr(jieba.Tokenizer, "initialize", initialize_failing_to_cache)
     caplog.clear()
-    text._jieba_tokenizer.__wrapped__()
+    segmenter._jieba_tokenizer.__wrapped__()
     # What jieba's logger let through (to its stderr handler, and up to pytest's).
     logged = " ".join(record.getMessage() for record in caplog.records if record.name == "jieba")
     assert "Building prefix dict" not in logged
