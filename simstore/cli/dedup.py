@@ -29,7 +29,14 @@ from simstore.cli.documents import (
 from simstore.cli.output import Output, output_stream, refuse_clobbers, resolve_output
 from simstore.cli.progress import ReadingBar, note, progress, table_progress
 from simstore.cli.resume import ProgressLog, resumable
-from simstore.cli.stores import StoreOnDemand, check_distance, open_existing, open_or_create, similarity
+from simstore.cli.stores import (
+    StoreOnDemand,
+    check_distance,
+    open_existing,
+    open_or_create,
+    run_threshold,
+    similarity,
+)
 from simstore.io.columnar import COLUMNAR_FORMATS, ColumnarWriter, key_column_type, unified_schema
 from simstore.io.inputs import Document
 from simstore.io.readers import (
@@ -129,8 +136,11 @@ def configure_dedup(parser: argparse.ArgumentParser) -> None:
         "--min-similarity",
         type=similarity,
         metavar="J",
-        help="a duplicate also shares at least this estimated fraction of its word 3-shingles "
-        "(0 to 1; judged by the stored verification sketches). Default: the store's threshold, "
+        help="a duplicate also shares at least this fraction of its word 3-shingles (0 to 1; "
+        "judged by the verification sketches). The temporary store (or a new --store) is made to "
+        "find the pairs at J or more: it verifies from a little below J, 0.75 for 0.8, as the "
+        "estimate is noisy; so does an existing store made for J. With another existing store, a "
+        "pair's estimate must reach J. Default: the store's threshold, "
         f"{DEFAULT_MIN_SIMILARITY} for the temporary store and a new --store; an existing --store or "
         "--against STORE uses the one stored in it (`simstore stats` shows it). --min-similarity 0 "
         "turns the check off: every pair within k bits",
@@ -258,16 +268,32 @@ def _dedup_store(args: argparse.Namespace, scratch: str) -> StoreOnDemand:
     created when the first documents are committed (see :class:`StoreOnDemand`)."""
     if args.store is not None:
         path = str(args.store)
-        # As for `add`: -k is the store's k, so an existing store's must equal it.
+
+        # As for `add`: -k is the store's k, so an existing store's must equal it;
+        # a new one is made to find the pairs at --min-similarity (an existing
+        # one holds this run to it: see run_threshold).
         # Merged on success only, not by close() after Ctrl-C or an error.
-        return StoreOnDemand(path, args.k, lambda: open_or_create(path, args.k, merge_on_close=False))
+        def open_new() -> Store:
+            preset = {} if os.path.lexists(path) else {"min_similarity": args.min_similarity}
+            return open_or_create(path, args.k, merge_on_close=False, **preset)
+
+        return StoreOnDemand(path, args.k, open_new)
     temporary = os.path.join(scratch, "dedup.simstore")
     k = DEFAULT_K if args.k is None else args.k
     # No band table: pairs and clusters band every stored sketch themselves.
+    # Made to find the pairs at --min-similarity: it verifies from a little below.
     return StoreOnDemand(
         temporary,
         k,
-        lambda: open_store(temporary, "n", k=k, sync=False, merge_on_close=False, bands=False),
+        lambda: open_store(
+            temporary,
+            "n",
+            k=k,
+            sync=False,
+            merge_on_close=False,
+            bands=False,
+            min_similarity=args.min_similarity,
+        ),
     )
 
 
@@ -410,13 +436,14 @@ def _cluster(
     """Cluster the store, write pairs or clusters if asked; returns the keys
     of the documents not kept. The summary counts the documents of
     ``input_keys`` only (a kept store also holds what earlier runs added)."""
+    threshold = run_threshold(store, args.min_similarity)
     bar, update = table_progress(args, "clustering")
     with bar:
         clusters = store.clusters(
             k=args.k,
             keep="first" if args.keep == "none" else args.keep,
             linkage=args.linkage,
-            min_similarity=args.min_similarity,
+            min_similarity=threshold,
             progress=update,
             bands=args.bands is not False,
         )
@@ -431,7 +458,7 @@ def _cluster(
         bar, update = table_progress(args, "pairs")
         with bar, output_stream(output) as stream:
             for pair in store.near_duplicate_pairs(
-                k=args.k, min_similarity=args.min_similarity, progress=update, bands=args.bands is not False
+                k=args.k, min_similarity=threshold, progress=update, bands=args.bands is not False
             ):
                 record = {
                     "a": key_to_json(pair.key_a),
@@ -532,6 +559,7 @@ def dedup_against(
     # and a query that may stop at it costs a fraction where documents
     # share boilerplate (hundreds of matches each).
     limit = None if args.pairs else 1
+    threshold = run_threshold(store, args.min_similarity)
     # A store with a band table looks bands up (the default, bands=None); one
     # without reads every stored sketch once per call for --bands: far larger calls.
     bands = args.bands
@@ -543,7 +571,7 @@ def dedup_against(
             results = store.query_many(
                 fingerprints[start : start + chunk],
                 k=args.k,
-                min_similarity=args.min_similarity,
+                min_similarity=threshold,
                 sketches=None if sketches is None else sketches[start : start + chunk],
                 limit=limit,
                 bands=bands,

@@ -5,12 +5,14 @@ from __future__ import annotations
 
 import csv
 import json
+import random
 from pathlib import Path
 
 import pytest
 
 import simstore
 from simstore.cli import main
+from simstore.fingerprinting.sketch import estimate_jaccard
 
 CORPUS = Path(__file__).parents[2] / "examples" / "corpus" / "kjv_near_duplicates.jsonl"
 
@@ -23,19 +25,51 @@ def _summary(capsys: pytest.CaptureFixture[str]) -> dict[str, object]:
     return json.loads(capsys.readouterr().out)  # type: ignore[no-any-return]
 
 
+def _pair_estimated_between(low: float, high: float) -> tuple[str, str]:
+    """Two texts whose sketches estimate their similarity at ``low`` or more
+    but below ``high``: a text of random words and a copy with some replaced."""
+    rng = random.Random(7)
+    words = [f"w{rng.randrange(5000)}" for _ in range(300)]
+    fingerprinter = simstore.Fingerprinter()
+    for replaced in range(1, 60):
+        copy = list(words)
+        for place in rng.sample(range(len(words)), replaced):
+            copy[place] = f"x{rng.randrange(5000)}"
+        texts = [" ".join(words), " ".join(copy)]
+        _, rows = fingerprinter.fingerprints_and_sketches(texts)
+        if low <= float(estimate_jaccard(rows[:1], rows[1:])[0]) < high:
+            return texts[0], texts[1]
+    raise AssertionError("no copy estimated in the range")
+
+
+def _corpus_with_a_pair_between(tmp_path: Path, low: float, high: float) -> Path:
+    """The bundled corpus and a pair estimated from ``low`` to below ``high``."""
+    first, second = _pair_estimated_between(low, high)
+    lines = CORPUS.read_text().splitlines()
+    extra = [json.dumps({"id": f"between-{n}", "text": text}) for n, text in enumerate((first, second))]
+    path = tmp_path / "corpus.jsonl"
+    path.write_text("\n".join([*lines, *extra]) + "\n")
+    return path
+
+
 def test_dedup_pairs_carry_similarity_and_respect_the_threshold(
     tmp_path: Path, capsys: pytest.CaptureFixture[str]
 ) -> None:
+    corpus = _corpus_with_a_pair_between(tmp_path, 0.75, 0.8)
     everything = tmp_path / "all.jsonl"
-    assert main(["dedup", str(CORPUS), "--pairs", "-k", "5", "-o", str(everything), "--json"]) == 0
+    command = ["dedup", str(corpus), "--pairs", "-k", "5", "--min-similarity", "0", "-o", str(everything)]
+    assert main([*command, "--json"]) == 0
     capsys.readouterr()
     pairs = _json_lines(everything)
     assert pairs
     assert all(0.0 <= float(pair["similarity"]) <= 1.0 for pair in pairs)  # type: ignore[arg-type]
+    # The temporary store is made to find the pairs at J >= 0.8: it verifies
+    # from two standard errors of the estimate below, 0.75 (the presets').
     similar = tmp_path / "similar.jsonl"
-    code = main(["dedup", str(CORPUS), "--pairs", "-k", "5", "--min-similarity", "0.8", "-o", str(similar)])
+    code = main(["dedup", str(corpus), "--pairs", "-k", "5", "--min-similarity", "0.8", "-o", str(similar)])
     assert code == 0
-    expected = [pair for pair in pairs if float(pair["similarity"]) >= 0.8]  # type: ignore[arg-type]
+    expected = [pair for pair in pairs if float(pair["similarity"]) >= 0.75]  # type: ignore[arg-type]
+    assert any(float(pair["similarity"]) < 0.8 for pair in expected)  # type: ignore[arg-type]
     assert sorted(map(json.dumps, _json_lines(similar))) == sorted(map(json.dumps, expected))
 
 
@@ -444,3 +478,53 @@ def test_plan_min_similarity_reports_the_preset_and_its_costs(capsys: pytest.Cap
     # With -k the similarity only chooses nothing but the threshold: no preset.
     assert main(["plan", "-k", "5", "--docs", "1e7", "--min-similarity", "0.8"]) == 0
     assert "asked for min_similarity" not in capsys.readouterr().out
+
+
+def test_dedup_min_similarity_makes_a_new_store_to_find_that_similarity(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """A new --store is the preset store `add --min-similarity` makes; an
+    existing store holds one run to another value without being changed, and
+    to its own threshold where the value is the one it was made for."""
+    preset = tmp_path / "preset.simstore"
+    command = ["dedup", str(CORPUS), "--store", str(preset), "-q", "--pairs", "--min-similarity", "0.8"]
+    assert main([*command, "-o", str(tmp_path / "new.jsonl")]) == 0
+    with simstore.open(preset, "r") as store:
+        assert (store.k, store.bands, store.min_similarity) == (5, 16, 0.75)
+        expected = {
+            tuple(sorted(map(str, (pair.key_a, pair.key_b)))) for pair in store.near_duplicate_pairs()
+        }
+    capsys.readouterr()
+    for similarity in ("0.8", "0.75"):  # the one it was made for, its threshold: the same pairs
+        out = tmp_path / f"pairs-{similarity}.jsonl"
+        command = ["dedup", str(CORPUS), "--store", str(preset), "--pairs", "-o", str(out)]
+        assert main([*command, "-q", "--min-similarity", similarity]) == 0
+        found = {tuple(sorted(map(str, (pair["a"], pair["b"])))) for pair in _json_lines(out)}
+        assert found == expected
+    strict = tmp_path / "strict.jsonl"
+    command = ["dedup", str(CORPUS), "--store", str(preset), "--pairs", "-o", str(strict)]
+    assert main([*command, "-q", "--min-similarity", "0.9"]) == 0
+    strict_pairs = _json_lines(strict)
+    assert strict_pairs
+    assert all(float(pair["similarity"]) >= 0.9 for pair in strict_pairs)  # type: ignore[arg-type]
+    with simstore.open(preset, "r") as store:
+        assert store.min_similarity == 0.75  # unchanged by the run
+
+
+def test_dedup_against_a_preset_store_verifies_from_its_threshold(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    preset = tmp_path / "preset.simstore"
+    corpus = _corpus_with_a_pair_between(tmp_path, 0.75, 0.8)
+    with simstore.open(preset, "c", min_similarity=0.8) as store:
+        texts = [json.loads(line)["text"] for line in corpus.read_text().splitlines()]
+        store.add_many(range(0, len(texts), 2), texts=texts[::2])
+        queries = texts[1::2]
+        expected = sum(bool(matches) for matches in store.query_many(texts=queries, min_similarity=0.75))
+        stricter = sum(bool(matches) for matches in store.query_many(texts=queries, min_similarity=0.8))
+    assert expected > stricter  # the corpus has pairs estimated from 0.75 to 0.8
+    source = tmp_path / "odd.jsonl"
+    source.write_text("".join(json.dumps({"id": i, "text": t}) + "\n" for i, t in enumerate(queries)))
+    command = ["dedup", str(source), "--against", str(preset), "-o", str(tmp_path / "kept.jsonl"), "--json"]
+    assert main([*command, "--min-similarity", "0.8"]) == 0
+    assert _summary(capsys)["duplicates"] == expected
