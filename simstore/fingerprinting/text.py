@@ -105,35 +105,28 @@ def _control_table() -> dict[int, str | None]:
     return table
 
 
-_ASCII_CONTROLS = re.compile(r"[\x00-\x1f\x7f]")
+def _controls_stripped(text: str) -> str:
+    """Steps 3 and 4 of :func:`normalise`: controls that are white space
+    become a space and the others are removed, then white space collapses.
 
-
-def _strip_controls(text: str) -> str:
-    """Step 3 of :func:`normalise` (white-space controls to space, others out)."""
-    if text.isascii():
-        # Fast path: in ASCII only C0 controls and DEL are Cc, and every
-        # white-space one collapses with the others in step 4 anyway.
-        return _ASCII_CONTROLS.sub(_ascii_control, text)
-    # The same as text.translate(_control_table()), which looks every
-    # character up in a dict: a regex scan of the (rare) controls took
-    # a tenth of the time of str.translate on Chinese text (issue 21).
-    return _control_pattern().sub(_controls_replaced, text)
+    ``str.split`` breaks at exactly the characters ``str.isspace`` names, so
+    collapsing first turns every white-space control into a space; what is
+    left to remove then shows as a character ``str.isprintable`` refuses,
+    which most texts hold none of (a scan in C, no regex)."""
+    collapsed = " ".join(text.split())
+    if collapsed.isprintable():
+        return collapsed
+    # A regex scan of the (rare) controls with a constant replacement: a
+    # str.translate of every character took ten times as long on Chinese
+    # text (issue 21).
+    return " ".join(_removed_controls().sub("", collapsed).split())
 
 
 @functools.cache
-def _control_pattern() -> re.Pattern[str]:
-    """Runs of the characters :func:`_control_table` maps."""
-    return re.compile(f"[{_char_class(sorted(_control_table()))}]+")
-
-
-def _controls_replaced(match: re.Match[str]) -> str:
-    """A run of controls as :func:`_control_table` maps it."""
-    return "".join(" " if char.isspace() else "" for char in match.group())
-
-
-def _ascii_control(match: re.Match[str]) -> str:
-    """Replacement for one ASCII control: a space if it is white space."""
-    return " " if match.group().isspace() else ""
+def _removed_controls() -> re.Pattern[str]:
+    """Runs of the characters :func:`_control_table` removes."""
+    removed = [code for code, replacement in _control_table().items() if replacement is None]
+    return re.compile(f"[{_char_class(sorted(removed))}]+")
 
 
 def normalise(text: str) -> str:
@@ -141,7 +134,7 @@ def normalise(text: str) -> str:
     space collapsed); see the module docstring for the exact steps."""
     folded = unicodedata.normalize("NFKC", text).casefold()
     folded = unicodedata.normalize("NFKC", folded)
-    return " ".join(_strip_controls(folded).split())
+    return _controls_stripped(folded)
 
 
 def _char_class(codes: list[int]) -> str:

@@ -94,16 +94,16 @@ def test_every_vote_strategy_gives_the_same_fingerprints(
 
 
 def _count_normalisations(monkeypatch: pytest.MonkeyPatch) -> list[str]:
-    """Record each text :func:`text.normalise` works through (its step 3,
-    looked up at every call)."""
+    """Record each text :func:`text.normalise` works through (its steps 3
+    and 4, looked up at every call)."""
     seen: list[str] = []
-    strip = text._strip_controls
+    strip = text._controls_stripped
 
     def counted(one: str) -> str:
         seen.append(one)
         return strip(one)
 
-    monkeypatch.setattr(text, "_strip_controls", counted)
+    monkeypatch.setattr(text, "_controls_stripped", counted)
     return seen
 
 
