@@ -16,19 +16,21 @@ exact-Jaccard band, precision counts a reported pair with J < 0.5 as false
 
 Needs datasketch, rensa and scipy (``.venv-dev``) and the cached corpora.
 
-Measured on the 2-core AMD EPYC VM, 2026-11-29, load 1.0-3.0, one round
-(``benchmarks/results/dedup_peers.md``). Per core, simstore with bands: 1,477 docs/s
-on English against datasketch's 456 (3.2x) and rensa's 1,261 (1.17x); 1,319 on
-Chinese against 755 (1.75x) and 771 (1.71x). Recall at 0.9 <= J < 1: 100 % for
-simstore and rensa, 97.9-99.4 % for datasketch; at 0.8 <= J < 1: simstore 95.2 % and
-89.2 %, rensa 90.8 % and 92.4 %, datasketch 68.3 % and 77.6 %; no false pair anywhere.
-Peak RSS 220-226 MiB for simstore, 591-1,459 MiB for the peers (their shingle sets).
+Measured on the 2-core Xeon VM, 2026-11-29, load about 1, one round, Chinese cut by
+rjieba (``benchmarks/results/dedup_peers.md``). Per core, ``min_similarity=0.8`` (what
+``simstore dedup --min-similarity 0.8`` builds): 1,510 docs/s on English against
+datasketch's 627 (2.4x) and rensa's 1,344 (1.12x); 3,537 on Chinese against 1,098
+(3.2x) and 2,993 (1.18x). Recall at 0.8 <= J < 1: 99.7 % and 93.3 % (datasketch 68.3 %
+and 77.6 %, rensa 90.8 % and 92.4 %); no false pair anywhere. With jieba rather than
+rjieba simstore's Chinese rate was 1,023. Peak RSS 190-211 MiB for simstore, 566-1,425
+MiB for the peers.
 """
 
 from __future__ import annotations
 
 import argparse
 import json
+import os
 import resource
 import subprocess
 import sys
@@ -50,7 +52,14 @@ SETS = {
     "English": ("docs_en", "licence_en", "licence_en_para", "templated_en", "negative_en"),
     "Chinese": ("docs_zh", "docs_zh_para"),
 }
-SYSTEMS = ("simstore", "simstore --no-bands", "datasketch", "rensa")
+SYSTEMS = (
+    "simstore",
+    "simstore min_similarity=0.8",
+    "simstore --no-bands",
+    "simstore, jieba",
+    "datasketch",
+    "rensa",
+)
 THRESHOLD = 0.8
 PERMUTATIONS = 128
 
@@ -67,12 +76,15 @@ def run_system(system: str, texts: list[str]) -> np.ndarray:
     if system.startswith("simstore"):
         import simstore
 
+        # The preset's store verifies from its own lowered threshold (0.75).
+        preset = {"min_similarity": THRESHOLD} if "min_similarity" in system else {}
         with (
             tempfile.TemporaryDirectory(dir=".") as tmp,
-            simstore.open(Path(tmp, "s.simstore"), "n") as store,
+            simstore.open(Path(tmp, "s.simstore"), "n", **preset) as store,
         ):
             store.add_many(range(len(texts)), texts=texts, processes=1)
-            found = [(p.key_a, p.key_b) for p in store.near_duplicate_pairs(bands=system == "simstore")]
+            bands = system != "simstore --no-bands"
+            found = [(p.key_a, p.key_b) for p in store.near_duplicate_pairs(bands=bands)]
             store.close()
         return np.array(found, dtype=np.int64).reshape(-1, 2)
     import realtext_truth
@@ -177,8 +189,14 @@ def main() -> None:
             for system in SYSTEMS:
                 out = str(Path(tmp, "pairs.npy"))
                 command = [sys.executable, __file__, "--child", system, language, out]
+                # "simstore, jieba" cuts Chinese with jieba itself; every other
+                # system (the peers take simstore's tokens) with rjieba where installed.
+                segmenter = "jieba" if system.endswith("jieba") else "auto"
+                environment = {**os.environ, "SIMSTORE_SEGMENTER": segmenter}
                 result = json.loads(
-                    subprocess.run(command, check=True, capture_output=True, text=True).stdout
+                    subprocess.run(
+                        command, check=True, capture_output=True, text=True, env=environment
+                    ).stdout
                 )
                 scores = score(language, np.load(out))
                 print(
