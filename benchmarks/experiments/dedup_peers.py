@@ -5,7 +5,8 @@ each from the texts to the verified pairs, on the real-text corpora of
 ``benchmarks/suite/realtext_corpora.py`` pooled into one English and one Chinese set.
 
 The peers get the same word 3-shingles as the ground truth (simstore's tokeniser,
-jieba for Chinese; tokenising is timed as theirs) and keep a candidate pair when
+jieba's words for Chinese, cut by rjieba: ``SIMSTORE_SEGMENTER=rjieba``, but for
+"simstore, jieba"; tokenising is timed as theirs) and keep a candidate pair when
 their MinHash estimates J >= 0.8, as simstore's sketch does. Each system runs in a
 fresh process, one core (simstore fingerprints with ``processes=1``), so its peak
 RSS (VmHWM) is its own: texts, tokens and index together. Recall is per
@@ -14,7 +15,8 @@ exact-Jaccard band, precision counts a reported pair with J < 0.5 as false
 
     python benchmarks/experiments/dedup_peers.py
 
-Needs datasketch, rensa and scipy (``.venv-dev``) and the cached corpora.
+Needs datasketch, rensa, rjieba and scipy (the bench extra and ``pip install rensa``)
+and the cached corpora.
 
 Measured on the 2-core Xeon VM, 2026-11-29, load about 1, one round, Chinese cut by
 rjieba (``benchmarks/results/dedup_peers.md``). Per core, ``min_similarity=0.8`` (what
@@ -190,8 +192,8 @@ def main() -> None:
                 out = str(Path(tmp, "pairs.npy"))
                 command = [sys.executable, __file__, "--child", system, language, out]
                 # "simstore, jieba" cuts Chinese with jieba itself; every other
-                # system (the peers take simstore's tokens) with rjieba where installed.
-                segmenter = "jieba" if system.endswith("jieba") else "auto"
+                # system (the peers take simstore's tokens) with rjieba.
+                segmenter = "jieba" if system.endswith("jieba") else "rjieba"
                 environment = {**os.environ, "SIMSTORE_SEGMENTER": segmenter}
                 result = json.loads(
                     subprocess.run(

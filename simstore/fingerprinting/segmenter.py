@@ -2,18 +2,22 @@
 
 Chinese words are jieba's (0.42.1's bundled dictionary, a private
 ``jieba.Tokenizer``, so ``jieba.load_userdict`` elsewhere in the program
-cannot change fingerprints). Where the optional ``rjieba`` (jieba-rs, the
-``fast-chinese`` extra) is installed at a release checked to cut exactly as
-jieba does with that same dictionary, it cuts instead: the same words some
-20-30 times faster, with no dictionary to load at start-up (jieba's takes
-about 2 s in a fresh process). ``SIMSTORE_SEGMENTER=jieba`` keeps jieba
-whatever is installed.
+cannot change fingerprints). ``SIMSTORE_SEGMENTER=rjieba`` (with the
+``fast-chinese`` extra, rjieba: jieba-rs, at a release checked against
+jieba 0.42.1's dictionary) cuts with rjieba instead: 16-22 times faster,
+with no dictionary to load at start-up (jieba's takes about 2 s in a fresh
+process).
 
-The check behind :data:`RJIEBA_SAME_CUT`: every Han run of the benchmark
-corpora (19,591 documents, 2.8M characters) and 20,000 random strings of
-dictionary words and of random ideographs (which exercise the HMM), with
-the HMM on and off (``benchmarks/experiments/ab_segmenters.py``); the tests
-check it again on random strings wherever rjieba is installed.
+rjieba gives jieba's words on every Han run of the benchmark corpora
+(19,591 documents, 2.8M characters) and on random strings of ideographs and
+of dictionary words, but not always where jieba's HMM has a tie to break:
+runs that repeat a character or a short unit (``子子子子子``, ``常大常大常大``)
+were cut differently in about 1 % of such strings. Those blocks are handed
+to jieba (:data:`_PERIODIC`), and rjieba gets only the blocks jieba itself
+segments. What it gives is still another program's reading of the same
+model, so a store records it (:func:`segmenter_info`): opened by a process
+cutting with jieba, it warns that fingerprints may differ
+(:class:`~simstore.results.SegmenterChangedWarning`), as for a new jieba.
 """
 
 from __future__ import annotations
@@ -33,7 +37,8 @@ from typing import Any
 from simstore.errors import InvalidValueError
 
 __all__ = [
-    "RJIEBA_SAME_CUT",
+    "JIEBA_DICT_SHA256",
+    "RJIEBA_CHECKED",
     "SEGMENTERS",
     "cut_function",
     "jieba_idf",
@@ -41,25 +46,56 @@ __all__ = [
     "segmenter_info",
 ]
 
-#: rjieba releases that cut as jieba 0.42.1 does (with :data:`JIEBA_DICT_SHA256`).
-RJIEBA_SAME_CUT = frozenset({"0.2.2"})
+#: rjieba releases checked against jieba 0.42.1 (with :data:`JIEBA_DICT_SHA256`).
+RJIEBA_CHECKED = frozenset({"0.2.2"})
 #: SHA-256 of jieba 0.42.1's bundled ``dict.txt``: the dictionary rjieba's
 #: words were checked against (rjieba carries its own copy).
 JIEBA_DICT_SHA256 = "7197c3211ddd98962b036cdf40324d1ea2bfaa12bd028e68faa70111a88e12a8"
-#: What ``SIMSTORE_SEGMENTER`` may say: ``auto`` (rjieba where it cuts as
-#: jieba does, the default) or ``jieba``.
-SEGMENTERS = ("auto", "jieba")
+#: What ``SIMSTORE_SEGMENTER`` may say: ``jieba`` (the default) or ``rjieba``.
+SEGMENTERS = ("jieba", "rjieba")
 
 Cut = Callable[[str, bool], list[str]]
 
 
 @functools.cache
 def cut_function() -> Cut:
-    """``cut(text, hmm)``: the words of ``text`` as jieba's ``lcut`` gives them."""
+    """``cut(text, hmm)``: the words of ``text`` (Han runs joined by spaces)."""
     if segmenter_in_use().startswith("rjieba"):
         return _rjieba_cut
-    tokenizer = _jieba_tokenizer()
-    return lambda text, hmm: tokenizer.lcut(text, HMM=hmm)
+    return _jieba_cut
+
+
+def _jieba_cut(text: str, hmm: bool) -> list[str]:
+    return _jieba_tokenizer().lcut(text, HMM=hmm)  # type: ignore[no-any-return]
+
+
+@functools.cache
+def segmenter_in_use() -> str:
+    """The segmenter that cuts Han runs in this process, with its version:
+    ``"jieba 0.42.1"``, or ``"rjieba 0.2.2"`` where ``SIMSTORE_SEGMENTER``
+    asks for it. An rjieba that is missing, of an unchecked release, or
+    beside another jieba dictionary raises :class:`InvalidValueError`."""
+    asked = os.environ.get("SIMSTORE_SEGMENTER", "jieba")
+    if asked not in SEGMENTERS:
+        raise InvalidValueError(f"SIMSTORE_SEGMENTER must be one of {', '.join(SEGMENTERS)}; got {asked!r}")
+    if asked == "jieba":
+        return f"jieba {importlib.metadata.version('jieba')}"
+    if importlib.util.find_spec("rjieba") is None:
+        raise InvalidValueError(
+            "SIMSTORE_SEGMENTER=rjieba, but rjieba is not installed: pip install 'simstore[fast-chinese]'"
+        )
+    version = importlib.metadata.version("rjieba")
+    if version not in RJIEBA_CHECKED:
+        raise InvalidValueError(
+            f"SIMSTORE_SEGMENTER=rjieba, but rjieba {version} was not checked against jieba's "
+            f"words (checked: {', '.join(sorted(RJIEBA_CHECKED))})"
+        )
+    if _jieba_info()["jieba_dict_sha256"] != JIEBA_DICT_SHA256:
+        raise InvalidValueError(
+            "SIMSTORE_SEGMENTER=rjieba, but the installed jieba's dictionary is not jieba 0.42.1's, "
+            "which rjieba's words were checked against"
+        )
+    return f"rjieba {version}"
 
 
 # The blocks jieba 0.42.1 segments (its ``re_han_default``, of which only
@@ -68,41 +104,31 @@ def cut_function() -> Cut:
 # of the extensions and the compatibility block, and cut them otherwise.
 _JIEBA_BLOCK = re.compile("([\u4e00-\u9fd5]+)")
 _OUTSIDE_BLOCKS = re.compile("[^\u4e00-\u9fd5 ]")
+# A unit of one to four characters three or more times in a row: where
+# jieba's HMM meets ties, which rjieba breaks otherwise.
+_PERIODIC = re.compile(r"(.{1,4})\1\1")
 
 
 def _rjieba_cut(text: str, hmm: bool) -> list[str]:
     """jieba's words of ``text`` (Han runs joined by spaces), by rjieba:
-    the blocks jieba would segment go to rjieba, one at a time, the
-    characters between them are one word each, as jieba makes them."""
+    the blocks jieba would segment go to rjieba (those that repeat a short
+    unit to jieba itself), and the characters between them are one word
+    each, as jieba makes them."""
     import rjieba
 
-    if _OUTSIDE_BLOCKS.search(text) is None:
+    if _OUTSIDE_BLOCKS.search(text) is None and _PERIODIC.search(text) is None:
         # Only jieba's ideographs and the spaces between runs, which both
-        # cut alike (checked): one call.
+        # cut alike: one call.
         return rjieba.cut(text, hmm=hmm)
     words: list[str] = []
     for index, piece in enumerate(_JIEBA_BLOCK.split(text)):
-        if index % 2:
+        if not index % 2:
+            words.extend(piece)
+        elif _PERIODIC.search(piece) is None:
             words.extend(rjieba.cut(piece, hmm=hmm))
         else:
-            words.extend(piece)
+            words.extend(_jieba_cut(piece, hmm))
     return words
-
-
-@functools.cache
-def segmenter_in_use() -> str:
-    """The segmenter that cuts Han runs in this process, with its version:
-    ``"rjieba 0.2.2"`` or ``"jieba 0.42.1"``."""
-    asked = os.environ.get("SIMSTORE_SEGMENTER", "auto")
-    if asked not in SEGMENTERS:
-        raise InvalidValueError(f"SIMSTORE_SEGMENTER must be one of {', '.join(SEGMENTERS)}; got {asked!r}")
-    jieba = f"jieba {importlib.metadata.version('jieba')}"
-    if asked == "jieba" or importlib.util.find_spec("rjieba") is None:
-        return jieba
-    version = importlib.metadata.version("rjieba")
-    if version not in RJIEBA_SAME_CUT or segmenter_info()["jieba_dict_sha256"] != JIEBA_DICT_SHA256:
-        return jieba
-    return f"rjieba {version}"
 
 
 @functools.cache
@@ -138,15 +164,24 @@ def _jieba_dir() -> Path:
     return Path(spec.origin).parent
 
 
-@functools.cache
 def segmenter_info() -> dict[str, str]:
     """Versions and checksums of everything besides the settings that shapes a
     fingerprint: jieba's version, SHA-256 of its bundled ``dict.txt`` and of
-    ``analyse/idf.txt`` (used by TF-IDF weighting), and the Unicode version of
-    this Python (NFKC, case folding and word characters follow it).
+    ``analyse/idf.txt`` (used by TF-IDF weighting), the Unicode version of
+    this Python (NFKC, case folding and word characters follow it), and
+    ``segmenter`` where another program than jieba cuts (rjieba).
 
     jieba is not initialised (nor imported) to compute this.
     """
+    segmenter = segmenter_in_use()
+    info = dict(_jieba_info())
+    if not segmenter.startswith("jieba "):
+        info["segmenter"] = segmenter
+    return info
+
+
+@functools.cache
+def _jieba_info() -> dict[str, str]:
     folder = _jieba_dir()
     return {
         "jieba": importlib.metadata.version("jieba"),

@@ -1,6 +1,5 @@
 """Tests of the choice of Chinese segmenter (simstore.fingerprinting.segmenter):
-rjieba cuts only where it gives jieba's words, and fingerprints do not depend
-on which one cut."""
+rjieba cuts only when asked, gives jieba's words, and a store records it."""
 
 from __future__ import annotations
 
@@ -24,7 +23,7 @@ from simstore.fingerprinting import segmenter, text
 CORPORA = Path(__file__).resolve().parents[2] / "benchmarks" / "corpora"
 HAS_RJIEBA = importlib.util.find_spec("rjieba") is not None
 needs_rjieba = pytest.mark.skipif(
-    not HAS_RJIEBA or importlib.metadata.version("rjieba") not in segmenter.RJIEBA_SAME_CUT,
+    not HAS_RJIEBA or importlib.metadata.version("rjieba") not in segmenter.RJIEBA_CHECKED,
     reason="rjieba (the fast-chinese extra) at a checked release is not installed",
 )
 
@@ -46,37 +45,66 @@ def fresh_choice() -> Iterator[None]:
 
 def test_unknown_segmenter_is_refused(monkeypatch: pytest.MonkeyPatch, fresh_choice: None) -> None:
     monkeypatch.setenv("SIMSTORE_SEGMENTER", "rjieba-please")
-    with pytest.raises(InvalidValueError, match="SIMSTORE_SEGMENTER must be one of auto, jieba"):
+    with pytest.raises(InvalidValueError, match="SIMSTORE_SEGMENTER must be one of jieba, rjieba"):
         segmenter.segmenter_in_use()
 
 
-def test_jieba_when_asked(monkeypatch: pytest.MonkeyPatch, fresh_choice: None) -> None:
-    monkeypatch.setenv("SIMSTORE_SEGMENTER", "jieba")
+def test_jieba_by_default(monkeypatch: pytest.MonkeyPatch, fresh_choice: None) -> None:
+    monkeypatch.delenv("SIMSTORE_SEGMENTER", raising=False)
     assert segmenter.segmenter_in_use() == f"jieba {importlib.metadata.version('jieba')}"
+    assert "segmenter" not in segmenter.segmenter_info()  # as stores made before rjieba recorded
 
 
 @needs_rjieba
-def test_rjieba_by_default_where_installed(monkeypatch: pytest.MonkeyPatch, fresh_choice: None) -> None:
-    monkeypatch.delenv("SIMSTORE_SEGMENTER", raising=False)
-    assert segmenter.segmenter_in_use() == f"rjieba {importlib.metadata.version('rjieba')}"
+def test_rjieba_when_asked_and_recorded(monkeypatch: pytest.MonkeyPatch, fresh_choice: None) -> None:
+    monkeypatch.setenv("SIMSTORE_SEGMENTER", "rjieba")
+    in_use = f"rjieba {importlib.metadata.version('rjieba')}"
+    assert segmenter.segmenter_in_use() == in_use
+    assert segmenter.segmenter_info()["segmenter"] == in_use
 
 
 @needs_rjieba
-def test_an_unchecked_rjieba_release_is_not_used(monkeypatch: pytest.MonkeyPatch, fresh_choice: None) -> None:
-    monkeypatch.delenv("SIMSTORE_SEGMENTER", raising=False)
-    monkeypatch.setattr(segmenter, "RJIEBA_SAME_CUT", frozenset({"0.0.1"}))
-    assert segmenter.segmenter_in_use().startswith("jieba ")
+def test_an_unchecked_rjieba_release_is_refused(monkeypatch: pytest.MonkeyPatch, fresh_choice: None) -> None:
+    monkeypatch.setenv("SIMSTORE_SEGMENTER", "rjieba")
+    monkeypatch.setattr(segmenter, "RJIEBA_CHECKED", frozenset({"0.0.1"}))
+    with pytest.raises(InvalidValueError, match="was not checked against jieba's words"):
+        segmenter.segmenter_in_use()
 
 
 @needs_rjieba
-def test_rjieba_is_not_used_with_another_jieba_dictionary(
+def test_rjieba_is_refused_beside_another_jieba_dictionary(
     monkeypatch: pytest.MonkeyPatch, fresh_choice: None
 ) -> None:
     # Its words were checked against jieba 0.42.1's dictionary; another
     # jieba's words may differ, and the store records that dictionary.
-    monkeypatch.delenv("SIMSTORE_SEGMENTER", raising=False)
+    monkeypatch.setenv("SIMSTORE_SEGMENTER", "rjieba")
     monkeypatch.setattr(segmenter, "JIEBA_DICT_SHA256", "0" * 64)
-    assert segmenter.segmenter_in_use().startswith("jieba ")
+    with pytest.raises(InvalidValueError, match=r"dictionary is not jieba 0\.42\.1's"):
+        segmenter.segmenter_in_use()
+
+
+def test_rjieba_asked_for_but_missing_is_refused(monkeypatch: pytest.MonkeyPatch, fresh_choice: None) -> None:
+    monkeypatch.setenv("SIMSTORE_SEGMENTER", "rjieba")
+    monkeypatch.setattr(importlib.util, "find_spec", lambda name, *args: None)
+    with pytest.raises(InvalidValueError, match=r"pip install 'simstore\[fast-chinese\]'"):
+        segmenter.segmenter_in_use()
+
+
+@needs_rjieba
+def test_a_store_made_with_rjieba_warns_a_process_cutting_with_jieba(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, fresh_choice: None
+) -> None:
+    import simstore
+
+    path = tmp_path / "rjieba.simstore"
+    monkeypatch.setenv("SIMSTORE_SEGMENTER", "rjieba")
+    with simstore.open(path, "c") as store:
+        store.add("a", text="我们在北京天安门广场上看到了很多人")
+    monkeypatch.setenv("SIMSTORE_SEGMENTER", "jieba")
+    segmenter.segmenter_in_use.cache_clear()
+    segmenter.cut_function.cache_clear()
+    with simstore.open(path, "r") as store, pytest.warns(simstore.SegmenterChangedWarning, match="rjieba"):
+        store.query(text="我们在北京天安门广场上看到了很多人")
 
 
 # Strings of dictionary words, of random ideographs (the HMM's work), of
@@ -94,11 +122,13 @@ _IDEOGRAPHS = "".join(
     )
     for code in range(low, high + 1)
 )
+_IDEOGRAPH = st.characters(min_codepoint=0x4E00, max_codepoint=0x9FFF)
+# A unit repeated: where jieba's HMM meets ties (子子子子子, 常大常大常大).
+_REPEATED = st.tuples(st.text(_IDEOGRAPH, min_size=1, max_size=4), st.integers(2, 6)).map(
+    lambda unit: unit[0] * unit[1]
+)
 _HAN_TEXT = st.lists(
-    st.sampled_from(_WORDS)
-    | st.characters(min_codepoint=0x4E00, max_codepoint=0x9FFF)
-    | st.sampled_from(_IDEOGRAPHS)
-    | st.just(" "),
+    st.sampled_from(_WORDS) | _IDEOGRAPH | st.sampled_from(_IDEOGRAPHS) | _REPEATED | st.just(" "),
     min_size=1,
     max_size=40,
 ).map("".join)
@@ -121,7 +151,7 @@ def test_rjieba_cuts_rare_ideographs_as_jieba() -> None:
 @needs_rjieba
 def test_fingerprints_do_not_depend_on_the_segmenter() -> None:
     # The shipped Chinese corpora, fingerprinted and sketched in a process
-    # that cuts with jieba and in one that cuts with rjieba.
+    # that cuts with jieba and in one that cuts with rjieba: the same.
     texts = []
     for name in ("zh_long", "zh_short"):
         with gzip.open(CORPORA / f"{name}.jsonl.gz", "rt", encoding="utf-8") as handle:
@@ -136,7 +166,7 @@ def test_fingerprints_do_not_depend_on_the_segmenter() -> None:
         "print(json.dumps([segmenter_in_use(), values.tolist(), rows.tobytes().hex()]))\n"
     )
     answers = {}
-    for choice in ("jieba", "auto"):
+    for choice in ("jieba", "rjieba"):
         out = subprocess.run(
             [sys.executable, "-c", code],
             input=json.dumps(texts),
@@ -147,5 +177,5 @@ def test_fingerprints_do_not_depend_on_the_segmenter() -> None:
         )
         answers[choice] = json.loads(out.stdout)
     assert answers["jieba"][0].startswith("jieba ")
-    assert answers["auto"][0].startswith("rjieba ")
-    assert answers["jieba"][1:] == answers["auto"][1:]
+    assert answers["rjieba"][0].startswith("rjieba ")
+    assert answers["jieba"][1:] == answers["rjieba"][1:]

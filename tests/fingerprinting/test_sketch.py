@@ -11,7 +11,13 @@ from hypothesis import strategies as st
 from simstore import Fingerprinter
 from simstore.errors import InvalidTypeError, InvalidValueError
 from simstore.fingerprinting.reference import shingles_reference, sketch_reference
-from simstore.fingerprinting.sketch import Sketch, batch_shingles, estimate_jaccard, sketches_of_shingles
+from simstore.fingerprinting.sketch import (
+    FEW_SHINGLES,
+    Sketch,
+    batch_shingles,
+    estimate_jaccard,
+    sketches_of_shingles,
+)
 
 WORDS = [f"w{i}" for i in range(400)]
 GEOMETRIES = [Sketch(), Sketch(bins=128, bits=8), Sketch(bins=512, bits=2), Sketch(bins=64, bits=8)]
@@ -40,6 +46,22 @@ def test_batch_sketches_equal_the_reference(sketch: Sketch, sets: list[list[int]
     assert rows.shape == (len(sets), sketch.nbytes)
     for row, shingles in zip(rows, sets, strict=True):
         assert row.tobytes() == sketch_reference(shingles, sketch)
+
+
+@pytest.mark.parametrize("sketch", GEOMETRIES, ids=lambda s: f"{s.bins}x{s.bits}")
+@settings(max_examples=40, deadline=None)
+@given(
+    shingles=st.lists(
+        st.integers(0, (1 << 64) - 1) | st.integers(0, 40), min_size=1, max_size=2 * FEW_SHINGLES
+    )
+)
+def test_one_text_sketches_equal_the_reference(sketch: Sketch, shingles: list[int]) -> None:
+    # One text takes the plain-Python path up to FEW_SHINGLES shingles (repeats
+    # included), the batch path beyond: both are the reference's sketch.
+    rows = _sketches([shingles], sketch)
+    assert rows.shape == (1, sketch.nbytes)
+    assert rows.flags.writeable
+    assert rows[0].tobytes() == sketch_reference(shingles, sketch)
 
 
 @pytest.mark.filterwarnings("ignore::simstore.ShortTextWarning")
