@@ -25,13 +25,16 @@ and the 128-byte sketch); a peer's, the Python memory its index and MinHashes of
 of the documents hold once built (``tracemalloc``: Python's allocations; rensa's Rust
 allocations are not seen, so its figure is a floor).
 
-    python benchmarks/experiments/preset_queries.py --set English
+    SIMSTORE_SEGMENTER=rjieba python benchmarks/experiments/preset_queries.py --set English
 
-Measured on the 2-core Xeon VM (KVM, CPython 3.11.7, numpy 2.4.6), 2026-11-29, 3 alternating
-passes (``benchmarks/results/preset_queries.md``): recall 99.7 % / 94.1 % (English /
-Chinese) against datasketch's 67.3 % / 80.4 % and rensa's 92.0 % / 94.1 %; a median query
-by text 658 / 667 µs against datasketch's 416 / 459 and rensa's 66-92; the look-up alone
-189 / 285 µs against 24 / 22 and 2; 291-323 bytes a document against datasketch's 4-5 KB.
+(``SIMSTORE_SEGMENTER=rjieba`` cuts Chinese with rjieba, for simstore and for the peers,
+who take simstore's tokens.) Measured on the 2-core Xeon VM (KVM, CPython 3.11.7, numpy
+2.4.6), 2026-11-29, 3 alternating passes, load 1.1-2.0
+(``benchmarks/results/preset_queries.md``): recall 99.7 % / 94.1 % (English / Chinese)
+against datasketch's 67.3 % / 80.4 % and rensa's 92.0 % / 94.1 %; a median query by text
+435 / 569 µs against datasketch's 374 / 488 (1.16x / 1.17x) and rensa's 62-88, a lower p99
+than datasketch's; the look-up alone 233 / 282 µs against 13 / 21 and 2; 291-323 bytes a
+document against datasketch's 4-5 KB.
 
 Needs datasketch, rensa and scipy (the bench extra, ``pip install rensa``) and the
 cached corpora.
