@@ -29,7 +29,7 @@ from simstore.engine.column_tableset import BandSource, ColumnTableSet
 from simstore.engine.records import decode_record, encode_id
 from simstore.engine.settings import store_sketch
 from simstore.errors import CorruptStoreError
-from simstore.fingerprinting.bands import band_keys, keyed_bands, shares_band
+from simstore.fingerprinting.bands import KeyedBand, band_keys, keyed_bands, shares_band, shares_band_rows
 from simstore.fingerprinting.sketch import Sketch, U8Array, estimate_jaccard, estimate_jaccard_one
 from simstore.index.permute import U64Array
 from simstore.index.shared_keys import KeyIndex, pairs_across
@@ -38,9 +38,10 @@ __all__ = ["band_matches", "beyond_k", "stored_sketches"]
 
 #: Stored sketches read and banded at a time (8 MiB of sketches at 128 bytes).
 SCAN_CHUNK = 1 << 16
-#: A single query's candidates up to this many are verified by comparing
-#: their bands' bytes with the query's (shares_band), not by banding them.
-FEW_CANDIDATES = 64
+#: A single query's candidates (verified by comparing their bands' bytes
+#: with the query's, not by banding them) up to this many are checked in
+#: plain Python (shares_band), more in numpy (shares_band_rows).
+FEW_CANDIDATES = 16
 
 if TYPE_CHECKING:
     from simstore.engine.core import Engine
@@ -107,14 +108,8 @@ def _table_matches(
     # Only the candidates' sketches as they are now decide: a stale key, or
     # one that matched on its top 32 bits only, finds a document these turn away.
     doc_ids, rows = source.stored_rows(txn, candidates)
-    if keyed is not None and len(rows) <= FEW_CANDIDATES:
-        # A query's few candidates, in plain Python (the same estimates).
-        query = sketches[0].tobytes()
-        shared = shares_band(keyed, rows, source.sketch)
-        for doc_id, row, sharing in zip(doc_ids.tolist(), rows, shared, strict=True):
-            if sharing and (value := estimate_jaccard_one(query, row.tobytes(), source.sketch)) >= threshold:
-                found[0][doc_id] = value
-        return found
+    if keyed is not None:
+        return [_one_query_matches(sketches[0], keyed, doc_ids, rows, threshold, source.sketch)]
     stored_rows, stored_keys = source.keys_of(rows)
     pair_queries, pair_rows = pairs_across(query_rows, query_keys, stored_rows, stored_keys)
     if not len(pair_queries):
@@ -126,6 +121,28 @@ def _table_matches(
     ):
         found[query][doc_id] = value
     return found
+
+
+def _one_query_matches(
+    query: U8Array, keyed: list[KeyedBand], doc_ids: U64Array, rows: U8Array, threshold: float, sketch: Sketch
+) -> dict[int, float]:
+    """One query's candidates (``doc_ids`` and their sketches) that share one
+    of its ``keyed`` bands and reach ``threshold``: checked by comparing band
+    bytes rather than banding them, a few in plain Python, more in numpy
+    (the same answers)."""
+    if len(rows) <= FEW_CANDIDATES:
+        raw = query.tobytes()
+        found = {}
+        for doc_id, row, sharing in zip(
+            doc_ids.tolist(), rows, shares_band(keyed, rows, sketch), strict=True
+        ):
+            if sharing and (value := estimate_jaccard_one(raw, row.tobytes(), sketch)) >= threshold:
+                found[doc_id] = value
+        return found
+    shared = shares_band_rows(keyed, rows, sketch)
+    similarity = estimate_jaccard(query, rows[shared], sketch)
+    kept = similarity >= threshold
+    return dict(zip(doc_ids[shared][kept].tolist(), similarity[kept].tolist(), strict=True))
 
 
 def stored_sketches(engine: Engine, txn: _lmdb.Txn, sketch: Sketch) -> Iterator[tuple[U64Array, U8Array]]:

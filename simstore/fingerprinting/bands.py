@@ -50,6 +50,7 @@ __all__ = [
     "kept_bands",
     "keyed_bands",
     "shares_band",
+    "shares_band_rows",
     "sketch_codes",
     "slot_keys",
 ]
@@ -263,6 +264,36 @@ def shares_band(query: Sequence[KeyedBand], rows: U8Array, sketch: Sketch) -> li
         out.append(
             any(band.low <= count <= band.high and raw[band.start : band.end] == band.piece for band in query)
         )
+    return out
+
+
+def shares_band_rows(query: Sequence[KeyedBand], rows: U8Array, sketch: Sketch) -> npt.NDArray[np.bool_]:
+    """:func:`shares_band` of many rows at once, in numpy: the rows viewed as
+    a grid of each width's bands (a band starts at a multiple of its
+    size), the query's kept columns compared with its pieces, a few calls a
+    width whatever the rows' number (a boilerplate paragraph's query has
+    hundreds of candidates)."""
+    rows = np.ascontiguousarray(rows, dtype=np.uint8).reshape(-1, sketch.nbytes)
+    out = np.zeros(len(rows), dtype=np.bool_)
+    if not query or not len(rows):
+        return out
+    filled = filled_bins(rows, sketch)
+    by_width: dict[int, list[KeyedBand]] = {}
+    for band in query:
+        by_width.setdefault(band.width, []).append(band)
+    for bands in by_width.values():
+        size = bands[0].end - bands[0].start
+        places = [band.start // size for band in bands]
+        pieces = b"".join(band.piece for band in bands)
+        if size <= 8:
+            unit = np.dtype(f"<u{size}") if size > 1 else np.dtype(np.uint8)
+            same = rows.view(unit)[:, places] == np.frombuffer(pieces, dtype=unit)
+        else:
+            words = size // 8
+            grid = rows.view("<u8").reshape(len(rows), -1, words)
+            wanted = np.frombuffer(pieces, dtype="<u8").reshape(len(bands), words)
+            same = (grid[:, places] == wanted).all(axis=2)
+        out |= same.any(axis=1) & (filled >= bands[0].low) & (filled <= bands[0].high)
     return out
 
 

@@ -195,6 +195,36 @@ def test_query_by_text_equals_brute_force_through_merges_and_joins(tmp_path: Pat
         store.close()
 
 
+@pytest.mark.parametrize("seed", [0, 1])
+def test_a_query_with_many_band_candidates_equals_brute_force(tmp_path: Path, seed: int) -> None:
+    """Boilerplate: dozens of edits of one text share its bands, so a query's
+    candidates are checked in numpy (band_search.FEW_CANDIDATES), a few of
+    another text's in Python; both are brute force's answers."""
+    from simstore.engine.band_search import FEW_CANDIDATES
+
+    rng = random.Random(seed)
+    words = rng.choices(VOCABULARY, k=60)
+    model: dict[str, str] = {}
+    for number in range(3 * FEW_CANDIDATES):
+        edited = list(words)
+        # Most a few words off (they match), some many (they share bands, but fall short).
+        for _ in range(rng.choice([1, 2, 3, 12])):
+            edited[rng.randrange(len(edited))] = rng.choice(VOCABULARY)
+        model[f"copy{number}"] = " ".join(edited)
+    for number, text in enumerate(TEXTS[:10]):
+        model[f"other{number}"] = text
+    with simstore.open(tmp_path / "s.simstore", "n") as store:
+        store.add_many(list(model), texts=list(model.values()))
+        per_width = store._engine.params.bands
+        queries = [" ".join(words), model["copy0"], model["copy5"], TEXTS[0], TEXTS[3]]
+        for query in queries:
+            assert _pairs(store.query(text=query)) == expected_matches(model, query, 5, 0.8, per_width)
+        assert len(store.query(text=queries[0])) > FEW_CANDIDATES  # the numpy check was taken
+        store.compact()
+        for query in queries:
+            assert _pairs(store.query(text=query)) == expected_matches(model, query, 5, 0.8, per_width)
+
+
 def test_a_one_word_edit_is_found_by_query_and_add_if_new_at_the_defaults(tmp_path: Path) -> None:
     """Texts of 50 to 80 words, each edited once (a word appended, deleted
     or replaced): the default store finds the original for all but a few."""
