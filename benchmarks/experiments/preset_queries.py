@@ -29,11 +29,11 @@ allocations are not seen, so its figure is a floor).
 
 (``SIMSTORE_SEGMENTER=rjieba`` cuts Chinese with rjieba, for simstore and for the peers,
 who take simstore's tokens.) Measured on the 2-core Xeon VM (KVM, CPython 3.11.7, numpy
-2.4.6), 2026-11-29, 3 alternating passes, load 1.1-2.0
-(``benchmarks/results/preset_queries.md``): recall 99.7 % / 94.1 % (English / Chinese)
-against datasketch's 67.3 % / 80.4 % and rensa's 92.0 % / 94.1 %; a median query by text
-435 / 569 µs against datasketch's 374 / 488 (1.16x / 1.17x) and rensa's 62-88, a lower p99
-than datasketch's; the look-up alone 233 / 282 µs against 13 / 21 and 2; 291-323 bytes a
+2.4.6), 2026-11-29, 3 alternating passes (``benchmarks/results/preset_queries.md``):
+recall 99.7 % / 94.1 % (English / Chinese) against datasketch's 67.3 % / 80.4 % and
+rensa's 92.0 % / 94.1 %; a median query by text 545 / 471 µs against datasketch's 431 / 430
+(1.26x / 1.10x; 1.16-1.23x in two earlier runs) and rensa's 61, a lower p99 than
+datasketch's; the look-up alone 197 / 251 µs against 14 / 22 and 2; 291-323 bytes a
 document against datasketch's 4-5 KB.
 
 Needs datasketch, rensa and scipy (the bench extra, ``pip install rensa``) and the
