@@ -3,7 +3,8 @@ its verification sketch). Made at first use, and kept on the engine."""
 
 from __future__ import annotations
 
-from typing import TYPE_CHECKING
+from collections.abc import Mapping
+from typing import TYPE_CHECKING, Any
 
 from simstore.errors import warn_caller
 from simstore.fingerprinting.algorithms import UNRECORDED_SETTINGS
@@ -35,13 +36,26 @@ def _warn_if_segmenter_changed(engine: Engine) -> None:
     changed = sorted(name for name in set(stored) | set(current) if stored.get(name) != current.get(name))
     if changed:
         listed = ", ".join(
-            f"{name}: stored {stored.get(name)!r}, now {current.get(name)!r}" for name in changed
+            f"{name}: stored {_shown(stored, name)!r}, now {_shown(current, name)!r}" for name in changed
+        )
+        # A store whose Chinese rjieba cut says how to cut as it did.
+        hint = (
+            "; SIMSTORE_SEGMENTER=rjieba cuts as it was made"
+            if str(stored.get("segmenter", "")).startswith("rjieba") and "segmenter" not in current
+            else ""
         )
         warn_caller(
             f"{engine.path}: text fingerprints were made with a different segmenter ({listed}); "
-            "Chinese text may fingerprint differently from documents already stored",
+            f"Chinese text may fingerprint differently from documents already stored{hint}",
             SegmenterChangedWarning,
         )
+
+
+def _shown(info: Mapping[str, Any], name: str) -> Any:
+    """A segmenter record's value as a warning names it: no ``segmenter``
+    entry means jieba cut (see :func:`segmenter_info`)."""
+    value = info.get(name)
+    return "jieba" if value is None and name == "segmenter" else value
 
 
 def store_sketch(engine: Engine) -> Sketch | None:

@@ -103,8 +103,12 @@ def test_a_store_made_with_rjieba_warns_a_process_cutting_with_jieba(
     monkeypatch.setenv("SIMSTORE_SEGMENTER", "jieba")
     segmenter.segmenter_in_use.cache_clear()
     segmenter.cut_function.cache_clear()
-    with simstore.open(path, "r") as store, pytest.warns(simstore.SegmenterChangedWarning, match="rjieba"):
+    with simstore.open(path, "r") as store, pytest.warns(simstore.SegmenterChangedWarning) as warned:
         store.query(text="我们在北京天安门广场上看到了很多人")
+    message = str(warned[0].message)
+    assert "segmenter: stored 'rjieba " in message
+    assert "now 'jieba'" in message
+    assert "SIMSTORE_SEGMENTER=rjieba cuts as it was made" in message
 
 
 # Strings of dictionary words, of random ideographs (the HMM's work), of
