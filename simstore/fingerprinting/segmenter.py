@@ -4,8 +4,9 @@ Chinese words are jieba's (0.42.1's bundled dictionary, a private
 ``jieba.Tokenizer``, so ``jieba.load_userdict`` elsewhere in the program
 cannot change fingerprints). ``SIMSTORE_SEGMENTER=rjieba`` (with the
 ``fast-chinese`` extra, rjieba: jieba-rs, at a release checked against
-jieba 0.42.1's dictionary) cuts with rjieba instead: 16-22 times faster,
-with no dictionary to load at start-up (jieba's takes about 2 s in a fresh
+jieba 0.42.1's dictionary) cuts with rjieba instead: about 14 times faster
+(the benchmark corpora's Han runs, HMM on: 15.4 against 1.1 s of CPU), with
+no dictionary to load at start-up (jieba's takes about 2 s in a fresh
 process).
 
 rjieba gives jieba's words on every Han run of the benchmark corpora
