@@ -200,6 +200,8 @@ class Engine:
         self.options = options
         # The text fingerprinter of the stored settings, made at first use.
         self.fingerprinter: Fingerprinter | None = None
+        # Whether text was fingerprinted here yet (the segmenter is checked then).
+        self.segmenter_checked = False
         self.needs_reload = False
         self.adopt_layout(params, handles, raw_meta)
         self.lock = threading.RLock()

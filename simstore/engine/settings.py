@@ -18,13 +18,21 @@ if TYPE_CHECKING:
 
 
 def fingerprinter(engine: Engine) -> Fingerprinter:
-    """The text fingerprinter of the stored settings (made at first use,
-    with a warning if the Chinese segmenter changed since the store was made)."""
+    """The text fingerprinter of the stored settings, to fingerprint text
+    with: the first call warns if the Chinese segmenter changed since the
+    store was made."""
+    made = _stored_fingerprinter(engine)
+    if not engine.segmenter_checked:
+        _warn_if_segmenter_changed(engine)
+        engine.segmenter_checked = True
+    return made
+
+
+def _stored_fingerprinter(engine: Engine) -> Fingerprinter:
+    """The fingerprinter of the stored settings, made at first use."""
     if engine.fingerprinter is None:
         stored = engine.params.fingerprinter
-        made = Fingerprinter.from_settings(UNRECORDED_SETTINGS if stored is None else stored)
-        _warn_if_segmenter_changed(engine)
-        engine.fingerprinter = made
+        engine.fingerprinter = Fingerprinter.from_settings(UNRECORDED_SETTINGS if stored is None else stored)
     return engine.fingerprinter
 
 
@@ -63,4 +71,5 @@ def store_sketch(engine: Engine) -> Sketch | None:
     as text (``None``: it keeps none)."""
     if engine.handles.sketches is None:
         return None
-    return fingerprinter(engine).sketch
+    # Its geometry only: no text is cut, so no word on the segmenter.
+    return _stored_fingerprinter(engine).sketch
