@@ -15,7 +15,7 @@ from simstore.cli.documents import Collected
 from simstore.errors import ParameterMismatchError, SimstoreError, StoreNotFoundError
 from simstore.fingerprinting.fingerprinter import Fingerprinter
 from simstore.index.permute import validate_k
-from simstore.layout.presets import verification_threshold
+from simstore.layout.presets import named_threshold
 from simstore.store.facade import Store
 from simstore.store.opening import open as open_store
 
@@ -170,13 +170,10 @@ def run_threshold(store: Store, similarity: float | None) -> float | None:
     """The estimate a command's ``--min-similarity J`` holds pairs to in
     ``store``: the store's own threshold where ``J`` names it (the
     similarity the store was made to find, whose threshold is a little below
-    it, or the threshold itself), else ``J`` (``None``: the store's)."""
+    it, or the threshold itself), else ``J`` (``None``: the store's); the
+    rule a reopening's ``min_similarity`` follows."""
     sketch = store.sketch
-    if similarity is None or sketch is None or store.min_similarity is None:
-        return similarity
-    if verification_threshold(similarity, sketch.bins) == store.min_similarity:
-        return store.min_similarity
-    return similarity
+    return named_threshold(similarity, store.min_similarity, None if sketch is None else sketch.bins)
 
 
 def check_distance(k: int | None, store: Store) -> None:

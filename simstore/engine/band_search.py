@@ -91,7 +91,6 @@ def _table_matches(
     keyed = keyed_bands(sketches[0], source.sketch, source.per_width) if len(sketches) == 1 else None
     if keyed is not None:
         query_keys = np.array([band.key for band in keyed], dtype=np.uint64)
-        query_rows = np.zeros(len(query_keys), dtype=np.int64)
     else:
         query_rows, query_keys = source.keys_of(sketches)
     if not len(query_keys):

@@ -28,6 +28,7 @@ __all__ = [
     "PRESET_K",
     "ExactThreshold",
     "SimilarityPreset",
+    "named_threshold",
     "preset_bands",
     "similarity_preset",
     "verification_threshold",
@@ -95,6 +96,23 @@ def verification_threshold(similarity: float, bins: int) -> float:
     lowered = max(0.0, similarity - MARGIN_ERRORS * error)
     # A thousandth's rounding, with a hair of slack so that 0.75 stays 0.75.
     return math.floor(lowered * 1000 + 1e-9) / 1000
+
+
+def named_threshold(similarity: float | None, stored: float | None, bins: int | None) -> float | None:
+    """The threshold ``similarity`` stands for in a store that verifies from
+    ``stored`` with sketches of ``bins`` bins: ``stored`` where
+    ``similarity`` names it (the similarity a store made for it verifies
+    from, or the very value), else ``similarity`` itself (``None`` stays
+    ``None``; a store without either has nothing to name).
+
+    >>> named_threshold(0.8, 0.75, 256), named_threshold(0.75, 0.75, 256), named_threshold(0.9, 0.75, 256)
+    (0.75, 0.75, 0.9)
+    """
+    if similarity is None or stored is None or bins is None:
+        return similarity
+    if similarity == stored or verification_threshold(similarity, bins) == stored:
+        return stored
+    return similarity
 
 
 def preset_bands(similarity: float) -> int:

@@ -53,7 +53,7 @@ from simstore.layout.choose import (
     layout_name,
     layout_tables,
 )
-from simstore.layout.presets import ExactThreshold, verification_threshold
+from simstore.layout.presets import ExactThreshold, named_threshold, verification_threshold
 from simstore.options import Options
 from simstore.store import writes
 from simstore.store.facade import Store
@@ -528,9 +528,7 @@ def _asked_threshold(params: StoredParams, requested: float | None) -> float | N
     if requested is None or requested == params.min_similarity:
         return requested
     sketch = Fingerprinter.from_settings(params.fingerprinter or UNRECORDED_SETTINGS).sketch
-    if sketch is not None and verification_threshold(requested, sketch.bins) == params.min_similarity:
-        return params.min_similarity
-    return requested
+    return named_threshold(requested, params.min_similarity, None if sketch is None else sketch.bins)
 
 
 def _file_size(path: str) -> int:
