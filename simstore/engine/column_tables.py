@@ -70,42 +70,35 @@ def join_run(
 
     The sources' columns are sorted already, so each joined column is a
     merge (:mod:`simstore.index.column_merge`), filled in place in the value
-    written; one table's arrays are alive at a time."""
+    written, a stretch at a time; one table's value is alive at a time
+    (table 0's with the ids)."""
     check_tables(databases, scheme)
-    id_dtype = np.result_type(*(run.ids.dtype for run in sources)) if sources else np.dtype(np.uint32)
-    fingerprints = np.concatenate(
-        [
-            run.fingerprints if keep is None else run.fingerprints[keep]
-            for run, keep in zip(sources, kept, strict=True)
-        ]
+    fingerprints = [run.fingerprints for run in sources]
+    ids = [run.ids for run in sources]
+    total = sum(
+        len(run) if keep is None else int(np.count_nonzero(keep))
+        for run, keep in zip(sources, kept, strict=True)
     )
-    ids = np.concatenate(
-        [run.ids if keep is None else run.ids[keep] for run, keep in zip(sources, kept, strict=True)],
-        dtype=id_dtype,
-    )
-    # Gathered straight into the values put: one table's arrays at a time,
-    # about 30 bytes an entry at the peak.
-    keys_value, keys = columns.allocate(len(fingerprints), 8)
-    order = column_merge.merge_first(fingerprints, ids, keys)
-    del fingerprints
-    ids_value, sorted_ids = columns.allocate(len(ids), columns.id_width(ids))
-    np.take(ids, order, out=sorted_ids)
-    del ids, order
-    repeats = column_merge.first_of_each(keys, sorted_ids)
-    if repeats is not None:
-        # A document held twice under one fingerprint (rare): copies without the repeats.
-        kept_keys, kept_ids = keys[repeats], sorted_ids[repeats]
-        del keys, sorted_ids
-        keys_value, keys = columns.allocate(len(kept_keys), 8)
+    # Merged straight into the values put, a stretch of fingerprints at a
+    # time: 12 bytes an entry (table 0 and the ids) and a few stretches' arrays.
+    chunk = column_merge.CHUNK_ENTRIES
+    keys_value, keys = columns.allocate(total, 8)
+    ids_value, sorted_ids = columns.allocate(total, column_merge.id_bytes_kept(ids, kept, chunk))
+    entries = column_merge.merge_first_into(fingerprints, ids, kept, keys, sorted_ids, chunk)
+    del fingerprints, ids
+    if entries < total:
+        # A document held twice under one fingerprint (rare): values as long as what is left.
+        kept_keys, kept_ids = keys[:entries], sorted_ids[:entries]
+        keys_value, keys = columns.allocate(entries, 8)
         keys[:] = kept_keys
-        ids_value, sorted_ids = columns.allocate(len(kept_ids), columns.id_width(kept_ids))
+        ids_value, sorted_ids = columns.allocate(entries, sorted_ids.dtype.itemsize)
         sorted_ids[:] = kept_ids
         del kept_keys, kept_ids
     if not len(keys):
         return 0
     # Whole columns of the sources merge as they are; once an entry was
     # dropped, a rotated column (whose keys carry no id) is made afresh.
-    whole = repeats is None and all(keep is None for keep in kept)
+    whole = entries == sum(len(run) for run in sources)
     directory = _directory(scheme, 0, keys)
     _put_table(txn, databases[0], 0, run_id, columns.seal(keys_value, columns.KEYS, keys), directory)
     _put(txn, databases[0], 0, run_id, columns.IDS, columns.seal(ids_value, columns.IDS, sorted_ids))
@@ -117,9 +110,9 @@ def join_run(
     for table in range(1, scheme.tables):
         keys_value, keys = columns.allocate(entries, 8)
         if sorted_fingerprints is None:
-            column_merge.merge_rotated([run.rotated[table - 1] for run in sources], keys)
+            column_merge.merge_rotated_into([run.rotated[table - 1] for run in sources], keys, chunk)
         else:
-            column_merge.rotated_column(scheme, table, sorted_fingerprints, keys)
+            column_merge.rotated_column(scheme, table, sorted_fingerprints, keys, chunk)
         directory = _directory(scheme, table, keys)
         _put_table(
             txn, databases[table], table, run_id, columns.seal(keys_value, columns.KEYS, keys), directory

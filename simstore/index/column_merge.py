@@ -8,7 +8,10 @@ stable sort (timsort) merges in about ``log2(runs)`` passes rather than the
 
 The functions fill arrays the caller gives (a run value's payload, laid out by
 :func:`simstore.engine.columns.allocate`), so a joined column is written once.
-Nothing here does I/O.
+They work a stretch of values at a time (about :data:`CHUNK_ENTRIES` entries,
+cut at the same values in every run), so that beside the output a join holds
+a few stretches' arrays, not a few copies of the whole join: at 100M entries
+that was about 30 bytes an entry, 3-4 GiB. Nothing here does I/O.
 """
 
 from __future__ import annotations
@@ -21,6 +24,14 @@ import numpy.typing as npt
 from simstore.index.column_search import IdArray
 from simstore.index.multi_index import MultiIndex
 from simstore.index.permute import U64Array
+
+#: Entries a join sorts at a time: its arrays beside the output are a few
+#: of these (about 100 MiB), whatever the length of the join.
+CHUNK_ENTRIES = 1 << 22
+# Samples a stretch a run gives towards where the stretches are cut.
+_SAMPLES_PER_STRETCH = 4
+
+Mask = npt.NDArray[np.bool_]
 
 
 def merge_first(fingerprints: U64Array, ids: IdArray, out: U64Array) -> npt.NDArray[np.intp]:
@@ -62,9 +73,112 @@ def merge_rotated(columns: Sequence[U64Array], out: U64Array) -> None:
     out.sort(kind="stable")
 
 
-def rotated_column(scheme: MultiIndex, table: int, fingerprints: U64Array, out: U64Array) -> None:
+def rotated_column(
+    scheme: MultiIndex, table: int, fingerprints: U64Array, out: U64Array, chunk: int = CHUNK_ENTRIES
+) -> None:
     """``out`` filled with table ``table``'s sorted keys of ``fingerprints``:
     for a join that dropped entries, whose rotated keys carry no id to drop
-    them by."""
-    np.copyto(out, scheme.rotate(fingerprints, table))
+    them by. (Rotated a stretch at a time, then sorted in place.)"""
+    for start in range(0, len(fingerprints), max(chunk, 1)):
+        part = fingerprints[start : start + chunk]
+        np.copyto(out[start : start + len(part)], scheme.rotate(part, table))
     out.sort()
+
+
+def stretch_cuts(columns: Sequence[U64Array], chunk: int = CHUNK_ENTRIES) -> list[npt.NDArray[np.intp]]:
+    """Where to cut each sorted column of ``columns`` so that stretch ``j``
+    of every column holds the same range of values, and each stretch of
+    their union about ``chunk`` entries: ``cuts[i][j]:cuts[i][j + 1]`` is
+    column ``i``'s part of stretch ``j``. Equal values are never cut apart,
+    so a stretch can be longer than ``chunk`` (many equal values).
+
+    >>> [cut.tolist() for cut in stretch_cuts([np.arange(6, dtype=np.uint64)], chunk=2)]
+    [[0, 2, 4, 6]]
+    """
+    entries = sum(len(column) for column in columns)
+    stretches = -(-entries // max(chunk, 1))
+    if stretches < 2:
+        return [np.array([0, len(column)], dtype=np.intp) for column in columns]
+    # Samples from each column in proportion to its length, evenly spaced:
+    # the pooled samples' quantiles are about the union's.
+    samples = []
+    for column in columns:
+        taken = min(len(column), -(-len(column) * stretches * _SAMPLES_PER_STRETCH // entries))
+        samples.append(column[np.linspace(0, len(column) - 1, taken).astype(np.intp)])
+    pooled = np.sort(np.concatenate(samples))
+    bounds = np.unique(pooled[(np.arange(1, stretches) * len(pooled)) // stretches])
+    return [
+        np.concatenate(([0], np.searchsorted(column, bounds, side="left"), [len(column)])).astype(np.intp)
+        for column in columns
+    ]
+
+
+def merge_first_into(
+    fingerprints: Sequence[U64Array],
+    ids: Sequence[IdArray],
+    kept: Sequence[Mask | None],
+    out: U64Array,
+    out_ids: IdArray,
+    chunk: int = CHUNK_ENTRIES,
+) -> int:
+    """Join runs' table 0: ``out`` and ``out_ids`` filled from their start
+    with the entries ``kept[i]`` keeps of run ``i`` (``fingerprints[i]``,
+    ``ids[i]``, each sorted by fingerprint, ties by id; ``None`` keeps all),
+    sorted by fingerprint then id, each ``(fingerprint, id)`` once. Returns
+    how many were written (``out`` must hold every entry kept)."""
+    cuts = stretch_cuts(fingerprints, chunk)
+    filled = 0
+    for stretch in range(len(cuts[0]) - 1 if cuts else 0):
+        parts, part_ids = [], []
+        for run, (column, run_ids, keep) in enumerate(zip(fingerprints, ids, kept, strict=True)):
+            span = slice(int(cuts[run][stretch]), int(cuts[run][stretch + 1]))
+            if keep is None:
+                parts.append(column[span])
+                part_ids.append(run_ids[span])
+            else:
+                parts.append(column[span][keep[span]])
+                part_ids.append(run_ids[span][keep[span]])
+        joined = np.concatenate(parts)
+        count = len(joined)
+        if not count:
+            continue
+        joined_ids = np.concatenate(part_ids, dtype=out_ids.dtype)
+        keys, sorted_ids = out[filled : filled + count], out_ids[filled : filled + count]
+        order = merge_first(joined, joined_ids, keys)
+        np.take(joined_ids, order, out=sorted_ids)
+        del joined, joined_ids, order
+        # Equal (fingerprint, id) pairs share a fingerprint, so one stretch holds them all.
+        once = first_of_each(keys, sorted_ids)
+        if once is not None:
+            count = int(np.count_nonzero(once))
+            keys[:count] = keys[once]
+            sorted_ids[:count] = sorted_ids[once]
+        filled += count
+    return filled
+
+
+def merge_rotated_into(columns: Sequence[U64Array], out: U64Array, chunk: int = CHUNK_ENTRIES) -> None:
+    """``out`` filled with the sorted union of sorted ``columns``, a stretch of values at a time."""
+    cuts = stretch_cuts(columns, chunk)
+    at = 0
+    for stretch in range(len(cuts[0]) - 1 if cuts else 0):
+        parts = [column[cut[stretch] : cut[stretch + 1]] for column, cut in zip(columns, cuts, strict=True)]
+        count = sum(len(part) for part in parts)
+        merge_rotated(parts, out[at : at + count])
+        at += count
+
+
+def id_bytes_kept(ids: Sequence[IdArray], kept: Sequence[Mask | None], chunk: int = CHUNK_ENTRIES) -> int:
+    """Bytes an id takes in the join of runs whose ``ids[i]`` are kept by
+    ``kept[i]``: 4 unless a kept id needs more (read a stretch at a time)."""
+    largest = 0
+    for run_ids, keep in zip(ids, kept, strict=True):
+        if run_ids.dtype.itemsize <= 4:
+            continue
+        for start in range(0, len(run_ids), max(chunk, 1)):
+            part = run_ids[start : start + chunk]
+            if keep is not None:
+                part = part[keep[start : start + chunk]]
+            if len(part):
+                largest = max(largest, int(part.max()))
+    return 4 if largest < 1 << 32 else 8

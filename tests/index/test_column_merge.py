@@ -8,7 +8,16 @@ import numpy as np
 from hypothesis import given
 from hypothesis import strategies as st
 
-from simstore.index.column_merge import first_of_each, merge_first, merge_rotated, rotated_column
+from simstore.index.column_merge import (
+    first_of_each,
+    id_bytes_kept,
+    merge_first,
+    merge_first_into,
+    merge_rotated,
+    merge_rotated_into,
+    rotated_column,
+    stretch_cuts,
+)
 from simstore.index.multi_index import MultiIndex
 
 SCHEME = MultiIndex((21, 21, 22), (1, 1, 1))
@@ -60,3 +69,99 @@ def test_rotated_columns_merge_or_are_made_as_sorting_would(drawn: list[list[int
         rotated_column(SCHEME, table, fingerprints, made)
         assert np.array_equal(merged, expected)
         assert np.array_equal(made, expected)
+
+
+@given(
+    st.lists(entries, min_size=1, max_size=4),
+    st.integers(1, 6),
+    st.data(),
+)
+def test_a_join_a_stretch_at_a_time_equals_sorting_the_entries_kept(
+    drawn: list[list[tuple[int, int]]], chunk: int, data: st.DataObject
+) -> None:
+    runs = _runs(drawn)
+    kept = [
+        data.draw(
+            st.none()
+            | st.lists(st.booleans(), min_size=len(fps), max_size=len(fps)).map(
+                lambda flags: np.array(flags, dtype=bool)
+            )
+        )
+        for fps, _ in runs
+    ]
+    total = sum(len(fps) for fps, _ in runs)
+    out = np.full(total, 7, dtype=np.uint64)
+    out_ids = np.full(total, 7, dtype=np.uint32)
+    written = merge_first_into([fps for fps, _ in runs], [ids for _, ids in runs], kept, out, out_ids, chunk)
+    expected = sorted(
+        {
+            (fp, doc)
+            for (fps, ids), keep in zip(runs, kept, strict=True)
+            for fp, doc, flag in zip(
+                fps.tolist(), ids.tolist(), [True] * len(fps) if keep is None else keep.tolist(), strict=True
+            )
+            if flag
+        }
+    )
+    assert list(zip(out[:written].tolist(), out_ids[:written].tolist(), strict=True)) == expected
+
+
+@given(
+    st.lists(
+        st.lists(st.integers(0, 2**64 - 1) | st.sampled_from([0, 3, 2**64 - 1]), max_size=10),
+        min_size=1,
+        max_size=4,
+    ),
+    st.integers(1, 6),
+)
+def test_rotated_columns_merged_or_made_a_stretch_at_a_time_are_sorted_whole(
+    drawn: list[list[int]], chunk: int
+) -> None:
+    fingerprints = np.array([fp for run in drawn for fp in run], dtype=np.uint64)
+    for table in range(SCHEME.tables):
+        columns = [np.sort(SCHEME.rotate(np.array(run, dtype=np.uint64), table)) for run in drawn]
+        expected = np.sort(SCHEME.rotate(fingerprints, table))
+        merged = np.empty(len(fingerprints), dtype=np.uint64)
+        merge_rotated_into(columns, merged, chunk)
+        made = np.empty(len(fingerprints), dtype=np.uint64)
+        rotated_column(SCHEME, table, fingerprints, made, chunk)
+        assert np.array_equal(merged, expected)
+        assert np.array_equal(made, expected)
+
+
+@given(st.lists(st.lists(st.integers(0, 50), max_size=30), min_size=1, max_size=4), st.integers(1, 8))
+def test_stretches_cut_every_column_at_the_same_values(drawn: list[list[int]], chunk: int) -> None:
+    columns = [np.array(sorted(run), dtype=np.uint64) for run in drawn]
+    cuts = stretch_cuts(columns, chunk)
+    stretches = len(cuts[0]) - 1
+    assert all(
+        len(cut) == stretches + 1 and cut[0] == 0 and cut[-1] == len(column)
+        for cut, column in zip(cuts, columns, strict=True)
+    )
+    assert all(bool(np.all(np.diff(cut) >= 0)) for cut in cuts)
+    # Every value of stretch j is below every value of stretch j + 1, in every column.
+    for stretch in range(stretches - 1):
+        below = [column[cut[stretch] : cut[stretch + 1]] for column, cut in zip(columns, cuts, strict=True)]
+        above = [column[cut[stretch + 1] : cut[-1]] for column, cut in zip(columns, cuts, strict=True)]
+        top = max((int(part.max()) for part in below if len(part)), default=-1)
+        bottom = min((int(part.min()) for part in above if len(part)), default=2**64)
+        assert top < bottom
+
+
+def test_stretches_are_about_the_chunk_long() -> None:
+    rng = np.random.default_rng(5)
+    columns = [np.sort(rng.integers(0, 2**64, size, dtype=np.uint64)) for size in (40_000, 25_000, 5_000, 0)]
+    cuts = stretch_cuts(columns, 7_000)
+    lengths = sum(np.diff(cut) for cut in cuts)
+    assert len(lengths) >= 8
+    assert int(lengths.max()) <= 2 * 7_000
+    assert int(lengths.sum()) == 70_000
+
+
+def test_a_join_takes_8_byte_ids_only_if_an_id_it_keeps_needs_them() -> None:
+    small = np.array([1, 2, 3], dtype=np.uint32)
+    large = np.array([5, 1 << 40, 7], dtype=np.uint64)
+    assert id_bytes_kept([small, small], [None, None], chunk=2) == 4
+    assert id_bytes_kept([small, large], [None, None], chunk=2) == 8
+    assert id_bytes_kept([small, large], [None, np.array([True, False, True])], chunk=2) == 4
+    assert id_bytes_kept([large], [np.array([False, True, False])], chunk=1) == 8

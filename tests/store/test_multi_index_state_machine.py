@@ -264,3 +264,29 @@ MultiIndexStoreMachine.TestCase.settings = settings(
     suppress_health_check=[HealthCheck.too_slow, HealthCheck.filter_too_much],
 )
 TestMultiIndexStoreMachine = MultiIndexStoreMachine.TestCase
+
+
+class StretchedJoinMachine(MultiIndexStoreMachine):
+    """The same, with joins merging a few entries at a time (instead of about
+    4M), so that every join cuts its runs into many stretches: entries of one
+    fingerprint in several runs, dropped ones and repeats on both sides of a cut."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self._stretch = mock.patch("simstore.index.column_merge.CHUNK_ENTRIES", 3)
+        self._stretch.start()
+
+    def teardown(self) -> None:
+        try:
+            super().teardown()
+        finally:
+            self._stretch.stop()
+
+
+StretchedJoinMachine.TestCase.settings = settings(
+    max_examples=40,
+    stateful_step_count=40,
+    deadline=None,
+    suppress_health_check=[HealthCheck.too_slow, HealthCheck.filter_too_much],
+)
+TestStretchedJoinMachine = StretchedJoinMachine.TestCase
