@@ -11,24 +11,67 @@ viewed in place like them (``txn`` reads buffers: no copy).
 
 from __future__ import annotations
 
+from collections.abc import Sequence
+from typing import Any
+
 import numpy as np
+import numpy.typing as npt
 
 from simstore.engine import columns
 from simstore.engine._lmdb import Database, Txn
 from simstore.errors import CorruptStoreError
+from simstore.index import band_runs, column_merge
 from simstore.index.band_runs import BandRun
 
-__all__ = ["view_band_run", "write_band_run"]
+__all__ = ["view_band_run", "write_band_run", "write_joined_band_run"]
 
 
 def write_band_run(txn: Txn, database: Database, run_id: int, run: BandRun) -> None:
     """Put ``run`` as run ``run_id``'s band values in table 0's ``database``."""
     ids = run.ids.astype(np.dtype("<u4") if columns.id_width(run.ids) == 4 else np.dtype("<u8"))
     for kind, payload in ((columns.BAND_KEYS, run.keys.astype("<u4")), (columns.BAND_IDS, ids)):
-        if not txn.put(
-            columns.run_key(run_id, kind), columns.encode(kind, payload), db=database, overwrite=False
-        ):
-            raise CorruptStoreError(f"table 0 already holds the band keys of run {run_id}")
+        _put_new(txn, database, run_id, kind, columns.encode(kind, payload))
+
+
+def write_joined_band_run(
+    txn: Txn,
+    database: Database,
+    run_id: int,
+    runs: Sequence[BandRun],
+    kept: Sequence[npt.NDArray[np.bool_] | None],
+) -> None:
+    """Put as run ``run_id``'s band values the join of ``runs`` (oldest
+    first), keeping the entries ``kept[i]`` keeps of ``runs[i]`` (``None``:
+    all), merged straight into the values put (8 bytes an entry, and a
+    stretch's arrays)."""
+    if any(run.ids.dtype.itemsize > 4 and len(run.ids) and int(run.ids.max()) >= 1 << 32 for run in runs):
+        # Ids past 32 bits (over 4G documents): the whole-array join.
+        dropped = [None if keep is None else run.ids[~keep] for run, keep in zip(runs, kept, strict=True)]
+        write_band_run(txn, database, run_id, band_runs.join_band_runs(runs, dropped))
+        return
+    total = sum(
+        len(run) if keep is None else int(np.count_nonzero(keep))
+        for run, keep in zip(runs, kept, strict=True)
+    )
+    keys_value, keys = columns.allocate(total, 4)
+    ids_value, ids = columns.allocate(total, 4)
+    entries = band_runs.join_band_runs_into(runs, kept, keys, ids, column_merge.CHUNK_ENTRIES)
+    if entries < total:  # entries held twice (rare): values as long as what is left
+        keys_value, keys = _copied(keys[:entries])
+        ids_value, ids = _copied(ids[:entries])
+    for kind, value, payload in ((columns.BAND_KEYS, keys_value, keys), (columns.BAND_IDS, ids_value, ids)):
+        _put_new(txn, database, run_id, kind, columns.seal(value, kind, payload))
+
+
+def _copied(items: npt.NDArray[Any]) -> tuple[bytearray, npt.NDArray[Any]]:
+    value, copy = columns.allocate(len(items), items.dtype.itemsize)
+    copy[:] = items
+    return value, copy
+
+
+def _put_new(txn: Txn, database: Database, run_id: int, kind: int, value: bytes | bytearray) -> None:
+    if not txn.put(columns.run_key(run_id, kind), value, db=database, overwrite=False):
+        raise CorruptStoreError(f"table 0 already holds the band keys of run {run_id}")
 
 
 def view_band_run(txn: Txn, database: Database, run_id: int, *, verify: bool = False) -> BandRun:

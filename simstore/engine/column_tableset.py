@@ -50,14 +50,14 @@ import numpy.typing as npt
 
 from simstore.engine import graves
 from simstore.engine._lmdb import Database, MapMovedError, Txn
-from simstore.engine.band_tables import view_band_run, write_band_run
+from simstore.engine.band_tables import view_band_run, write_band_run, write_joined_band_run
 from simstore.engine.column_index import UNSTAMPED, ColumnCatalog, ColumnIndex, Live, RunEntry
-from simstore.engine.column_tables import view_run
+from simstore.engine.column_tables import drop_run, view_run
 from simstore.engine.format import CATALOG_KEY, REMOVALS_KEY
 from simstore.engine.record_scan import id_and_fingerprint_arrays, sketch_rows
 from simstore.fingerprinting.bands import band_keys
 from simstore.fingerprinting.sketch import Sketch, U8Array
-from simstore.index.band_runs import BandRun, join_band_runs, look_up, short_keys, sorted_band_run
+from simstore.index.band_runs import BandRun, look_up, short_keys, sorted_band_run
 from simstore.index.column_search import IdArray, Matches, Snapshot
 from simstore.index.multi_index import MultiIndex
 from simstore.index.permute import FINGERPRINT_BITS, U64Array
@@ -472,15 +472,17 @@ class ColumnTableSet:
 
         source = self._reader_of(joined)
         try:
-            band_run: BandRun | None = None
             if self.bands is not None:
-                live, band_run = self._join_bands(txn if source is None else source, joined, live)
+                # The bands first, under the id the joined run takes (the
+                # join's arrays and theirs are not held at once).
+                live = self._join_bands(
+                    txn, txn if source is None else source, joined, live, catalog.next_run_id
+                )
             joined_catalog = self.index.join(
                 txn, replace(catalog, compaction=None), first, end, live, removals, source
             )
-            if band_run is not None and joined_catalog.next_run_id != catalog.next_run_id:
-                # The join left a run (it kept some entry): its bands go under its id.
-                write_band_run(txn, self.databases[0], catalog.next_run_id, band_run)
+            if self.bands is not None and joined_catalog.next_run_id == catalog.next_run_id:
+                drop_run(txn, self.databases, catalog.next_run_id)  # the join kept nothing: no run, no bands
         finally:
             if source is not None:
                 source.abort()
@@ -489,33 +491,34 @@ class ColumnTableSet:
         return joined_catalog, moved
 
     def _join_bands(
-        self, reader: Txn, joined: Sequence[RunEntry], live: Live | None
-    ) -> tuple[Live | None, BandRun]:
-        """The band run of a join of ``joined`` (read in ``reader``), without
-        the entries of the documents ``live`` drops from each run; and a
-        ``live`` that answers the join from what was worked out here (each
-        run's entries are judged once)."""
+        self, txn: Txn, reader: Txn, joined: Sequence[RunEntry], live: Live | None, run_id: int
+    ) -> Live | None:
+        """Write under ``run_id`` the band run of a join of ``joined`` (read
+        in ``reader``), without the entries of the documents ``live`` drops
+        from each run; returns a ``live`` that answers the join from what
+        was worked out here (each run's entries are judged once)."""
         kept: dict[int, npt.NDArray[np.bool_] | None] = {}
-        dropped: list[IdArray | None] = []
+        band_kept: list[npt.NDArray[np.bool_] | None] = []
         band_runs: list[BandRun] = []
         for run in joined:
+            band_run = view_band_run(reader, self.databases[0], run.run_id)
+            band_runs.append(band_run)
             if live is None:
-                dropped.append(None)
-            else:
-                columns = view_run(reader, self.databases, self.scheme, run.run_id, run.entries)
-                keep = kept[run.run_id] = live(run, columns.ids, columns.fingerprints)
-                dropped.append(None if keep is None else np.asarray(columns.ids[~keep]).copy())
-                del columns
-            band_runs.append(view_band_run(reader, self.databases[0], run.run_id))
-        band_run = join_band_runs(band_runs, dropped)  # copies: the runs' values are dropped next
-        del band_runs
+                band_kept.append(None)
+                continue
+            columns = view_run(reader, self.databases, self.scheme, run.run_id, run.entries)
+            keep = kept[run.run_id] = live(run, columns.ids, columns.fingerprints)
+            gone = None if keep is None else columns.ids[~keep]
+            band_kept.append(None if gone is None or not len(gone) else ~np.isin(band_run.ids, gone))
+            del columns, gone
+        write_joined_band_run(txn, self.databases[0], run_id, band_runs, band_kept)
         if live is None:
-            return None, band_run
+            return None
 
         def judged(run: RunEntry, ids: IdArray, fingerprints: U64Array) -> npt.NDArray[np.bool_] | None:
             return kept[run.run_id]
 
-        return judged, band_run
+        return judged
 
     def _reader_of(self, runs: Sequence[RunEntry]) -> Txn | None:
         """A read transaction that reads buffers and sees ``runs``, or

@@ -20,6 +20,7 @@ from typing import Any, NamedTuple
 import numpy as np
 import numpy.typing as npt
 
+from simstore.index.column_merge import CHUNK_ENTRIES, stretch_cuts
 from simstore.index.ranges import expand_ranges
 
 __all__ = [
@@ -27,6 +28,7 @@ __all__ = [
     "build_band_run",
     "equal_ranges",
     "join_band_runs",
+    "join_band_runs_into",
     "look_up",
     "packed_entries",
     "short_keys",
@@ -82,6 +84,42 @@ def join_band_runs(runs: Sequence[BandRun], dropped: Sequence[IdArray | None]) -
         np.concatenate(ids).astype(id_dtype, copy=False) if ids else np.zeros(0, dtype=id_dtype),
         sorted_stretches=True,
     )
+
+
+def join_band_runs_into(
+    runs: Sequence[BandRun],
+    kept: Sequence[npt.NDArray[np.bool_] | None],
+    out_keys: U32Array,
+    out_ids: U32Array,
+    chunk: int = CHUNK_ENTRIES,
+) -> int:
+    """Join band runs whose ids all fit in 32 bits into ``out_keys`` and
+    ``out_ids`` (from their start): the entries ``kept[i]`` keeps of
+    ``runs[i]`` (``None``: all), sorted by key then id, each once; returns
+    how many were written. A stretch of keys at a time (cut at the same keys
+    in every run), so that beside the output only a stretch's arrays are
+    held: a join of a whole run's at once took some 36 bytes an entry, eight
+    entries a document."""
+    cuts = stretch_cuts([run.keys for run in runs], chunk)
+    filled = 0
+    for stretch in range(len(cuts[0]) - 1 if cuts else 0):
+        parts: list[U64Array] = []
+        for run, keep, cut in zip(runs, kept, cuts, strict=True):
+            span = slice(int(cut[stretch]), int(cut[stretch + 1]))
+            keys, ids = run.keys[span], run.ids[span]
+            if keep is not None:
+                keys, ids = keys[keep[span]], ids[keep[span]]
+            parts.append(packed_entries(keys, ids))
+        packed = np.concatenate(parts)
+        del parts
+        packed.sort(kind="stable")  # (the runs' sorted stretches, merged)
+        if len(packed) > 1:
+            packed = packed[np.concatenate([[True], packed[1:] != packed[:-1]])]
+        count = len(packed)
+        np.right_shift(packed, np.uint64(32), out=out_keys[filled : filled + count], casting="unsafe")
+        np.bitwise_and(packed, np.uint64(_ID_MASK), out=out_ids[filled : filled + count], casting="unsafe")
+        filled += count
+    return filled
 
 
 def look_up(runs: Sequence[BandRun], keys: U64Array) -> tuple[IntArray, IdArray]:

@@ -17,6 +17,7 @@ that was about 30 bytes an entry, 3-4 GiB. Nothing here does I/O.
 from __future__ import annotations
 
 from collections.abc import Sequence
+from typing import Any
 
 import numpy as np
 import numpy.typing as npt
@@ -85,7 +86,9 @@ def rotated_column(
     out.sort()
 
 
-def stretch_cuts(columns: Sequence[U64Array], chunk: int = CHUNK_ENTRIES) -> list[npt.NDArray[np.intp]]:
+def stretch_cuts(
+    columns: Sequence[npt.NDArray[Any]], chunk: int = CHUNK_ENTRIES
+) -> list[npt.NDArray[np.intp]]:
     """Where to cut each sorted column of ``columns`` so that stretch ``j``
     of every column holds the same range of values, and each stretch of
     their union about ``chunk`` entries: ``cuts[i][j]:cuts[i][j + 1]`` is

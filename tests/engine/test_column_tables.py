@@ -5,6 +5,7 @@ from __future__ import annotations
 
 from collections.abc import Iterator
 from pathlib import Path
+from unittest import mock
 
 import lmdb
 import numpy as np
@@ -12,8 +13,10 @@ import pytest
 from _oracles import planted
 
 from simstore.engine import columns
+from simstore.engine.band_tables import view_band_run, write_joined_band_run
 from simstore.engine.column_tables import drop_run, snapshot_in_place, view_run, write_run
 from simstore.errors import CorruptStoreError
+from simstore.index.band_runs import build_band_run, join_band_runs
 from simstore.index.column_search import search
 from simstore.index.multi_index import MultiIndex, choose
 
@@ -179,3 +182,30 @@ def test_a_snapshot_in_place_reads_the_map_and_answers_as_a_brute_force_scan(
         matches = snapshot.search(queries, k)
         got = sorted(zip(matches.queries.tolist(), matches.ids.tolist(), strict=True))
     assert got == brute_force(np.concatenate(parts), np.concatenate(ids), queries, k)
+
+
+@pytest.mark.parametrize("wide_ids", [False, True], ids=["32-bit ids", "ids past 32 bits"])
+def test_a_joined_band_run_written_a_stretch_at_a_time_equals_the_whole_join(
+    env: lmdb.Environment, wide_ids: bool
+) -> None:
+    rng = np.random.default_rng(11)
+    runs = []
+    for size in (300, 120, 0, 50):
+        ids = rng.integers(0, 40, size).astype(np.uint64)
+        if wide_ids:
+            ids[::7] += np.uint64(1 << 40)
+        runs.append(
+            build_band_run(rng.integers(0, 2**64, size, dtype=np.uint64) & ~np.uint64((1 << 58) - 1), ids)
+        )
+    dropped = [np.array([3, 4], dtype=np.uint64), None, None, np.array([], dtype=np.uint64)]
+    kept = [
+        None if gone is None or not len(gone) else ~np.isin(run.ids, gone)
+        for run, gone in zip(runs, dropped, strict=True)
+    ]
+    expected = join_band_runs(runs, dropped)
+    (database,) = tables(env, 1)
+    with mock.patch("simstore.index.column_merge.CHUNK_ENTRIES", 16), env.begin(write=True) as txn:
+        write_joined_band_run(txn, database, 9, runs, kept)
+        written = view_band_run(txn, database, 9, verify=True)
+        assert np.array_equal(written.keys, expected.keys)
+        assert np.array_equal(written.ids.astype(np.uint64), expected.ids.astype(np.uint64))

@@ -11,10 +11,11 @@ import random
 import shutil
 import tempfile
 from pathlib import Path
+from unittest import mock
 
 import numpy as np
 import pytest
-from hypothesis import HealthCheck, settings
+from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 from hypothesis.stateful import RuleBasedStateMachine, invariant, precondition, rule
 
@@ -24,7 +25,7 @@ from simstore.engine.format import BAND_TABLE_FORMAT_VERSION, MULTI_INDEX_FORMAT
 from simstore.errors import CorruptStoreError, InvalidValueError, ParameterMismatchError
 from simstore.fingerprinting.bands import band_keys
 from simstore.fingerprinting.sketch import estimate_jaccard
-from simstore.index.band_runs import BandRun, build_band_run, join_band_runs, look_up
+from simstore.index.band_runs import BandRun, build_band_run, join_band_runs, join_band_runs_into, look_up
 
 pytestmark = pytest.mark.filterwarnings("ignore::simstore.ShortTextWarning")
 
@@ -392,6 +393,28 @@ BandTableMachine.TestCase.settings = settings(
 TestBandTable = BandTableMachine.TestCase
 
 
+class StretchedBandJoinMachine(BandTableMachine):
+    """The same, with joins merging 2 entries at a time (instead of about 4M):
+    every band join cuts its runs into many stretches."""
+
+    def __init__(self) -> None:
+        self._stretch = mock.patch("simstore.index.column_merge.CHUNK_ENTRIES", 2)
+        self._stretch.start()
+        super().__init__()
+
+    def teardown(self) -> None:
+        try:
+            super().teardown()
+        finally:
+            self._stretch.stop()
+
+
+StretchedBandJoinMachine.TestCase.settings = settings(
+    max_examples=15, stateful_step_count=25, deadline=None, suppress_health_check=list(HealthCheck)
+)
+TestStretchedBandJoin = StretchedBandJoinMachine.TestCase
+
+
 @pytest.mark.parametrize("batch", [False, True], ids=["add", "add_many"])
 @pytest.mark.parametrize("merged", [False, True], ids=["in-delta", "in-a-run"])
 def test_a_new_text_under_the_same_fingerprint_is_banded_again(
@@ -480,3 +503,44 @@ def test_a_document_another_process_adds_is_found_by_its_bands(tmp_path: Path, m
         assert _pairs(store.query(text=edited)) == expected
         assert _pairs(store.add_if_new("copy", edited)) == expected
         assert store.check() == []
+
+
+@given(
+    st.lists(
+        st.lists(st.tuples(st.integers(0, 6), st.integers(0, 5)), max_size=12).map(sorted),
+        min_size=1,
+        max_size=4,
+    ),
+    st.integers(1, 5),
+    st.data(),
+)
+def test_a_join_a_stretch_at_a_time_keeps_each_kept_entry_once_in_order(
+    drawn: list[list[tuple[int, int]]], chunk: int, data: st.DataObject
+) -> None:
+    runs = [
+        BandRun(
+            np.array([key for key, _ in run], dtype=np.uint32), np.array([i for _, i in run], dtype=np.uint32)
+        )
+        for run in drawn
+    ]
+    kept = [
+        data.draw(
+            st.none()
+            | st.lists(st.booleans(), min_size=len(run), max_size=len(run)).map(
+                lambda flags: np.array(flags, dtype=bool)
+            )
+        )
+        for run in runs
+    ]
+    total = sum(len(run) for run in runs)
+    keys, ids = np.full(total, 9, dtype=np.uint32), np.full(total, 9, dtype=np.uint32)
+    written = join_band_runs_into(runs, kept, keys, ids, chunk)
+    expected = sorted(
+        {
+            pair
+            for run, keep in zip(drawn, kept, strict=True)
+            for pair, flag in zip(run, [True] * len(run) if keep is None else keep.tolist(), strict=True)
+            if flag
+        }
+    )
+    assert list(zip(keys[:written].tolist(), ids[:written].tolist(), strict=True)) == expected
