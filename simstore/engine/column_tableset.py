@@ -53,6 +53,7 @@ from simstore.engine._lmdb import Database, MapMovedError, Txn
 from simstore.engine.band_tables import view_band_run, write_band_run, write_joined_band_run
 from simstore.engine.column_index import UNSTAMPED, ColumnCatalog, ColumnIndex, Live, RunEntry
 from simstore.engine.column_tables import drop_run, view_run
+from simstore.engine.columns import BAND_KEYS, HEADER, run_key
 from simstore.engine.format import CATALOG_KEY, REMOVALS_KEY
 from simstore.engine.record_scan import id_and_fingerprint_arrays, sketch_rows
 from simstore.fingerprinting.bands import band_keys
@@ -519,6 +520,27 @@ class ColumnTableSet:
             return kept[run.run_id]
 
         return judged
+
+    def band_entries(self, runs: Sequence[RunEntry]) -> int | None:
+        """How many band keys ``runs`` hold, read from their values' headers
+        (no copy); ``None`` if this store keeps no band table or they cannot
+        be read now (the map moved)."""
+        if self.bands is None:
+            return None
+        try:
+            reader = self._environment().begin_buffers(adopt_growth=False)
+        except MapMovedError:
+            return None
+        try:
+            total = 0
+            for run in runs:
+                raw = reader.get(run_key(run.run_id, BAND_KEYS), db=self.databases[0])
+                if raw is None or len(raw) < HEADER.size:
+                    return None  # (not this snapshot's run: the estimate will do)
+                total += int(HEADER.unpack_from(raw)[-1])
+            return total
+        finally:
+            reader.abort()
 
     def _reader_of(self, runs: Sequence[RunEntry]) -> Txn | None:
         """A read transaction that reads buffers and sees ``runs``, or

@@ -88,6 +88,8 @@ class StoredTables(Protocol):
 
     def compaction_step(self, txn: Txn, catalog: Any) -> tuple[Any, int]: ...
 
+    def band_entries(self, runs: Sequence[Any]) -> int | None: ...
+
 
 def tableset_for(
     params: StoredParams,

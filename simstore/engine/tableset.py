@@ -652,6 +652,10 @@ class TableSet:
         compaction = Compaction(tuple(run.run_id for run in inputs), output, 0, 0)
         return replace(catalog, next_run_id=output.run_id + 1, compaction=compaction)
 
+    def band_entries(self, runs: Sequence[Any]) -> int | None:
+        """Format 2 keeps no band table."""
+        return None
+
     def compaction_step(
         self, txn: Txn, catalog: Catalog, budget: int = COMPACTION_STEP_ENTRIES
     ) -> tuple[Catalog, int]:

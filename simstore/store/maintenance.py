@@ -117,7 +117,13 @@ def compaction_step(engine: Engine, *, everything: bool = False) -> int | None:
         # A format-3 join is one transaction: room for its output first, or a
         # map that filled would rerun the whole join once per growth step.
         joined = known.runs if everything or planned_span is None else known.runs[slice(*planned_span)]
-        reserve_for(engine, 0, 0, run_entries=sum(run.entries for run in joined))
+        reserve_for(
+            engine,
+            0,
+            0,
+            run_entries=sum(run.entries for run in joined),
+            band_entries=engine.tableset.band_entries(joined),
+        )
 
     def body(txn: _lmdb.Txn, state: State) -> tuple[int | None, State, Change]:
         tableset = engine.tableset
@@ -282,13 +288,16 @@ def reserve_for(
     run_entries: int,
     tables: Sequence[Table] | None = None,
     extra_values: tuple[int, int] = (0, 0),
+    band_entries: int | None = None,
 ) -> None:
     """Grow the map ahead of a write of ``documents`` new documents (their
     keys ``key_bytes`` long in all) and a new run of ``run_entries``
     entries in every table (of ``tables``, the store's own unless given),
     and ``extra_values`` ``(count, bytes)`` of further values (sketches and
     metadata: a map that fills reruns the whole transaction, so a large
-    batch that left them out was rerun once per growth step)."""
+    batch that left them out was rerun once per growth step). A run's band
+    keys are ``band_entries`` where known (a join's, a batch of bare
+    fingerprints' none), else estimated from ``run_entries``."""
     # Per new document, its record and key-table entry: the key twice
     # and 40 bytes of ids, fingerprint and LMDB nodes (measured: 56 bytes
     # a document beside 8-byte keys); or its delta log entry, as much.
@@ -303,7 +312,10 @@ def reserve_for(
             # Its band keys: 8 bytes a key with its id, ``bands`` keys a long
             # text (a medium one banded at two widths keeps up to twice as
             # many, a short one fewer; the map grows if a batch needs more).
-            estimate += run_entries * 8 * engine.params.bands
+            # The file holds real blocks for all of the map: an estimate
+            # for documents without sketches took 64 bytes a document.
+            banded = run_entries * engine.params.bands if band_entries is None else band_entries
+            estimate += banded * 8
     elif run_entries:
         max_id = 2 * (document_count(engine) + documents)  # the id width, roughly
         estimate += run_bytes(

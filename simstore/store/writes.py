@@ -274,11 +274,15 @@ def add_packed(
     carried = len(engine.delta) + len(batch.positions)
     sketch_rows = 0 if sketches is None else len(batch.positions)
     meta_sizes = [len(meta) for meta in meta_list if meta is not None] if meta_list is not None else []
+    run_entries = carried if carried >= merge_threshold(engine) else 0
+    bands = engine.params.bands
     reserve_for(
         engine,
         len(batch.positions),
         packed_keys.total_bytes,
-        run_entries=carried if carried >= merge_threshold(engine) else 0,
+        run_entries=run_entries,
+        # (Bare fingerprints have no band keys; the delta's documents may.)
+        band_entries=None if bands is None or not run_entries else (len(engine.delta) + sketch_rows) * bands,
         extra_values=(
             sketch_rows + len(meta_sizes),
             sketch_rows * (0 if sketches is None else sketches.shape[1]) + sum(meta_sizes),

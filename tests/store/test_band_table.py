@@ -544,3 +544,18 @@ def test_a_join_a_stretch_at_a_time_keeps_each_kept_entry_once_in_order(
         }
     )
     assert list(zip(keys[:written].tolist(), ids[:written].tolist(), strict=True)) == expected
+
+
+def test_bare_fingerprints_take_no_more_room_in_a_band_table_store(tmp_path: Path) -> None:
+    # The file holds real blocks for all of the map, so the room reserved for
+    # band keys that bare fingerprints never have stayed on the disk.
+    rng = np.random.default_rng(2)
+    batches = [rng.integers(0, 2**64, 100_000, dtype=np.uint64) for _ in range(4)]
+    sizes = {}
+    for bands in (False, True):
+        with simstore.open(tmp_path / f"{bands}.simstore", "n", sync=False, bands=bands) as store:
+            for number, fingerprints in enumerate(batches):
+                store.add_many(range(number * 100_000, (number + 1) * 100_000), fingerprints)
+            assert len(store._engine.tableset.catalog.runs) == 1  # (a join came)
+            sizes[bands] = store.stats().bytes_on_disk
+    assert sizes[True] <= 1.05 * sizes[False]
