@@ -20,7 +20,7 @@ import numpy.typing as npt
 
 from simstore.engine import columns
 from simstore.engine._lmdb import Database, Txn, spanning_words
-from simstore.errors import CorruptStoreError
+from simstore.errors import CorruptStoreError, InvalidValueError
 from simstore.index import column_merge
 from simstore.index.column_search import (
     ColumnRun,
@@ -29,7 +29,6 @@ from simstore.index.column_search import (
     RunPlace,
     Snapshot,
     build_directory,
-    build_run,
     directory_bits,
 )
 from simstore.index.multi_index import MultiIndex
@@ -47,12 +46,43 @@ def write_run(
     """Write a run of ``fingerprints`` (``ids[j]`` the id of ``fingerprints[j]``)
     under ``run_id`` in every table; returns its entry count."""
     check_tables(databases, scheme)
-    built = build_run(scheme, fingerprints, ids)
-    for table, database in enumerate(databases):
-        keys = columns.encode(columns.KEYS, built.column(table))
-        _put_table(txn, database, table, run_id, keys, built.directories[table])
-    _put(txn, databases[0], 0, run_id, columns.IDS, _encoded_ids(built.ids))
-    return len(built)
+    fingerprints = np.asarray(fingerprints, dtype=np.uint64)
+    ids = np.asarray(ids)
+    if fingerprints.ndim != 1 or ids.shape != fingerprints.shape:
+        raise InvalidValueError(f"one id per fingerprint: {fingerprints.shape} fingerprints, {ids.shape} ids")
+    # As build_run lays a run out, but each column sorted straight into the
+    # value put, one table's at a time (a 10M batch held every column and
+    # its encoded copy at once: some 50 bytes an entry).
+    entries = len(fingerprints)
+    order = np.lexsort((ids, fingerprints))
+    keys_value, keys = columns.allocate(entries, 8)
+    np.take(fingerprints, order, out=keys)
+    ids_value, sorted_ids = columns.allocate(entries, columns.id_width(ids))
+    np.take(ids, order, out=sorted_ids)
+    del order
+    _put_table(
+        txn,
+        databases[0],
+        0,
+        run_id,
+        columns.seal(keys_value, columns.KEYS, keys),
+        _directory(scheme, 0, keys),
+    )
+    _put(txn, databases[0], 0, run_id, columns.IDS, columns.seal(ids_value, columns.IDS, sorted_ids))
+    del keys_value, keys, ids_value, sorted_ids
+    for table in range(1, scheme.tables):
+        keys_value, keys = columns.allocate(entries, 8)
+        column_merge.rotated_column(scheme, table, fingerprints, keys, column_merge.CHUNK_ENTRIES)
+        _put_table(
+            txn,
+            databases[table],
+            table,
+            run_id,
+            columns.seal(keys_value, columns.KEYS, keys),
+            _directory(scheme, table, keys),
+        )
+        del keys_value, keys
+    return entries
 
 
 def join_run(
@@ -137,14 +167,6 @@ def _directory(scheme: MultiIndex, table: int, keys: U64Array) -> Directory:
 def _put(txn: Txn, database: Database, table: int, run_id: int, kind: int, value: bytearray) -> None:
     if not txn.put(columns.run_key(run_id, kind), value, db=database, overwrite=False):
         raise CorruptStoreError(f"table {table} already holds run {run_id}")
-
-
-def _encoded_ids(ids: IdArray) -> bytearray:
-    """A run's id value: 4-byte ids where every one fits."""
-    id_dtype = np.dtype("<u4") if columns.id_width(ids) == 4 else np.dtype("<u8")
-    value, items = columns.allocate(len(ids), id_dtype.itemsize)
-    items[:] = ids
-    return columns.seal(value, columns.IDS, items)
 
 
 def view_run(

@@ -17,7 +17,7 @@ from simstore.engine.band_tables import view_band_run, write_joined_band_run
 from simstore.engine.column_tables import drop_run, snapshot_in_place, view_run, write_run
 from simstore.errors import CorruptStoreError
 from simstore.index.band_runs import build_band_run, join_band_runs
-from simstore.index.column_search import search
+from simstore.index.column_search import build_run, search
 from simstore.index.multi_index import MultiIndex, choose
 
 SCHEME = MultiIndex((21, 21, 22), (1, 1, 1))
@@ -209,3 +209,19 @@ def test_a_joined_band_run_written_a_stretch_at_a_time_equals_the_whole_join(
         written = view_band_run(txn, database, 9, verify=True)
         assert np.array_equal(written.keys, expected.keys)
         assert np.array_equal(written.ids.astype(np.uint64), expected.ids.astype(np.uint64))
+
+
+def test_a_written_run_is_laid_out_as_build_run_lays_it_out(env: lmdb.Environment) -> None:
+    rng = np.random.default_rng(12)
+    fingerprints = rng.integers(0, 2**64, 5_000, dtype=np.uint64)
+    fingerprints[::3] = fingerprints[0]  # ties, broken by id
+    ids = rng.permutation(5_000).astype(np.uint32)
+    expected = build_run(SCHEME, fingerprints, ids)
+    databases = tables(env, SCHEME.tables)
+    with mock.patch("simstore.index.column_merge.CHUNK_ENTRIES", 700), env.begin(write=True) as txn:
+        write_run(txn, databases, SCHEME, 4, fingerprints, ids)
+        written = view_run(txn, databases, SCHEME, 4, 5_000, verify=True)
+        for table in range(SCHEME.tables):
+            assert np.array_equal(written.column(table), expected.column(table))
+            assert np.array_equal(written.directories[table].positions, expected.directories[table].positions)
+        assert np.array_equal(written.ids, expected.ids)

@@ -3,6 +3,8 @@ every scheme offered, with repeated fingerprints, and reports each match once.""
 
 from __future__ import annotations
 
+from unittest import mock
+
 import numpy as np
 import pytest
 from _oracles import planted
@@ -183,3 +185,18 @@ def test_a_query_alone_finds_what_it_finds_in_a_batch(k: int) -> None:
         )
         assert got == in_batch
         assert got == [(doc, d) for _, doc, d in brute_force(stored, ids, np.array([query], np.uint64), k)]
+
+
+@given(
+    st.lists(st.integers(0, 2**64 - 1) | st.sampled_from([0, 7 << 60, 2**64 - 1]), max_size=60),
+    st.integers(0, 12),
+    st.integers(1, 9),
+)
+def test_a_directory_counted_a_stretch_at_a_time_counts_every_slot(
+    values: list[int], bits: int, chunk: int
+) -> None:
+    keys = np.sort(np.array(values, dtype=np.uint64))
+    slots = [value >> (64 - bits) if bits else 0 for value in sorted(values)]
+    expected = [sum(slot < end for slot in slots) for end in range((1 << bits) + 1)]
+    with mock.patch("simstore.index.column_search.DIRECTORY_CHUNK", chunk):
+        assert build_directory(keys, bits).positions.tolist() == expected
