@@ -54,7 +54,7 @@ def write_run(
     # value put, one table's at a time (a 10M batch held every column and
     # its encoded copy at once: some 50 bytes an entry).
     entries = len(fingerprints)
-    order = np.lexsort((ids, fingerprints))
+    order = column_merge.fingerprint_then_id_order(fingerprints, ids)
     keys_value, keys = columns.allocate(entries, 8)
     np.take(fingerprints, order, out=keys)
     ids_value, sorted_ids = columns.allocate(entries, columns.id_width(ids))

@@ -9,6 +9,7 @@ from hypothesis import given
 from hypothesis import strategies as st
 
 from simstore.index.column_merge import (
+    fingerprint_then_id_order,
     first_of_each,
     id_bytes_kept,
     merge_first,
@@ -165,3 +166,22 @@ def test_a_join_takes_8_byte_ids_only_if_an_id_it_keeps_needs_them() -> None:
     assert id_bytes_kept([small, large], [None, None], chunk=2) == 8
     assert id_bytes_kept([small, large], [None, np.array([True, False, True])], chunk=2) == 4
     assert id_bytes_kept([large], [np.array([False, True, False])], chunk=1) == 8
+
+
+@given(
+    st.lists(
+        st.tuples(
+            st.sampled_from([0, 1, 5, 2**63, 2**64 - 1]) | st.integers(0, 2**64 - 1), st.integers(0, 9)
+        ),
+        max_size=40,
+    )
+)
+def test_the_fingerprint_then_id_order_is_lexsorts(entries_drawn: list[tuple[int, int]]) -> None:
+    fingerprints = np.array([fp for fp, _ in entries_drawn], dtype=np.uint64)
+    ids = np.array([doc for _, doc in entries_drawn], dtype=np.uint32)
+    order = fingerprint_then_id_order(fingerprints, ids)
+    expected = np.lexsort((ids, fingerprints))
+    # Equal (fingerprint, id) pairs may come in either order: compare what the orders give.
+    assert np.array_equal(fingerprints[order], fingerprints[expected])
+    assert np.array_equal(ids[order], ids[expected])
+    assert sorted(order.tolist()) == list(range(len(entries_drawn)))
