@@ -40,7 +40,7 @@ CURRENT: dict[str, tuple[str, list[tuple[str, str]]]] = {
     "bench_scale.py": (
         "one store grown to 100M, then single adds",
         [
-            ("scale_k5_format3_100M.md", "k = 5, format 3 (a new store's layout since c028f39)"),
+            ("scale_k5_format4_100M.md", "k = 5, format 4, joins a stretch at a time (since c5c540c)"),
             ("scale_k5_madv_random_100M.md", "k = 5, Manku's 21 tables (format 2), no readahead"),
             ("scale_k3_madv_random_100M.md", "k = 3, no readahead"),
             ("scale_k3_url.md", "k = 3, URL keys (before the no-readahead change)"),
