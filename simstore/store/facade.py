@@ -268,7 +268,10 @@ class Store:
         packed_keys, fps, meta_list, checked_sketches = arguments.checked_batch(
             engine, keys, fingerprints, texts, metas, processes, sketches
         )
-        writes.add_packed(engine, packed_keys, fps, meta_list, checked_sketches)
+        written = writes.add_packed(engine, packed_keys, fps, meta_list, checked_sketches)
+        del packed_keys, meta_list, checked_sketches  # (not held through a join the batch pays)
+        if written:
+            maintenance.maintain(engine, written, pay_all=True)
         return fps
 
     def remove(self, key: KeyLike) -> None:

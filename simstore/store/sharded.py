@@ -23,7 +23,7 @@ from simstore.index.permute import U64Array
 from simstore.index.sharding import shard_of, shards_of_packed
 from simstore.keys import Key, KeyLike
 from simstore.results import Match, Record, match_order
-from simstore.store import arguments, writes
+from simstore.store import arguments, maintenance, writes
 from simstore.store.facade import Store
 from simstore.store.opening import open as open_store
 
@@ -234,13 +234,16 @@ class ShardedStore:
         owners = shards_of_packed(packed_keys.sliced(range(len(packed_keys))), len(self.shards))
         for number in np.unique(owners).tolist():
             rows = np.flatnonzero(owners == number)
-            writes.add_packed(
-                self.shards[number]._engine,
+            engine = self.shards[number]._engine
+            written = writes.add_packed(
+                engine,
                 packed_keys.subset(rows),
                 fps[rows],
                 None if meta_list is None else [meta_list[row] for row in rows.tolist()],
                 None if checked_sketches is None else checked_sketches[rows],
             )
+            if written:
+                maintenance.maintain(engine, written, pay_all=True)
         return fps
 
     def remove(self, key: KeyLike) -> None:

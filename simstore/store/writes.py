@@ -266,10 +266,13 @@ def add_packed(
     fps: U64Array,
     meta_list: list[bytes | None] | None,
     sketches: U8Array | None = None,
-) -> None:
-    """Store a checked batch (see :func:`simstore.store.arguments.checked_batch`) in one transaction."""
+) -> int:
+    """Store a checked batch (see :func:`simstore.store.arguments.checked_batch`)
+    in one transaction; returns how many documents it wrote. The caller then
+    lets go of the batch and calls :func:`maintain` with that count (``pay_all``),
+    so that a join the batch pays for does not hold the batch's arrays too."""
     if not len(packed_keys):
-        return
+        return 0
     batch = _Batch(packed_keys, *packed_keys.distinct(), fps, meta_list, sketches)
     carried = len(engine.delta) + len(batch.positions)
     sketch_rows = 0 if sketches is None else len(batch.positions)
@@ -289,7 +292,7 @@ def add_packed(
         ),
     )
     engine.write(lambda txn, state: add_batch(engine, txn, state, batch))
-    maintain(engine, len(batch.positions), pay_all=True)
+    return len(batch.positions)
 
 
 def add_batch(engine: Engine, txn: _lmdb.Txn, state: State, batch: _Batch) -> tuple[None, State, Change]:
