@@ -100,8 +100,8 @@ def join_run(
 
     The sources' columns are sorted already, so each joined column is a
     merge (:mod:`simstore.index.column_merge`), filled in place in the value
-    written, a stretch at a time; one table's value is alive at a time
-    (table 0's with the ids)."""
+    written, a stretch at a time; one value is alive at a time (with table
+    0's while rotated columns are made afresh)."""
     check_tables(databases, scheme)
     fingerprints = [run.fingerprints for run in sources]
     ids = [run.ids for run in sources]
@@ -110,33 +110,33 @@ def join_run(
         for run, keep in zip(sources, kept, strict=True)
     )
     # Merged straight into the values put, a stretch of fingerprints at a
-    # time: 12 bytes an entry (table 0 and the ids) and a few stretches' arrays.
+    # time: one value (8 bytes an entry at most) and a few stretches' arrays.
     chunk = column_merge.CHUNK_ENTRIES
-    keys_value, keys = columns.allocate(total, 8)
     ids_value, sorted_ids = columns.allocate(total, column_merge.id_bytes_kept(ids, kept, chunk))
-    entries = column_merge.merge_first_into(fingerprints, ids, kept, keys, sorted_ids, chunk)
-    del fingerprints, ids
+    entries, repeated = column_merge.join_ids_into(fingerprints, ids, kept, sorted_ids, chunk)
+    if not entries:
+        return 0
     if entries < total:
-        # A document held twice under one fingerprint (rare): values as long as what is left.
-        kept_keys, kept_ids = keys[:entries], sorted_ids[:entries]
-        keys_value, keys = columns.allocate(entries, 8)
-        keys[:] = kept_keys
+        # A document held twice under one fingerprint (rare): a value as long as what is left.
+        kept_ids = sorted_ids[:entries]
         ids_value, sorted_ids = columns.allocate(entries, sorted_ids.dtype.itemsize)
         sorted_ids[:] = kept_ids
-        del kept_keys, kept_ids
-    if not len(keys):
-        return 0
+        del kept_ids
+    _put(txn, databases[0], 0, run_id, columns.IDS, columns.seal(ids_value, columns.IDS, sorted_ids))
+    del ids_value, sorted_ids
+    # The keys in a second pass, so that the ids' value and theirs are not held at once.
+    keys_value, keys = columns.allocate(entries, 8)
+    column_merge.join_keys_into(fingerprints, ids, kept, keys, repeated, chunk)
+    del fingerprints, ids
     # Whole columns of the sources merge as they are; once an entry was
     # dropped, a rotated column (whose keys carry no id) is made afresh.
     whole = entries == sum(len(run) for run in sources)
     directory = _directory(scheme, 0, keys)
     _put_table(txn, databases[0], 0, run_id, columns.seal(keys_value, columns.KEYS, keys), directory)
-    _put(txn, databases[0], 0, run_id, columns.IDS, columns.seal(ids_value, columns.IDS, sorted_ids))
-    entries = len(keys)
     # Table 0's keys are the fingerprints, sorted: kept for the rotated
     # columns made afresh (a view of the value put, which it keeps alive).
     sorted_fingerprints: U64Array | None = None if whole else keys
-    del keys_value, keys, ids_value, sorted_ids
+    del keys_value, keys
     for table in range(1, scheme.tables):
         keys_value, keys = columns.allocate(entries, 8)
         if sorted_fingerprints is None:

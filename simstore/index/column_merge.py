@@ -144,46 +144,104 @@ def stretch_cuts(
     ]
 
 
-def merge_first_into(
+def _stretch_of(
+    fingerprints: Sequence[U64Array],
+    ids: Sequence[IdArray] | None,
+    kept: Sequence[Mask | None],
+    cuts: Sequence[npt.NDArray[np.intp]],
+    stretch: int,
+) -> tuple[list[U64Array], list[IdArray]]:
+    """Each run's kept fingerprints (and ids, unless ``ids`` is ``None``) in ``stretch``."""
+    parts: list[U64Array] = []
+    part_ids: list[IdArray] = []
+    for run, (column, keep) in enumerate(zip(fingerprints, kept, strict=True)):
+        span = slice(int(cuts[run][stretch]), int(cuts[run][stretch + 1]))
+        parts.append(column[span] if keep is None else column[span][keep[span]])
+        if ids is not None:
+            part_ids.append(ids[run][span] if keep is None else ids[run][span][keep[span]])
+    return parts, part_ids
+
+
+def _merged_stretch(
+    parts: list[U64Array], part_ids: list[IdArray], keys: U64Array, sorted_ids: IdArray
+) -> int:
+    """One stretch of table 0 merged into ``keys`` and ``sorted_ids`` (as
+    long as the stretch), each ``(fingerprint, id)`` once from their start;
+    returns how many are left."""
+    joined = np.concatenate(parts)
+    joined_ids = np.concatenate(part_ids, dtype=sorted_ids.dtype)
+    order = merge_first(joined, joined_ids, keys)
+    np.take(joined_ids, order, out=sorted_ids)
+    del joined, joined_ids, order
+    # Equal (fingerprint, id) pairs share a fingerprint, so one stretch holds them all.
+    once = first_of_each(keys, sorted_ids)
+    if once is None:
+        return len(keys)
+    count = int(np.count_nonzero(once))
+    keys[:count] = keys[once]
+    sorted_ids[:count] = sorted_ids[once]
+    return count
+
+
+def join_ids_into(
+    fingerprints: Sequence[U64Array],
+    ids: Sequence[IdArray],
+    kept: Sequence[Mask | None],
+    out_ids: IdArray,
+    chunk: int = CHUNK_ENTRIES,
+) -> tuple[int, list[int]]:
+    """A join's table 0, its ids: ``out_ids`` filled from its start with the
+    ids of the entries ``kept[i]`` keeps of run ``i`` (``fingerprints[i]``,
+    ``ids[i]``, each sorted by fingerprint, ties by id; ``None`` keeps all),
+    in fingerprint-then-id order, each ``(fingerprint, id)`` once. Returns
+    how many were written and the stretches that held an entry twice (what
+    :func:`join_keys_into` must know). The keys and the ids are made in two
+    passes so that only one of them is held whole at a time."""
+    cuts = stretch_cuts(fingerprints, chunk)
+    filled = 0
+    repeated: list[int] = []
+    for stretch in range(len(cuts[0]) - 1 if cuts else 0):
+        parts, part_ids = _stretch_of(fingerprints, ids, kept, cuts, stretch)
+        count = sum(len(part) for part in parts)
+        if not count:
+            continue
+        keys = np.empty(count, dtype=np.uint64)
+        left = _merged_stretch(parts, part_ids, keys, out_ids[filled : filled + count])
+        if left < count:
+            repeated.append(stretch)
+        filled += left
+    return filled, repeated
+
+
+def join_keys_into(
     fingerprints: Sequence[U64Array],
     ids: Sequence[IdArray],
     kept: Sequence[Mask | None],
     out: U64Array,
-    out_ids: IdArray,
+    repeated: Sequence[int],
     chunk: int = CHUNK_ENTRIES,
 ) -> int:
-    """Join runs' table 0: ``out`` and ``out_ids`` filled from their start
-    with the entries ``kept[i]`` keeps of run ``i`` (``fingerprints[i]``,
-    ``ids[i]``, each sorted by fingerprint, ties by id; ``None`` keeps all),
-    sorted by fingerprint then id, each ``(fingerprint, id)`` once. Returns
-    how many were written (``out`` must hold every entry kept)."""
+    """The same join's table 0, its keys (the fingerprints, sorted): ``out``
+    filled from its start; ``repeated`` is what :func:`join_ids_into`
+    returned. A stretch without repeats is a merge of the fingerprints
+    alone; one with them is merged with its ids again. Returns how many."""
     cuts = stretch_cuts(fingerprints, chunk)
+    twice = set(repeated)
     filled = 0
     for stretch in range(len(cuts[0]) - 1 if cuts else 0):
-        parts, part_ids = [], []
-        for run, (column, run_ids, keep) in enumerate(zip(fingerprints, ids, kept, strict=True)):
-            span = slice(int(cuts[run][stretch]), int(cuts[run][stretch + 1]))
-            if keep is None:
-                parts.append(column[span])
-                part_ids.append(run_ids[span])
-            else:
-                parts.append(column[span][keep[span]])
-                part_ids.append(run_ids[span][keep[span]])
-        joined = np.concatenate(parts)
-        count = len(joined)
+        parts, part_ids = _stretch_of(fingerprints, ids if stretch in twice else None, kept, cuts, stretch)
+        count = sum(len(part) for part in parts)
         if not count:
             continue
-        joined_ids = np.concatenate(part_ids, dtype=out_ids.dtype)
-        keys, sorted_ids = out[filled : filled + count], out_ids[filled : filled + count]
-        order = merge_first(joined, joined_ids, keys)
-        np.take(joined_ids, order, out=sorted_ids)
-        del joined, joined_ids, order
-        # Equal (fingerprint, id) pairs share a fingerprint, so one stretch holds them all.
-        once = first_of_each(keys, sorted_ids)
-        if once is not None:
-            count = int(np.count_nonzero(once))
-            keys[:count] = keys[once]
-            sorted_ids[:count] = sorted_ids[once]
+        if stretch in twice:
+            # (Merged beside ``out``, which holds only what is left of it.)
+            keys = np.empty(count, dtype=np.uint64)
+            sorted_ids = np.empty(count, dtype=np.result_type(*(part.dtype for part in part_ids)))
+            left = _merged_stretch(parts, part_ids, keys, sorted_ids)
+            out[filled : filled + left] = keys[:left]
+            filled += left
+            continue
+        merge_rotated(parts, out[filled : filled + count])  # (a sorted union, ties need no order)
         filled += count
     return filled
 

@@ -12,8 +12,9 @@ from simstore.index.column_merge import (
     fingerprint_then_id_order,
     first_of_each,
     id_bytes_kept,
+    join_ids_into,
+    join_keys_into,
     merge_first,
-    merge_first_into,
     merge_rotated,
     merge_rotated_into,
     rotated_column,
@@ -91,9 +92,11 @@ def test_a_join_a_stretch_at_a_time_equals_sorting_the_entries_kept(
         for fps, _ in runs
     ]
     total = sum(len(fps) for fps, _ in runs)
-    out = np.full(total, 7, dtype=np.uint64)
+    fingerprints, ids = [fps for fps, _ in runs], [doc_ids for _, doc_ids in runs]
     out_ids = np.full(total, 7, dtype=np.uint32)
-    written = merge_first_into([fps for fps, _ in runs], [ids for _, ids in runs], kept, out, out_ids, chunk)
+    written, repeated = join_ids_into(fingerprints, ids, kept, out_ids, chunk)
+    out = np.full(written, 7, dtype=np.uint64)
+    assert join_keys_into(fingerprints, ids, kept, out, repeated, chunk) == written
     expected = sorted(
         {
             (fp, doc)
