@@ -30,6 +30,7 @@ from simstore.index.column_search import (
     Snapshot,
     build_directory,
     directory_bits,
+    directory_dtype,
 )
 from simstore.index.multi_index import MultiIndex
 from simstore.index.permute import U64Array
@@ -60,27 +61,13 @@ def write_run(
     ids_value, sorted_ids = columns.allocate(entries, columns.id_width(ids))
     np.take(ids, order, out=sorted_ids)
     del order
-    _put_table(
-        txn,
-        databases[0],
-        0,
-        run_id,
-        columns.seal(keys_value, columns.KEYS, keys),
-        _directory(scheme, 0, keys),
-    )
+    _put_table(txn, databases[0], scheme, 0, run_id, keys_value, keys)
     _put(txn, databases[0], 0, run_id, columns.IDS, columns.seal(ids_value, columns.IDS, sorted_ids))
     del keys_value, keys, ids_value, sorted_ids
     for table in range(1, scheme.tables):
         keys_value, keys = columns.allocate(entries, 8)
         column_merge.rotated_column(scheme, table, fingerprints, keys, column_merge.CHUNK_ENTRIES)
-        _put_table(
-            txn,
-            databases[table],
-            table,
-            run_id,
-            columns.seal(keys_value, columns.KEYS, keys),
-            _directory(scheme, table, keys),
-        )
+        _put_table(txn, databases[table], scheme, table, run_id, keys_value, keys)
         del keys_value, keys
     return entries
 
@@ -131,8 +118,7 @@ def join_run(
     # Whole columns of the sources merge as they are; once an entry was
     # dropped, a rotated column (whose keys carry no id) is made afresh.
     whole = entries == sum(len(run) for run in sources)
-    directory = _directory(scheme, 0, keys)
-    _put_table(txn, databases[0], 0, run_id, columns.seal(keys_value, columns.KEYS, keys), directory)
+    _put_table(txn, databases[0], scheme, 0, run_id, keys_value, keys)
     # Table 0's keys are the fingerprints, sorted: kept for the rotated
     # columns made afresh (a view of the value put, which it keeps alive).
     sorted_fingerprints: U64Array | None = None if whole else keys
@@ -143,25 +129,34 @@ def join_run(
             column_merge.merge_rotated_into([run.rotated[table - 1] for run in sources], keys, chunk)
         else:
             column_merge.rotated_column(scheme, table, sorted_fingerprints, keys, chunk)
-        directory = _directory(scheme, table, keys)
-        _put_table(
-            txn, databases[table], table, run_id, columns.seal(keys_value, columns.KEYS, keys), directory
-        )
+        _put_table(txn, databases[table], scheme, table, run_id, keys_value, keys)
         del keys_value, keys
     return entries
 
 
 def _put_table(
-    txn: Txn, database: Database, table: int, run_id: int, keys_value: bytearray, directory: Directory
+    txn: Txn,
+    database: Database,
+    scheme: MultiIndex,
+    table: int,
+    run_id: int,
+    keys_value: bytearray,
+    keys: U64Array,
 ) -> None:
-    """Put one table's sorted keys (an encoded value) and their directory."""
-    _put(txn, database, table, run_id, columns.KEYS, keys_value)
-    positions = columns.encode(columns.DIRECTORY, directory.positions, bits=directory.bits)
-    _put(txn, database, table, run_id, columns.DIRECTORY, positions)
-
-
-def _directory(scheme: MultiIndex, table: int, keys: U64Array) -> Directory:
-    return build_directory(keys, directory_bits(len(keys), scheme.widths[table]))
+    """Put one table's sorted ``keys`` (the payload of ``keys_value``, sealed
+    here) and their directory, counted straight into the value put."""
+    _put(txn, database, table, run_id, columns.KEYS, columns.seal(keys_value, columns.KEYS, keys))
+    bits = directory_bits(len(keys), scheme.widths[table])
+    value, positions = columns.allocate((1 << bits) + 1, directory_dtype(len(keys)).itemsize)
+    build_directory(keys, bits, out=positions)
+    _put(
+        txn,
+        database,
+        table,
+        run_id,
+        columns.DIRECTORY,
+        columns.seal(value, columns.DIRECTORY, positions, bits=bits),
+    )
 
 
 def _put(txn: Txn, database: Database, table: int, run_id: int, kind: int, value: bytearray) -> None:

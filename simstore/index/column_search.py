@@ -113,12 +113,27 @@ def directory_bits(entries: int, width: int) -> int:
     return min(max(wanted, MIN_DIRECTORY_BITS), width, MAX_DIRECTORY_BITS)
 
 
-def build_directory(sorted_keys: U64Array, bits: int) -> Directory:
-    """The directory of ``sorted_keys`` over their top ``bits`` bits."""
+def directory_dtype(entries: int) -> np.dtype[Any]:
+    """The positions' type of a directory of ``entries`` keys."""
+    return np.dtype(np.uint32) if entries < 1 << 32 else np.dtype(np.uint64)
+
+
+def build_directory(
+    sorted_keys: U64Array, bits: int, out: npt.NDArray[np.unsignedinteger[Any]] | None = None
+) -> Directory:
+    """The directory of ``sorted_keys`` over their top ``bits`` bits (its
+    positions written into ``out`` if given: ``2**bits + 1`` of
+    :func:`directory_dtype`, such as a value's payload to be put)."""
     if not 0 <= bits <= MAX_DIRECTORY_BITS:
         raise InvalidValueError(f"directory bits must be in 0..{MAX_DIRECTORY_BITS}, got {bits}")
-    dtype = np.dtype(np.uint32) if len(sorted_keys) < 1 << 32 else np.dtype(np.uint64)
-    positions: npt.NDArray[np.unsignedinteger[Any]] = np.zeros((1 << bits) + 1, dtype=dtype)
+    dtype = directory_dtype(len(sorted_keys))
+    if out is None:
+        positions: npt.NDArray[np.unsignedinteger[Any]] = np.zeros((1 << bits) + 1, dtype=dtype)
+    else:
+        if out.shape != ((1 << bits) + 1,) or out.dtype != dtype:
+            raise ValueError(f"a directory of {bits} bits takes {(1 << bits) + 1} items of {dtype}")
+        positions = out
+        positions[:] = 0
     if not bits:
         positions[1] = len(sorted_keys)
         return Directory(bits, positions)
