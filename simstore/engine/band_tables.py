@@ -12,7 +12,6 @@ viewed in place like them (``txn`` reads buffers: no copy).
 from __future__ import annotations
 
 from collections.abc import Sequence
-from typing import Any
 
 import numpy as np
 import numpy.typing as npt
@@ -44,8 +43,9 @@ def write_joined_band_run(
     first), keeping the entries ``kept[i]`` keeps of ``runs[i]`` (``None``:
     all), merged straight into the values put (8 bytes an entry, and a
     stretch's arrays)."""
-    if any(run.ids.dtype.itemsize > 4 and len(run.ids) and int(run.ids.max()) >= 1 << 32 for run in runs):
-        # Ids past 32 bits (over 4G documents): the whole-array join.
+    chunk = column_merge.CHUNK_ENTRIES
+    if column_merge.id_bytes_kept([run.ids for run in runs], kept, chunk) > 4:
+        # A kept id past 32 bits (over 4G documents): the whole-array join.
         dropped = [None if keep is None else run.ids[~keep] for run, keep in zip(runs, kept, strict=True)]
         write_band_run(txn, database, run_id, band_runs.join_band_runs(runs, dropped))
         return
@@ -55,18 +55,15 @@ def write_joined_band_run(
     )
     keys_value, keys = columns.allocate(total, 4)
     ids_value, ids = columns.allocate(total, 4)
-    entries = band_runs.join_band_runs_into(runs, kept, keys, ids, column_merge.CHUNK_ENTRIES)
-    if entries < total:  # entries held twice (rare): values as long as what is left
-        keys_value, keys = _copied(keys[:entries])
-        ids_value, ids = _copied(ids[:entries])
+    entries = band_runs.join_band_runs_into(runs, kept, keys, ids, chunk)
     for kind, value, payload in ((columns.BAND_KEYS, keys_value, keys), (columns.BAND_IDS, ids_value, ids)):
-        _put_new(txn, database, run_id, kind, columns.seal(value, kind, payload))
-
-
-def _copied(items: npt.NDArray[Any]) -> tuple[bytearray, npt.NDArray[Any]]:
-    value, copy = columns.allocate(len(items), items.dtype.itemsize)
-    copy[:] = items
-    return value, copy
+        # (Entries held twice, rare, leave the values longer than what is left: copied.)
+        sealed = (
+            columns.seal(value, kind, payload)
+            if entries == total
+            else columns.encode(kind, payload[:entries])
+        )
+        _put_new(txn, database, run_id, kind, sealed)
 
 
 def _put_new(txn: Txn, database: Database, run_id: int, kind: int, value: bytes | bytearray) -> None:

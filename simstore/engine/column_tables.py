@@ -103,13 +103,15 @@ def join_run(
     entries, repeated = column_merge.join_ids_into(fingerprints, ids, kept, sorted_ids, chunk)
     if not entries:
         return 0
-    if entries < total:
-        # A document held twice under one fingerprint (rare): a value as long as what is left.
-        kept_ids = sorted_ids[:entries]
-        ids_value, sorted_ids = columns.allocate(entries, sorted_ids.dtype.itemsize)
-        sorted_ids[:] = kept_ids
-        del kept_ids
-    _put(txn, databases[0], 0, run_id, columns.IDS, columns.seal(ids_value, columns.IDS, sorted_ids))
+    # A document held twice under one fingerprint (rare) leaves the value
+    # longer than what is left: a copy as long as that is put.
+    sealed = (
+        columns.seal(ids_value, columns.IDS, sorted_ids)
+        if entries == total
+        else columns.encode(columns.IDS, sorted_ids[:entries])
+    )
+    _put(txn, databases[0], 0, run_id, columns.IDS, sealed)
+    del sealed
     del ids_value, sorted_ids
     # The keys in a second pass, so that the ids' value and theirs are not held at once.
     keys_value, keys = columns.allocate(entries, 8)

@@ -53,9 +53,9 @@ from simstore.engine._lmdb import Database, MapMovedError, Txn
 from simstore.engine.band_tables import view_band_run, write_band_run, write_joined_band_run
 from simstore.engine.column_index import UNSTAMPED, ColumnCatalog, ColumnIndex, Live, RunEntry
 from simstore.engine.column_tables import drop_run, view_run
-from simstore.engine.columns import BAND_KEYS, HEADER, run_key
 from simstore.engine.format import CATALOG_KEY, REMOVALS_KEY
 from simstore.engine.record_scan import id_and_fingerprint_arrays, sketch_rows
+from simstore.errors import CorruptStoreError
 from simstore.fingerprinting.bands import band_keys
 from simstore.fingerprinting.sketch import Sketch, U8Array
 from simstore.index.band_runs import BandRun, look_up, short_keys, sorted_band_run
@@ -532,13 +532,9 @@ class ColumnTableSet:
         except MapMovedError:
             return None
         try:
-            total = 0
-            for run in runs:
-                raw = reader.get(run_key(run.run_id, BAND_KEYS), db=self.databases[0])
-                if raw is None or len(raw) < HEADER.size:
-                    return None  # (not this snapshot's run: the estimate will do)
-                total += int(HEADER.unpack_from(raw)[-1])
-            return total
+            return sum(len(view_band_run(reader, self.databases[0], run.run_id)) for run in runs)
+        except CorruptStoreError:
+            return None  # (not this snapshot's runs, or damaged: the estimate will do, the join will tell)
         finally:
             reader.abort()
 
