@@ -45,3 +45,22 @@ def compaction_under_way(store: Store) -> Compaction | None:
 def run_count(store: Store) -> int:
     with store._engine.read():
         return len(store._engine.tableset.catalog.runs)
+
+
+class SmallStretches:
+    """A state machine mixin (listed before the machine): joins merge
+    ``STRETCH`` entries at a time instead of about 4M, so that every join
+    cuts its runs into many stretches, for as long as the machine runs."""
+
+    STRETCH = 3
+
+    def __init__(self) -> None:
+        self._stretch = mock.patch("simstore.index.column_merge.CHUNK_ENTRIES", self.STRETCH)
+        self._stretch.start()
+        super().__init__()
+
+    def teardown(self) -> None:
+        try:
+            super().teardown()  # type: ignore[misc]
+        finally:
+            self._stretch.stop()

@@ -11,10 +11,10 @@ import random
 import shutil
 import tempfile
 from pathlib import Path
-from unittest import mock
 
 import numpy as np
 import pytest
+from _merge_faults import SmallStretches
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 from hypothesis.stateful import RuleBasedStateMachine, invariant, precondition, rule
@@ -393,20 +393,11 @@ BandTableMachine.TestCase.settings = settings(
 TestBandTable = BandTableMachine.TestCase
 
 
-class StretchedBandJoinMachine(BandTableMachine):
+class StretchedBandJoinMachine(SmallStretches, BandTableMachine):
     """The same, with joins merging 2 entries at a time (instead of about 4M):
     every band join cuts its runs into many stretches."""
 
-    def __init__(self) -> None:
-        self._stretch = mock.patch("simstore.index.column_merge.CHUNK_ENTRIES", 2)
-        self._stretch.start()
-        super().__init__()
-
-    def teardown(self) -> None:
-        try:
-            super().teardown()
-        finally:
-            self._stretch.stop()
+    STRETCH = 2
 
 
 StretchedBandJoinMachine.TestCase.settings = settings(

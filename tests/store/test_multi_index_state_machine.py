@@ -18,6 +18,7 @@ from typing import Any
 from unittest import mock
 
 import numpy as np
+from _merge_faults import SmallStretches
 from hypothesis import HealthCheck, settings
 from hypothesis import strategies as st
 from hypothesis.stateful import initialize, invariant, precondition, rule
@@ -266,21 +267,12 @@ MultiIndexStoreMachine.TestCase.settings = settings(
 TestMultiIndexStoreMachine = MultiIndexStoreMachine.TestCase
 
 
-class StretchedJoinMachine(MultiIndexStoreMachine):
-    """The same, with joins merging a few entries at a time (instead of about
+class StretchedJoinMachine(SmallStretches, MultiIndexStoreMachine):
+    """The same, with joins merging 3 entries at a time (instead of about
     4M), so that every join cuts its runs into many stretches: entries of one
     fingerprint in several runs, dropped ones and repeats on both sides of a cut."""
 
-    def __init__(self) -> None:
-        super().__init__()
-        self._stretch = mock.patch("simstore.index.column_merge.CHUNK_ENTRIES", 3)
-        self._stretch.start()
-
-    def teardown(self) -> None:
-        try:
-            super().teardown()
-        finally:
-            self._stretch.stop()
+    STRETCH = 3
 
 
 StretchedJoinMachine.TestCase.settings = settings(
