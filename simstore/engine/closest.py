@@ -235,7 +235,7 @@ def closest_in(
     """The closest ``limit`` matches of one fingerprint in the delta and the
     tables, read in ``txn`` (the document ``own_id`` left out), the search
     stopped once it has them."""
-    permuted = engine.permute_all(fingerprint)
+    permuted = engine.permuted_for_query(fingerprint)
     found = engine.delta.matches(permuted, fingerprint, k)
     search = Search(engine, k, limit, threshold, with_meta)
     closest = Closest(engine, txn, search, found, records, sketch, own_id)

@@ -180,6 +180,9 @@ class _Pin:
 class ColumnTableSet:
     """The tables of one multi-index scheme, as the engine uses them."""
 
+    #: Probes are made from the query itself (the delta alone reads permuted keys).
+    reads_permuted_keys = False
+
     @property
     def bitmaps_unread(self) -> bool:
         """Never: format 3 has no bitmaps (format 2's TableSet reads them lazily)."""

@@ -41,7 +41,7 @@ def query(
     """``Store.query`` of a fingerprint and its sketch, arguments checked."""
     with engine.read(query=True) as txn:
         # Permute inside the read: it may have adopted another process's new layout.
-        permuted = engine.permute_all(fingerprint)
+        permuted = engine.permuted_for_query(fingerprint)
         records: dict[int, bytes] = {}
         found = find(engine, txn, permuted, fingerprint, k, records)
         known = add_banded(engine, txn, fingerprint, sketch, k, threshold, found, records)

@@ -26,6 +26,8 @@ class StoredTables(Protocol):
 
     catalog: Any
     databases: list[Database]
+    #: Whether :meth:`find` reads the query's permuted keys (else it is given none).
+    reads_permuted_keys: bool
 
     @property
     def bitmaps_unread(self) -> bool: ...

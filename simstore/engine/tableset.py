@@ -71,6 +71,9 @@ class TableSet:
     """The tables of one layout and, per process, what queries need of them:
     the catalog last adopted and the bitmaps read so far."""
 
+    #: A query's bucket keys are its permuted fingerprints.
+    reads_permuted_keys = True
+
     def __init__(
         self,
         tables: tuple[Table, ...],

@@ -15,6 +15,7 @@ from simstore.errors import InvalidValueError
 from simstore.index.column_search import (
     MAX_DIRECTORY_BITS,
     MIN_DIRECTORY_BITS,
+    RunPlace,
     Snapshot,
     build_directory,
     build_run,
@@ -200,3 +201,65 @@ def test_a_directory_counted_a_stretch_at_a_time_counts_every_slot(
     expected = [sum(slot < end for slot in slots) for end in range((1 << bits) + 1)]
     with mock.patch("simstore.index.column_search.DIRECTORY_CHUNK", chunk):
         assert build_directory(keys, bits).positions.tolist() == expected
+
+
+@settings(max_examples=80, deadline=None)
+@given(
+    st.lists(st.integers(0, 2**64 - 1) | st.sampled_from([0, 2**63, 2**64 - 1]), min_size=1, max_size=60),
+    st.integers(0, 12),
+    st.sampled_from([1, 2, 32]),
+    st.data(),
+)
+def test_a_query_alone_equals_brute_force_whichever_path_it_takes(
+    values: list[int], k: int, block_keys: int, data: st.DataObject
+) -> None:
+    # A single query reads each probe's slot as a block of keys when no
+    # slot holds more than a block (else it takes the batch's path); with
+    # blocks of 1 and 2 keys both paths run, and slots crowd (repeats).
+    stored = np.array(values + values[: data.draw(st.integers(0, 5))], dtype=np.uint64)
+    ids = np.arange(len(stored), dtype=np.uint64) + 5
+    scheme = data.draw(st.sampled_from(list(exact_schemes(k))[:6]))
+    with mock.patch("simstore.index.column_search.BLOCK_KEYS", block_keys):
+        snapshot = Snapshot.of(scheme, [build_run(scheme, stored, ids)])
+    for query in [values[0], values[-1] ^ (1 << data.draw(st.integers(0, 63))), 0, 2**64 - 1]:
+        got = sorted(zip(*snapshot.search_one(query, k), strict=True))
+        assert got == [(doc, d) for _, doc, d in brute_force(stored, ids, np.array([query], np.uint64), k)]
+
+
+@settings(max_examples=60, deadline=None)
+@given(
+    st.lists(st.integers(0, 40) | st.integers(2**64 - 40, 2**64 - 1), min_size=1, max_size=30),
+    st.sampled_from([0, 3, 5]),
+    st.data(),
+)
+def test_a_query_alone_never_reads_a_block_past_the_buffer(
+    values: list[int], k: int, data: st.DataObject
+) -> None:
+    # A column that ends where the buffer ends (a store's last value in the
+    # map) leaves a block no room to run past its slot: such a snapshot
+    # takes the batch's path, and finds what is there. Keys crowd at both
+    # ends of the key space, so the last slots are full.
+    stored = np.array(values, dtype=np.uint64)
+    ids = np.arange(len(stored), dtype=np.uint64)
+    scheme = data.draw(st.sampled_from(list(exact_schemes(k))[:4]))
+    run = build_run(scheme, stored, ids)
+    # Ids, then directories, then the columns, the last table's last of all.
+    parts = [run.ids.astype("<u8")] + [
+        np.append(d.positions.astype("<u4"), np.zeros(len(d.positions) % 2, "<u4")).view("<u8")
+        for d in run.directories
+    ]
+    parts += [run.column(table).astype("<u8") for table in range(scheme.tables)]
+    starts = np.cumsum([0] + [len(part) for part in parts]).tolist()
+    tables = scheme.tables
+    place = RunPlace(
+        entries=len(stored),
+        key_words=tuple(starts[1 + tables : 1 + 2 * tables]),
+        directory_bits=tuple(d.bits for d in run.directories),
+        directory_halves=tuple(2 * start for start in starts[1 : 1 + tables]),
+        id_index=starts[0],
+        id_bytes=8,
+    )
+    snapshot = Snapshot(scheme, np.concatenate(parts), [place])
+    for query in [values[-1], values[0] ^ 1, 2**64 - 1, 0]:
+        got = sorted(zip(*snapshot.search_one(query, k), strict=True))
+        assert got == [(doc, d) for _, doc, d in brute_force(stored, ids, np.array([query], np.uint64), k)]
