@@ -177,6 +177,7 @@ def _token_pattern() -> re.Pattern[str]:
 
 _HAN_CHAR = re.compile(rf"[{_HAN}]")
 _ASCII_WORD = re.compile(r"\w+", re.ASCII)
+_WORD = re.compile(r"\w+")
 
 
 def tokenise(text: str, *, hmm: bool = True) -> list[str]:
@@ -189,6 +190,62 @@ def tokenise(text: str, *, hmm: bool = True) -> list[str]:
     if text.isascii():
         # Same cut (no Han, marks or So symbols in ASCII), by a simpler regex.
         return _ASCII_WORD.findall(text)
+    if _HAN_CHAR.search(text, 0, _HAN_LOOK) is None:
+        # Text without Han or marks (most non-ASCII text outside Asia: curly
+        # quotes, dashes, accents, box drawing) is cut by a plain word
+        # pattern, itself a few times faster than the whole one; its
+        # distinct characters say whether it qualifies.
+        plain = _plain_pattern(frozenset(text))
+        if plain is not None:
+            return plain.findall(text)
+    return _cut_by_token_pattern(text, hmm)
+
+
+#: Characters of a text searched for Han before its distinct characters are
+#: taken (Chinese text goes to the whole pattern at once).
+_HAN_LOOK = 256
+
+
+def _plain_pattern(chars: frozenset[str]) -> re.Pattern[str] | None:
+    """A pattern that cuts a text made of ``chars`` as the token pattern
+    does, if none of them is Han or a mark: words (``\\w+``, the token
+    pattern's words when there are neither), and each So symbol among
+    ``chars`` alone. ``None`` if a character is Han or a mark."""
+    symbols = []
+    for char in chars:
+        if char > "\x7f":
+            kind = _char_kind(char)
+            if kind == _SPECIAL:
+                return None
+            if kind == _SYMBOL:
+                symbols.append(char)
+    if not symbols:
+        return _WORD
+    return _words_and_symbols(frozenset(symbols))
+
+
+_PLAIN, _SYMBOL, _SPECIAL = 0, 1, 2
+
+
+@functools.lru_cache(maxsize=1 << 16)
+def _char_kind(char: str) -> int:
+    """Whether a character is Han or a mark (which the token pattern treats
+    apart from words), a So symbol (a token alone), or neither."""
+    category = unicodedata.category(char)
+    if category[0] == "M" or _HAN_CHAR.match(char):
+        return _SPECIAL
+    return _SYMBOL if category == "So" else _PLAIN
+
+
+@functools.lru_cache(maxsize=1024)
+def _words_and_symbols(symbols: frozenset[str]) -> re.Pattern[str]:
+    """Words, or one of ``symbols`` (So characters: never word characters)."""
+    return re.compile(rf"\w+|[{_char_class(sorted(map(ord, symbols)))}]")
+
+
+def _cut_by_token_pattern(text: str, hmm: bool) -> list[str]:
+    """:func:`tokenise` of non-ASCII text by the whole token pattern, Han
+    runs segmented."""
     # findall does the whole cut in C; only text with Han needs a second look.
     pieces: list[str] = _token_pattern().findall(text)
     if not _HAN_CHAR.search(text):

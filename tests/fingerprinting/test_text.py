@@ -16,6 +16,7 @@ from simstore.fingerprinting.segmenter import jieba_idf, segmenter_info
 from simstore.fingerprinting.text import (
     _control_table,
     _controls_stripped,
+    _cut_by_token_pattern,
     _token_pattern,
     as_text,
     normalise,
@@ -107,6 +108,38 @@ def test_tokenise_rare_han_outside_jieba_range() -> None:
 def test_ascii_fast_path_cuts_like_the_general_pattern(text: str) -> None:
     normalised = normalise(text)
     assert tokenise(normalised) == _token_pattern().findall(normalised)
+
+
+# Characters of every kind the cut treats apart: words in several scripts,
+# punctuation, So symbols (box drawing, emoji, the copyright sign), combining
+# marks, Han, and the separators between them.
+_MIXED_ALPHABET = st.sampled_from(
+    list("ab Z_09 .,;-'")
+    + list("éßøœ \u2019\u201c\u201d\u2014\u2026«» ΣσЖж ١٢")
+    + list("─│┌©®°☺")
+    + ["\U0001f600"]
+    + ["\u0301", "\u0308", "\u093f"]
+    + list("中文字")
+) | st.characters(min_codepoint=0x80, max_codepoint=0x2FFF)
+
+
+@given(st.text(alphabet=_MIXED_ALPHABET, max_size=60))
+def test_non_ascii_fast_paths_cut_like_the_general_pattern(text: str) -> None:
+    # Text without Han or marks is cut by a plain word pattern (with its So
+    # symbols added): the same tokens as the whole token pattern.
+    normalised = normalise(text)
+    assert tokenise(normalised) == _cut_by_token_pattern(normalised, True)
+
+
+def test_han_past_the_first_look_still_goes_to_the_segmenter() -> None:
+    # The first 256 characters are searched for Han; a text whose Han comes
+    # later is still seen to have it (by its distinct characters) and its
+    # Han run is cut into words, not kept whole as a plain word would be.
+    for head in ("word " * 100, "naïve ─ text" + " x" * 200):
+        text = head + "我们是中国人"
+        tokens = tokenise(text)
+        assert tokens == _cut_by_token_pattern(text, True)
+        assert "我们是中国人" not in tokens and "中国" in tokens
 
 
 def test_tokenise_nothing() -> None:
