@@ -28,24 +28,27 @@ def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item
 
 
 #: The test that ran last in this process (for the SIGINT check below).
-_LAST_TEST = ["(none: the first test of this process)"]
+_LAST_TEST: list[str | None] = [None]
 
 
 @pytest.fixture(autouse=True)
 def _sigint_as_at_a_terminal(request: pytest.FixtureRequest) -> None:
     """Python's SIGINT handler, unblocked, at every test's start: the command
-    line's tests send SIGINT to their own process and expect its handling.
-    CI (2026-11-29) twice had workers reach them with SIGINT ignored (left
-    so by an earlier test, not found); a warning names the test that ran
-    before, and the state is put back."""
+    line's tests send SIGINT to their own process and expect a terminal's
+    handling of it. A test run started as a background job of a shell
+    without job control (``cmd &`` in a script) inherits SIGINT ignored, and
+    Python leaves it so: set back silently at a process's first test. A
+    test that leaves it ignored or blocked for the next is named in a
+    warning."""
     handler = signal.getsignal(signal.SIGINT)
     blocked = signal.SIGINT in signal.pthread_sigmask(signal.SIG_BLOCK, [])
     if handler is not signal.default_int_handler or blocked:
-        warnings.warn(
-            f"SIGINT was {handler!r}{' and blocked' if blocked else ''} after {_LAST_TEST[0]} "
-            "(set back to Python's handler)",
-            stacklevel=1,
-        )
+        if _LAST_TEST[0] is not None:
+            warnings.warn(
+                f"SIGINT was {handler!r}{' and blocked' if blocked else ''} after {_LAST_TEST[0]} "
+                "(set back to Python's handler)",
+                stacklevel=1,
+            )
         # Ignored first: a SIGINT left pending while blocked is dropped, not
         # raised here when it is unblocked.
         signal.signal(signal.SIGINT, signal.SIG_IGN)
