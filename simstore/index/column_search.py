@@ -196,12 +196,17 @@ class RunPlace:
 #: Matches at most this many are de-duplicated and given ids in Python
 #: (a single query's usually are): cheaper than the numpy calls below.
 SMALL_MATCHES = 24
-#: A single query reads every probe's directory slot as a block of this
-#: many keys at most (as many as the fullest slot holds), so one gather
-#: serves every probe; a slot fuller than this (many copies of one text)
-#: sends the query down the path batches take. Measured at 1M, k = 5: a
-#: query's search in 0.88x the time of that path (alternating in one process).
+#: A single query reads every probe's directory slot as a block of keys (as
+#: many as the fullest slot holds), so one gather serves every probe; a slot
+#: fuller than a snapshot's block limit (many copies of one text) sends the
+#: query down the path batches take. The limit is this many keys, or
+#: BLOCK_FILL times the mean fill of the fullest directory's slots if more
+#: (a 21-bit slot of a 100M run holds some 50 keys), at most MAX_BLOCK_KEYS.
+#: Measured in one process, alternating, k = 5: a query's search in 0.88x
+#: the time of that path at 1M, 0.57x at 100M (blocks of up to 128 keys).
 BLOCK_KEYS = 32
+BLOCK_FILL = 4
+MAX_BLOCK_KEYS = 256
 #: Probe rows (queries x probes x runs) a batch searches at once: bounds the
 #: batch's temporary arrays to a few tens of MiB.
 BATCH_ROWS = 1 << 16
@@ -297,7 +302,12 @@ class Snapshot:
             place.key_words[table] + place.entries for place in self.runs for table in range(scheme.tables)
         ]
         room = len(self.words) - max(column_ends, default=0)
-        self._block_limit = max(0, min(BLOCK_KEYS, room))
+        fullest_mean = max(
+            (place.entries / (1 << bits) for place in self.runs for bits in place.directory_bits),
+            default=0.0,
+        )
+        wanted = min(max(BLOCK_KEYS, int(BLOCK_FILL * fullest_mean)), MAX_BLOCK_KEYS)
+        self._block_limit = max(0, min(wanted, room))
         self._blocks: dict[int, npt.NDArray[np.uint64]] = {}
 
     @classmethod

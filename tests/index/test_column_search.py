@@ -263,3 +263,18 @@ def test_a_query_alone_never_reads_a_block_past_the_buffer(
     for query in [values[-1], values[0] ^ 1, 2**64 - 1, 0]:
         got = sorted(zip(*snapshot.search_one(query, k), strict=True))
         assert got == [(doc, d) for _, doc, d in brute_force(stored, ids, np.array([query], np.uint64), k)]
+
+
+def test_slots_full_on_average_are_read_in_wider_blocks() -> None:
+    # A directory of 8-bit slots over 30K keys holds about 120 keys a slot:
+    # single queries read blocks that wide (not the batch's path) and still
+    # find exactly what a scan finds.
+    scheme = MultiIndex((8,) * 8, (0,) * 8)
+    stored = planted(seed=3, singles=30_000, clusters=50, size=5, k=5)
+    ids = np.arange(len(stored), dtype=np.uint64)
+    snapshot = Snapshot.of(scheme, [build_run(scheme, stored, ids)])
+    assert snapshot._block_limit > 128
+    for query in near_queries(stored, 20, 5, seed=4).tolist():
+        assert snapshot._block_candidates(query, 5) is not None
+        got = sorted(zip(*snapshot.search_one(query, 5), strict=True))
+        assert got == [(doc, d) for _, doc, d in brute_force(stored, ids, np.array([query], np.uint64), 5)]
