@@ -21,7 +21,6 @@ from typing import TYPE_CHECKING
 import numpy as np
 
 from simstore.engine import _lmdb, band_search
-from simstore.engine.query import permuted_keys
 from simstore.engine.reads import BATCH_READS_BITMAPS, resolve
 from simstore.engine.records import decode_record, encode_id
 from simstore.engine.settings import store_sketch
@@ -312,7 +311,7 @@ def _query_distinct(
     with engine.read(query=True) as txn:
         tableset = engine.tableset
         tableset.read_bitmaps(txn, 1 << 30 if len(queries) >= BATCH_READS_BITMAPS else 1)
-        columns, rows = permuted_keys(engine.tables, engine.permute_all, queries)
+        columns, rows = engine.permuted_for_queries(queries)
         query_list = queries.tolist()
         founds = [
             engine.delta.matches(permuted, query, k) for query, permuted in zip(query_list, rows, strict=True)

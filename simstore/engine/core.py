@@ -34,11 +34,12 @@ from simstore.engine import _lmdb
 from simstore.engine.delta import Change, Delta, encode_seq
 from simstore.engine.delta_bands import DeltaBands
 from simstore.engine.format import CATALOG_KEY, META_KEY, STATE_KEY, State, StoredParams, decode_meta
+from simstore.engine.query import permuted_keys
 from simstore.engine.stored_tables import tableset_for
 from simstore.engine.wal import WRITE_AHEAD_LOG
 from simstore.errors import CorruptStoreError, ReadOnlyError, StoreClosedError
 from simstore.fingerprinting.fingerprinter import Fingerprinter
-from simstore.index.permute import Table, tables_permuter
+from simstore.index.permute import Table, U64Array, tables_permuter
 from simstore.options import Options
 
 T = TypeVar("T")
@@ -384,9 +385,20 @@ class Engine:
         """``fingerprint``'s permuted key for every table, where a query
         reads them (the delta's tables, format 2's); none where nothing
         does (format 3 with an empty delta: a few µs a query saved)."""
-        if self.tableset.reads_permuted_keys or len(self.delta):
+        if self._queries_read_permuted_keys():
             return self.permute_all(fingerprint)
         return ()
+
+    def permuted_for_queries(self, fingerprints: U64Array) -> tuple[list[U64Array], list[tuple[int, ...]]]:
+        """:meth:`permuted_for_query` of a batch, as
+        :func:`simstore.engine.query.permuted_keys` gives it (per table, per
+        query); no columns and an empty row a query where nothing reads them."""
+        if self._queries_read_permuted_keys():
+            return permuted_keys(self.tables, self.permute_all, fingerprints)
+        return [], [()] * len(fingerprints)
+
+    def _queries_read_permuted_keys(self) -> bool:
+        return self.tableset.reads_permuted_keys or bool(len(self.delta))
 
     def read(self, *, query: bool = False) -> Reading:
         """A read transaction with the delta in step with its snapshot; for

@@ -14,7 +14,6 @@ from typing import TYPE_CHECKING
 import numpy as np
 
 from simstore.engine import _lmdb, band_search
-from simstore.engine.query import permuted_keys
 from simstore.engine.record_scan import fingerprint_array, id_and_fingerprint_arrays, sketch_rows
 from simstore.engine.records import decode_record, encode_id, lookup_key
 from simstore.engine.settings import store_sketch
@@ -68,7 +67,7 @@ def query_many(
     with engine.read(query=True) as txn:
         # A batch may as well read every bitmap first.
         engine.tableset.read_bitmaps(txn, 1 << 30 if len(queries) >= BATCH_READS_BITMAPS else 1)
-        columns, rows = permuted_keys(engine.tables, engine.permute_all, queries)
+        columns, rows = engine.permuted_for_queries(queries)
         query_list = queries.tolist()
         founds = [
             engine.delta.matches(permuted, query, k) for query, permuted in zip(query_list, rows, strict=True)
