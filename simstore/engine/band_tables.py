@@ -57,13 +57,7 @@ def write_joined_band_run(
     ids_value, ids = columns.allocate(total, 4)
     entries = band_runs.join_band_runs_into(runs, kept, keys, ids, chunk)
     for kind, value, payload in ((columns.BAND_KEYS, keys_value, keys), (columns.BAND_IDS, ids_value, ids)):
-        # (Entries held twice, rare, leave the values longer than what is left: copied.)
-        sealed = (
-            columns.seal(value, kind, payload)
-            if entries == total
-            else columns.encode(kind, payload[:entries])
-        )
-        _put_new(txn, database, run_id, kind, sealed)
+        _put_new(txn, database, run_id, kind, columns.seal_filled(value, kind, payload, entries))
 
 
 def _put_new(txn: Txn, database: Database, run_id: int, kind: int, value: bytes | bytearray) -> None:

@@ -103,13 +103,8 @@ def join_run(
     entries, repeated = column_merge.join_ids_into(fingerprints, ids, kept, sorted_ids, chunk)
     if not entries:
         return 0
-    # A document held twice under one fingerprint (rare) leaves the value
-    # longer than what is left: a copy as long as that is put.
-    sealed = (
-        columns.seal(ids_value, columns.IDS, sorted_ids)
-        if entries == total
-        else columns.encode(columns.IDS, sorted_ids[:entries])
-    )
+    # (A document held twice under one fingerprint, rarely, leaves fewer entries than total.)
+    sealed = columns.seal_filled(ids_value, columns.IDS, sorted_ids, entries)
     _put(txn, databases[0], 0, run_id, columns.IDS, sealed)
     del sealed
     del ids_value, sorted_ids

@@ -100,6 +100,15 @@ def seal(value: bytearray, kind: int, items: npt.NDArray[Any], *, bits: int = 0)
     return value
 
 
+def seal_filled(value: bytearray, kind: int, items: npt.NDArray[Any], filled: int) -> bytearray:
+    """:func:`seal` of ``value`` whose payload ``items`` a join filled only
+    ``filled`` of (entries held twice were dropped, rarely): sealed as it is
+    when full, else a copy of what was filled, so the value is as long as that."""
+    if filled == len(items):
+        return seal(value, kind, items)
+    return encode(kind, items[:filled])
+
+
 def decode(value: Any, kind: int, *, verify: bool = False) -> tuple[npt.NDArray[Any], int]:
     """The payload of a run value (a view of ``value``, no copy) and its
     directory bits. ``verify`` checks the CRC too (a pass over the bytes).
