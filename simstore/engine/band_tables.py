@@ -25,11 +25,14 @@ from simstore.index.band_runs import BandRun
 __all__ = ["view_band_run", "write_band_run", "write_joined_band_run"]
 
 
-def write_band_run(txn: Txn, database: Database, run_id: int, run: BandRun) -> None:
-    """Put ``run`` as run ``run_id``'s band values in table 0's ``database``."""
+def write_band_run(
+    txn: Txn, database: Database, run_id: int, run: BandRun, make: columns.MakeValue = bytearray
+) -> None:
+    """Put ``run`` as run ``run_id``'s band values in table 0's ``database``
+    (each built in a buffer ``make`` gives)."""
     ids = run.ids.astype(np.dtype("<u4") if columns.id_width(run.ids) == 4 else np.dtype("<u8"))
     for kind, payload in ((columns.BAND_KEYS, run.keys.astype("<u4")), (columns.BAND_IDS, ids)):
-        _put_new(txn, database, run_id, kind, columns.encode(kind, payload))
+        _put_new(txn, database, run_id, kind, columns.encode(kind, payload, make=make))
 
 
 def write_joined_band_run(
@@ -38,6 +41,7 @@ def write_joined_band_run(
     run_id: int,
     runs: Sequence[BandRun],
     kept: Sequence[npt.NDArray[np.bool_] | None],
+    make: columns.MakeValue = bytearray,
 ) -> None:
     """Put as run ``run_id``'s band values the join of ``runs`` (oldest
     first), keeping the entries ``kept[i]`` keeps of ``runs[i]`` (``None``:
@@ -47,20 +51,20 @@ def write_joined_band_run(
     if column_merge.id_bytes_kept([run.ids for run in runs], kept, chunk) > 4:
         # A kept id past 32 bits (over 4G documents): the whole-array join.
         dropped = [None if keep is None else run.ids[~keep] for run, keep in zip(runs, kept, strict=True)]
-        write_band_run(txn, database, run_id, band_runs.join_band_runs(runs, dropped))
+        write_band_run(txn, database, run_id, band_runs.join_band_runs(runs, dropped), make)
         return
     total = sum(
         len(run) if keep is None else int(np.count_nonzero(keep))
         for run, keep in zip(runs, kept, strict=True)
     )
-    keys_value, keys = columns.allocate(total, 4)
-    ids_value, ids = columns.allocate(total, 4)
+    keys_value, keys = columns.allocate(total, 4, make)
+    ids_value, ids = columns.allocate(total, 4, make)
     entries = band_runs.join_band_runs_into(runs, kept, keys, ids, chunk)
     for kind, value, payload in ((columns.BAND_KEYS, keys_value, keys), (columns.BAND_IDS, ids_value, ids)):
-        _put_new(txn, database, run_id, kind, columns.seal_filled(value, kind, payload, entries))
+        _put_new(txn, database, run_id, kind, columns.seal_filled(value, kind, payload, entries, make))
 
 
-def _put_new(txn: Txn, database: Database, run_id: int, kind: int, value: bytes | bytearray) -> None:
+def _put_new(txn: Txn, database: Database, run_id: int, kind: int, value: columns.ValueBuffer) -> None:
     if not txn.put(columns.run_key(run_id, kind), value, db=database, overwrite=False):
         raise CorruptStoreError(f"table 0 already holds the band keys of run {run_id}")
 

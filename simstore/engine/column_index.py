@@ -26,6 +26,7 @@ import numpy.typing as npt
 from simstore.engine import column_tables
 from simstore.engine._lmdb import Database, Txn
 from simstore.engine.catalog import plan_compaction
+from simstore.engine.columns import MakeValue
 from simstore.engine.runs import MAX_RUN_ID
 from simstore.errors import CorruptStoreError
 from simstore.index.column_search import IdArray, Snapshot
@@ -116,10 +117,14 @@ class ColumnCatalog:
 class ColumnIndex:
     """The tables of one multi-index scheme: one sub-database each."""
 
-    def __init__(self, scheme: MultiIndex, databases: Sequence[Database]) -> None:
+    def __init__(
+        self, scheme: MultiIndex, databases: Sequence[Database], make: MakeValue = bytearray
+    ) -> None:
         column_tables.check_tables(databases, scheme)
         self.scheme = scheme
         self.databases = tuple(databases)
+        #: Gives the buffers the values written are built in (:mod:`simstore.engine.scratch`).
+        self.make = make
 
     def write_run(
         self, txn: Txn, catalog: ColumnCatalog, fingerprints: U64Array, ids: IdArray, removals: int
@@ -129,7 +134,9 @@ class ColumnIndex:
         if not len(fingerprints):
             return catalog
         run_id = _next_id(catalog)
-        entries = column_tables.write_run(txn, self.databases, self.scheme, run_id, fingerprints, ids)
+        entries = column_tables.write_run(
+            txn, self.databases, self.scheme, run_id, fingerprints, ids, self.make
+        )
         return ColumnCatalog((*catalog.runs, RunEntry(run_id, entries, removals)), run_id + 1)
 
     def plan(self, catalog: ColumnCatalog) -> tuple[int, int] | None:
@@ -164,7 +171,7 @@ class ColumnIndex:
             for entry, run in zip(joined, sources, strict=True)
         ]
         run_id = _next_id(catalog)
-        entries = column_tables.join_run(txn, self.databases, self.scheme, run_id, sources, kept)
+        entries = column_tables.join_run(txn, self.databases, self.scheme, run_id, sources, kept, self.make)
         del sources  # views of values the drops below free (when read from txn)
         for run in joined:
             column_tables.drop_run(txn, self.databases, run.run_id)

@@ -43,9 +43,11 @@ def write_run(
     run_id: int,
     fingerprints: U64Array,
     ids: IdArray,
+    make: columns.MakeValue = bytearray,
 ) -> int:
     """Write a run of ``fingerprints`` (``ids[j]`` the id of ``fingerprints[j]``)
-    under ``run_id`` in every table; returns its entry count."""
+    under ``run_id`` in every table, each value built in a buffer ``make``
+    gives; returns its entry count."""
     check_tables(databases, scheme)
     fingerprints = np.asarray(fingerprints, dtype=np.uint64)
     ids = np.asarray(ids)
@@ -56,16 +58,16 @@ def write_run(
     # its encoded copy at once: some 50 bytes an entry).
     entries = len(fingerprints)
     order = column_merge.fingerprint_then_id_order(fingerprints, ids)
-    keys_value, keys = columns.allocate(entries, 8)
+    keys_value, keys = columns.allocate(entries, 8, make)
     np.take(fingerprints, order, out=keys)
-    ids_value, sorted_ids = columns.allocate(entries, columns.id_width(ids))
+    ids_value, sorted_ids = columns.allocate(entries, columns.id_width(ids), make)
     np.take(ids, order, out=sorted_ids)
     del order
     _put_table(txn, databases[0], scheme, 0, run_id, keys_value, keys)
     _put(txn, databases[0], 0, run_id, columns.IDS, columns.seal(ids_value, columns.IDS, sorted_ids))
     del keys_value, keys, ids_value, sorted_ids
     for table in range(1, scheme.tables):
-        keys_value, keys = columns.allocate(entries, 8)
+        keys_value, keys = columns.allocate(entries, 8, make)
         column_merge.rotated_column(scheme, table, fingerprints, keys, column_merge.CHUNK_ENTRIES)
         _put_table(txn, databases[table], scheme, table, run_id, keys_value, keys)
         del keys_value, keys
@@ -79,6 +81,7 @@ def join_run(
     run_id: int,
     sources: Sequence[ColumnRun],
     kept: Sequence[npt.NDArray[np.bool_] | None],
+    make: columns.MakeValue = bytearray,
 ) -> int:
     """Write under ``run_id`` the join of ``sources`` (runs of the scheme,
     oldest first), keeping the entries ``kept[i]`` keeps of ``sources[i]``
@@ -87,8 +90,9 @@ def join_run(
 
     The sources' columns are sorted already, so each joined column is a
     merge (:mod:`simstore.index.column_merge`), filled in place in the value
-    written, a stretch at a time; one value is alive at a time (with table
-    0's while rotated columns are made afresh)."""
+    written (a buffer ``make`` gives: :mod:`simstore.engine.scratch`), a
+    stretch at a time; one value is alive at a time (with table 0's while
+    rotated columns are made afresh)."""
     check_tables(databases, scheme)
     fingerprints = [run.fingerprints for run in sources]
     ids = [run.ids for run in sources]
@@ -99,17 +103,17 @@ def join_run(
     # Merged straight into the values put, a stretch of fingerprints at a
     # time: one value (8 bytes an entry at most) and a few stretches' arrays.
     chunk = column_merge.CHUNK_ENTRIES
-    ids_value, sorted_ids = columns.allocate(total, column_merge.id_bytes_kept(ids, kept, chunk))
+    ids_value, sorted_ids = columns.allocate(total, column_merge.id_bytes_kept(ids, kept, chunk), make)
     entries, repeated = column_merge.join_ids_into(fingerprints, ids, kept, sorted_ids, chunk)
     if not entries:
         return 0
     # (A document held twice under one fingerprint, rarely, leaves fewer entries than total.)
-    sealed = columns.seal_filled(ids_value, columns.IDS, sorted_ids, entries)
+    sealed = columns.seal_filled(ids_value, columns.IDS, sorted_ids, entries, make)
     _put(txn, databases[0], 0, run_id, columns.IDS, sealed)
     del sealed
     del ids_value, sorted_ids
     # The keys in a second pass, so that the ids' value and theirs are not held at once.
-    keys_value, keys = columns.allocate(entries, 8)
+    keys_value, keys = columns.allocate(entries, 8, make)
     column_merge.join_keys_into(fingerprints, ids, kept, keys, repeated, chunk)
     del fingerprints, ids
     # Whole columns of the sources merge as they are; once an entry was
@@ -121,7 +125,7 @@ def join_run(
     sorted_fingerprints: U64Array | None = None if whole else keys
     del keys_value, keys
     for table in range(1, scheme.tables):
-        keys_value, keys = columns.allocate(entries, 8)
+        keys_value, keys = columns.allocate(entries, 8, make)
         if sorted_fingerprints is None:
             column_merge.merge_rotated_into([run.rotated[table - 1] for run in sources], keys, chunk)
         else:
@@ -137,7 +141,7 @@ def _put_table(
     scheme: MultiIndex,
     table: int,
     run_id: int,
-    keys_value: bytearray,
+    keys_value: columns.ValueBuffer,
     keys: U64Array,
 ) -> None:
     """Put one table's sorted ``keys`` (the payload of ``keys_value``, sealed
@@ -156,7 +160,9 @@ def _put_table(
     )
 
 
-def _put(txn: Txn, database: Database, table: int, run_id: int, kind: int, value: bytearray) -> None:
+def _put(
+    txn: Txn, database: Database, table: int, run_id: int, kind: int, value: columns.ValueBuffer
+) -> None:
     if not txn.put(columns.run_key(run_id, kind), value, db=database, overwrite=False):
         raise CorruptStoreError(f"table {table} already holds run {run_id}")
 

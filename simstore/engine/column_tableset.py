@@ -48,7 +48,7 @@ from typing import TYPE_CHECKING
 import numpy as np
 import numpy.typing as npt
 
-from simstore.engine import graves
+from simstore.engine import graves, scratch
 from simstore.engine._lmdb import Database, MapMovedError, Txn
 from simstore.engine.band_tables import view_band_run, write_band_run, write_joined_band_run
 from simstore.engine.column_index import UNSTAMPED, ColumnCatalog, ColumnIndex, Live, RunEntry
@@ -200,7 +200,9 @@ class ColumnTableSet:
     ) -> None:
         self.scheme = scheme
         self.bands = bands
-        self.index = ColumnIndex(scheme, databases)
+        # Large values are built in scratch files beside the store, not in
+        # anonymous memory (a 100M join's column is 800 MB).
+        self.index = ColumnIndex(scheme, databases, scratch.in_directory_of(environment().path))
         self.databases = list(databases)
         self._meta = meta
         self.docs = docs
@@ -413,7 +415,7 @@ class ColumnTableSet:
         written = self.index.write_run(txn, catalog, fingerprints, _ids(doc_ids), self.removals(txn))
         if self.bands is not None and written is not catalog:
             band_run = self.bands.run_of(txn, np.asarray(doc_ids, dtype=np.uint64), given)
-            write_band_run(txn, self.databases[0], written.runs[-1].run_id, band_run)
+            write_band_run(txn, self.databases[0], written.runs[-1].run_id, band_run, self.index.make)
         return written
 
     def delete(
@@ -515,7 +517,7 @@ class ColumnTableSet:
             gone = None if keep is None else columns.ids[~keep]
             band_kept.append(None if gone is None or not len(gone) else ~np.isin(band_run.ids, gone))
             del columns, gone
-        write_joined_band_run(txn, self.databases[0], run_id, band_runs, band_kept)
+        write_joined_band_run(txn, self.databases[0], run_id, band_runs, band_kept, self.index.make)
         if live is None:
             return None
 

@@ -27,8 +27,10 @@ Nothing here does I/O.
 
 from __future__ import annotations
 
+import mmap
 import struct
 import zlib
+from collections.abc import Callable
 from typing import Any
 
 import numpy as np
@@ -53,6 +55,11 @@ HEADER = struct.Struct("<BBBxIQ")
 MIN_VALUE_BYTES = 2048
 _DTYPES: dict[int, np.dtype[Any]] = {4: np.dtype("<u4"), 8: np.dtype("<u8")}
 IdArray = npt.NDArray[np.unsignedinteger[Any]]
+#: A writable buffer a run value is built in: a ``bytearray``, or a shared
+#: map of a scratch file (:mod:`simstore.engine.scratch`).
+ValueBuffer = bytearray | mmap.mmap
+#: Makes a zeroed :data:`ValueBuffer` of the size asked.
+MakeValue = Callable[[int], ValueBuffer]
 
 
 def run_key(run_id: int, kind: int) -> bytes:
@@ -73,26 +80,28 @@ def id_width(ids: IdArray) -> int:
     return 4 if len(ids) == 0 or int(ids.max()) < 1 << 32 else 8
 
 
-def encode(kind: int, payload: npt.NDArray[Any], *, bits: int = 0) -> bytearray:
+def encode(
+    kind: int, payload: npt.NDArray[Any], *, bits: int = 0, make: MakeValue = bytearray
+) -> ValueBuffer:
     """One run value: the header, ``payload``'s bytes, padding."""
     if payload.dtype.itemsize not in _DTYPES:
         raise ValueError(f"a run value holds 4- or 8-byte items, not {payload.dtype}")
-    value, items = allocate(len(payload), payload.dtype.itemsize)
+    value, items = allocate(len(payload), payload.dtype.itemsize, make)
     items[:] = payload
     return seal(value, kind, items, bits=bits)
 
 
-def allocate(count: int, item_size: int) -> tuple[bytearray, npt.NDArray[Any]]:
-    """A run value of ``count`` items, and its payload as an array to fill in
-    place (then :func:`seal` it): a column is written once, not copied into
-    bytes and again into the value."""
+def allocate(count: int, item_size: int, make: MakeValue = bytearray) -> tuple[ValueBuffer, npt.NDArray[Any]]:
+    """A run value of ``count`` items (in a buffer ``make`` gives), and its
+    payload as an array to fill in place (then :func:`seal` it): a column is
+    written once, not copied into bytes and again into the value."""
     if item_size not in _DTYPES:
         raise ValueError(f"a run value holds 4- or 8-byte items, not {item_size}-byte ones")
-    value = bytearray(max(HEADER.size + count * item_size, MIN_VALUE_BYTES))
+    value = make(max(HEADER.size + count * item_size, MIN_VALUE_BYTES))
     return value, np.frombuffer(value, dtype=_DTYPES[item_size], count=count, offset=HEADER.size)
 
 
-def seal(value: bytearray, kind: int, items: npt.NDArray[Any], *, bits: int = 0) -> bytearray:
+def seal(value: ValueBuffer, kind: int, items: npt.NDArray[Any], *, bits: int = 0) -> ValueBuffer:
     """``value`` (from :func:`allocate`, its payload ``items`` filled) with its header."""
     item_size = items.dtype.itemsize
     crc = zlib.crc32(memoryview(value)[HEADER.size : HEADER.size + len(items) * item_size])
@@ -100,13 +109,16 @@ def seal(value: bytearray, kind: int, items: npt.NDArray[Any], *, bits: int = 0)
     return value
 
 
-def seal_filled(value: bytearray, kind: int, items: npt.NDArray[Any], filled: int) -> bytearray:
+def seal_filled(
+    value: ValueBuffer, kind: int, items: npt.NDArray[Any], filled: int, make: MakeValue = bytearray
+) -> ValueBuffer:
     """:func:`seal` of ``value`` whose payload ``items`` a join filled only
     ``filled`` of (entries held twice were dropped, rarely): sealed as it is
-    when full, else a copy of what was filled, so the value is as long as that."""
+    when full, else a copy of what was filled (in a buffer ``make`` gives),
+    so the value is as long as that."""
     if filled == len(items):
         return seal(value, kind, items)
-    return encode(kind, items[:filled])
+    return encode(kind, items[:filled], make=make)
 
 
 def decode(value: Any, kind: int, *, verify: bool = False) -> tuple[npt.NDArray[Any], int]:

@@ -6,6 +6,7 @@ documents, at every k the scheme answers."""
 
 from __future__ import annotations
 
+import os
 import tempfile
 
 import lmdb
@@ -15,6 +16,7 @@ from hypothesis import settings
 from hypothesis import strategies as st
 from hypothesis.stateful import RuleBasedStateMachine, invariant, precondition, rule
 
+from simstore.engine import scratch
 from simstore.engine.column_index import UNSTAMPED, ColumnCatalog, ColumnIndex, RunEntry
 from simstore.engine.column_tables import view_run
 from simstore.errors import CorruptStoreError
@@ -34,6 +36,7 @@ class ColumnIndexMachine(RuleBasedStateMachine):
         self.folder = tempfile.TemporaryDirectory()
         self.env = lmdb.open(self.folder.name, max_dbs=8, map_size=1 << 26)
         self.scheme_index = 0
+        self.in_scratch = False  # every value built in a scratch file, or none
         self.live: dict[int, int] = {}  # id -> its current fingerprint
         self.next_id = 1
         self.catalog = ColumnCatalog()
@@ -42,7 +45,19 @@ class ColumnIndexMachine(RuleBasedStateMachine):
 
     def _open(self) -> None:
         scheme = SCHEMES[self.scheme_index]
-        self.index = ColumnIndex(scheme, [self.env.open_db(f"t{i}".encode()) for i in range(scheme.tables)])
+        make = (
+            scratch.in_directory_of(os.path.join(self.folder.name, "data.mdb"), threshold=0)
+            if self.in_scratch
+            else bytearray
+        )
+        self.index = ColumnIndex(
+            scheme, [self.env.open_db(f"t{i}".encode()) for i in range(scheme.tables)], make
+        )
+
+    @rule(in_scratch=st.booleans())
+    def build_values_in_scratch_files(self, in_scratch: bool) -> None:
+        self.in_scratch = in_scratch
+        self._open()
 
     def _is_live(self, ids: np.ndarray, fingerprints: np.ndarray) -> np.ndarray:
         return np.array(
@@ -148,6 +163,10 @@ class ColumnIndexMachine(RuleBasedStateMachine):
                 distances = np.bitwise_count(queries[:, np.newaxis] ^ stored[np.newaxis, :])
                 rows, columns = np.nonzero(distances <= k)
                 assert got == sorted(zip(rows.tolist(), ids[columns].tolist(), strict=True)), k
+
+    @invariant()
+    def scratch_files_leave_nothing_behind(self) -> None:
+        assert sorted(os.listdir(self.folder.name)) == ["data.mdb", "lock.mdb"]
 
     @invariant()
     def runs_stay_few_enough_to_count(self) -> None:

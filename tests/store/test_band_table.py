@@ -20,7 +20,7 @@ from hypothesis import strategies as st
 from hypothesis.stateful import RuleBasedStateMachine, invariant, precondition, rule
 
 import simstore
-from simstore.engine import columns
+from simstore.engine import columns, scratch
 from simstore.engine.format import BAND_TABLE_FORMAT_VERSION, MULTI_INDEX_FORMAT_VERSION
 from simstore.errors import CorruptStoreError, InvalidValueError, ParameterMismatchError
 from simstore.fingerprinting.bands import band_keys
@@ -158,8 +158,12 @@ def test_batches_straight_into_the_tables_band_the_sketches_they_carry(tmp_path:
         ]
 
 
-@pytest.mark.parametrize("seed", [0, 1])
-def test_query_by_text_equals_brute_force_through_merges_and_joins(tmp_path: Path, seed: int) -> None:
+@pytest.mark.parametrize(("seed", "in_scratch"), [(0, False), (1, False), (1, True)])
+def test_query_by_text_equals_brute_force_through_merges_and_joins(
+    tmp_path: Path, seed: int, in_scratch: bool, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    if in_scratch:  # every run value, band values too, built in a scratch file
+        monkeypatch.setattr(scratch, "SCRATCH_BYTES", 0)
     rng = random.Random(seed)
     model: dict[str, str] = {}
     path = tmp_path / "s.simstore"

@@ -28,7 +28,7 @@ from test_store_oracle import Expected, Key, as_tuples, brute, flip_random_bits,
 
 import simstore
 import simstore.store.maintenance
-from simstore.engine import columns
+from simstore.engine import columns, scratch
 from simstore.engine._lmdb import MapMovedError
 from simstore.engine.column_tableset import ColumnTableSet
 from simstore.engine.format import CATALOG_KEY
@@ -222,12 +222,18 @@ def test_answers_equal_brute_force_through_a_stores_life(store_path: str, k: int
         assert_answers(writable, model, queries, "reopened and merged")
 
 
-@pytest.mark.parametrize(("k", "merge_threshold"), [(2, 1), (5, 7), (8, 16)])
+@pytest.mark.parametrize(
+    ("k", "merge_threshold", "in_scratch"), [(2, 1, False), (5, 7, False), (5, 7, True), (8, 16, False)]
+)
 def test_answers_equal_brute_force_with_automatic_merges_and_joins(
-    store_path: str, k: int, merge_threshold: int
+    store_path: str, k: int, merge_threshold: int, in_scratch: bool, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     """Single adds, batches, replacements and removals crossing a small merge_threshold
-    merge on their own (and join runs as they go); answers stay exact."""
+    merge on their own (and join runs as they go); answers stay exact, with
+    every run value built in a scratch file too (none left beside the store)."""
+    if in_scratch:
+        monkeypatch.setattr(scratch, "SCRATCH_BYTES", 0)
+    beside = set(Path(store_path).parent.iterdir())
     rng = np.random.default_rng(merge_threshold)
     model: dict[Key, int] = {}
     held: dict[Key, set[int]] = {}
@@ -261,6 +267,10 @@ def test_answers_equal_brute_force_with_automatic_merges_and_joins(
                 assert_answers(store, model, query_set(rng, k, list(model.values())), f"step {index}")
         compact(store)
         assert_answers(store, model, query_set(rng, k, list(model.values())), "compacted")
+    assert {path for path in Path(store_path).parent.iterdir() if path not in beside} <= {
+        Path(store_path),
+        Path(store_path + "-lock"),
+    }
 
 
 # ------------------------------------------------------- k above the store's
