@@ -22,7 +22,7 @@ import numpy.typing as npt
 
 from simstore.fingerprinting.hashing import MASK, NGRAM_MULT, NGRAM_SALT, U64, mix64_array, ngram_hash
 
-__all__ = ["BLOCK_FEATURES", "count_features", "features", "ngram_features"]
+__all__ = ["BLOCK_FEATURES", "count_features", "features", "ngram_features", "owners"]
 
 #: Features (or n-gram windows) handled at a time: the arrays made for them
 #: stay a few MB however long a text is.
@@ -51,6 +51,25 @@ def count_features(feature_strings: Iterable[str]) -> tuple[list[str], npt.NDArr
     often each occurs (its term frequency)."""
     counts = Counter(feature_strings)
     return list(counts), np.fromiter(counts.values(), dtype=np.int64, count=len(counts))
+
+
+def owners(starts: npt.NDArray[np.int64], low: int, high: int) -> npt.NDArray[np.int64]:
+    """For each position ``low..high-1`` of items laid out text after text
+    (text ``i``'s from ``starts[i]``, ascending, with or without the end
+    after the last; ``starts[0] <= low``), the
+    text it belongs to: ``np.searchsorted(starts, positions, side="right") - 1``,
+    by repeating each text's number over its share of the block, in about a
+    third of the time (two binary searches, not one per position).
+
+    >>> owners(np.array([0, 2, 2, 5]), 1, 6).tolist()
+    [0, 2, 2, 2, 3]
+    """
+    first = int(np.searchsorted(starts, low, side="right")) - 1
+    end = int(np.searchsorted(starts, high - 1, side="right"))
+    bounds = np.empty(end - first + 1, dtype=np.int64)
+    np.clip(starts[first:end], low, high, out=bounds[:-1])
+    bounds[-1] = high
+    return np.repeat(np.arange(first, end, dtype=np.int64), np.diff(bounds))
 
 
 def ngram_features(
@@ -82,7 +101,7 @@ def ngram_features(
             high = min(low + BLOCK_FEATURES, last)
             folded = _fold(hashes, low, high, n)
             first = np.arange(low, high, dtype=np.int64)
-            text = np.searchsorted(token_starts, first, side="right") - 1
+            text = owners(token_starts, low, high)
             inside = first + (n - 1) < token_ends[text]  # the window's n tokens share a text
             first, text = first[inside], text[inside]
             folded_features[slot[text] + (first - token_starts[text])] = folded[inside]

@@ -44,7 +44,7 @@ import numpy as np
 import numpy.typing as npt
 
 from simstore.errors import InvalidTypeError, InvalidValueError
-from simstore.fingerprinting.features import ngram_features
+from simstore.fingerprinting.features import ngram_features, owners
 from simstore.fingerprinting.hashing import mix64_array
 from simstore.fingerprinting.tokens import NoTokensError, TokenBatch, refusal
 
@@ -198,7 +198,7 @@ def sketches_of_shingles(
     for low in range(0, len(shingles), BLOCK_FEATURES):
         high = min(low + BLOCK_FEATURES, len(shingles))
         mixed = mix64_array(shingles[low:high] ^ _U64(SKETCH_SALT))
-        text_of = np.searchsorted(starts, np.arange(low, high, dtype=np.int64), side="right") - 1
+        text_of = owners(starts, low, high)
         slot = text_of * bins + (mixed >> shift).astype(np.int64)
         np.minimum.at(smallest, slot, mixed)
         filled[slot] = True

@@ -20,7 +20,7 @@ from hypothesis import strategies as st
 from simstore import Fingerprinter, ShortTextWarning
 from simstore.fingerprinting import text, tokens, vote
 from simstore.fingerprinting.algorithms import ALGORITHM_1, ALGORITHM_2, ALGORITHMS
-from simstore.fingerprinting.features import ngram_features
+from simstore.fingerprinting.features import ngram_features, owners
 from simstore.fingerprinting.hashing import token_hash
 from simstore.fingerprinting.tokens import NoTokensError, TokenBatch
 
@@ -180,3 +180,24 @@ def test_add_query_and_add_if_new_normalise_a_short_text_once(
         assert len(seen) == 2
         store.add_if_new("b", text=sample)
         assert len(seen) == 3
+
+
+@given(
+    st.lists(st.integers(0, 6), min_size=1, max_size=12),
+    st.booleans(),
+    st.data(),
+)
+def test_owners_names_each_position_s_text_as_a_binary_search_does(
+    per_text: list[int], with_end: bool, data: st.DataObject
+) -> None:
+    """Texts may be empty (two equal starts: the later text owns the position)."""
+    starts = np.concatenate(([0], np.cumsum(per_text))).astype(np.int64)
+    total = int(starts[-1])
+    if not with_end:
+        starts = starts[:-1]
+    if not total:
+        return
+    low = data.draw(st.integers(0, total - 1))
+    high = data.draw(st.integers(low + 1, total))
+    expected = np.searchsorted(starts, np.arange(low, high), side="right") - 1
+    assert owners(starts, low, high).tolist() == expected.tolist()
