@@ -317,23 +317,22 @@ def _run_polynomials(
     del edges
     if not len(starts):
         return starts, starts.copy(), np.zeros(0, dtype=np.uint64)
-    # The token bytes back to back; byte i of a token of length L weighs
-    # P**(L-1-i) = P**(L-1) * Q**i with Q the inverse of P modulo 2**64, so
-    # one prefix sum of b * Q**i (i counted from each token's start) gives
-    # every token's polynomial as a difference of two sums.
+    # The token bytes back to back. With Q the inverse of P modulo 2**64, the
+    # byte at place g (counted over all of them) of a token starting at
+    # place o, of length L, weighs P**(L-1-(g-o)) = Q**g * P**(o+L-1): one
+    # prefix sum of b * Q**g (a straight product with a table, no gather)
+    # gives every token's sum as a difference of two, and one product a
+    # token its polynomial.
     token_bytes = data[word.view(np.bool_)].astype(np.uint64)
     del word
+    count = len(token_bytes)
     token_lengths = ends - starts
-    offsets = np.zeros(len(starts), dtype=np.int64)
-    np.cumsum(token_lengths[:-1], out=offsets[1:])
-    longest = int(token_lengths.max())
-    position = np.arange(len(token_bytes), dtype=np.int64)
-    position -= np.repeat(offsets, token_lengths)
-    token_bytes *= power_table(POLY_INVERSE, longest)[position]
-    del position
-    sums = np.zeros(len(token_bytes) + 1, dtype=np.uint64)
+    token_ends = np.cumsum(token_lengths)
+    offsets = token_ends - token_lengths
+    token_bytes *= power_table(POLY_INVERSE, count)
+    sums = np.zeros(count + 1, dtype=np.uint64)
     np.cumsum(token_bytes, out=sums[1:])
     del token_bytes
-    polynomial = sums[offsets + token_lengths] - sums[offsets]
-    polynomial *= power_table(POLY, longest)[token_lengths - 1]
+    polynomial = sums[token_ends] - sums[offsets]
+    polynomial *= power_table(POLY, count).take(token_ends - 1)
     return starts, token_lengths, polynomial
