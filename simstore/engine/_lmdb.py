@@ -53,6 +53,8 @@ else:
 PAD_RACE_SECONDS = 0.05
 #: Opens tried while the file keeps being replaced under the opener.
 REPLACED_RETRIES = 3
+#: Opens begun again when another process grew the map during one.
+OPEN_RESIZED_RETRIES = 5
 
 DB_META = b"meta"
 DB_KEYS = b"keys"
@@ -312,6 +314,22 @@ class Environment:
     def _open_lmdb(
         self, *, readonly: bool, sync: bool, map_size: int, writemap: bool, metasync: bool | None = None
     ) -> lmdb.Environment:
+        path = self.path
+        for _attempt in range(OPEN_RESIZED_RETRIES):
+            try:
+                return self._lmdb_open(
+                    readonly=readonly, sync=sync, map_size=map_size, writemap=writemap, metasync=metasync
+                )
+            except lmdb.MapResizedError:
+                # Another process grew the map between LMDB reading the meta
+                # pages and beginning the transaction that opens the main
+                # database: open again, mapping the file as long as it is now.
+                map_size = max(map_size, os.path.getsize(path))
+        raise CorruptStoreError(f"{path}: the map kept changing size while opening the store")
+
+    def _lmdb_open(
+        self, *, readonly: bool, sync: bool, map_size: int, writemap: bool, metasync: bool | None
+    ) -> lmdb.Environment:
         path, lock_existed = self.path, self._lock_existed
         try:
             return lmdb.open(
@@ -346,6 +364,8 @@ class Environment:
             raise NotAStoreError(f"{path} was written by an incompatible LMDB version") from exc
         except lmdb.LockError as exc:
             raise StoreLockedError(f"cannot lock {path}: {exc}") from exc
+        except lmdb.MapResizedError:
+            raise  # (the caller opens again)
         except lmdb.Error as exc:
             if "already open in this process" in str(exc):
                 # LMDB allows one environment per file per process.

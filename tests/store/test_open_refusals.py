@@ -220,6 +220,44 @@ def test_opening_adopts_a_map_another_process_grew(tmp_path: Path) -> None:
     assert raised == ["resized", "resized"]
 
 
+@pytest.mark.parametrize("mode", ["r", "w"])
+def test_opening_the_environment_adopts_a_map_grown_meanwhile(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, mode: str
+) -> None:
+    """Another process grew the map between LMDB reading the meta pages and
+    beginning the transaction its open takes (seen in CI: a writer process
+    failed to open with MDB_MAP_RESIZED). The open is begun again, mapping
+    the file as long as it is now; an open that never settles is refused."""
+    import lmdb
+
+    from simstore.engine import _lmdb
+
+    path = str(tmp_path / "grown.simstore")
+    with simstore.open(path, k=3) as store:
+        store.add("a", fingerprint=1)
+    real_open = lmdb.open
+    asked: list[int] = []
+
+    def grown_twice(*args: object, **kwargs: object) -> object:
+        asked.append(int(kwargs["map_size"]))  # type: ignore[call-overload]
+        if len(asked) <= 2:
+            raise lmdb.MapResizedError("mdb_txn_begin: MDB_MAP_RESIZED")
+        return real_open(*args, **kwargs)
+
+    monkeypatch.setattr(_lmdb.lmdb, "open", grown_twice)
+    with simstore.open(path, mode) as store:
+        assert store["a"].fingerprint == 1
+    assert len(asked) >= 3
+    assert asked[1] >= os.path.getsize(path)
+
+    def always_grown(*args: object, **kwargs: object) -> object:
+        raise lmdb.MapResizedError("mdb_txn_begin: MDB_MAP_RESIZED")
+
+    monkeypatch.setattr(_lmdb.lmdb, "open", always_grown)
+    with pytest.raises(simstore.CorruptStoreError, match="kept changing size"):
+        simstore.open(path, mode)
+
+
 # Mode "n" paused inside its hold on the lock file, once the new store is in place,
 # until told to go on; then it adds a document of its own.
 _PAUSED_REPLACE = """
