@@ -107,7 +107,9 @@ def ngram_hash(hashes: Sequence[int]) -> int:
     return mix64((folded + len(hashes) * NGRAM_SALT) & MASK)
 
 
-@functools.lru_cache(maxsize=4)
+# (Token hashing keeps two segment-long tables; the few short ones a token
+# cut by a segment's end asks for must not push them out.)
+@functools.lru_cache(maxsize=8)
 def _powers(base: int, count: int) -> npt.NDArray[np.uint64]:
     """``base**i mod 2**64`` for ``i`` in ``0..count-1`` (read-only)."""
     table = np.full(count, base, dtype=np.uint64)

@@ -329,10 +329,14 @@ def _run_polynomials(
     token_lengths = ends - starts
     token_ends = np.cumsum(token_lengths)
     offsets = token_ends - token_lengths
-    token_bytes *= power_table(POLY_INVERSE, count)
+    # Tables as long as a segment, whatever this one's length: the same two
+    # every call, which the cache keeps (tables sized to each call were
+    # made afresh for texts of other lengths, a cumprod of up to 2**18).
+    table_length = max(count, SEGMENT_BYTES)
+    token_bytes *= power_table(POLY_INVERSE, table_length)[:count]
     sums = np.zeros(count + 1, dtype=np.uint64)
     np.cumsum(token_bytes, out=sums[1:])
     del token_bytes
     polynomial = sums[token_ends] - sums[offsets]
-    polynomial *= power_table(POLY, count).take(token_ends - 1)
+    polynomial *= power_table(POLY, table_length).take(token_ends - 1)
     return starts, token_lengths, polynomial
