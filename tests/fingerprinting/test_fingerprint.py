@@ -19,7 +19,7 @@ import msgpack
 import numpy as np
 import pytest
 import xxhash
-from hypothesis import given, settings
+from hypothesis import example, given, settings
 from hypothesis import strategies as st
 
 from simstore.errors import InvalidTypeError, InvalidValueError
@@ -245,6 +245,33 @@ def test_vote_tie_gives_zero(values: list[int]) -> None:
 def test_vote_majority(values: list[int]) -> None:
     a, b, c = values
     assert vote(np.array(values, dtype=np.uint64), np.ones(3, dtype=np.int64)) == (a & b) | (a & c) | (b & c)
+
+
+@given(
+    st.lists(
+        st.tuples(
+            st.integers(0, MASK),
+            st.one_of(st.integers(0, 5000), st.integers(2**20, 2**22), st.integers(2**50, 2**51)),
+        ),
+        min_size=1,
+        max_size=40,
+    )
+)
+# A weight one past each bound: rounded, it would lose the vote its exact value wins.
+@example([(MASK, 2**24 + 1), (0, 2**24)])
+@example([(MASK, 2**53 + 1), (0, 2**53)])
+def test_vote_equals_a_tally_in_python_at_every_weight_scale(pairs: list[tuple[int, int]]) -> None:
+    """Sums under 2**24 take single precision, under 2**53 double, beyond
+    them integers: each exact, each the same vote."""
+    hashes = np.array([value for value, _ in pairs], dtype=np.uint64)
+    weights = np.array([weight for _, weight in pairs], dtype=np.int64)
+    total = sum(weight for _, weight in pairs)
+    expected = sum(
+        1 << bit
+        for bit in range(64)
+        if 2 * sum(weight for value, weight in pairs if value >> bit & 1) > total
+    )
+    assert vote(hashes, weights) == expected
 
 
 def test_vote_weight_decides() -> None:
