@@ -12,7 +12,7 @@ does: fancy indexing copies).
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Generator, Sequence
 from typing import Any
 
 import numpy as np
@@ -63,15 +63,22 @@ def write_run(
     ids_value, sorted_ids = columns.allocate(entries, columns.id_width(ids), make)
     np.take(ids, order, out=sorted_ids)
     del order
-    _put_table(txn, databases[0], scheme, 0, run_id, keys_value, keys)
+    _put_table(txn, databases[0], scheme, 0, run_id, keys_value, keys, make)
     _put(txn, databases[0], 0, run_id, columns.IDS, columns.seal(ids_value, columns.IDS, sorted_ids))
     del keys_value, keys, ids_value, sorted_ids
     for table in range(1, scheme.tables):
         keys_value, keys = columns.allocate(entries, 8, make)
         column_merge.rotated_column(scheme, table, fingerprints, keys, column_merge.CHUNK_ENTRIES)
-        _put_table(txn, databases[table], scheme, table, run_id, keys_value, keys)
+        _put_table(txn, databases[table], scheme, table, run_id, keys_value, keys, make)
         del keys_value, keys
     return entries
+
+
+#: A run value a join has finished: ``(table, kind, value)``, sealed, to be put.
+Finished = tuple[int, int, columns.ValueBuffer]
+#: :func:`join_values`: yields the values finished at each step and is sent
+#: the runs viewed afresh; returns the join's entry count.
+JoinSteps = Generator[list[Finished], Sequence[ColumnRun], int]
 
 
 def join_run(
@@ -86,53 +93,129 @@ def join_run(
     """Write under ``run_id`` the join of ``sources`` (runs of the scheme,
     oldest first), keeping the entries ``kept[i]`` keeps of ``sources[i]``
     (``None``: all of them) and one of each ``(fingerprint, id)``; returns
-    its entry count (0: nothing written).
+    its entry count (0: nothing written). :func:`join_values`, every step at
+    once, each value put as soon as it is finished."""
+    check_tables(databases, scheme)
+    steps = join_values(scheme, sources, kept, make)
+    try:
+        finished: list[Finished] | None = next(steps)
+        while True:
+            assert finished is not None
+            for table, kind, value in finished:
+                _put(txn, databases[table], table, run_id, kind, value)
+            finished = None  # (let go of the values put before the next step)
+            finished = steps.send(sources)
+    except StopIteration as done:
+        return int(done.value)
+
+
+def join_values(
+    scheme: MultiIndex,
+    sources: Sequence[ColumnRun],
+    kept: Sequence[npt.NDArray[np.bool_] | None],
+    make: columns.MakeValue = bytearray,
+) -> JoinSteps:
+    """The values of the join :func:`join_run` writes, made a stretch of
+    about :data:`~simstore.index.column_merge.CHUNK_ENTRIES` entries at a
+    time. Each ``yield`` gives the values finished since the last (sealed,
+    in buffers ``make`` gives) and takes the same runs viewed afresh: a step
+    reads only its stretch of them, so the runs may be viewed in a new
+    transaction at every step (a step holds no view past its end). Returns
+    the entry count (0: nothing to write).
 
     The sources' columns are sorted already, so each joined column is a
-    merge (:mod:`simstore.index.column_merge`), filled in place in the value
-    written (a buffer ``make`` gives: :mod:`simstore.engine.scratch`), a
-    stretch at a time; one value is alive at a time (with table 0's while
-    rotated columns are made afresh)."""
-    check_tables(databases, scheme)
+    merge (:mod:`simstore.index.column_merge`), filled in place in its value;
+    one value is alive at a time (with table 0's keys while rotated columns
+    are made afresh) once the caller lets go of those it was given."""
     fingerprints = [run.fingerprints for run in sources]
-    ids = [run.ids for run in sources]
     total = sum(
         len(run) if keep is None else int(np.count_nonzero(keep))
         for run, keep in zip(sources, kept, strict=True)
     )
-    # Merged straight into the values put, a stretch of fingerprints at a
-    # time: one value (8 bytes an entry at most) and a few stretches' arrays.
+    whole_entries = sum(len(run) for run in sources)
     chunk = column_merge.CHUNK_ENTRIES
-    ids_value, sorted_ids = columns.allocate(total, column_merge.id_bytes_kept(ids, kept, chunk), make)
-    entries, repeated = column_merge.join_ids_into(fingerprints, ids, kept, sorted_ids, chunk)
+    cuts = column_merge.stretch_cuts(fingerprints, chunk)
+    id_bytes = column_merge.id_bytes_kept([run.ids for run in sources], kept, chunk)
+    del fingerprints
+    ids_value, sorted_ids = columns.allocate(total, id_bytes, make)
+    entries = 0
+    repeated: list[bool] = []
+    for stretch in range(column_merge.stretch_count(cuts)):
+        left, twice = column_merge.ids_stretch_into(
+            [run.fingerprints for run in sources],
+            [run.ids for run in sources],
+            kept,
+            cuts,
+            stretch,
+            sorted_ids,
+            entries,
+        )
+        repeated.append(twice)
+        entries += left
+        sources = yield []
     if not entries:
         return 0
     # (A document held twice under one fingerprint, rarely, leaves fewer entries than total.)
-    sealed = columns.seal_filled(ids_value, columns.IDS, sorted_ids, entries, make)
-    _put(txn, databases[0], 0, run_id, columns.IDS, sealed)
-    del sealed
+    finished: list[Finished] = [
+        (0, columns.IDS, columns.seal_filled(ids_value, columns.IDS, sorted_ids, entries, make))
+    ]
     del ids_value, sorted_ids
+    sources = yield finished
+    del finished
     # The keys in a second pass, so that the ids' value and theirs are not held at once.
     keys_value, keys = columns.allocate(entries, 8, make)
-    column_merge.join_keys_into(fingerprints, ids, kept, keys, repeated, chunk)
-    del fingerprints, ids
+    filled = 0
+    for stretch in range(column_merge.stretch_count(cuts)):
+        filled += column_merge.keys_stretch_into(
+            [run.fingerprints for run in sources],
+            [run.ids for run in sources],
+            kept,
+            cuts,
+            stretch,
+            keys,
+            filled,
+            repeated[stretch],
+        )
+        sources = yield []
     # Whole columns of the sources merge as they are; once an entry was
-    # dropped, a rotated column (whose keys carry no id) is made afresh.
-    whole = entries == sum(len(run) for run in sources)
-    _put_table(txn, databases[0], scheme, 0, run_id, keys_value, keys)
-    # Table 0's keys are the fingerprints, sorted: kept for the rotated
-    # columns made afresh (a view of the value put, which it keeps alive).
-    sorted_fingerprints: U64Array | None = None if whole else keys
+    # dropped, a rotated column (whose keys carry no id) is made afresh from
+    # table 0's keys, the fingerprints sorted (a view of its value, kept).
+    sorted_fingerprints: U64Array | None = None if entries == whole_entries else keys
+    finished = _table_values(scheme, 0, keys_value, keys, make)
     del keys_value, keys
+    sources = yield finished
+    del finished
     for table in range(1, scheme.tables):
         keys_value, keys = columns.allocate(entries, 8, make)
         if sorted_fingerprints is None:
-            column_merge.merge_rotated_into([run.rotated[table - 1] for run in sources], keys, chunk)
+            rotated_cuts = column_merge.stretch_cuts([run.rotated[table - 1] for run in sources], chunk)
+            at = 0
+            for stretch in range(column_merge.stretch_count(rotated_cuts)):
+                at += column_merge.rotated_stretch_into(
+                    [run.rotated[table - 1] for run in sources], rotated_cuts, stretch, keys, at
+                )
+                sources = yield []
         else:
             column_merge.rotated_column(scheme, table, sorted_fingerprints, keys, chunk)
-        _put_table(txn, databases[table], scheme, table, run_id, keys_value, keys)
+        finished = _table_values(scheme, table, keys_value, keys, make)
         del keys_value, keys
+        sources = yield finished
+        del finished
     return entries
+
+
+def _table_values(
+    scheme: MultiIndex, table: int, keys_value: columns.ValueBuffer, keys: U64Array, make: columns.MakeValue
+) -> list[Finished]:
+    """One table's sorted ``keys`` (the payload of ``keys_value``) sealed,
+    and their directory, counted straight into its value."""
+    bits = directory_bits(len(keys), scheme.widths[table])
+    value, positions = columns.allocate((1 << bits) + 1, directory_dtype(len(keys)).itemsize, make)
+    build_directory(keys, bits, out=positions)
+    return [
+        (table, columns.KEYS, columns.seal(keys_value, columns.KEYS, keys)),
+        (table, columns.DIRECTORY, columns.seal(value, columns.DIRECTORY, positions, bits=bits)),
+    ]
 
 
 def _put_table(
@@ -143,21 +226,12 @@ def _put_table(
     run_id: int,
     keys_value: columns.ValueBuffer,
     keys: U64Array,
+    make: columns.MakeValue = bytearray,
 ) -> None:
     """Put one table's sorted ``keys`` (the payload of ``keys_value``, sealed
-    here) and their directory, counted straight into the value put."""
-    _put(txn, database, table, run_id, columns.KEYS, columns.seal(keys_value, columns.KEYS, keys))
-    bits = directory_bits(len(keys), scheme.widths[table])
-    value, positions = columns.allocate((1 << bits) + 1, directory_dtype(len(keys)).itemsize)
-    build_directory(keys, bits, out=positions)
-    _put(
-        txn,
-        database,
-        table,
-        run_id,
-        columns.DIRECTORY,
-        columns.seal(value, columns.DIRECTORY, positions, bits=bits),
-    )
+    here) and their directory."""
+    for _table, kind, value in _table_values(scheme, table, keys_value, keys, make):
+        _put(txn, database, table, run_id, kind, value)
 
 
 def _put(

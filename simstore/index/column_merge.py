@@ -200,17 +200,39 @@ def join_ids_into(
     cuts = stretch_cuts(fingerprints, chunk)
     filled = 0
     repeated: list[int] = []
-    for stretch in range(len(cuts[0]) - 1 if cuts else 0):
-        parts, part_ids = _stretch_of(fingerprints, ids, kept, cuts, stretch)
-        count = sum(len(part) for part in parts)
-        if not count:
-            continue
-        keys = np.empty(count, dtype=np.uint64)
-        left = _merged_stretch(parts, part_ids, keys, out_ids[filled : filled + count])
-        if left < count:
+    for stretch in range(stretch_count(cuts)):
+        left, twice = ids_stretch_into(fingerprints, ids, kept, cuts, stretch, out_ids, filled)
+        if twice:
             repeated.append(stretch)
         filled += left
     return filled, repeated
+
+
+def stretch_count(cuts: Sequence[npt.NDArray[np.intp]]) -> int:
+    """How many stretches :func:`stretch_cuts` cut."""
+    return len(cuts[0]) - 1 if cuts else 0
+
+
+def ids_stretch_into(
+    fingerprints: Sequence[U64Array],
+    ids: Sequence[IdArray],
+    kept: Sequence[Mask | None],
+    cuts: Sequence[npt.NDArray[np.intp]],
+    stretch: int,
+    out_ids: IdArray,
+    filled: int,
+) -> tuple[int, bool]:
+    """Stretch ``stretch`` of :func:`join_ids_into`, written from
+    ``out_ids[filled]``: how many ids it wrote, and whether it held an entry
+    twice. (Each stretch reads only its own parts of the runs, so the runs
+    may be viewed afresh between stretches.)"""
+    parts, part_ids = _stretch_of(fingerprints, ids, kept, cuts, stretch)
+    count = sum(len(part) for part in parts)
+    if not count:
+        return 0, False
+    keys = np.empty(count, dtype=np.uint64)
+    left = _merged_stretch(parts, part_ids, keys, out_ids[filled : filled + count])
+    return left, left < count
 
 
 def join_keys_into(
@@ -228,33 +250,54 @@ def join_keys_into(
     cuts = stretch_cuts(fingerprints, chunk)
     twice = set(repeated)
     filled = 0
-    for stretch in range(len(cuts[0]) - 1 if cuts else 0):
-        parts, part_ids = _stretch_of(fingerprints, ids if stretch in twice else None, kept, cuts, stretch)
-        count = sum(len(part) for part in parts)
-        if not count:
-            continue
-        if stretch in twice:
-            # (Merged beside ``out``, which holds only what is left of it.)
-            keys = np.empty(count, dtype=np.uint64)
-            sorted_ids = np.empty(count, dtype=np.result_type(*(part.dtype for part in part_ids)))
-            left = _merged_stretch(parts, part_ids, keys, sorted_ids)
-            out[filled : filled + left] = keys[:left]
-            filled += left
-            continue
-        merge_rotated(parts, out[filled : filled + count])  # (a sorted union, ties need no order)
-        filled += count
+    for stretch in range(stretch_count(cuts)):
+        filled += keys_stretch_into(fingerprints, ids, kept, cuts, stretch, out, filled, stretch in twice)
     return filled
+
+
+def keys_stretch_into(
+    fingerprints: Sequence[U64Array],
+    ids: Sequence[IdArray],
+    kept: Sequence[Mask | None],
+    cuts: Sequence[npt.NDArray[np.intp]],
+    stretch: int,
+    out: U64Array,
+    filled: int,
+    twice: bool,
+) -> int:
+    """Stretch ``stretch`` of :func:`join_keys_into`, written from
+    ``out[filled]`` (``twice``: the stretch held an entry twice); how many."""
+    parts, part_ids = _stretch_of(fingerprints, ids if twice else None, kept, cuts, stretch)
+    count = sum(len(part) for part in parts)
+    if not count:
+        return 0
+    if twice:
+        # (Merged beside ``out``, which holds only what is left of it.)
+        keys = np.empty(count, dtype=np.uint64)
+        sorted_ids = np.empty(count, dtype=np.result_type(*(part.dtype for part in part_ids)))
+        left = _merged_stretch(parts, part_ids, keys, sorted_ids)
+        out[filled : filled + left] = keys[:left]
+        return left
+    merge_rotated(parts, out[filled : filled + count])  # (a sorted union, ties need no order)
+    return count
 
 
 def merge_rotated_into(columns: Sequence[U64Array], out: U64Array, chunk: int = CHUNK_ENTRIES) -> None:
     """``out`` filled with the sorted union of sorted ``columns``, a stretch of values at a time."""
     cuts = stretch_cuts(columns, chunk)
     at = 0
-    for stretch in range(len(cuts[0]) - 1 if cuts else 0):
-        parts = [column[cut[stretch] : cut[stretch + 1]] for column, cut in zip(columns, cuts, strict=True)]
-        count = sum(len(part) for part in parts)
-        merge_rotated(parts, out[at : at + count])
-        at += count
+    for stretch in range(stretch_count(cuts)):
+        at += rotated_stretch_into(columns, cuts, stretch, out, at)
+
+
+def rotated_stretch_into(
+    columns: Sequence[U64Array], cuts: Sequence[npt.NDArray[np.intp]], stretch: int, out: U64Array, at: int
+) -> int:
+    """Stretch ``stretch`` of :func:`merge_rotated_into`, written from ``out[at]``; how many."""
+    parts = [column[cut[stretch] : cut[stretch + 1]] for column, cut in zip(columns, cuts, strict=True)]
+    count = sum(len(part) for part in parts)
+    merge_rotated(parts, out[at : at + count])
+    return count
 
 
 def id_bytes_kept(ids: Sequence[IdArray], kept: Sequence[Mask | None], chunk: int = CHUNK_ENTRIES) -> int:

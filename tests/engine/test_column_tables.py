@@ -14,7 +14,14 @@ from _oracles import planted
 
 from simstore.engine import columns
 from simstore.engine.band_tables import view_band_run, write_joined_band_run
-from simstore.engine.column_tables import drop_run, snapshot_in_place, view_run, write_run
+from simstore.engine.column_tables import (
+    drop_run,
+    join_run,
+    join_values,
+    snapshot_in_place,
+    view_run,
+    write_run,
+)
 from simstore.errors import CorruptStoreError
 from simstore.index.band_runs import build_band_run, join_band_runs
 from simstore.index.column_search import build_run, search
@@ -225,3 +232,76 @@ def test_a_written_run_is_laid_out_as_build_run_lays_it_out(env: lmdb.Environmen
             assert np.array_equal(written.column(table), expected.column(table))
             assert np.array_equal(written.directories[table].positions, expected.directories[table].positions)
         assert np.array_equal(written.ids, expected.ids)
+
+
+@pytest.mark.parametrize("seed", range(6))
+@pytest.mark.parametrize("chunk", [1, 3, 16])
+def test_a_join_stepped_with_its_runs_viewed_afresh_equals_the_join_in_one_go(
+    env: lmdb.Environment, seed: int, chunk: int
+) -> None:
+    """join_values driven as a join prepared outside a write would be: a new
+    read transaction for every step, the runs viewed in it, the finished
+    values kept until the end. Its values are byte for byte those join_run
+    puts in one go, whose entries are each kept (fingerprint, id) once."""
+    rng = np.random.default_rng(seed)
+    scheme = SCHEME if seed % 2 else MultiIndex((32, 32), (1, 1))
+    databases = tables(env, scheme.tables)
+    runs: list[tuple[int, np.ndarray, np.ndarray]] = []
+    with env.begin(write=True) as txn:
+        for run_id, size in enumerate(rng.integers(0, 60, 4).tolist(), start=1):
+            fingerprints = rng.integers(0, 2**64, size, dtype=np.uint64)
+            fingerprints[::5] &= ~np.uint64((1 << 60) - 1)  # crowded prefixes
+            ids = rng.integers(0, 1 << 20, size).astype(np.uint64)
+            if runs and size:
+                # A document given back a fingerprint an older run holds for it.
+                fingerprints[0], ids[0] = (
+                    runs[0][1][0] if len(runs[0][1]) else 7,
+                    runs[0][2][0] if len(runs[0][2]) else 7,
+                )
+            write_run(txn, databases, scheme, run_id, fingerprints, ids)
+            runs.append((run_id, fingerprints, ids))
+    kept = [None if rng.random() < 0.4 else rng.random(len(fps)) < 0.7 for _run_id, fps, _ids in runs]
+
+    def viewed(txn: lmdb.Transaction) -> list[object]:
+        return [view_run(txn, databases, scheme, run_id, len(fps)) for run_id, fps, _ids in runs]
+
+    with mock.patch("simstore.index.column_merge.CHUNK_ENTRIES", chunk):
+        reader = env.begin(buffers=True)
+        steps = join_values(scheme, viewed(reader), kept)  # type: ignore[arg-type]
+        held: dict[tuple[int, int], bytes] = {}
+        taken = 0
+        try:
+            finished = next(steps)
+            while True:
+                held.update({(table, kind): bytes(value) for table, kind, value in finished})
+                taken += 1
+                reader.abort()
+                reader = env.begin(buffers=True)
+                finished = steps.send(viewed(reader))  # type: ignore[arg-type]
+        except StopIteration as done:
+            entries = done.value
+        finally:
+            reader.abort()
+        with env.begin(write=True, buffers=True) as txn:
+            assert join_run(txn, databases, scheme, 99, viewed(txn), kept) == entries  # type: ignore[arg-type]
+            put = {
+                (table, kind): bytes(txn.get(columns.run_key(99, kind), db=databases[table]))
+                for table in range(scheme.tables)
+                for kind in (columns.KEYS, columns.IDS, columns.DIRECTORY)
+                if txn.get(columns.run_key(99, kind), db=databases[table]) is not None
+            }
+    # (A run's mask is over its entries as stored: sorted by fingerprint, then id.)
+    expected: set[tuple[int, int]] = set()
+    with env.begin(buffers=True) as txn:
+        for run, keep in zip(viewed(txn), kept, strict=True):
+            pairs = zip(run.fingerprints.tolist(), run.ids.tolist(), strict=True)  # type: ignore[attr-defined]
+            expected |= {pair for at, pair in enumerate(pairs) if keep is None or keep[at]}
+    assert entries == len(expected)
+    assert held == put
+    assert taken > 1 or not entries
+    if entries:
+        with env.begin(buffers=True) as txn:
+            joined = view_run(txn, databases, scheme, 99, entries, verify=True)
+            assert sorted(zip(joined.fingerprints.tolist(), joined.ids.tolist(), strict=True)) == sorted(
+                expected
+            )
