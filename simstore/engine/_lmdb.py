@@ -293,21 +293,33 @@ class Environment:
             first_map = map_size if map_size is not None else max(INITIAL_MAP_SIZE, 2 * file_size)
         else:
             first_map = max(file_size, MIN_MAP_SIZE)
-        for attempt in range(1, REPLACED_RETRIES + 1):
-            identity = _identity(path)
-            self.env = self._open_lmdb(readonly=readonly, sync=sync, map_size=first_map, writemap=False)
-            if attempt == REPLACED_RETRIES or _identity(path) == identity:
-                break
-            # The file was replaced while LMDB waited for its lock (simstore.shrink
-            # or mode "n", which hold it meanwhile). A read-only open maps the
-            # file before it locks, so it held the old file and, once let in, the
-            # lock file set up for the new one: open again.
-            self.env.close()
-        self._check_not_truncated(file_size)
-        # A killed process leaves its reader slot behind; reclaim such slots
-        # now, or enough kills would make every later open fail.
-        if self.lock:
-            self._reclaim_readers()
+        opened: lmdb.Environment | None = None
+        try:
+            for attempt in range(1, REPLACED_RETRIES + 1):
+                identity = _identity(path)
+                opened = self.env = self._open_lmdb(
+                    readonly=readonly, sync=sync, map_size=first_map, writemap=False
+                )
+                if attempt == REPLACED_RETRIES or _identity(path) == identity:
+                    break
+                # The file was replaced while LMDB waited for its lock (simstore.shrink
+                # or mode "n", which hold it meanwhile). A read-only open maps the
+                # file before it locks, so it held the old file and, once let in, the
+                # lock file set up for the new one: open again.
+                opened.close()
+                opened = None
+            self._check_not_truncated(file_size)
+            # A killed process leaves its reader slot behind; reclaim such slots
+            # now, or enough kills would make every later open fail.
+            if self.lock:
+                self._reclaim_readers()
+        except BaseException:
+            # An error (a truncated file) or an interrupt once LMDB had the file
+            # open: closed here, or it stayed open in this process and every
+            # later open of it in the process was refused ("already open").
+            if opened is not None:
+                opened.close()
+            raise
         self._sync = sync
         self._requested_map = map_size
 

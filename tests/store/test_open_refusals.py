@@ -258,6 +258,36 @@ def test_opening_the_environment_adopts_a_map_grown_meanwhile(
         simstore.open(path, mode)
 
 
+@pytest.mark.parametrize("raised", [KeyboardInterrupt, simstore.CorruptStoreError])
+@pytest.mark.parametrize("mode", ["r", "w"])
+def test_an_open_cut_short_once_lmdb_has_the_file_leaves_it_closed(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, raised: type[BaseException], mode: str
+) -> None:
+    """An interrupt (or a refusal, such as a truncated file) after LMDB opened
+    the file closes it again: left open, every later open in the process was
+    refused as "already open in this process" (seen in CI: Ctrl-C then left
+    the command line unable to remove the empty store it had made)."""
+    from simstore.engine import _lmdb
+
+    path = str(tmp_path / "cut.simstore")
+    with simstore.open(path, k=3) as store:
+        store.add("a", fingerprint=1)
+    real = _lmdb.Environment._check_not_truncated
+
+    def cut_short(self: object, file_size: int) -> None:
+        raise raised("cut short")
+
+    monkeypatch.setattr(_lmdb.Environment, "_check_not_truncated", cut_short)
+    with pytest.raises(raised) as caught:
+        simstore.open(path, mode)
+    monkeypatch.setattr(_lmdb.Environment, "_check_not_truncated", real)
+    # Opened again while the error (its traceback holds the half-made
+    # environment) is still being handled, as the command line's clean-up does.
+    assert caught.traceback
+    with simstore.open(path, mode) as store:
+        assert store["a"].fingerprint == 1
+
+
 # Mode "n" paused inside its hold on the lock file, once the new store is in place,
 # until told to go on; then it adds a document of its own.
 _PAUSED_REPLACE = """
