@@ -142,13 +142,7 @@ def join_values(
     repeated: list[bool] = []
     for stretch in range(column_merge.stretch_count(cuts)):
         left, twice = column_merge.ids_stretch_into(
-            [run.fingerprints for run in sources],
-            [run.ids for run in sources],
-            kept,
-            cuts,
-            stretch,
-            sorted_ids,
-            entries,
+            *_columns_of(sources), kept, cuts, stretch, sorted_ids, entries
         )
         repeated.append(twice)
         entries += left
@@ -167,14 +161,7 @@ def join_values(
     filled = 0
     for stretch in range(column_merge.stretch_count(cuts)):
         filled += column_merge.keys_stretch_into(
-            [run.fingerprints for run in sources],
-            [run.ids for run in sources],
-            kept,
-            cuts,
-            stretch,
-            keys,
-            filled,
-            repeated[stretch],
+            *_columns_of(sources), kept, cuts, stretch, keys, filled, repeated[stretch]
         )
         sources = yield []
     # Whole columns of the sources merge as they are; once an entry was
@@ -202,6 +189,11 @@ def join_values(
         sources = yield finished
         del finished
     return entries
+
+
+def _columns_of(sources: Sequence[ColumnRun]) -> tuple[list[U64Array], list[IdArray]]:
+    """The runs' table-0 columns: their fingerprints, and their ids."""
+    return [run.fingerprints for run in sources], [run.ids for run in sources]
 
 
 def _table_values(
