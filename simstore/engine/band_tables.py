@@ -11,7 +11,7 @@ viewed in place like them (``txn`` reads buffers: no copy).
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Generator, Sequence
 
 import numpy as np
 import numpy.typing as npt
@@ -30,9 +30,22 @@ def write_band_run(
 ) -> None:
     """Put ``run`` as run ``run_id``'s band values in table 0's ``database``
     (each built in a buffer ``make`` gives)."""
+    for kind, value in _band_values(run, make):
+        _put_new(txn, database, run_id, kind, value)
+
+
+def _band_values(run: BandRun, make: columns.MakeValue) -> list[tuple[int, columns.ValueBuffer]]:
+    """``run``'s two band values, ``(kind, value)``, sealed."""
     ids = run.ids.astype(np.dtype("<u4") if columns.id_width(run.ids) == 4 else np.dtype("<u8"))
-    for kind, payload in ((columns.BAND_KEYS, run.keys.astype("<u4")), (columns.BAND_IDS, ids)):
-        _put_new(txn, database, run_id, kind, columns.encode(kind, payload, make=make))
+    return [
+        (kind, columns.encode(kind, payload, make=make))
+        for kind, payload in ((columns.BAND_KEYS, run.keys.astype("<u4")), (columns.BAND_IDS, ids))
+    ]
+
+
+#: :func:`join_band_values`: yields the values (``(kind, value)``) each step
+#: finished and is sent the band runs viewed afresh; returns the entry count.
+BandJoinSteps = Generator[list[tuple[int, columns.ValueBuffer]], Sequence[BandRun], int]
 
 
 def write_joined_band_run(
@@ -45,23 +58,57 @@ def write_joined_band_run(
 ) -> None:
     """Put as run ``run_id``'s band values the join of ``runs`` (oldest
     first), keeping the entries ``kept[i]`` keeps of ``runs[i]`` (``None``:
-    all), merged straight into the values put (8 bytes an entry, and a
-    stretch's arrays)."""
+    all): :func:`join_band_values` in one go."""
+    steps = join_band_values(runs, kept, make)
+    try:
+        finished: list[tuple[int, columns.ValueBuffer]] | None = next(steps)
+        while True:
+            assert finished is not None
+            for kind, value in finished:
+                _put_new(txn, database, run_id, kind, value)
+            finished = None  # (let go of the values put before the next step)
+            finished = steps.send(runs)
+    except StopIteration:
+        return
+
+
+def join_band_values(
+    runs: Sequence[BandRun],
+    kept: Sequence[npt.NDArray[np.bool_] | None],
+    make: columns.MakeValue = bytearray,
+) -> BandJoinSteps:
+    """The band values of the join :func:`write_joined_band_run` puts, merged
+    straight into them (8 bytes an entry, and a stretch's arrays) a stretch
+    at a time: each ``yield`` gives the values finished since the last
+    (``(kind, value)``, sealed) and takes the same runs viewed afresh, as
+    :func:`simstore.engine.column_tables.join_values` does. Returns the
+    entry count."""
     chunk = column_merge.CHUNK_ENTRIES
     if column_merge.id_bytes_kept([run.ids for run in runs], kept, chunk) > 4:
-        # A kept id past 32 bits (over 4G documents): the whole-array join.
+        # A kept id past 32 bits (over 4G documents): the whole-array join, one step.
         dropped = [None if keep is None else run.ids[~keep] for run, keep in zip(runs, kept, strict=True)]
-        write_band_run(txn, database, run_id, band_runs.join_band_runs(runs, dropped), make)
-        return
+        joined = band_runs.join_band_runs(runs, dropped)
+        yield _band_values(joined, make)
+        return len(joined)
     total = sum(
         len(run) if keep is None else int(np.count_nonzero(keep))
         for run, keep in zip(runs, kept, strict=True)
     )
     keys_value, keys = columns.allocate(total, 4, make)
     ids_value, ids = columns.allocate(total, 4, make)
-    entries = band_runs.join_band_runs_into(runs, kept, keys, ids, chunk)
-    for kind, value, payload in ((columns.BAND_KEYS, keys_value, keys), (columns.BAND_IDS, ids_value, ids)):
-        _put_new(txn, database, run_id, kind, columns.seal_filled(value, kind, payload, entries, make))
+    cuts = column_merge.stretch_cuts([run.keys for run in runs], chunk)
+    entries = 0
+    for stretch in range(column_merge.stretch_count(cuts)):
+        entries += band_runs.band_stretch_into(runs, kept, cuts, stretch, keys, ids, entries)
+        runs = yield []
+    yield [
+        (kind, columns.seal_filled(value, kind, payload, entries, make))
+        for kind, value, payload in (
+            (columns.BAND_KEYS, keys_value, keys),
+            (columns.BAND_IDS, ids_value, ids),
+        )
+    ]
+    return entries
 
 
 def _put_new(txn: Txn, database: Database, run_id: int, kind: int, value: columns.ValueBuffer) -> None:

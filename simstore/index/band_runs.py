@@ -20,7 +20,7 @@ from typing import Any, NamedTuple
 import numpy as np
 import numpy.typing as npt
 
-from simstore.index.column_merge import CHUNK_ENTRIES, stretch_cuts
+from simstore.index.column_merge import CHUNK_ENTRIES, stretch_count, stretch_cuts
 from simstore.index.ranges import expand_ranges
 
 __all__ = [
@@ -102,24 +102,39 @@ def join_band_runs_into(
     entries a document."""
     cuts = stretch_cuts([run.keys for run in runs], chunk)
     filled = 0
-    for stretch in range(len(cuts[0]) - 1 if cuts else 0):
-        parts: list[U64Array] = []
-        for run, keep, cut in zip(runs, kept, cuts, strict=True):
-            span = slice(int(cut[stretch]), int(cut[stretch + 1]))
-            keys, ids = run.keys[span], run.ids[span]
-            if keep is not None:
-                keys, ids = keys[keep[span]], ids[keep[span]]
-            parts.append(packed_entries(keys, ids))
-        packed = np.concatenate(parts)
-        del parts
-        packed.sort(kind="stable")  # (the runs' sorted stretches, merged)
-        if len(packed) > 1:
-            packed = packed[np.concatenate([[True], packed[1:] != packed[:-1]])]
-        count = len(packed)
-        np.right_shift(packed, np.uint64(32), out=out_keys[filled : filled + count], casting="unsafe")
-        np.bitwise_and(packed, np.uint64(_ID_MASK), out=out_ids[filled : filled + count], casting="unsafe")
-        filled += count
+    for stretch in range(stretch_count(cuts)):
+        filled += band_stretch_into(runs, kept, cuts, stretch, out_keys, out_ids, filled)
     return filled
+
+
+def band_stretch_into(
+    runs: Sequence[BandRun],
+    kept: Sequence[npt.NDArray[np.bool_] | None],
+    cuts: Sequence[IntArray],
+    stretch: int,
+    out_keys: U32Array,
+    out_ids: U32Array,
+    filled: int,
+) -> int:
+    """Stretch ``stretch`` of :func:`join_band_runs_into`, written from
+    ``out_keys[filled]`` and ``out_ids[filled]``; how many. (It reads only
+    its own parts of the runs, which may be viewed afresh between stretches.)"""
+    parts: list[U64Array] = []
+    for run, keep, cut in zip(runs, kept, cuts, strict=True):
+        span = slice(int(cut[stretch]), int(cut[stretch + 1]))
+        keys, ids = run.keys[span], run.ids[span]
+        if keep is not None:
+            keys, ids = keys[keep[span]], ids[keep[span]]
+        parts.append(packed_entries(keys, ids))
+    packed = np.concatenate(parts)
+    del parts
+    packed.sort(kind="stable")  # (the runs' sorted stretches, merged)
+    if len(packed) > 1:
+        packed = packed[np.concatenate([[True], packed[1:] != packed[:-1]])]
+    count = len(packed)
+    np.right_shift(packed, np.uint64(32), out=out_keys[filled : filled + count], casting="unsafe")
+    np.bitwise_and(packed, np.uint64(_ID_MASK), out=out_ids[filled : filled + count], casting="unsafe")
+    return count
 
 
 def look_up(runs: Sequence[BandRun], keys: U64Array) -> tuple[IntArray, IdArray]:

@@ -3,8 +3,9 @@ no copy, searched exactly, checked, and refused when damaged."""
 
 from __future__ import annotations
 
-from collections.abc import Iterator
+from collections.abc import Callable, Generator, Iterator
 from pathlib import Path
+from typing import Any
 from unittest import mock
 
 import lmdb
@@ -13,7 +14,7 @@ import pytest
 from _oracles import planted
 
 from simstore.engine import columns
-from simstore.engine.band_tables import view_band_run, write_joined_band_run
+from simstore.engine.band_tables import join_band_values, view_band_run, write_band_run, write_joined_band_run
 from simstore.engine.column_tables import (
     drop_run,
     join_run,
@@ -234,6 +235,33 @@ def test_a_written_run_is_laid_out_as_build_run_lays_it_out(env: lmdb.Environmen
         assert np.array_equal(written.ids, expected.ids)
 
 
+def stepped_afresh(
+    env: lmdb.Environment,
+    viewed: Callable[[Any], list[Any]],
+    start: Callable[[list[Any]], Generator[Any, Any, int]],
+) -> tuple[list[tuple[Any, ...]], int, int]:
+    """Drive a join's steps as a join prepared outside a write would: a new
+    read transaction for every step, the runs ``viewed`` in it, the values
+    each step finished kept (as bytes) to the end. Returns the values, how
+    many steps were taken, and the entry count."""
+    reader = env.begin(buffers=True)
+    steps = start(viewed(reader))
+    values: list[tuple[Any, ...]] = []
+    taken = 0
+    try:
+        finished = next(steps)
+        while True:
+            values += [(*item[:-1], bytes(item[-1])) for item in finished]
+            taken += 1
+            reader.abort()
+            reader = env.begin(buffers=True)
+            finished = steps.send(viewed(reader))
+    except StopIteration as done:
+        return values, taken, int(done.value)
+    finally:
+        reader.abort()
+
+
 @pytest.mark.parametrize("seed", range(6))
 @pytest.mark.parametrize("chunk", [1, 3, 16])
 def test_a_join_stepped_with_its_runs_viewed_afresh_equals_the_join_in_one_go(
@@ -266,22 +294,8 @@ def test_a_join_stepped_with_its_runs_viewed_afresh_equals_the_join_in_one_go(
         return [view_run(txn, databases, scheme, run_id, len(fps)) for run_id, fps, _ids in runs]
 
     with mock.patch("simstore.index.column_merge.CHUNK_ENTRIES", chunk):
-        reader = env.begin(buffers=True)
-        steps = join_values(scheme, viewed(reader), kept)  # type: ignore[arg-type]
-        held: dict[tuple[int, int], bytes] = {}
-        taken = 0
-        try:
-            finished = next(steps)
-            while True:
-                held.update({(table, kind): bytes(value) for table, kind, value in finished})
-                taken += 1
-                reader.abort()
-                reader = env.begin(buffers=True)
-                finished = steps.send(viewed(reader))  # type: ignore[arg-type]
-        except StopIteration as done:
-            entries = done.value
-        finally:
-            reader.abort()
+        values, taken, entries = stepped_afresh(env, viewed, lambda runs: join_values(scheme, runs, kept))
+        held = {(table, kind): value for table, kind, value in values}
         with env.begin(write=True, buffers=True) as txn:
             assert join_run(txn, databases, scheme, 99, viewed(txn), kept) == entries  # type: ignore[arg-type]
             put = {
@@ -305,3 +319,40 @@ def test_a_join_stepped_with_its_runs_viewed_afresh_equals_the_join_in_one_go(
             assert sorted(zip(joined.fingerprints.tolist(), joined.ids.tolist(), strict=True)) == sorted(
                 expected
             )
+
+
+@pytest.mark.parametrize("wide", [False, True])
+@pytest.mark.parametrize("chunk", [1, 5, 64])
+def test_a_band_join_stepped_with_its_runs_viewed_afresh_equals_the_join_in_one_go(
+    env: lmdb.Environment, wide: bool, chunk: int
+) -> None:
+    """join_band_values driven with a new read transaction per step and the
+    values held to the end: byte for byte what write_joined_band_run puts."""
+    rng = np.random.default_rng(chunk)
+    (database,) = tables(env, 1)
+    sizes = (90, 0, 40, 25)
+    with env.begin(write=True) as txn:
+        for run_id, size in enumerate(sizes, start=1):
+            ids = rng.integers(0, 30, size).astype(np.uint64)
+            if wide:
+                ids[::5] += np.uint64(1 << 40)
+            keys = rng.integers(0, 2**64, size, dtype=np.uint64) & ~np.uint64((1 << 59) - 1)
+            write_band_run(txn, database, run_id, build_band_run(keys, ids))
+    run_ids = range(1, len(sizes) + 1)
+    with env.begin(buffers=True) as txn:
+        lengths = [len(view_band_run(txn, database, run_id)) for run_id in run_ids]
+    kept = [None, None, rng.random(lengths[2]) < 0.5, rng.random(lengths[3]) < 0.8]
+
+    def viewed(txn: lmdb.Transaction) -> list[object]:
+        return [view_band_run(txn, database, run_id) for run_id in run_ids]
+
+    with mock.patch("simstore.index.column_merge.CHUNK_ENTRIES", chunk):
+        values, taken, entries = stepped_afresh(env, viewed, lambda runs: join_band_values(runs, kept))
+        held = dict(values)
+        with env.begin(write=True, buffers=True) as txn:
+            write_joined_band_run(txn, database, 99, viewed(txn), kept)  # type: ignore[arg-type]
+            put = {kind: bytes(txn.get(columns.run_key(99, kind), db=database)) for kind in held}
+            assert len(view_band_run(txn, database, 99, verify=True)) == entries
+    assert set(held) == {columns.BAND_KEYS, columns.BAND_IDS}
+    assert held == put
+    assert taken > 1 or wide
