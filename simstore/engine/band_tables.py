@@ -59,17 +59,11 @@ def write_joined_band_run(
     """Put as run ``run_id``'s band values the join of ``runs`` (oldest
     first), keeping the entries ``kept[i]`` keeps of ``runs[i]`` (``None``:
     all): :func:`join_band_values` in one go."""
-    steps = join_band_values(runs, kept, make)
-    try:
-        finished: list[tuple[int, columns.ValueBuffer]] | None = next(steps)
-        while True:
-            assert finished is not None
-            for kind, value in finished:
-                _put_new(txn, database, run_id, kind, value)
-            finished = None  # (let go of the values put before the next step)
-            finished = steps.send(runs)
-    except StopIteration:
-        return
+
+    def put(finished: tuple[int, columns.ValueBuffer]) -> None:
+        _put_new(txn, database, run_id, *finished)
+
+    columns.put_each_step(join_band_values(runs, kept, make), runs, put)
 
 
 def join_band_values(

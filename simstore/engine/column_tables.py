@@ -96,17 +96,12 @@ def join_run(
     its entry count (0: nothing written). :func:`join_values`, every step at
     once, each value put as soon as it is finished."""
     check_tables(databases, scheme)
-    steps = join_values(scheme, sources, kept, make)
-    try:
-        finished: list[Finished] | None = next(steps)
-        while True:
-            assert finished is not None
-            for table, kind, value in finished:
-                _put(txn, databases[table], table, run_id, kind, value)
-            finished = None  # (let go of the values put before the next step)
-            finished = steps.send(sources)
-    except StopIteration as done:
-        return int(done.value)
+
+    def put(finished: Finished) -> None:
+        table, kind, value = finished
+        _put(txn, databases[table], table, run_id, kind, value)
+
+    return columns.put_each_step(join_values(scheme, sources, kept, make), sources, put)
 
 
 def join_values(

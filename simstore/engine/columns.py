@@ -30,8 +30,8 @@ from __future__ import annotations
 import mmap
 import struct
 import zlib
-from collections.abc import Callable
-from typing import Any
+from collections.abc import Callable, Generator
+from typing import Any, TypeVar
 
 import numpy as np
 import numpy.typing as npt
@@ -60,6 +60,25 @@ IdArray = npt.NDArray[np.unsignedinteger[Any]]
 ValueBuffer = bytearray | mmap.mmap
 #: Makes a zeroed :data:`ValueBuffer` of the size asked.
 MakeValue = Callable[[int], ValueBuffer]
+
+
+Item = TypeVar("Item")
+Views = TypeVar("Views")
+
+
+def put_each_step(steps: Generator[list[Item], Views, int], views: Views, put: Callable[[Item], None]) -> int:
+    """Drive a join's steps (:func:`simstore.engine.column_tables.join_values`,
+    :func:`simstore.engine.band_tables.join_band_values`) in one go, sending
+    every step the same ``views`` of the runs and putting each value it
+    finished before the next step begins; returns the join's entry count."""
+    try:
+        finished = next(steps)
+        while True:
+            while finished:
+                put(finished.pop(0))  # (popped: a value put is let go of before the next step)
+            finished = steps.send(views)
+    except StopIteration as done:
+        return int(done.value)
 
 
 def run_key(run_id: int, kind: int) -> bytes:
