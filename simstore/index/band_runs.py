@@ -20,15 +20,14 @@ from typing import Any, NamedTuple
 import numpy as np
 import numpy.typing as npt
 
-from simstore.index.column_merge import CHUNK_ENTRIES, stretch_count, stretch_cuts
 from simstore.index.ranges import expand_ranges
 
 __all__ = [
     "BandRun",
+    "band_stretch_into",
     "build_band_run",
     "equal_ranges",
     "join_band_runs",
-    "join_band_runs_into",
     "look_up",
     "packed_entries",
     "short_keys",
@@ -86,27 +85,6 @@ def join_band_runs(runs: Sequence[BandRun], dropped: Sequence[IdArray | None]) -
     )
 
 
-def join_band_runs_into(
-    runs: Sequence[BandRun],
-    kept: Sequence[npt.NDArray[np.bool_] | None],
-    out_keys: U32Array,
-    out_ids: U32Array,
-    chunk: int = CHUNK_ENTRIES,
-) -> int:
-    """Join band runs whose ids all fit in 32 bits into ``out_keys`` and
-    ``out_ids`` (from their start): the entries ``kept[i]`` keeps of
-    ``runs[i]`` (``None``: all), sorted by key then id, each once; returns
-    how many were written. A stretch of keys at a time (cut at the same keys
-    in every run), so that beside the output only a stretch's arrays are
-    held: a join of a whole run's at once took some 36 bytes an entry, eight
-    entries a document."""
-    cuts = stretch_cuts([run.keys for run in runs], chunk)
-    filled = 0
-    for stretch in range(stretch_count(cuts)):
-        filled += band_stretch_into(runs, kept, cuts, stretch, out_keys, out_ids, filled)
-    return filled
-
-
 def band_stretch_into(
     runs: Sequence[BandRun],
     kept: Sequence[npt.NDArray[np.bool_] | None],
@@ -116,9 +94,16 @@ def band_stretch_into(
     out_ids: U32Array,
     filled: int,
 ) -> int:
-    """Stretch ``stretch`` of :func:`join_band_runs_into`, written from
-    ``out_keys[filled]`` and ``out_ids[filled]``; how many. (It reads only
-    its own parts of the runs, which may be viewed afresh between stretches.)"""
+    """A join of band runs whose ids all fit in 32 bits, stretch ``stretch``
+    of it (``cuts``: :func:`~simstore.index.column_merge.stretch_cuts` of the
+    runs' keys, cut at the same keys in every run): written from
+    ``out_keys[filled]`` and
+    ``out_ids[filled]``, the entries ``kept[i]`` keeps of ``runs[i]``
+    (``None``: all), sorted by key then id, each once; returns how many.
+    Beside the output only a stretch's arrays are held (a join of a whole
+    run's at once took some 36 bytes an entry, eight entries a document);
+    the stretch reads only its own parts of the runs, which may be viewed
+    afresh between stretches."""
     parts: list[U64Array] = []
     for run, keep, cut in zip(runs, kept, cuts, strict=True):
         span = slice(int(cut[stretch]), int(cut[stretch + 1]))

@@ -183,31 +183,6 @@ def _merged_stretch(
     return count
 
 
-def join_ids_into(
-    fingerprints: Sequence[U64Array],
-    ids: Sequence[IdArray],
-    kept: Sequence[Mask | None],
-    out_ids: IdArray,
-    chunk: int = CHUNK_ENTRIES,
-) -> tuple[int, list[int]]:
-    """A join's table 0, its ids: ``out_ids`` filled from its start with the
-    ids of the entries ``kept[i]`` keeps of run ``i`` (``fingerprints[i]``,
-    ``ids[i]``, each sorted by fingerprint, ties by id; ``None`` keeps all),
-    in fingerprint-then-id order, each ``(fingerprint, id)`` once. Returns
-    how many were written and the stretches that held an entry twice (what
-    :func:`join_keys_into` must know). The keys and the ids are made in two
-    passes so that only one of them is held whole at a time."""
-    cuts = stretch_cuts(fingerprints, chunk)
-    filled = 0
-    repeated: list[int] = []
-    for stretch in range(stretch_count(cuts)):
-        left, twice = ids_stretch_into(fingerprints, ids, kept, cuts, stretch, out_ids, filled)
-        if twice:
-            repeated.append(stretch)
-        filled += left
-    return filled, repeated
-
-
 def stretch_count(cuts: Sequence[npt.NDArray[np.intp]]) -> int:
     """How many stretches :func:`stretch_cuts` cut."""
     return len(cuts[0]) - 1 if cuts else 0
@@ -222,10 +197,16 @@ def ids_stretch_into(
     out_ids: IdArray,
     filled: int,
 ) -> tuple[int, bool]:
-    """Stretch ``stretch`` of :func:`join_ids_into`, written from
-    ``out_ids[filled]``: how many ids it wrote, and whether it held an entry
-    twice. (Each stretch reads only its own parts of the runs, so the runs
-    may be viewed afresh between stretches.)"""
+    """A join's table 0, its ids, stretch ``stretch`` of it (``cuts``:
+    :func:`stretch_cuts` of ``fingerprints``): written from
+    ``out_ids[filled]``, the ids of the entries ``kept[i]`` keeps of run
+    ``i`` (``fingerprints[i]``, ``ids[i]``, each sorted by fingerprint, ties
+    by id; ``None`` keeps all), in fingerprint-then-id order, each
+    ``(fingerprint, id)`` once. Returns how many it wrote and whether the
+    stretch held an entry twice (what :func:`keys_stretch_into` must know).
+    The keys and the ids are made in two passes so that only one of them is
+    held whole at a time; each stretch reads only its own parts of the runs,
+    so the runs may be viewed afresh between stretches."""
     parts, part_ids = _stretch_of(fingerprints, ids, kept, cuts, stretch)
     count = sum(len(part) for part in parts)
     if not count:
@@ -233,26 +214,6 @@ def ids_stretch_into(
     keys = np.empty(count, dtype=np.uint64)
     left = _merged_stretch(parts, part_ids, keys, out_ids[filled : filled + count])
     return left, left < count
-
-
-def join_keys_into(
-    fingerprints: Sequence[U64Array],
-    ids: Sequence[IdArray],
-    kept: Sequence[Mask | None],
-    out: U64Array,
-    repeated: Sequence[int],
-    chunk: int = CHUNK_ENTRIES,
-) -> int:
-    """The same join's table 0, its keys (the fingerprints, sorted): ``out``
-    filled from its start; ``repeated`` is what :func:`join_ids_into`
-    returned. A stretch without repeats is a merge of the fingerprints
-    alone; one with them is merged with its ids again. Returns how many."""
-    cuts = stretch_cuts(fingerprints, chunk)
-    twice = set(repeated)
-    filled = 0
-    for stretch in range(stretch_count(cuts)):
-        filled += keys_stretch_into(fingerprints, ids, kept, cuts, stretch, out, filled, stretch in twice)
-    return filled
 
 
 def keys_stretch_into(
@@ -265,8 +226,11 @@ def keys_stretch_into(
     filled: int,
     twice: bool,
 ) -> int:
-    """Stretch ``stretch`` of :func:`join_keys_into`, written from
-    ``out[filled]`` (``twice``: the stretch held an entry twice); how many."""
+    """The same join's table 0, its keys (the fingerprints, sorted), the same
+    stretch: written from ``out[filled]``; ``twice`` is what
+    :func:`ids_stretch_into` said of it. A stretch without repeats is a merge
+    of the fingerprints alone; one with them is merged with its ids again.
+    Returns how many."""
     parts, part_ids = _stretch_of(fingerprints, ids if twice else None, kept, cuts, stretch)
     count = sum(len(part) for part in parts)
     if not count:
@@ -282,18 +246,11 @@ def keys_stretch_into(
     return count
 
 
-def merge_rotated_into(columns: Sequence[U64Array], out: U64Array, chunk: int = CHUNK_ENTRIES) -> None:
-    """``out`` filled with the sorted union of sorted ``columns``, a stretch of values at a time."""
-    cuts = stretch_cuts(columns, chunk)
-    at = 0
-    for stretch in range(stretch_count(cuts)):
-        at += rotated_stretch_into(columns, cuts, stretch, out, at)
-
-
 def rotated_stretch_into(
     columns: Sequence[U64Array], cuts: Sequence[npt.NDArray[np.intp]], stretch: int, out: U64Array, at: int
 ) -> int:
-    """Stretch ``stretch`` of :func:`merge_rotated_into`, written from ``out[at]``; how many."""
+    """Stretch ``stretch`` of the sorted union of sorted ``columns`` (``cuts``:
+    :func:`stretch_cuts` of them), written from ``out[at]``; how many."""
     parts = [column[cut[stretch] : cut[stretch + 1]] for column, cut in zip(columns, cuts, strict=True)]
     count = sum(len(part) for part in parts)
     merge_rotated(parts, out[at : at + count])

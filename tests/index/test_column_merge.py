@@ -12,12 +12,13 @@ from simstore.index.column_merge import (
     fingerprint_then_id_order,
     first_of_each,
     id_bytes_kept,
-    join_ids_into,
-    join_keys_into,
+    ids_stretch_into,
+    keys_stretch_into,
     merge_first,
     merge_rotated,
-    merge_rotated_into,
     rotated_column,
+    rotated_stretch_into,
+    stretch_count,
     stretch_cuts,
 )
 from simstore.index.multi_index import MultiIndex
@@ -94,9 +95,17 @@ def test_a_join_a_stretch_at_a_time_equals_sorting_the_entries_kept(
     total = sum(len(fps) for fps, _ in runs)
     fingerprints, ids = [fps for fps, _ in runs], [doc_ids for _, doc_ids in runs]
     out_ids = np.full(total, 7, dtype=np.uint32)
-    written, repeated = join_ids_into(fingerprints, ids, kept, out_ids, chunk)
+    cuts = stretch_cuts(fingerprints, chunk)
+    written, repeated = 0, []
+    for stretch in range(stretch_count(cuts)):
+        left, twice = ids_stretch_into(fingerprints, ids, kept, cuts, stretch, out_ids, written)
+        written += left
+        repeated.append(twice)
     out = np.full(written, 7, dtype=np.uint64)
-    assert join_keys_into(fingerprints, ids, kept, out, repeated, chunk) == written
+    filled = 0
+    for stretch in range(stretch_count(cuts)):
+        filled += keys_stretch_into(fingerprints, ids, kept, cuts, stretch, out, filled, repeated[stretch])
+    assert filled == written
     expected = sorted(
         {
             (fp, doc)
@@ -126,7 +135,9 @@ def test_rotated_columns_merged_or_made_a_stretch_at_a_time_are_sorted_whole(
         columns = [np.sort(SCHEME.rotate(np.array(run, dtype=np.uint64), table)) for run in drawn]
         expected = np.sort(SCHEME.rotate(fingerprints, table))
         merged = np.empty(len(fingerprints), dtype=np.uint64)
-        merge_rotated_into(columns, merged, chunk)
+        cuts, at = stretch_cuts(columns, chunk), 0
+        for stretch in range(stretch_count(cuts)):
+            at += rotated_stretch_into(columns, cuts, stretch, merged, at)
         made = np.empty(len(fingerprints), dtype=np.uint64)
         rotated_column(SCHEME, table, fingerprints, made, chunk)
         assert np.array_equal(merged, expected)

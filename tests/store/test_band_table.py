@@ -25,7 +25,8 @@ from simstore.engine.format import BAND_TABLE_FORMAT_VERSION, MULTI_INDEX_FORMAT
 from simstore.errors import CorruptStoreError, InvalidValueError, ParameterMismatchError
 from simstore.fingerprinting.bands import band_keys
 from simstore.fingerprinting.sketch import estimate_jaccard
-from simstore.index.band_runs import BandRun, build_band_run, join_band_runs, join_band_runs_into, look_up
+from simstore.index.band_runs import BandRun, band_stretch_into, build_band_run, join_band_runs, look_up
+from simstore.index.column_merge import stretch_count, stretch_cuts
 
 pytestmark = pytest.mark.filterwarnings("ignore::simstore.ShortTextWarning")
 
@@ -529,7 +530,9 @@ def test_a_join_a_stretch_at_a_time_keeps_each_kept_entry_once_in_order(
     ]
     total = sum(len(run) for run in runs)
     keys, ids = np.full(total, 9, dtype=np.uint32), np.full(total, 9, dtype=np.uint32)
-    written = join_band_runs_into(runs, kept, keys, ids, chunk)
+    cuts, written = stretch_cuts([run.keys for run in runs], chunk), 0
+    for stretch in range(stretch_count(cuts)):
+        written += band_stretch_into(runs, kept, cuts, stretch, keys, ids, written)
     expected = sorted(
         {
             pair
