@@ -58,8 +58,8 @@ def owners(starts: npt.NDArray[np.int64], low: int, high: int) -> npt.NDArray[np
     (text ``i``'s from ``starts[i]``, ascending, with or without the end
     after the last; ``starts[0] <= low``), the
     text it belongs to: ``np.searchsorted(starts, positions, side="right") - 1``,
-    by repeating each text's number over its share of the block, in about a
-    third of the time (two binary searches, not one per position).
+    by repeating each text's number over its share of the block (two binary
+    searches, not one per position).
 
     >>> owners(np.array([0, 2, 2, 5]), 1, 6).tolist()
     [0, 2, 2, 2, 3]
