@@ -63,7 +63,8 @@ class Stats:
     """A snapshot of a store's size and layout.
 
     ``runs`` is how many runs each table holds (see docs/engine.md): queries
-    probe each; ``compacting`` says a compaction is under way. ``prefix_bits``
+    probe each; ``compacting`` says a compaction is under way (format 3: a
+    join being prepared in steps, by this process or another). ``prefix_bits``
     and ``layout`` describe the tables in the file, one entry a table: for a
     format-3 store, each table's segment width and its rotation as a bit order.
     """

@@ -133,7 +133,7 @@ class ColumnIndex:
         newest, stamped with the store's count of ``removals``."""
         if not len(fingerprints):
             return catalog
-        run_id = _next_id(catalog)
+        run_id = next_id(catalog)
         entries = column_tables.write_run(
             txn, self.databases, self.scheme, run_id, fingerprints, ids, self.make
         )
@@ -170,7 +170,7 @@ class ColumnIndex:
             None if live is None else live(entry, run.ids, run.fingerprints)
             for entry, run in zip(joined, sources, strict=True)
         ]
-        run_id = _next_id(catalog)
+        run_id = next_id(catalog)
         entries = column_tables.join_run(txn, self.databases, self.scheme, run_id, sources, kept, self.make)
         del sources  # views of values the drops below free (when read from txn)
         for run in joined:
@@ -188,7 +188,8 @@ class ColumnIndex:
         return column_tables.snapshot_in_place(txn, self.databases, self.scheme, catalog.runs)
 
 
-def _next_id(catalog: ColumnCatalog) -> int:
+def next_id(catalog: ColumnCatalog) -> int:
+    """The id the next run written takes (``CorruptStoreError`` once every id is used)."""
     if catalog.next_run_id > MAX_RUN_ID:
         raise CorruptStoreError("the store has used every run id; compact it into a new file")
     return catalog.next_run_id

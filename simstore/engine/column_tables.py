@@ -64,7 +64,7 @@ def write_run(
     np.take(ids, order, out=sorted_ids)
     del order
     _put_table(txn, databases[0], scheme, 0, run_id, keys_value, keys, make)
-    _put(txn, databases[0], 0, run_id, columns.IDS, columns.seal(ids_value, columns.IDS, sorted_ids))
+    put_value(txn, databases[0], 0, run_id, columns.IDS, columns.seal(ids_value, columns.IDS, sorted_ids))
     del keys_value, keys, ids_value, sorted_ids
     for table in range(1, scheme.tables):
         keys_value, keys = columns.allocate(entries, 8, make)
@@ -99,7 +99,7 @@ def join_run(
 
     def put(finished: Finished) -> None:
         table, kind, value = finished
-        _put(txn, databases[table], table, run_id, kind, value)
+        put_value(txn, databases[table], table, run_id, kind, value)
 
     return columns.put_each_step(join_values(scheme, sources, kept, make), sources, put)
 
@@ -218,12 +218,14 @@ def _put_table(
     """Put one table's sorted ``keys`` (the payload of ``keys_value``, sealed
     here) and their directory."""
     for _table, kind, value in _table_values(scheme, table, keys_value, keys, make):
-        _put(txn, database, table, run_id, kind, value)
+        put_value(txn, database, table, run_id, kind, value)
 
 
-def _put(
+def put_value(
     txn: Txn, database: Database, table: int, run_id: int, kind: int, value: columns.ValueBuffer
 ) -> None:
+    """Put a run's value of ``kind`` into ``table``'s sub-database (``database``);
+    ``CorruptStoreError`` if it holds one already."""
     if not txn.put(columns.run_key(run_id, kind), value, db=database, overwrite=False):
         raise CorruptStoreError(f"table {table} already holds run {run_id}")
 

@@ -28,8 +28,9 @@ What differs from format 2:
   held for ever would keep LMDB from reusing the pages freed since, and the
   file would grow under other processes' writes). Every use is under the
   store's lock, as the release is.
-- **Compaction** is a join of the runs the size-tiered plan names, in one
-  step (bounded steps in the background are still to come: docs/format3.md).
+- **Compaction** is a join of the runs the size-tiered plan names: in one
+  write when it is small, else prepared a step at a time across store calls
+  and published in one small write (:mod:`simstore.engine.prepared_join`).
 - **The band table** (format 4, :class:`BandSource`): each run's documents'
   band keys, written with the run from the sketches the same transaction
   holds, joined with it (the entries of documents the join drops are
@@ -39,6 +40,7 @@ What differs from format 2:
 from __future__ import annotations
 
 import contextlib
+import os
 import threading
 import time
 from collections.abc import Callable, Iterator, Sequence
@@ -51,9 +53,10 @@ import numpy.typing as npt
 from simstore.engine import graves, scratch
 from simstore.engine._lmdb import Database, MapMovedError, Txn
 from simstore.engine.band_tables import view_band_run, write_band_run, write_joined_band_run
-from simstore.engine.column_index import UNSTAMPED, ColumnCatalog, ColumnIndex, Live, RunEntry
-from simstore.engine.column_tables import drop_run, view_run
+from simstore.engine.column_index import UNSTAMPED, ColumnCatalog, ColumnIndex, Live, RunEntry, next_id
+from simstore.engine.column_tables import drop_run, put_value, view_run
 from simstore.engine.format import CATALOG_KEY, REMOVALS_KEY
+from simstore.engine.prepared_join import JOINING_KEY, Joining, Mask, PreparedJoin, Put, sources_at
 from simstore.engine.record_scan import id_and_fingerprint_arrays, sketch_rows
 from simstore.errors import CorruptStoreError
 from simstore.fingerprinting.bands import band_keys
@@ -213,6 +216,8 @@ class ColumnTableSet:
         self.catalog = ColumnCatalog()
         self._pin: _Pin | None = None
         self._timer: threading.Timer | None = None
+        #: The join this process is preparing a step at a time, if any.
+        self.prepared: PreparedJoin | None = None
 
     # ------------------------------------------------------------------ views
 
@@ -437,8 +442,20 @@ class ColumnTableSet:
 
     def plan(self, catalog: ColumnCatalog) -> ColumnCatalog | None:
         """``catalog`` with the next join planned, or ``None``."""
-        planned = self.index.plan(catalog)
+        planned = self.plan_span(catalog)
         return None if planned is None else replace(catalog, compaction=planned)
+
+    def plan_span(self, catalog: ColumnCatalog) -> tuple[int, int] | None:
+        """The runs to join next, as ``(first, end)`` indexes, or ``None``:
+        among the runs newer than those of the join being prepared, if any
+        (they are joined already, as far as the plan is concerned)."""
+        prepared = self.prepared
+        at = None if prepared is None else sources_at(catalog.runs, prepared.sources)
+        if prepared is None or at is None:
+            return self.index.plan(catalog)
+        after = at + len(prepared.sources)
+        span = self.index.plan(replace(catalog, runs=catalog.runs[after:]))
+        return None if span is None else (span[0] + after, span[1] + after)
 
     def start_compaction(
         self, catalog: ColumnCatalog, span: tuple[int, int], entries: int | None = None
@@ -449,33 +466,16 @@ class ColumnTableSet:
     def compaction_step(self, txn: Txn, catalog: ColumnCatalog) -> tuple[ColumnCatalog, int]:
         """The planned join, whole: ``(catalog after it, entries read)``.
 
-        A run's stale entries are those the graves written since the run
-        name (:mod:`simstore.engine.graves`): runs written since the last
-        removal have none, and no record is read. Only runs of a catalog
-        written before runs were stamped are checked against the records.
-        The runs are read in place through a read transaction of their own
-        where one can be begun (it sees them: they were committed before
-        this write), else copied. Graves older than every run are deleted."""
+        Stale entries are dropped (:meth:`_live_in`). The runs are read in
+        place through a read transaction of their own where one can be
+        begun (it sees them: they were committed before this write), else
+        copied. Graves older than every run are deleted."""
         assert catalog.compaction is not None
         first, end = catalog.compaction
         joined = catalog.runs[first:end]
         moved = sum(run.entries for run in joined)
         removals = self.removals(txn)
-        stale = [run for run in joined if run.removals != removals]
-        live: Live | None = None
-        if stale:
-            unstamped = any(run.removals == UNSTAMPED for run in stale)
-            checked = self.live(txn, moved) if unstamped else None
-            buried = graves.graves_since(txn, self._meta, min(run.removals for run in stale))
-
-            def live(run: RunEntry, ids: IdArray, fingerprints: U64Array) -> npt.NDArray[np.bool_] | None:
-                if run.removals == removals:
-                    return None
-                if run.removals == UNSTAMPED:
-                    assert checked is not None
-                    return checked(ids, fingerprints)
-                return graves.standing(ids, fingerprints, run.removals, buried)
-
+        live = self._live_in(txn, joined, removals)
         source = self._reader_of(joined)
         try:
             if self.bands is not None:
@@ -495,6 +495,31 @@ class ColumnTableSet:
         stamps = [run.removals for run in joined_catalog.runs]
         graves.forget_below(txn, self._meta, min(stamps) if stamps else None)
         return joined_catalog, moved
+
+    def _live_in(self, txn: Txn, joined: Sequence[RunEntry], removals: int) -> Live | None:
+        """Which entries of the runs ``joined`` still stand, with the store's
+        count of ``removals`` at ``removals`` (``None``: all of them).
+
+        A run's stale entries are those the graves written since the run
+        name (:mod:`simstore.engine.graves`): runs written since the last
+        removal have none, and no record is read. Only runs of a catalog
+        written before runs were stamped are checked against the records."""
+        stale = [run for run in joined if run.removals != removals]
+        if not stale:
+            return None
+        unstamped = any(run.removals == UNSTAMPED for run in stale)
+        checked = self.live(txn, sum(run.entries for run in joined)) if unstamped else None
+        buried = graves.graves_since(txn, self._meta, min(run.removals for run in stale))
+
+        def live(run: RunEntry, ids: IdArray, fingerprints: U64Array) -> npt.NDArray[np.bool_] | None:
+            if run.removals == removals:
+                return None
+            if run.removals == UNSTAMPED:
+                assert checked is not None
+                return checked(ids, fingerprints)
+            return graves.standing(ids, fingerprints, run.removals, buried)
+
+        return live
 
     def _join_bands(
         self, txn: Txn, reader: Txn, joined: Sequence[RunEntry], live: Live | None, run_id: int
@@ -525,6 +550,155 @@ class ColumnTableSet:
             return kept[run.run_id]
 
         return judged
+
+    # ------------------------------------------- joins prepared in steps
+
+    def begin_join(
+        self, txn: Txn, catalog: ColumnCatalog, span: tuple[int, int]
+    ) -> tuple[ColumnCatalog, PreparedJoin] | None:
+        """Begin preparing the join of runs ``span`` (in the write ``txn``):
+        ``(catalog with the joined run's id taken, the join)``, or ``None``
+        if it cannot begin now (another process prepares a join, or the runs
+        cannot be read in place under this write). A record of a join nobody
+        prepares any more is dropped with its values. The caller adopts the
+        join once ``txn`` commits (:mod:`simstore.engine.prepared_join`)."""
+        if not self.drop_abandoned(txn):
+            return None
+        first, end = span
+        joined = catalog.runs[first:end]
+        removals = self.removals(txn)
+        live = self._live_in(txn, joined, removals)
+        reader = self._reader_of(joined)
+        if reader is None:
+            return None
+        try:
+            kept, band_kept = self._masks(reader, joined, live)
+        finally:
+            reader.abort()
+        run_id = next_id(catalog)
+        joining = Joining(run_id, os.getpid(), tuple(run.run_id for run in joined))
+        txn.put(JOINING_KEY, joining.encode(), db=self._meta)
+        prepared = PreparedJoin(joining, joined, removals, self.scheme, kept, band_kept, self.index.make)
+        return replace(catalog, next_run_id=run_id + 1), prepared
+
+    def drop_abandoned(self, txn: Txn) -> bool:
+        """Drop (in the write ``txn``) the values and record of a join that
+        nobody prepares any more (:meth:`Joining.abandoned`); whether no
+        other join is being prepared now, by this process or another."""
+        raw = txn.get(JOINING_KEY, db=self._meta)
+        if raw is None:
+            return True
+        record = Joining.decode(bytes(raw))
+        if not record.abandoned(None if self.prepared is None else self.prepared.joining):
+            return False
+        drop_run(txn, self.databases, record.run_id)
+        txn.delete(JOINING_KEY, db=self._meta)
+        return True
+
+    def _masks(
+        self, reader: Txn, joined: Sequence[RunEntry], live: Live | None
+    ) -> tuple[list[Mask], list[Mask] | None]:
+        """``(kept, band_kept)``: which entries of each run of ``joined``
+        (read in ``reader``) the join keeps, in its columns and in its band
+        run (``None``: all; ``band_kept`` is ``None`` without a band table)."""
+        kept: list[Mask] = []
+        band_kept: list[Mask] | None = None if self.bands is None else []
+        for run in joined:
+            if live is None:
+                kept.append(None)
+                if band_kept is not None:
+                    band_kept.append(None)
+                continue
+            columns = view_run(reader, self.databases, self.scheme, run.run_id, run.entries)
+            keep = live(run, columns.ids, columns.fingerprints)
+            kept.append(keep)
+            if band_kept is not None:
+                gone = None if keep is None else columns.ids[~keep]
+                band_ids = view_band_run(reader, self.databases[0], run.run_id).ids
+                band_kept.append(None if gone is None or not len(gone) else ~np.isin(band_ids, gone))
+            del columns
+        return kept, band_kept
+
+    def join_step(self) -> list[Put] | None:
+        """One step of the join being prepared, reading its runs through the
+        pinned snapshot: the values it finished, or ``None`` if its runs are
+        gone from the latest commit (another process joined them). Called
+        under the store's lock with no transaction of this process open."""
+        prepared = self.prepared
+        assert prepared is not None
+        self.prepare()
+        pin = self._pin
+        if pin is None or sources_at(ColumnCatalog.decode(pin.catalog_raw).runs, prepared.sources) is None:
+            return None
+        runs = [
+            view_run(pin.txn, self.databases, self.scheme, run.run_id, run.entries)
+            for run in prepared.sources
+        ]
+        band_runs = (
+            []
+            if self.bands is None
+            else [view_band_run(pin.txn, self.databases[0], run.run_id) for run in prepared.sources]
+        )
+        return prepared.step(runs, band_runs)
+
+    def put_prepared(self, txn: Txn, puts: Sequence[Put]) -> bool:
+        """Put values a step finished under the prepared run's id (in the
+        write ``txn``); ``False`` (nothing put) if the join is no longer
+        this process's to prepare (a re-layout or a ``compact()`` dropped it)."""
+        prepared = self.prepared
+        if prepared is None or not self._preparing(txn, prepared):
+            return False
+        run_id = prepared.joining.run_id
+        for table, kind, value in puts:
+            put_value(txn, self.databases[table], table, run_id, kind, value)
+        return True
+
+    def publish_join(self, txn: Txn, catalog: ColumnCatalog) -> ColumnCatalog | None:
+        """Publish the prepared join (in the write ``txn``, ``catalog`` the
+        latest): the catalog with the joined run in its runs' place, or
+        ``None`` if they are not side by side in it any more (the prepared
+        values are dropped then)."""
+        prepared = self.prepared
+        assert prepared is not None
+        assert prepared.entries is not None
+        mine = self._preparing(txn, prepared)
+        at = sources_at(catalog.runs, prepared.sources) if mine else None
+        run_id = prepared.joining.run_id
+        if at is None:
+            if mine:
+                self.abandon_join(txn)
+            return None
+        for run in prepared.sources:
+            drop_run(txn, self.databases, run.run_id)
+        runs = list(catalog.runs[:at])
+        if prepared.entries:
+            runs.append(RunEntry(run_id, prepared.entries, prepared.stamp))
+        else:
+            drop_run(txn, self.databases, run_id)  # the join kept nothing: no run, no bands
+        joined = ColumnCatalog((*runs, *catalog.runs[at + len(prepared.sources) :]), catalog.next_run_id)
+        txn.delete(JOINING_KEY, db=self._meta)
+        stamps = [run.removals for run in joined.runs]
+        graves.forget_below(txn, self._meta, min(stamps) if stamps else None)
+        return joined
+
+    def abandon_join(self, txn: Txn) -> None:
+        """Drop the prepared join's values and record (in the write ``txn``),
+        if it is still this process's."""
+        prepared = self.prepared
+        if prepared is not None and self._preparing(txn, prepared):
+            drop_run(txn, self.databases, prepared.joining.run_id)
+            txn.delete(JOINING_KEY, db=self._meta)
+
+    def forget_join(self) -> None:
+        """Let go of the join being prepared (its buffers), if any."""
+        prepared, self.prepared = self.prepared, None
+        if prepared is not None:
+            prepared.close()
+
+    def _preparing(self, txn: Txn, prepared: PreparedJoin) -> bool:
+        """Whether ``txn`` records ``prepared`` as the join being prepared."""
+        raw = txn.get(JOINING_KEY, db=self._meta)
+        return raw is not None and Joining.decode(bytes(raw)) == prepared.joining
 
     def band_entries(self, runs: Sequence[RunEntry]) -> int | None:
         """How many band keys ``runs`` hold, read from their values' headers

@@ -255,6 +255,8 @@ class Engine:
         self.meta_raw = bytes(raw_meta)
         # Compaction work this process owes for the documents it wrote (entries).
         self.compaction_credit = 0
+        # Steps of the join being prepared (simstore.engine.prepared_join) this process's writes paid for.
+        self.join_step_credit = 0.0
 
     def _environment(self) -> _lmdb.Environment:
         return self.env

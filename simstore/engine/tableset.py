@@ -616,11 +616,15 @@ class TableSet:
 
     # ------------------------------------------------------------- compaction
 
+    def plan_span(self, catalog: Catalog) -> tuple[int, int] | None:
+        """The runs a compaction would join next, as ``(first, end)`` indexes, or ``None``."""
+        return plan_compaction([run.entries for run in catalog.runs])
+
     def plan(self, catalog: Catalog) -> Catalog | None:
         """The catalog with a new compaction under way, if one is due."""
         if catalog.compaction is not None:
             return None
-        span = plan_compaction([run.entries for run in catalog.runs])
+        span = self.plan_span(catalog)
         if span is None:
             return None
         return self.start_compaction(catalog, span)

@@ -40,7 +40,7 @@ from simstore.fingerprinting.sketch import Sketch, U8Array
 from simstore.index.permute import Table, U64Array
 from simstore.keys import Key, KeyLike, pack_key, pack_meta
 from simstore.results import Match, Record, Stats
-from simstore.store import arguments, maintenance, writes
+from simstore.store import arguments, maintenance, stepped_joins, writes
 from simstore.store import dedup as batch
 from simstore.store.dedup import Cluster, KeepPolicy, Pair, Progress
 from simstore.store.inspect import check_store, file_bytes, store_stats
@@ -137,13 +137,18 @@ class Store:
     def close(self) -> None:
         """Merge the delta (unless ``merge_on_close=False``) and close the file.
 
-        Safe to call more than once.
+        A large join being prepared in steps (format 3) is dropped, not
+        finished: its remaining steps could take many seconds, and a later
+        write begins it again. Safe to call more than once.
         """
         engine = self._engine
         with engine.lock:
             if engine.closed:
                 return
             try:
+                # A join prepared in steps is not finished here (its remaining
+                # steps could take many seconds): its values are dropped.
+                stepped_joins.let_go_of_join(engine)
                 if (
                     engine.owns_file()
                     and not engine.readonly

@@ -22,6 +22,7 @@ from simstore.engine.column_tables import view_run
 from simstore.engine.column_tableset import ColumnTableSet
 from simstore.engine.delta import Delta
 from simstore.engine.format import CATALOG_KEY, STATE_KEY, State
+from simstore.engine.prepared_join import JOINING_KEY, Joining
 from simstore.engine.reads import all_documents
 from simstore.engine.records import decode_id, decode_record, lookup_key
 from simstore.engine.settings import store_sketch
@@ -55,6 +56,8 @@ def store_stats(engine: Engine, skew: bool) -> Stats:
             table_entries = (sum(run.entries for run in engine.tableset.catalog.runs),) * scheme.tables
         fingerprints = all_documents(engine, txn)[1] if skew else None
         catalog = engine.tableset.catalog
+        # (Format 3: a join being prepared in steps, by any process.)
+        joining = scheme is not None and txn.get(JOINING_KEY, db=engine.handles.meta) is not None
         bytes_live = engine.env.live_bytes(txn, engine.handles)
     table_skew_list = None
     degenerate = None
@@ -89,7 +92,7 @@ def store_stats(engine: Engine, skew: bool) -> Stats:
         degenerate=degenerate,
         runs=len(catalog.runs),
         bytes_live=bytes_live,
-        compacting=catalog.compaction is not None,
+        compacting=catalog.compaction is not None or joining,
         sketched_docs=sketched_docs,
         sketch_bytes=0 if sketch is None else sketch.nbytes,
         min_similarity=params.min_similarity,
@@ -137,7 +140,7 @@ def check_store(engine: Engine) -> list[str]:
         tableset = engine.tableset
         if isinstance(tableset, ColumnTableSet):
             tabled = _Tabled(_without(documents, replayed_delta.keys()))
-            _check_columns(txn, tableset, txn.get(CATALOG_KEY, db=handles.meta), tabled, state, problems)
+            _check_columns(txn, tableset, handles.meta, tabled, state, problems)
             return problems
         try:
             catalog = Catalog.decode(txn.get(CATALOG_KEY, db=handles.meta), len(engine.tables))
@@ -355,7 +358,7 @@ def _check_table(
 def _check_columns(
     txn: _lmdb.Txn,
     tableset: ColumnTableSet,
-    raw_catalog: bytes | None,
+    meta: _lmdb.Database,
     tabled: _Tabled,
     state: State,
     problems: list[str],
@@ -363,11 +366,12 @@ def _check_columns(
     """A format-3 store's tables: every run's values sound (checksums, order,
     directories, every table holding the same fingerprints), every document
     outside the delta with an entry of its recorded fingerprint, no entry of
-    an id never given, and no value of a run the catalog lacks. (Entries of
+    an id never given, and no value of a run the catalog lacks (but the
+    run of a join being prepared). (Entries of
     documents taken out or given a new fingerprint since are allowed: they
     wait for a join.)"""
     try:
-        catalog = tableset.decode_catalog(raw_catalog)
+        catalog = tableset.decode_catalog(txn.get(CATALOG_KEY, db=meta))
     except CorruptStoreError as exc:
         problems.append(f"run catalog: {exc}")
         return
@@ -398,6 +402,19 @@ def _check_columns(
     if missing:
         problems.append(f"the tables lack {missing} documents")
     named = {run.run_id for run in catalog.runs}
+    raw_joining = txn.get(JOINING_KEY, db=meta)
+    if raw_joining is not None:
+        # The run of a join being prepared (or left behind by a crash, for
+        # the next join begun to drop): not in the catalog yet, nor read.
+        try:
+            joining = Joining.decode(bytes(raw_joining))
+        except CorruptStoreError as exc:
+            problems.append(str(exc))
+        else:
+            if joining.run_id < catalog.next_run_id and joining.run_id not in named:
+                named.add(joining.run_id)
+            else:
+                problems.append(f"the join being prepared names run {joining.run_id}, which it cannot own")
     for index, database in enumerate(tableset.databases):
         for key in txn.cursor(database).iternext(keys=True, values=False):
             try:

@@ -7,12 +7,11 @@ from __future__ import annotations
 import errno
 import os
 import warnings
-from collections.abc import Sequence
 from dataclasses import replace
 from typing import TYPE_CHECKING, Any
 
-from simstore.engine import _lmdb, graves
-from simstore.engine.catalog import plan_compaction
+from simstore.engine import _lmdb, graves, prepared_join
+from simstore.engine.column_tableset import ColumnTableSet
 from simstore.engine.delta import Change
 from simstore.engine.format import (
     CATALOG_KEY,
@@ -23,23 +22,27 @@ from simstore.engine.format import (
     multi_index_layout,
     scheme_of,
 )
+from simstore.engine.prepared_join import JOINING_KEY
 from simstore.engine.reads import all_documents, document_count
-from simstore.engine.runs import filter_bits_for
 from simstore.engine.stored_tables import tableset_for
-from simstore.engine.tableset import run_bytes
 from simstore.errors import InvalidTypeError, InvalidValueError, StoreFullError, StoreNotFoundError
-from simstore.index.permute import Table, validate_k
+from simstore.index.permute import validate_k
 from simstore.layout.choose import LayoutRequest, band_table, choose_layout, is_multi_index
 from simstore.options import COMPACTION_CREDIT, DEFAULT_MERGE_THRESHOLD
 from simstore.results import MaintenanceWarning, StoreFullWarning
+from simstore.store.room import reserve_for
+from simstore.store.stepped_joins import (
+    URGENT_RUNS,
+    begin_join,
+    drop_abandoned_join,
+    let_go_of_join,
+    step_join,
+)
 from simstore.version import __version__
 
 if TYPE_CHECKING:
     from simstore.engine.core import Engine
 
-# With more runs than this (compaction fell behind the merges), every write
-# takes a compaction step, credit or not: queries probe every run.
-URGENT_RUNS = 8
 # compact() rewrites a lone run once removals took out 1/THINNED_RUN_SHARE of
 # the entries it was laid out for: its buckets and bitmaps shrink to fit.
 THINNED_RUN_SHARE = 5
@@ -83,6 +86,8 @@ def compact(engine: Engine, *, copy_to: str | os.PathLike[str] | None = None) ->
                 f"{copy_to} exists already; compact writes a new file and replaces nothing"
             )
     merge(engine)
+    let_go_of_join(engine)  # every run is joined below, the prepared join's too
+    drop_abandoned_join(engine)  # and what a process that died left of its join
     moved = 0
     while True:
         before = [run.entries for run in engine.tableset.catalog.runs]
@@ -105,7 +110,7 @@ def compaction_step(engine: Engine, *, everything: bool = False) -> int | None:
     ``everything`` one of all runs): the entries it moved, or ``None``
     when there was nothing to do."""
     known = engine.tableset.catalog
-    planned_span = plan_compaction([run.entries for run in known.runs])
+    planned_span = engine.tableset.plan_span(known)
     due = known.compaction is not None or planned_span is not None
     if not everything and not due:
         # Nothing due in the catalog last seen: no write transaction (and
@@ -113,6 +118,13 @@ def compaction_step(engine: Engine, *, everything: bool = False) -> int | None:
         # find that out again. Runs another process added since are
         # joined at a later call, once a read has brought the catalog in.
         return None
+    if (
+        not everything
+        and planned_span is not None
+        and isinstance(engine.tableset, ColumnTableSet)
+        and sum(run.entries for run in known.runs[slice(*planned_span)]) >= prepared_join.STEPPED_JOIN_ENTRIES
+    ):
+        return begin_join(engine)
     if engine.params.scheme is not None:
         # A format-3 join is one transaction: room for its output first, or a
         # map that filled would rerun the whole join once per growth step.
@@ -182,6 +194,7 @@ def maintain(engine: Engine, documents: int, *, pay_all: bool = False) -> None:
             engine.compaction_credit -= max(moved, 1)
             if not pay_all:
                 break
+        step_join(engine, documents)
     except StoreFullError as exc:
         warnings.warn(
             f"{engine.path}: the delta could not be merged or the tables compacted ({exc}); "
@@ -262,6 +275,7 @@ def relayout(
         catalog = tableset.write_run(txn, tableset.decode_catalog(None), doc_ids, fingerprints)
         for db in old_tables:
             txn.drop(db, delete=True)
+        txn.delete(JOINING_KEY, db=engine.handles.meta)  # its values were in the old tables
         # The entries the graves name were in the old tables (simstore.engine.graves).
         graves.forget_below(txn, engine.handles.meta, None)
         txn.drop(engine.handles.delta, delete=False)
@@ -278,57 +292,6 @@ def relayout(
         # died with the commit, and no other thread may use them meanwhile.
         engine.write(body)
         engine.reload_layout()
-
-
-def reserve_for(
-    engine: Engine,
-    documents: int,
-    key_bytes: int,
-    *,
-    run_entries: int,
-    tables: Sequence[Table] | None = None,
-    extra_values: tuple[int, int] = (0, 0),
-    band_entries: int | None = None,
-) -> None:
-    """Grow the map ahead of a write of ``documents`` new documents (their
-    keys ``key_bytes`` long in all) and a new run of ``run_entries``
-    entries in every table (of ``tables``, the store's own unless given),
-    and ``extra_values`` ``(count, bytes)`` of further values (sketches and
-    metadata: a map that fills reruns the whole transaction, so a large
-    batch that left them out was rerun once per growth step). A run's band
-    keys are ``band_entries`` where known (a join's, a batch of bare
-    fingerprints' none), else estimated from ``run_entries``."""
-    # Per new document, its record and key-table entry: the key twice
-    # and 40 bytes of ids, fingerprint and LMDB nodes (measured: 56 bytes
-    # a document beside 8-byte keys); or its delta log entry, as much.
-    # The map adds its own headroom (Environment.reserve).
-    value_count, value_bytes = extra_values
-    estimate = documents * 40 + 2 * key_bytes + value_count * 24 + value_bytes
-    if run_entries and (engine.params.scheme is not None if tables is None else False):
-        # A multi-index run: a column of 8-byte keys a table, 4-8 bytes of
-        # ids and a directory of about one 4-byte slot an entry.
-        estimate += run_entries * (8 * engine.params.stored_tables + 16)
-        if engine.params.bands is not None:
-            # Its band keys: 8 bytes a key with its id, ``bands`` keys a long
-            # text (a medium one banded at two widths keeps up to twice as
-            # many, a short one fewer; the map grows if a batch needs more).
-            # The file holds real blocks for all of the map: an estimate
-            # for documents without sketches took 64 bytes a document.
-            banded = run_entries * engine.params.bands if band_entries is None else band_entries
-            estimate += banded * 8
-    elif run_entries:
-        max_id = 2 * (document_count(engine) + documents)  # the id width, roughly
-        estimate += run_bytes(
-            run_entries,
-            engine.tables if tables is None else tables,
-            max_id,
-            filter_bits_for(engine.params.k),
-        )
-    with engine.lock:
-        engine.check_usable()
-        if engine.readonly:
-            return
-        engine.env.reserve(estimate)
 
 
 def merge_threshold(engine: Engine) -> int:

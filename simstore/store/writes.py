@@ -41,7 +41,8 @@ from simstore.fingerprinting.sketch import U8Array
 from simstore.index.permute import U64Array
 from simstore.keys import KeyLike, pack_key, unpack_key
 from simstore.results import Match
-from simstore.store.maintenance import maintain, merge_threshold, reserve_for
+from simstore.store.maintenance import maintain, merge_threshold
+from simstore.store.room import reserve_for
 
 if TYPE_CHECKING:
     from simstore.engine.core import Engine

@@ -236,6 +236,16 @@ def crash_worker(cfg: dict[str, Any]) -> None:
     import simstore
 
     warnings.simplefilter("ignore")  # StoreFullWarning, ShortTextWarning
+    if cfg.get("stepped_joins"):
+        # Every join prepared in steps of 16-entry stretches, a step taken by
+        # writes every 0.1 ms of credit (this process is forked: no test sees it).
+        from simstore.engine import prepared_join
+        from simstore.index import column_merge
+        from simstore.store import stepped_joins
+
+        prepared_join.STEPPED_JOIN_ENTRIES = 1
+        stepped_joins.JOIN_SECONDS_PER_DOCUMENT = 1e-4
+        column_merge.CHUNK_ENTRIES = 16
     log = Log(cfg["log"])
     live = [unpack(item) for item in cfg["live"]]
     stream = operations(cfg["seed"], cfg["mix"], live, cfg["round"], cfg["relayout"])

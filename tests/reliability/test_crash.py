@@ -130,6 +130,7 @@ def crash_rounds(
     early_kill_rate: float = 0.0,
     early_kill_within: float = 0.02,
     layout: str | None = None,
+    stepped_joins: bool = False,
 ) -> Counter[str]:
     """Run ``rounds`` kill rounds on one store (created with ``layout``);
     returns where the kills landed."""
@@ -156,6 +157,7 @@ def crash_rounds(
             "sync": sync,
             "merge_threshold": threshold,
             "max_ops": 10**7,
+            "stepped_joins": stepped_joins,
         }
         worker = Worker(cfg, zygote)
         early = rng.random() < early_kill_rate
@@ -334,22 +336,43 @@ def test_kills_on_a_multi_index_store(tmp_path: Path, zygote: Zygote) -> None:
     assert sum(landed.values()) >= 14
 
 
+def test_kills_during_joins_prepared_in_steps(tmp_path: Path, zygote: Zygote) -> None:
+    """Format 3 with every join prepared a step at a time across writes: kills
+    while a join is begun, stepped (its values put outside the catalog) or
+    published lose nothing acknowledged, and what a killed process left behind
+    is dropped by the next join begun."""
+    landed = crash_rounds(
+        tmp_path,
+        zygote,
+        mix="merges",
+        rounds=14,
+        seed=11,
+        merge_threshold=(20, 80),
+        max_delay=0.15,
+        layout="multi-index",
+        stepped_joins=True,
+    )
+    assert sum(landed.values()) >= 14
+
+
 # -- soak -----------------------------------------------------------------------------------------
 
 
 @pytest.mark.slow
 @pytest.mark.parametrize("mix", ["adds", "merges", "removes", "mixed"])
-@pytest.mark.parametrize("layout", [None, "multi-index"])
+@pytest.mark.parametrize("layout", [None, "multi-index", "multi-index, stepped joins"])
 def test_soak_kills(tmp_path: Path, zygote: Zygote, mix: str, layout: str | None) -> None:
     """The long variant: 100 kills per mix and layout, random thresholds and delays."""
+    stepped = layout is not None and layout.endswith("stepped joins")
     crash_rounds(
         tmp_path,
         zygote,
         mix=mix,
         rounds=100,
-        seed=100 + len(mix) + (0 if layout is None else 50),
+        seed=100 + len(mix) + (0 if layout is None else 50) + 25 * stepped,
         merge_threshold=(20, 600),
         max_delay=0.3,
         early_kill_rate=0.05,
-        layout=layout,
+        layout=None if layout is None else "multi-index",
+        stepped_joins=stepped,
     )
