@@ -5,7 +5,9 @@ batches, then keep adding one document at a time. After each batch this
 reports:
 
 - build speed (documents per second of the ``add_many`` call, which pays its
-  share of compaction), and the peak anonymous RSS during it;
+  share of compaction; ``x first``: over the first batch's), and the peak
+  anonymous RSS during it;
+- the runs the store holds after it (``+``: a join is being prepared in steps);
 - the file's bytes per document and the bytes LMDB's last snapshot spans
   (``Stats.bytes_used``), per document;
 - query latency p50/p99 on the first pass over a fresh set of queries (pages
@@ -155,6 +157,8 @@ def main() -> None:
     headers = [
         "docs",
         "add_many docs/s",
+        "x first",
+        "runs after",
         "peak anon MiB",
         "file B/doc",
         "used B/doc",
@@ -203,12 +207,16 @@ def main() -> None:
             "warm_p50_us": warm_p50,
             "warm_p99_us": warm_p99,
             "matches": found,
+            "runs": stats.runs,
+            "compacting": stats.compacting,
         }
         record(step)
         rows.append(
             [
                 f"{stored / 1e6:g}M",
                 fmt(step["docs_per_s"], 0),
+                f"{step['docs_per_s'] / steps[0]['docs_per_s']:.2f}",
+                f"{stats.runs}{' +' if stats.compacting else ''}",
                 fmt(sampler.peak_mib, 0),
                 fmt(step["file_b_per_doc"], 0),
                 fmt(step["used_b_per_doc"], 0),

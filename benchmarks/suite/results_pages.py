@@ -40,6 +40,7 @@ CURRENT: dict[str, tuple[str, list[tuple[str, str]]]] = {
     "bench_scale.py": (
         "one store grown to 100M, then single adds",
         [
+            ("scale_k5_stepped_100M.md", "k = 5, format 4, large joins in steps, beside whole joins"),
             ("scale_k5_scratch_100M.md", "k = 5, format 4, values built in scratch files (since c196a4b)"),
             ("scale_k5_format4_100M.md", "k = 5, format 4, joins a stretch at a time (since c5c540c)"),
             ("scale_k5_madv_random_100M.md", "k = 5, Manku's 21 tables (format 2), no readahead"),
@@ -114,7 +115,7 @@ CURRENT: dict[str, tuple[str, list[tuple[str, str]]]] = {
 
 # The two scale runs docs/measured.md summarises (labels in results/scale.jsonl).
 SCALE_LABELS = (
-    "k=5 default layout, format 4, values built in scratch files (commit c196a4b)",
+    "k=5 default layout, format 4, joins prepared in steps (session 51)",
     "k=3 default layout, no readahead (commit 01c9cc2)",
 )
 
@@ -286,7 +287,7 @@ def latest_peers(peers: list[dict[str, Any]]) -> list[dict[str, Any]]:
 def scale_commands() -> str:
     """The scale runs' command lines and dates, from their reports' headers."""
     lines = []
-    for name in ("scale_k5_scratch_100M.md", "scale_k3_madv_random_100M.md"):
+    for name in ("scale_k5_stepped_100M.md", "scale_k3_madv_random_100M.md"):
         header = header_of(RESULTS / name)
         lines.append(f"- `{header.get('command', name)}` ({header.get('date', '-')})")
     return "\n".join(lines)
@@ -330,11 +331,12 @@ four in five stored fingerprints with 0..k bits flipped.
 
 {scale_table()}
 A query probes every run in every table, so its time grows with the runs a bulk load
-leaves; `store.compact()` after a load joins them, and `add_many` joins them as it goes:
-the k = 5 batch to 100M paid a join of all 100M entries (those to 40M and 70M, joins
-of 40M and 70M, are in its report). The k = 3 run is format 2 (Manku's 10 tables). The
-reports are
-`benchmarks/results/scale_k5_scratch_100M.md` and `scale_k3_madv_random_100M.md`.
+leaves; `store.compact()` after a load joins them, and `add_many` joins them as it goes.
+At k = 5 (format 4) a join of 16M entries or more is prepared a step at a time, each
+batch paying about 2.5 s of steps: the store held 7 runs at 100M, a 70M join under way
+(its report has the same growth with whole joins beside it, alternating). The k = 3 run
+is format 2 (Manku's 10 tables). The reports are
+`benchmarks/results/scale_k5_stepped_100M.md` and `scale_k3_madv_random_100M.md`.
 
 ## Reproduce
 
