@@ -16,6 +16,9 @@ It reports each round's total seconds both ways, and the steps' count, p50
 and longest (the longest a writer of another process would wait for one).
 
     python benchmarks/experiments/join_steps.py --runs 4 --entries 5M --rounds 3 --dir /tmp/js
+
+Measured on the project's 2-core Xeon VM (shared, noisy: hence the alternation),
+``benchmarks/results/join_steps_20M.md``.
 """
 
 from __future__ import annotations
