@@ -643,10 +643,15 @@ class ColumnTableSet:
 
     def put_prepared(self, txn: Txn, puts: Sequence[Put]) -> bool:
         """Put values a step finished under the prepared run's id (in the
-        write ``txn``); ``False`` (nothing put) if the join is no longer
-        this process's to prepare (a re-layout or a ``compact()`` dropped it)."""
+        write ``txn``, the catalog synced to it); ``False`` (nothing put) if
+        the join is no longer this process's to prepare (a re-layout or a
+        ``compact()`` dropped it), or its runs left the catalog (another
+        process joined them: then what it put is dropped)."""
         prepared = self.prepared
         if prepared is None or not self._preparing(txn, prepared):
+            return False
+        if sources_at(self.catalog.runs, prepared.sources) is None:
+            self.abandon_join(txn)
             return False
         run_id = prepared.joining.run_id
         for table, kind, value in puts:
@@ -661,6 +666,7 @@ class ColumnTableSet:
         prepared = self.prepared
         assert prepared is not None
         assert prepared.entries is not None
+        assert not prepared.finished, "every value is put before the join is published"
         mine = self._preparing(txn, prepared)
         at = sources_at(catalog.runs, prepared.sources) if mine else None
         run_id = prepared.joining.run_id

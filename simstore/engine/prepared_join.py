@@ -145,9 +145,12 @@ class PreparedJoin:
         #: The joined run's entries once every step is taken (0: it keeps none).
         self.entries: int | None = None
         self.steps = 0
+        #: Values the last step finished, not put yet (the caller puts them).
+        self.finished: list[Put] = []
 
     @property
     def done(self) -> bool:
+        """Whether every stretch is merged (finished values may wait to be put)."""
         return self.entries is not None
 
     def step(self, runs: Sequence[ColumnRun], band_runs: Sequence[BandRun]) -> list[Put]:
@@ -189,6 +192,7 @@ class PreparedJoin:
                 steps.close()
         self._band_steps = self._column_steps = None
         self._kept, self._band_kept = [], None
+        self.finished = []
 
 
 def sources_at(runs: Sequence[RunEntry], sources: Sequence[RunEntry]) -> int | None:

@@ -97,31 +97,37 @@ def join_steps(engine: Engine, steps: int) -> None:
 
 
 def _join_step(engine: Engine, tableset: ColumnTableSet) -> None:
-    """One step of ``tableset``'s prepared join: its finished values put, or
-    the join published once every step is taken."""
+    """One step of ``tableset``'s prepared join: a stretch merged (the values
+    it finished kept for the next step), or the values the last one finished
+    put, or the join published once every value is put. Putting a finished
+    column (up to 800 MB at 100M) is a step of its own, so that no call waits
+    for the merge that finished it and its put together."""
     with engine.lock:
         engine.check_usable()
         prepared = tableset.prepared
         if prepared is None or tableset is not engine.tableset:
             return
         try:
-            if not prepared.done:
-                puts = tableset.join_step()
-                if puts is None:  # its runs were joined by another process
+            if prepared.finished:
+                puts = prepared.finished
+                size = sum(len(value) for _table, _kind, value in puts)
+                reserve_for(engine, 0, 0, run_entries=0, extra_values=(len(puts), size))
+
+                def put(txn: _lmdb.Txn, state: State) -> tuple[bool, State, Change]:
+                    return tableset.put_prepared(txn, puts), state, Change([], [])
+
+                if not engine.write(put):
+                    tableset.forget_join()
+                    return
+                prepared.finished = []
+                del puts
+            elif not prepared.done:
+                finished = tableset.join_step()
+                if finished is None:  # its runs were joined by another process
                     let_go_of_join(engine)
                     return
-                if puts:
-                    size = sum(len(value) for _table, _kind, value in puts)
-                    reserve_for(engine, 0, 0, run_entries=0, extra_values=(len(puts), size))
-
-                    def put(txn: _lmdb.Txn, state: State) -> tuple[bool, State, Change]:
-                        return tableset.put_prepared(txn, puts), state, Change([], [])
-
-                    if not engine.write(put):
-                        tableset.forget_join()
-                        return
-                    del puts
-            if prepared.done:
+                prepared.finished = finished
+            else:
 
                 def publish(txn: _lmdb.Txn, state: State) -> tuple[None, State, Change]:
                     joined = tableset.publish_join(txn, tableset.catalog)
