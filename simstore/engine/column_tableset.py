@@ -54,9 +54,9 @@ from simstore.engine import graves, scratch
 from simstore.engine._lmdb import Database, MapMovedError, Txn
 from simstore.engine.band_tables import view_band_run, write_band_run, write_joined_band_run
 from simstore.engine.column_index import UNSTAMPED, ColumnCatalog, ColumnIndex, Live, RunEntry, next_id
-from simstore.engine.column_tables import drop_run, put_value, view_run
+from simstore.engine.column_tables import Finished, drop_run, put_value, view_run
 from simstore.engine.format import CATALOG_KEY, REMOVALS_KEY
-from simstore.engine.prepared_join import JOINING_KEY, Joining, Mask, PreparedJoin, Put, sources_at
+from simstore.engine.prepared_join import JOINING_KEY, Joining, Mask, PreparedJoin, sources_at
 from simstore.engine.record_scan import id_and_fingerprint_arrays, sketch_rows
 from simstore.errors import CorruptStoreError
 from simstore.fingerprinting.bands import band_keys
@@ -528,26 +528,17 @@ class ColumnTableSet:
         in ``reader``), without the entries of the documents ``live`` drops
         from each run; returns a ``live`` that answers the join from what
         was worked out here (each run's entries are judged once)."""
-        kept: dict[int, npt.NDArray[np.bool_] | None] = {}
-        band_kept: list[npt.NDArray[np.bool_] | None] = []
-        band_runs: list[BandRun] = []
-        for run in joined:
-            band_run = view_band_run(reader, self.databases[0], run.run_id)
-            band_runs.append(band_run)
-            if live is None:
-                band_kept.append(None)
-                continue
-            columns = view_run(reader, self.databases, self.scheme, run.run_id, run.entries)
-            keep = kept[run.run_id] = live(run, columns.ids, columns.fingerprints)
-            gone = None if keep is None else columns.ids[~keep]
-            band_kept.append(None if gone is None or not len(gone) else ~np.isin(band_run.ids, gone))
-            del columns, gone
+        kept, band_kept = self._masks(reader, joined, live)
+        assert band_kept is not None
+        band_runs = [view_band_run(reader, self.databases[0], run.run_id) for run in joined]
         write_joined_band_run(txn, self.databases[0], run_id, band_runs, band_kept, self.index.make)
         if live is None:
             return None
 
+        by_run = {run.run_id: keep for run, keep in zip(joined, kept, strict=True)}
+
         def judged(run: RunEntry, ids: IdArray, fingerprints: U64Array) -> npt.NDArray[np.bool_] | None:
-            return kept[run.run_id]
+            return by_run[run.run_id]
 
         return judged
 
@@ -619,7 +610,7 @@ class ColumnTableSet:
             del columns
         return kept, band_kept
 
-    def join_step(self) -> list[Put] | None:
+    def join_step(self) -> list[Finished] | None:
         """One step of the join being prepared, reading its runs through the
         pinned snapshot: the values it finished, or ``None`` if its runs are
         gone from the latest commit (another process joined them). Called
@@ -641,7 +632,7 @@ class ColumnTableSet:
         )
         return prepared.step(runs, band_runs)
 
-    def put_prepared(self, txn: Txn, puts: Sequence[Put]) -> bool:
+    def put_prepared(self, txn: Txn, puts: Sequence[Finished]) -> bool:
         """Put values a step finished under the prepared run's id (in the
         write ``txn``, the catalog synced to it); ``False`` (nothing put) if
         the join is no longer this process's to prepare (a re-layout or a

@@ -3,7 +3,7 @@
 Done in one write transaction, a join of 100M entries takes some 20 s: the
 write that pays for it stalls that long, and so does every writer of other
 processes. A join of at least :data:`STEPPED_JOIN_ENTRIES` entries is made
-in three parts instead (the caller, :mod:`simstore.store.maintenance`, paces
+in three parts instead (the caller, :mod:`simstore.store.stepped_joins`, paces
 them by the documents written):
 
 1. **Begun** in one write transaction: the joined run's id is taken from the
@@ -45,7 +45,7 @@ import numpy.typing as npt
 from simstore.engine import columns
 from simstore.engine.band_tables import BandJoinSteps, join_band_values
 from simstore.engine.column_index import RunEntry
-from simstore.engine.column_tables import JoinSteps, join_values
+from simstore.engine.column_tables import Finished, JoinSteps, join_values
 from simstore.errors import CorruptStoreError
 from simstore.index.band_runs import BandRun
 from simstore.index.column_search import ColumnRun
@@ -58,9 +58,6 @@ STEPPED_JOIN_ENTRIES = 1 << 24
 #: ``meta`` key of the record of the join being prepared (absent: none).
 JOINING_KEY = b"joining"
 _RECORD_VERSION = 1
-
-#: A value a step finished: ``(table, kind, value)``, sealed, to be put.
-Put = tuple[int, int, columns.ValueBuffer]
 
 Mask = npt.NDArray[np.bool_] | None
 
@@ -146,14 +143,14 @@ class PreparedJoin:
         self.entries: int | None = None
         self.steps = 0
         #: Values the last step finished, not put yet (the caller puts them).
-        self.finished: list[Put] = []
+        self.finished: list[Finished] = []
 
     @property
     def done(self) -> bool:
         """Whether every stretch is merged (finished values may wait to be put)."""
         return self.entries is not None
 
-    def step(self, runs: Sequence[ColumnRun], band_runs: Sequence[BandRun]) -> list[Put]:
+    def step(self, runs: Sequence[ColumnRun], band_runs: Sequence[BandRun]) -> list[Finished]:
         """One step: ``runs`` and ``band_runs`` are the runs joined, viewed
         afresh (no view is held past this call); returns the values it
         finished (possibly none)."""
