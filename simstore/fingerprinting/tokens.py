@@ -8,8 +8,9 @@ one :class:`TokenBatch`:
 - each text as **bytes whose word runs are exactly its tokens** (``parts``):
   ASCII text lower-cased (the rest of its normalisation is done on the bytes:
   NFKC leaves ASCII as it is, ``casefold`` is ``lower``, and the controls are
-  dropped when the tokens are found), other text normalised and tokenised in
-  Python and its tokens joined by spaces;
+  dropped when the tokens are found), other text as
+  :func:`simstore.fingerprinting.text.token_text` gives it (folded, and either
+  its few non-word characters replaced or its tokens joined by spaces);
 - every token's **version-2 hash**, text after text, and each text's token
   count (:meth:`TokenBatch.token_hashes`, per seed, computed once): what
   version 2's features and every sketch's shingles are folded from;
@@ -43,7 +44,7 @@ from simstore.fingerprinting.hashing import (
 )
 from simstore.fingerprinting.hashing import salt as seed_salt
 from simstore.fingerprinting.hashing import token_hash as python_token_hash
-from simstore.fingerprinting.text import normalise, tokenise
+from simstore.fingerprinting.text import normalise, token_text, tokenise
 
 __all__ = [
     "PIECE_CHARS",
@@ -157,8 +158,8 @@ def _text_bytes(text: str, hmm: bool) -> bytes:
         # NFKC leaves ASCII as it is and casefold is lower().
         return text.lower().encode("ascii")
     if len(text) <= PIECE_CHARS:
-        return " ".join(tokenise(normalise(text), hmm=hmm)).encode("utf-8")
-    return b" ".join(" ".join(tokenise(normalise(piece), hmm=hmm)).encode("utf-8") for piece in _pieces(text))
+        return token_text(text, hmm=hmm).encode("utf-8")
+    return b" ".join(token_text(piece, hmm=hmm).encode("utf-8") for piece in _pieces(text))
 
 
 #: Characters of a long non-ASCII text normalised and tokenised at a time:

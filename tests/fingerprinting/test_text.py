@@ -3,12 +3,13 @@
 from __future__ import annotations
 
 import os
+import re
 import subprocess
 import sys
 import unicodedata
 
 import pytest
-from hypothesis import given
+from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from simstore.errors import InvalidTypeError, InvalidValueError
@@ -21,6 +22,7 @@ from simstore.fingerprinting.text import (
     as_text,
     normalise,
     segment_han,
+    token_text,
     tokenise,
 )
 
@@ -129,6 +131,44 @@ def test_non_ascii_fast_paths_cut_like_the_general_pattern(text: str) -> None:
     # symbols added): the same tokens as the whole token pattern.
     normalised = normalise(text)
     assert tokenise(normalised) == _cut_by_token_pattern(normalised, True)
+
+
+_WORD_RUN = re.compile(rb"[0-9A-Za-z_\x80-\xff]+")
+
+
+def _word_runs(text: str) -> list[str]:
+    return [run.decode("utf-8") for run in _WORD_RUN.findall(text.encode("utf-8"))]
+
+
+# Everything token_text replaces or keeps: controls of both kinds (ASCII and
+# not), separators and white space past ASCII, So symbols next to words and
+# to each other, word characters, and the Han and marks that send a text to
+# the token pattern; and any character at all.
+_TOKEN_TEXT_ALPHABET = (
+    _MIXED_ALPHABET
+    | st.sampled_from(["\x00", "\x01", "\x7f", "\x1c", "\x85", "\u200b", "\u200d", "\u00ad", "\ufeff"])
+    | st.sampled_from(["\u00a0", "\u2028", "\u3000", "\uff21", "\ufb01", "\u2160", "\u00b2", "_", "\u2e80"])
+    | st.characters(categories=["Cc", "Cf", "Zs", "Zl", "So", "Sm", "Po", "Pd", "Nd", "No", "Lo", "Lm", "Mn"])
+    | st.characters()
+)
+
+
+@settings(max_examples=400, deadline=None)
+@given(st.text(alphabet=_TOKEN_TEXT_ALPHABET, max_size=80))
+def test_token_text_word_runs_are_the_tokens(text: str) -> None:
+    # What the token hashing reads: the word runs of token_text's UTF-8, for
+    # text cut by the replacement path and by the token pattern alike.
+    assert _word_runs(token_text(text)) == tokenise(normalise(text))
+
+
+def test_token_text_replaces_only_what_is_neither_ascii_nor_a_word() -> None:
+    # Plain text is not cut: separators become spaces, controls go (joining
+    # the words around them), a symbol stands apart, word characters stay.
+    plain = "\u201cCaf\u00e9\u201d \u2014 na\u00adive\u00a9x"
+    assert token_text(plain) == " café    naive © x"
+    assert _word_runs(token_text(plain)) == ["café", "naive", "©", "x"]
+    # Han or a mark sends it to the token pattern: tokens joined by spaces.
+    assert token_text("Caf\u00e9 \u4e2d\u6587") == "café 中文"
 
 
 def test_han_past_the_first_look_still_goes_to_the_segmenter() -> None:

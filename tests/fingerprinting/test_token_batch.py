@@ -94,16 +94,17 @@ def test_every_vote_strategy_gives_the_same_fingerprints(
 
 
 def _count_normalisations(monkeypatch: pytest.MonkeyPatch) -> list[str]:
-    """Record each text :func:`text.normalise` works through (its steps 3
-    and 4, looked up at every call)."""
+    """Record each text normalised (:func:`text.fold`, the first steps of
+    :func:`text.normalise` and of :func:`text.token_text`, looked up at
+    every call)."""
     seen: list[str] = []
-    strip = text._controls_stripped
+    fold = text.fold
 
     def counted(one: str) -> str:
         seen.append(one)
-        return strip(one)
+        return fold(one)
 
-    monkeypatch.setattr(text, "_controls_stripped", counted)
+    monkeypatch.setattr(text, "fold", counted)
     return seen
 
 
