@@ -218,6 +218,14 @@ def plan_compaction(
     single adds (9.6: at width 2 the most-runs rule kept joining small runs
     into large ones), and queries met at most 3 runs after a batch (4).
 
+    With more than ``most`` runs and no newest tier to join, the tier that
+    takes away the most runs for the entries it rewrites is joined, wherever
+    it lies; only where no two adjacent runs make a tier are the newest two
+    joined. A small run just merged after a tier of large ones no longer
+    drags the newest large run into a join at every merge: a store grown to
+    100M in 10M batches, then given single adds, rewrote its last 10M run for
+    every 32K documents merged (12-16 s a merge).
+
     >>> plan_compaction([100, 10, 10, 10])
     >>> plan_compaction([400, 10, 10, 10, 10])
     (1, 5)
@@ -226,18 +234,41 @@ def plan_compaction(
     >>> plan_compaction([100, 50, 30, 10, 5, 2, 1])
     (0, 7)
     >>> plan_compaction([64, 1])
+    >>> plan_compaction([400, 100, 100, 100, 100, 100, 100, 1])
+    (0, 7)
     """
     if len(sizes) < 2:
         return None
     end = len(sizes)
+    first = _tier_start(sizes, end, width)
+    if end - first >= fanout:
+        return first, end
+    if len(sizes) > most:
+        return _cheapest_tier(sizes, width) or (min(first, end - 2), end)
+    return None
+
+
+def _tier_start(sizes: Sequence[int], end: int, width: float) -> int:
+    """Where the tier of runs ending at ``end`` (excluded) begins: back from
+    the newest while a run is within ``width`` times the total after it."""
     first = end - 1
     total = sizes[first]
     while first > 0 and sizes[first - 1] <= width * total:
         first -= 1
         total += sizes[first]
-    if end - first >= fanout:
-        return first, end
-    if len(sizes) > most:
-        first = min(first, end - 2)
-        return first, end
-    return None
+    return first
+
+
+def _cheapest_tier(sizes: Sequence[int], width: float) -> tuple[int, int] | None:
+    """Of the tiers of two runs or more (each ending where its newest run
+    is), the one that takes away the most runs per entry joined."""
+    best: tuple[int, int] | None = None
+    best_rate = 0.0
+    for end in range(2, len(sizes) + 1):
+        first = _tier_start(sizes, end, width)
+        if end - first < 2:
+            continue
+        rate = (end - first - 1) / max(sum(sizes[first:end]), 1)
+        if rate > best_rate:
+            best, best_rate = (first, end), rate
+    return best

@@ -411,6 +411,12 @@ def test_plan_compaction_tiers() -> None:
         assert end - first >= 2
         assert end == len(sizes)
     assert plan_compaction([10, 10, 10, 10]) == (0, 4)
+    # More than six runs, the newest one small (a merge of single adds into a
+    # store grown in batches): the tier of large runs is joined, not the
+    # newest large run with the small one, which was joined again at every
+    # merge (12-30 s each at 100M: results/single_adds_100M.md).
+    assert plan_compaction([40, 10, 10, 10, 10, 10, 10, 1]) == (0, 7)
+    assert plan_compaction([1_000, 100, 100, 100, 3, 3, 3]) == (4, 7)  # the cheapest tier
 
 
 def test_stats_report_runs_and_a_compaction_under_way(tmp_path: Path) -> None:
