@@ -224,7 +224,7 @@ def plan_compaction(
     joined. A small run just merged after a tier of large ones no longer
     drags the newest large run into a join at every merge: a store grown to
     100M in 10M batches, then given single adds, rewrote its last 10M run for
-    every 32K documents merged (12-16 s a merge).
+    every 32K documents merged (5-45 s a merge).
 
     >>> plan_compaction([100, 10, 10, 10])
     >>> plan_compaction([400, 10, 10, 10, 10])
