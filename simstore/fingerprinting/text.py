@@ -149,42 +149,51 @@ def token_text(text: str, *, hmm: bool = True) -> str:
     A word run is a maximal run of characters that are ASCII letters, digits
     or ``_``, or not ASCII at all: the runs a bytes pattern
     ``[0-9A-Za-z_\\x80-\\xff]+`` finds in the UTF-8 encoding, which is how
-    :mod:`simstore.fingerprinting.tokens` reads them. Text without Han or
-    combining marks is not cut at all (see :func:`_plain_word_runs`); other
-    text is tokenised and its tokens joined by spaces.
+    :mod:`simstore.fingerprinting.tokens` reads them. Text without combining
+    marks is not cut into tokens but for its Han runs (see
+    :func:`_word_runs`); other text is tokenised and its tokens joined by
+    spaces.
     """
     folded = fold(text)
-    runs = _plain_word_runs(folded)
+    runs = _word_runs(folded, hmm)
     if runs is not None:
         return runs
     return " ".join(tokenise(_controls_stripped(folded), hmm=hmm))
 
 
-#: Most distinct characters :func:`_plain_word_runs` replaces (one scan of
-#: the text each); a text with more is tokenised instead.
+#: Most distinct characters :func:`_word_runs` replaces (one scan of the
+#: text each); a text with more is tokenised instead.
 _MOST_REPLACED = 64
 #: ASCII that is never replaced: printable characters and white space.
 _PLAIN_ASCII = frozenset(char for char in map(chr, range(128)) if char.isprintable() or char.isspace())
 
 
-def _plain_word_runs(folded: str) -> str | None:
-    """:func:`token_text` of a text after :func:`fold`, when it has no Han
-    and no combining marks; ``None`` when it has (the token pattern and the
-    segmenter must cut it), or too many kinds of character to replace.
+def _word_runs(folded: str, hmm: bool) -> str | None:
+    """:func:`token_text` of a text after :func:`fold`, when it has no
+    combining marks; ``None`` when it has (the token pattern must cut it),
+    or too many kinds of character to replace.
 
-    Such text is cut by ``\\w+`` (and its So symbols alone): its tokens are
-    already its word runs once each distinct character that is neither ASCII
-    nor a word character is replaced, in one ``str.replace`` (a scan in C)
-    each: by nothing where :func:`normalise` removes it (controls), by a
-    space where it separates tokens, by itself between spaces where it is a
-    token alone (So symbols). Typical text holds a handful of such
-    characters (curly quotes, dashes, a soft hyphen): replacing them took a
-    fifth of the time of finding every token with the regex and joining them.
+    Without marks, the token pattern's words are runs of ``\\w`` (and each
+    So symbol alone): a text's tokens are already its word runs once each
+    distinct character that is neither ASCII nor a word character is
+    replaced, in one ``str.replace`` (a scan in C) each: by nothing where
+    :func:`normalise` removes it (controls), by a space where it separates
+    tokens, by itself between spaces where it is a token alone (So
+    symbols). Han runs, which the segmenter cuts, are then replaced by
+    their words, spaced apart from what touches them. Typical text holds a
+    handful of such characters (curly quotes, dashes, a soft hyphen,
+    full-width punctuation): replacing them took a fifth of the time of
+    finding every token with the regex and joining them (English text).
     """
-    if _HAN_CHAR.search(folded, 0, _HAN_LOOK) is not None:
-        return None
+    # Other text and Han runs alternate: the runs are the odd parts, and
+    # only the other text's characters are looked at (Chinese has hundreds).
+    # Text with no Han near its start is not searched for runs (the regex
+    # scan of a long text cost as much as the rest): a Han character found
+    # among the others later is a "mark" to _replacement, and the token
+    # pattern cuts the text instead, right, only slower.
+    parts = [folded] if _HAN_CHAR.search(folded, 0, _HAN_LOOK) is None else _HAN_RUN.split(folded)
     replaced: list[tuple[str, str]] = []
-    for char in frozenset(folded).difference(_PLAIN_ASCII):
+    for char in frozenset("".join(parts[0::2])).difference(_PLAIN_ASCII):
         replacement = _replacement(char)
         if replacement is None:
             return None
@@ -192,15 +201,22 @@ def _plain_word_runs(folded: str) -> str | None:
             replaced.append((char, replacement))
     if len(replaced) > _MOST_REPLACED:
         return None
-    for char, replacement in replaced:
-        folded = folded.replace(char, replacement)
-    return folded
+    if replaced:
+        for char, replacement in replaced:
+            folded = folded.replace(char, replacement)
+        # (A control removed between two Han runs joins them.)
+        parts = _HAN_RUN.split(folded) if len(parts) > 1 else [folded]
+    if len(parts) == 1:
+        return parts[0]
+    parts[1::2] = [" ".join(words) for words in segment_han(parts[1::2], hmm=hmm)]
+    return " ".join(parts)
 
 
 @functools.lru_cache(maxsize=1 << 16)
 def _replacement(char: str) -> str | None:
-    """What :func:`_plain_word_runs` puts for ``char`` (a control, or a
-    character past ASCII): ``None`` for Han or a mark."""
+    """What :func:`_word_runs` puts for ``char`` (a control, or a character
+    past ASCII outside the Han runs): ``None`` for a combining mark (or Han),
+    whose text the token pattern must cut."""
     control = _control_table().get(ord(char), char)
     if control != char:
         return "" if control is None else " "
@@ -251,6 +267,7 @@ def _token_pattern() -> re.Pattern[str]:
 
 
 _HAN_CHAR = re.compile(rf"[{_HAN}]")
+_HAN_RUN = re.compile(rf"([{_HAN}]+)")
 _ASCII_WORD = re.compile(r"\w+", re.ASCII)
 _WORD = re.compile(r"\w+")
 

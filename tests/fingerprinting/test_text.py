@@ -148,6 +148,7 @@ _TOKEN_TEXT_ALPHABET = (
     _MIXED_ALPHABET
     | st.sampled_from(["\x00", "\x01", "\x7f", "\x1c", "\x85", "\u200b", "\u200d", "\u00ad", "\ufeff"])
     | st.sampled_from(["\u00a0", "\u2028", "\u3000", "\uff21", "\ufb01", "\u2160", "\u00b2", "_", "\u2e80"])
+    | st.sampled_from(["\u3007", "\u3400", "\u3006", "\uf900", "\U00020000"])
     | st.characters(categories=["Cc", "Cf", "Zs", "Zl", "So", "Sm", "Po", "Pd", "Nd", "No", "Lo", "Lm", "Mn"])
     | st.characters()
 )
@@ -167,8 +168,18 @@ def test_token_text_replaces_only_what_is_neither_ascii_nor_a_word() -> None:
     plain = "\u201cCaf\u00e9\u201d \u2014 na\u00adive\u00a9x"
     assert token_text(plain) == " café    naive © x"
     assert _word_runs(token_text(plain)) == ["café", "naive", "©", "x"]
-    # Han or a mark sends it to the token pattern: tokens joined by spaces.
-    assert token_text("Caf\u00e9 \u4e2d\u6587") == "café 中文"
+    # Han runs are replaced by their words, spaced apart from what touches them.
+    assert _word_runs(token_text("Caf\u00e9\u3002\u6211\u4eec\u5728\u5317\u4eacabc")) == [
+        "café", "我们", "在", "北京", "abc"
+    ]  # fmt: skip
+    # Han from the first of its ranges on, in a text with nothing later.
+    for edge in ("a\u3007b\u3400c\u2019", "x\uf900y", "\u3006\u3007z"):
+        assert _word_runs(token_text(edge)) == tokenise(normalise(edge))
+    # A combining mark sends the text to the token pattern: tokens joined by spaces.
+    assert (
+        token_text("\u0939\u093f\u0928\u094d\u0926\u0940 Text!")
+        == "\u0939\u093f\u0928\u094d\u0926\u0940 text"
+    )
 
 
 def test_han_past_the_first_look_still_goes_to_the_segmenter() -> None:

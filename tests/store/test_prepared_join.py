@@ -25,6 +25,7 @@ from test_state_machine import TEXTS
 
 import simstore
 from simstore.engine import prepared_join
+from simstore.engine.column_index import ColumnIndex
 from simstore.engine.column_tableset import ColumnTableSet
 from simstore.engine.prepared_join import JOINING_KEY, Joining, PreparedJoin, sources_at
 from simstore.errors import CorruptStoreError
@@ -196,6 +197,31 @@ def test_entries_removed_before_the_join_began_are_dropped_and_later_ones_wait(
     model.update(_fill(store, 200, 20, seed=10))  # a second run: compact() joins the two
     store.compact()
     assert [run.entries for run in _tableset(store).catalog.runs] == [len(model)]
+    store.close()
+
+
+def test_a_join_of_runs_whose_documents_were_all_removed_publishes_no_run(
+    tmp_path: Path, stepped: None
+) -> None:
+    """Every document of the joined runs removed before the join began: it
+    keeps nothing, and its publish drops the runs without putting one in
+    their place (seen in CI, where the state machine expected a run)."""
+    store = _store(tmp_path / "s.simstore")
+    with (
+        mock.patch.object(stepped_joins, "JOIN_SECONDS_PER_DOCUMENT", 0.0),
+        mock.patch.object(ColumnIndex, "plan", return_value=None),
+    ):
+        model = _fill(store, 0, 80, seed=11)  # four runs, no join planned yet
+        store.remove_many(list(model))
+    maintenance.compaction_step(store._engine)  # the join of the four begins
+    prepared = _prepared(store)
+    assert prepared is not None
+    assert len(prepared.sources) == 4
+    _steps(store, 1 << 20)
+    assert prepared.entries == 0
+    assert _tableset(store).catalog.runs == ()
+    _assert_nothing_left_of(store, prepared.joining.run_id)
+    assert dict(store.items()) == {}
     store.close()
 
 
@@ -443,7 +469,10 @@ class SteppedJoinMachine(MultiIndexStoreMachine):
         assert _prepared(self.live) is None
         assert _record(self.live) is None
         if in_place:  # (else another process joined its runs: it was dropped)
-            assert prepared.joining.run_id in {run.run_id for run in _tableset(self.live).catalog.runs}
+            run_ids = {run.run_id for run in _tableset(self.live).catalog.runs}
+            # Published in the sources' place: a run, unless every entry was removed.
+            assert (prepared.joining.run_id in run_ids) == bool(prepared.entries)
+            assert not run_ids & {run.run_id for run in prepared.sources}
 
     @precondition(lambda self: self.store is not None and _prepared(self.live) is not None)
     @rule()
