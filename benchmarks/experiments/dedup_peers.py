@@ -27,7 +27,9 @@ and 77.6 %, rensa 90.8 % and 92.4 %); no false pair anywhere. With jieba rather 
 rjieba simstore's Chinese rate was 1,023. Peak RSS 190-211 MiB for simstore, 566-1,425
 MiB for the peers. Since plain non-ASCII text is no longer cut into token strings
 (2026-11-30, two runs): English 3,036-3,265 docs/s against datasketch's 737-740
-(4.1-4.4x), Chinese 3,495-3,812 against 1,230-1,400 (2.7-2.8x), the same pairs.
+(4.1-4.4x), Chinese 3,495-3,812 against 1,230-1,400 (2.7-2.8x), the same pairs; twice
+more after Han runs were split rather than cut by the token pattern: 2.0x and 2.4x
+(this machine's noise is larger than either change).
 """
 
 from __future__ import annotations
