@@ -492,8 +492,7 @@ class ColumnTableSet:
         finally:
             if source is not None:
                 source.abort()
-        stamps = [run.removals for run in joined_catalog.runs]
-        graves.forget_below(txn, self._meta, min(stamps) if stamps else None)
+        self._forget_joined_graves(txn, joined_catalog)
         return joined_catalog, moved
 
     def _live_in(self, txn: Txn, joined: Sequence[RunEntry], removals: int) -> Live | None:
@@ -582,8 +581,7 @@ class ColumnTableSet:
         record = Joining.decode(bytes(raw))
         if not record.abandoned(None if self.prepared is None else self.prepared.joining):
             return False
-        drop_run(txn, self.databases, record.run_id)
-        txn.delete(JOINING_KEY, db=self._meta)
+        self._drop_join(txn, record.run_id)
         return True
 
     def _masks(
@@ -674,8 +672,7 @@ class ColumnTableSet:
             drop_run(txn, self.databases, run_id)  # the join kept nothing: no run, no bands
         joined = ColumnCatalog((*runs, *catalog.runs[at + len(prepared.sources) :]), catalog.next_run_id)
         txn.delete(JOINING_KEY, db=self._meta)
-        stamps = [run.removals for run in joined.runs]
-        graves.forget_below(txn, self._meta, min(stamps) if stamps else None)
+        self._forget_joined_graves(txn, joined)
         return joined
 
     def abandon_join(self, txn: Txn) -> None:
@@ -683,8 +680,18 @@ class ColumnTableSet:
         if it is still this process's."""
         prepared = self.prepared
         if prepared is not None and self._preparing(txn, prepared):
-            drop_run(txn, self.databases, prepared.joining.run_id)
-            txn.delete(JOINING_KEY, db=self._meta)
+            self._drop_join(txn, prepared.joining.run_id)
+
+    def _drop_join(self, txn: Txn, run_id: int) -> None:
+        """Drop a prepared join's values (under ``run_id``) and its record."""
+        drop_run(txn, self.databases, run_id)
+        txn.delete(JOINING_KEY, db=self._meta)
+
+    def _forget_joined_graves(self, txn: Txn, catalog: ColumnCatalog) -> None:
+        """After a join: delete the graves older than every run of ``catalog``
+        (no run can hold an entry they name any more)."""
+        stamps = [run.removals for run in catalog.runs]
+        graves.forget_below(txn, self._meta, min(stamps) if stamps else None)
 
     def forget_join(self) -> None:
         """Let go of the join being prepared (its buffers), if any."""

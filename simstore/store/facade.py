@@ -146,9 +146,7 @@ class Store:
             if engine.closed:
                 return
             try:
-                # A join prepared in steps is not finished here (its remaining
-                # steps could take many seconds): its values are dropped.
-                stepped_joins.let_go_of_join(engine)
+                stepped_joins.let_go_of_join(engine)  # (see the docstring)
                 if (
                     engine.owns_file()
                     and not engine.readonly
