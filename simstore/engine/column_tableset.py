@@ -55,7 +55,7 @@ from simstore.engine._lmdb import Database, MapMovedError, Txn
 from simstore.engine.band_tables import view_band_run, write_band_run, write_joined_band_run
 from simstore.engine.column_index import UNSTAMPED, ColumnCatalog, ColumnIndex, Live, RunEntry, next_id
 from simstore.engine.column_tables import Finished, drop_run, put_value, view_run
-from simstore.engine.format import CATALOG_KEY, REMOVALS_KEY
+from simstore.engine.format import CATALOG_KEY, META_KEY, REMOVALS_KEY, LayoutChangedError
 from simstore.engine.prepared_join import JOINING_KEY, Joining, Mask, PreparedJoin, sources_at
 from simstore.engine.record_scan import id_and_fingerprint_arrays, sketch_rows
 from simstore.errors import CorruptStoreError
@@ -194,6 +194,7 @@ class ColumnTableSet:
     def __init__(
         self,
         scheme: MultiIndex,
+        meta_record: bytes,
         databases: Sequence[Database],
         meta: Database,
         docs: Database,
@@ -208,6 +209,9 @@ class ColumnTableSet:
         self.index = ColumnIndex(scheme, databases, scratch.in_directory_of(environment().path))
         self.databases = list(databases)
         self._meta = meta
+        # The meta record of the layout these tables are: a pin taken after
+        # another process re-laid the store out would read its catalog.
+        self._meta_record = meta_record
         self.docs = docs
         # The store's environment and lock, as they are now (both are
         # replaced: after a fork, a reload).
@@ -331,7 +335,8 @@ class ColumnTableSet:
         raw = txn.get(CATALOG_KEY, db=self._meta)
         pin = self._pin
         if pin is None or raw != pin.catalog_raw or pin.map_changes != self._environment().map_changes:
-            with contextlib.suppress(MapMovedError):
+            # (After a re-layout txn's runs are viewed from txn itself.)
+            with contextlib.suppress(MapMovedError, LayoutChangedError):
                 self._renew(adopt_growth=False)
             pin = self._pin
         return raw, pin
@@ -365,11 +370,14 @@ class ColumnTableSet:
 
     def _renew(self, *, adopt_growth: bool) -> None:
         """Pin the latest commit (``MapMovedError`` if another process grew
-        the map and ``adopt_growth`` is false)."""
+        the map and ``adopt_growth`` is false, ``LayoutChangedError`` if it
+        re-laid the store out)."""
         self.release()
         environment = self._environment()
         txn = environment.begin_buffers(adopt_growth=adopt_growth)
         try:
+            if txn.get(META_KEY, db=self._meta) != self._meta_record:
+                raise LayoutChangedError
             raw = txn.get(CATALOG_KEY, db=self._meta)
             self._pin = _Pin(
                 txn, None if raw is None else bytes(raw), self.index, environment.map_changes, self.bands
@@ -615,7 +623,10 @@ class ColumnTableSet:
         under the store's lock with no transaction of this process open."""
         prepared = self.prepared
         assert prepared is not None
-        self.prepare()
+        try:
+            self.prepare()
+        except LayoutChangedError:
+            return None  # re-laid out by another process: the runs are gone
         pin = self._pin
         if pin is None or sources_at(ColumnCatalog.decode(pin.catalog_raw).runs, prepared.sources) is None:
             return None

@@ -33,7 +33,15 @@ import numpy as np
 from simstore.engine import _lmdb
 from simstore.engine.delta import Change, Delta, encode_seq
 from simstore.engine.delta_bands import DeltaBands
-from simstore.engine.format import CATALOG_KEY, META_KEY, STATE_KEY, State, StoredParams, decode_meta
+from simstore.engine.format import (
+    CATALOG_KEY,
+    META_KEY,
+    STATE_KEY,
+    LayoutChangedError,
+    State,
+    StoredParams,
+    decode_meta,
+)
 from simstore.engine.query import permuted_keys
 from simstore.engine.stored_tables import tableset_for
 from simstore.engine.wal import WRITE_AHEAD_LOG
@@ -77,11 +85,6 @@ class CommitHooks(Protocol):
 # re-lays the store out back to back, winning the writer lock every time,
 # can exhaust them.
 LAYOUT_RETRIES = 100
-
-
-class LayoutChangedError(Exception):
-    """Internal: the snapshot's meta record differs from the one this engine
-    uses, because another process re-laid the store out."""
 
 
 # Every open engine, so that fork() can wait for the calls in progress and a
@@ -240,6 +243,7 @@ class Engine:
         # The tables' runs and bitmaps, for the catalog version in catalog_version.
         self.tableset = tableset_for(
             params,
+            bytes(raw_meta),
             handles.tables,
             handles.meta,
             handles.docs,
@@ -500,7 +504,13 @@ class Reading:
             engine.check_usable()
             for attempt in range(1, LAYOUT_RETRIES + 1):
                 if self.query:
-                    engine.tableset.prepare()
+                    try:
+                        engine.tableset.prepare()
+                    except LayoutChangedError:  # (the latest commit's layout is another)
+                        if attempt == LAYOUT_RETRIES:
+                            raise CorruptStoreError(f"{engine.path}: the layout keeps changing") from None
+                        engine.reload_layout()
+                        continue
                 self.txn = txn = engine.env.begin_read()
                 snapshot = txn.id()
                 try:

@@ -78,6 +78,11 @@ LOG_KEY = b"log"
 MAX_META_BYTES = 1 << 20
 
 
+class LayoutChangedError(Exception):
+    """Internal: a snapshot's meta record differs from the one this engine
+    uses, because another process re-laid the store out."""
+
+
 @dataclass(frozen=True)
 class StoredParams:
     """Everything in the meta record: the parameters that shape the keys."""

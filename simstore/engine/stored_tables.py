@@ -97,6 +97,7 @@ class StoredTables(Protocol):
 
 def tableset_for(
     params: StoredParams,
+    meta_record: bytes,
     tables: Sequence[Database],
     meta: Database,
     docs: Database,
@@ -104,8 +105,9 @@ def tableset_for(
     lock: Callable[[], threading.RLock],
     sketches: Database | None = None,
 ) -> StoredTables:
-    """The table set of a store laid out by ``params``, over its table
-    sub-databases ``tables`` (and, for a band table, its ``sketches``)."""
+    """The table set of a store laid out by ``params`` (decoded from
+    ``meta_record``, the meta record's bytes), over its table sub-databases
+    ``tables`` (and, for a band table, its ``sketches``)."""
     scheme = params.scheme
     if scheme is None:
         return TableSet(params.tables, tables, filter_bits_for(params.k))
@@ -115,4 +117,4 @@ def tableset_for(
         if sketch is None or sketches is None:
             raise CorruptStoreError("the store keeps a band table but no sketches to band")
         bands = BandSource(params.bands, Sketch.from_settings(sketch), sketches)
-    return ColumnTableSet(scheme, tables, meta, docs, environment, lock, bands)
+    return ColumnTableSet(scheme, meta_record, tables, meta, docs, environment, lock, bands)

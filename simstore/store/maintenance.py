@@ -263,8 +263,10 @@ def relayout(
         databases = engine.env.create_tables(txn, params.stored_tables, generation)
         doc_ids, fingerprints = all_documents(engine, txn)
         handles = engine.handles
+        meta_record = encode_meta(params, version=__version__)
         tableset = tableset_for(
             params,
+            meta_record,
             databases,
             handles.meta,
             handles.docs,
@@ -279,7 +281,7 @@ def relayout(
         # The entries the graves name were in the old tables (simstore.engine.graves).
         graves.forget_below(txn, engine.handles.meta, None)
         txn.drop(engine.handles.delta, delete=False)
-        txn.put(META_KEY, encode_meta(params, version=__version__), db=engine.handles.meta)
+        txn.put(META_KEY, meta_record, db=engine.handles.meta)
         new_state = state._replace(merge_epoch=state.merge_epoch + 1)
         # Stored here, not through Change: the new catalog belongs to the
         # new layout, which this store adopts by reloading below.

@@ -638,7 +638,10 @@ import simstore
 with simstore.open(sys.argv[1], "w", sync=False) as other:
     if sys.argv[2] == "stdin":
         for line in sys.stdin:
-            other.relayout(blocks=int(line))
+            if line.startswith("multi-index"):  # "multi-index" or "multi-index K"
+                other.relayout(k=int(line.split()[1]) if " " in line else None, layout="multi-index")
+            else:
+                other.relayout(blocks=int(line))
             print("done", flush=True)
     else:
         started, count = time.monotonic(), 0
@@ -652,10 +655,11 @@ with simstore.open(sys.argv[1], "w", sync=False) as other:
 @pytest.mark.skipif(not hasattr(simstore.Store, "relayout"), reason="Store.relayout() does not exist yet")
 def test_long_lived_store_survives_many_relayouts_by_another_process(tmp_path: Path) -> None:
     """A query server that stays open for weeks while a maintenance process re-lays the
-    store out now and then keeps answering exactly."""
+    store out now and then (Manku's tables of two sizes, multi-index schemes of two k)
+    keeps answering exactly."""
     path = str(tmp_path / "relayouts.simstore")
     fps = np.arange(200, dtype=np.uint64) * np.uint64(0x9E37_79B9_7F4A_7C15)
-    with simstore.open(path, "c", k=3, sync=False) as store:
+    with simstore.open(path, "c", k=3, layout="multi-index", sync=False) as store:
         store.add_many([f"k{i}" for i in range(200)], fps)
     other = subprocess.Popen(
         [sys.executable, "-c", RELAYOUTER, path, "stdin"],
@@ -668,7 +672,7 @@ def test_long_lived_store_survives_many_relayouts_by_another_process(tmp_path: P
     try:
         with simstore.open(path, "r") as server:
             for number in range(80):
-                other.stdin.write(f"{(4, 6)[number % 2]}\n")
+                other.stdin.write(f"{(5, 'multi-index', 6, 'multi-index 4')[number % 4]}\n")
                 other.stdin.flush()
                 assert other.stdout.readline().strip() == "done"
                 assert [m.key for m in server.query(fingerprint=int(fps[5]), k=0)] == ["k5"], number
