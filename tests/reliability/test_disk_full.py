@@ -92,6 +92,7 @@ def test_full_filesystem_keeps_every_acknowledged_add(small_fs: Path) -> None:
             try:
                 store.add(f"more-{attempt}", fingerprint=attempt)
                 acked[f"more-{attempt}"] = attempt
+                before = contents_digest(store)
             except simstore.SimstoreError:
                 assert contents_digest(store) == before
         with contextlib.suppress(simstore.SimstoreError):
