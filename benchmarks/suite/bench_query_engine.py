@@ -1,6 +1,7 @@
 """The two table formats of a store, queried side by side in one process: format 2
-(Manku's permutation tables, the default) and format 3 (``layout="multi-index"``:
-a few tables of sorted columns searched at a radius, read in place from LMDB),
+(Manku's permutation tables, ``blocks=``) and format 3 (``layout="multi-index"``, a
+new store's default: a few tables of sorted columns searched at a radius, read in
+place from LMDB),
 beside faiss ``IndexBinaryMultiHash`` and a numpy brute-force scan, in alternating
 rounds.
 
@@ -30,7 +31,7 @@ stored fingerprints, each with 0 to k distinct random bits flipped (so every
 query has a match). Systems, all in this one process:
 
 - **format 2**: ``simstore.open(path, "n", k=k, blocks=k + 2, sync=False)`` (Manku's
-  one-level tables: a new store's default below k = 5), ``add_many`` of N
+  one-level tables: a new store's default below k = 5 until 2026-11-30), ``add_many`` of N
   and ``compact()`` (the build, in documents a second), closed, reopened read-only;
   single ``query(fp, k=k)`` and ``query_many(queries, k=k)``; bytes a document of
   the file (``stats().bytes_used / N``, the pages in use, and ``bytes_on_disk / N``).

@@ -11,7 +11,7 @@ from simstore.cli.common import document_count, non_negative, print_json
 from simstore.cli.stores import similarity
 from simstore.fingerprinting.sketch import Sketch
 from simstore.index import costs, multi_index
-from simstore.layout.choose import DEFAULT_K, MULTI_INDEX, MULTI_INDEX_FROM_K
+from simstore.layout.choose import DEFAULT_K, MULTI_INDEX
 from simstore.layout.planner import format_plan, plan
 from simstore.layout.presets import SimilarityPreset, band_bytes_per_document, similarity_preset
 
@@ -73,6 +73,7 @@ def run_plan(args: argparse.Namespace) -> int:
         if preset is not None:
             print(format_preset(preset, args.docs, scheme_k))
             print()
+        print("Manku's permutation tables (format 2: opt-in, blocks= or a Layout):")
         print(format_plan(layouts, limit=args.limit))
         print()
         print(format_schemes(scheme_k, args.docs, limit=args.limit))
@@ -113,7 +114,7 @@ def scheme_entries(k: int, docs: int, *, limit: int | None) -> list[dict[str, An
             "spec": {"kind": MULTI_INDEX, "widths": list(scheme.widths), "radii": list(scheme.radii)},
             "probes": scheme.probes,
             "radii": list(scheme.radii),
-            "chosen": scheme == chosen and k >= MULTI_INDEX_FROM_K,
+            "chosen": scheme == chosen,
         }
         for scheme in ranked_schemes(k, docs, limit=limit)
     ]
@@ -121,14 +122,12 @@ def scheme_entries(k: int, docs: int, *, limit: int | None) -> list[dict[str, An
 
 def format_schemes(k: int, docs: int, *, limit: int | None) -> str:
     """The multi-index schemes exact for ``k``, cheapest first by the model of
-    :func:`simstore.index.multi_index.choose` (format 3; a new store's layout
-    from k = 5, or with ``layout="multi-index"``)."""
+    :func:`simstore.index.multi_index.choose` (format 3: a new store's layout
+    unless ``blocks=`` or a ``Layout`` is given)."""
     chosen = multi_index.choose(k, docs)
     ranked = ranked_schemes(k, docs, limit=limit)
     lines = [
-        f'multi-index schemes for k={k} (format 3: layout="multi-index"; '
-        + ("a new store's layout at this k" if k >= MULTI_INDEX_FROM_K else "opt-in at this k")
-        + "):",
+        f"multi-index schemes for k={k} (format 3: a new store's layout):",
         f"{'scheme':<28} {'tables':>6} {'probes':>7} {'table bytes/doc':>15} {'batch µs/query':>14}",
     ]
     for scheme in ranked:

@@ -16,7 +16,7 @@ from simstore.fingerprinting.fingerprinter import Fingerprinter
 from simstore.index import multi_index
 from simstore.index.cover import covers
 from simstore.index.permute import Table, default_blocks, one_level_tables
-from simstore.layout.planner import best_layout, from_spec, k_for_similarity
+from simstore.layout.planner import from_spec, k_for_similarity
 from simstore.layout.presets import PRESET_K, preset_bands
 
 #: The k of a new store: on real text whose near-duplicates occurred naturally
@@ -113,18 +113,19 @@ def layout_tables(layout: Any, k: int | None) -> tuple[int, tuple[Table, ...], d
 MULTI_INDEX = "multi-index"
 #: The corpus size a multi-index scheme is chosen for when none is expected.
 MULTI_INDEX_DOCS = 10_000_000
-#: From this k on, a new store is laid out as a multi-index scheme unless a
-#: layout or blocks are asked for. At the default k = 5, grown to 100M,
-#: Manku's 21 tables hold 258-344 bytes a document and the batches that pay
-#: compaction build at 27-68K docs/s (benchmarks/results/
-#: scale_k5_madv_random_100M.md); three tables searched at radius 1 hold
-#: 100-146 and build at 198K at worst, answering as fast warm and faster on
-#: a first pass (scale_k5_format3_100M.md); at 1M and 10M side by side they
-#: answer 2x faster (query_engine_1M.md, query_engine_10M.md). Below k = 5 Manku's tables are
-#: few and faster for single queries (k = 3 at 1M: 74 against 153 µs). From
-#: k = 6 they grow past 28 (k = 8 at 1M: 45 tables, 431 bytes a document, a
-#: build at 6K docs/s against 91 bytes and 440K).
-MULTI_INDEX_FROM_K = 5
+#: A new store is laid out as a multi-index scheme unless a layout or blocks
+#: are asked for. At the default k = 5, grown to 100M, Manku's 21 tables hold
+#: 258-344 bytes a document and the batches that pay compaction build at
+#: 27-68K docs/s (benchmarks/results/scale_k5_madv_random_100M.md); three
+#: tables searched at radius 1 hold 100-146 and build at 198K at worst
+#: (scale_k5_format3_100M.md), and at 1M and 10M answer 2-3x faster. At k = 3
+#: (benchmarks/results/query_engine_k3_1M.md, query_engine_k3_10M.md) two tables hold 81-83 bytes a
+#: document against Manku's 10 tables' 129-135, build 1.6x faster and answer
+#: batches in 0.4x the time; single queries take 1.3x Manku's time at 1M and
+#: 1.1x at 10M.
+#: The band table is kept by default from this k on (a store of smaller k is
+#: asked for small and fast; ``bands=`` gives it one).
+BANDS_FROM_K = 5
 
 
 def is_multi_index(layout: Any) -> bool:
@@ -134,25 +135,23 @@ def is_multi_index(layout: Any) -> bool:
 def choose_layout(requested: LayoutRequest) -> tuple[int, tuple[Table, ...], dict[str, Any], int | None]:
     """``(k, tables, layout description, blocks)`` for a new set of tables.
 
-    With ``layout="multi-index"``, or with no layout or blocks asked for and
-    ``k >= MULTI_INDEX_FROM_K``, the description names the multi-index
+    With ``layout="multi-index"``, or with no layout or blocks asked for,
+    the description names the multi-index
     scheme :func:`simstore.index.multi_index.choose` picks for ``k`` at the
     expected size, and ``tables`` is the Manku layout the in-memory delta
     and the pair searches use (what the same request would store in
     format 2)."""
     if requested.layout is not None and requested.blocks is not None:
         raise InvalidValueError("pass either blocks= or layout=, not both")
-    if is_multi_index(requested.layout) or (
-        requested.layout is None and requested.blocks is None and requested_k(requested) >= MULTI_INDEX_FROM_K
-    ):
+    if is_multi_index(requested.layout) or (requested.layout is None and requested.blocks is None):
         chosen_k, tables, _spec, _blocks = _manku_layout(replace(requested, layout=None))
         docs = MULTI_INDEX_DOCS if requested.expected_docs is None else requested.expected_docs
         bands = band_table(requested)
         return chosen_k, tables, multi_index_layout(multi_index.choose(chosen_k, docs), bands), None
     if requested.bands not in (None, False):
         raise InvalidValueError(
-            "a band table sits beside a multi-index layout (k of 5 or more, or layout='multi-index'); "
-            "this layout is Manku's tables"
+            "a band table sits beside a multi-index layout (the default; blocks= and Layout "
+            "lay a store out as Manku's tables)"
         )
     return _manku_layout(requested)
 
@@ -168,7 +167,7 @@ def band_table(requested: LayoutRequest) -> int | None:
     bands = requested.bands
     check_bands(bands)
     sketches = _keeps_sketches(requested)
-    if bands is False or (bands is None and not sketches):
+    if bands is False or (bands is None and (not sketches or requested_k(requested) < BANDS_FROM_K)):
         return None
     if not sketches:
         raise InvalidValueError("a band table bands the documents' sketches, and this store keeps none")
@@ -192,11 +191,6 @@ def _manku_layout(requested: LayoutRequest) -> tuple[int, tuple[Table, ...], dic
         layout_spec = spec if spec is not None else {"kind": "custom"}
         blocks = layout_spec.get("blocks")
         return chosen_k, tables, layout_spec, blocks if isinstance(blocks, int) else None
-    if requested.blocks is None and requested.expected_docs is not None:
-        planned = best_layout(requested_k(requested), requested.expected_docs)
-        layout_spec = dict(planned.spec)
-        blocks = layout_spec.get("blocks")
-        return planned.k, tuple(planned.tables), layout_spec, blocks if isinstance(blocks, int) else None
     chosen_k = requested_k(requested)
     chosen_blocks = default_blocks(chosen_k) if requested.blocks is None else requested.blocks
     tables = tuple(one_level_tables(chosen_k, chosen_blocks))

@@ -667,7 +667,7 @@ class Store:
         (a few tables searched with many probes: see ``simstore.open``), its
         scheme chosen for ``expected_docs`` (default 10M); with neither a
         layout nor ``blocks``, a store is laid out as a new one with its k
-        would be (format 3 from k = 5), and ``blocks`` or a ``Layout`` take
+        would be (format 3), and ``blocks`` or a ``Layout`` take
         a format-3 store back to Manku's tables. The new tables are built beside the old ones in one
         write transaction, and that transaction's commit switches the meta
         record over: readers keep answering from the old layout until then

@@ -95,20 +95,20 @@ def open(  # noqa: A001 - mirrors dbm.open, deliberately
             existing store means "the file decides"; an explicit value that
             differs raises ``ParameterMismatchError``.
         blocks: how many blocks the 64 bits are cut into, for Manku's
-            one-level layout (default ``k + 2``, or the planner's choice when
-            ``expected_docs`` is given).
+            one-level layout (format 2; ``None``, the default: a multi-index
+            scheme, below).
         layout: a :class:`simstore.layout.planner.Layout` (from :func:`simstore.plan`)
             for a new store, instead of ``blocks``; or ``"multi-index"``: a
             format-3 store, whose few tables are searched with many probes
             (for k = 5, three tables of 21-22 bits at radius 1; the scheme
             chosen for ``expected_docs``, default 10M): about 90 bytes a
             document instead of 224, queries 2x and batches 7x faster than
-            Manku's 21 tables at 1M (docs/format3.md); a new store with k of
-            5 (the default) or more and neither ``layout`` nor ``blocks`` is
-            laid out so.
+            Manku's 21 tables at 1M (docs/format3.md); a new store with
+            neither ``layout`` nor ``blocks`` is laid out so, at every k.
             On an existing store it must equal the stored layout.
-        expected_docs: the corpus size a new store should be laid out for;
-            the planner picks the layout with the lowest estimated query time.
+        expected_docs: the corpus size a new store's multi-index scheme is
+            chosen for (default 10M; ``simstore.plan`` ranks Manku's layouts
+            for a size).
             Ignored for an existing store (its layout is in the file).
         readonly: open without write access (implied by mode ``"r"``).
         fingerprinter: the text fingerprinting settings (default
@@ -130,7 +130,8 @@ def open(  # noqa: A001 - mirrors dbm.open, deliberately
             :class:`~simstore.layout.presets.ExactThreshold` is kept as it
             is. Stored; on an existing store, ``None`` means "the file
             decides", and a value must name the stored threshold.
-        bands: a band table beside a multi-index layout (k of 5 or more),
+        bands: a band table beside a multi-index layout (kept by default
+            where k is 5 or more),
             so that ``query`` and ``add_if_new`` also find the documents
             whose sketches share a band with the text's and reach the
             threshold, however far apart the fingerprints (a one-word edit

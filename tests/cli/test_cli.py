@@ -26,7 +26,7 @@ def good_store(store_path: str) -> str:
 
 
 def test_stats_prints_the_summary(good_store: str, capsys: pytest.CaptureFixture[str]) -> None:
-    """`stats` exits 0 and prints docs, delta, k, blocks and tables, one per line."""
+    """`stats` exits 0 and prints docs, delta, k, the layout and tables, one per line."""
     assert main(["stats", good_store]) == 0
     out, err = capsys.readouterr()
     assert err == ""
@@ -34,8 +34,9 @@ def test_stats_prints_the_summary(good_store: str, capsys: pytest.CaptureFixture
     assert lines["docs"] == "3"
     assert lines["delta_docs"] == "2"
     assert lines["k"] == "3"
-    assert lines["blocks"] == "5"
-    assert lines["tables"] == "10"
+    assert lines["layout"] == "multi-index [32, 32] r[1, 1]"
+    assert lines["blocks"] == "None"  # (Manku's tables only)
+    assert lines["tables"] == "2"
     assert lines["path"] == good_store
 
 
@@ -45,8 +46,9 @@ def test_stats_json(good_store: str, capsys: pytest.CaptureFixture[str]) -> None
     summary = json.loads(capsys.readouterr().out)
     assert summary["docs"] == 3
     assert summary["delta_docs"] == 2
-    assert summary["tables"] == 10
-    assert len(summary["prefix_bits"]) == 10
+    assert summary["tables"] == 2
+    assert summary["prefix_bits"] == [32, 32]
+    assert summary["blocks"] is None
 
 
 def test_stats_and_check_do_not_modify_the_store(good_store: str, capsys: pytest.CaptureFixture[str]) -> None:

@@ -40,7 +40,7 @@ def test_relayout_changes_the_layout_and_keeps_the_documents(
         assert store.check() == []
     assert main(["relayout", store_path, "--docs", "1e6", "-q"]) == 0
     assert main(["stats", store_path, "--json"]) == 0
-    assert json.loads(capsys.readouterr().out)["layout"] == "1-level 5 blocks"
+    assert json.loads(capsys.readouterr().out)["layout"] == "multi-index [32, 32] r[1, 1]"
 
 
 def test_stats_skew_reports_hot_prefixes_and_degenerate_fingerprints(
@@ -72,18 +72,20 @@ def test_k_is_spelled_either_way(capsys: pytest.CaptureFixture[str]) -> None:
 def test_plan_lists_the_multi_index_schemes_and_marks_the_one_a_store_gets(
     capsys: pytest.CaptureFixture[str],
 ) -> None:
-    """From k = 5 a new store is laid out as a multi-index scheme: plan shows
-    which one, and says it is a new store's layout at that k (opt-in below);
+    """A new store is laid out as a multi-index scheme at every k: plan shows
+    which one, says it is a new store's layout and that Manku's are opt-in;
     --json lists the schemes after Manku's layouts, with the same keys."""
     assert main(["plan", "-k", "8", "--docs", "1e7", "--limit", "3"]) == 0
     out = capsys.readouterr().out
     chosen = multi_index.choose(8, 1e7).label()
     assert f"{chosen} " in out
     assert "<- chosen" in out.split(chosen, 1)[1].splitlines()[0]
-    assert "a new store's layout at this k" in out
+    assert "a new store's layout" in out
     assert main(["plan", "-k", "3", "--docs", "1e6", "--limit", "2"]) == 0
-    assert "opt-in at this k" in capsys.readouterr().out
-    for k, chosen_somewhere in ((5, True), (3, False)):
+    out = capsys.readouterr().out
+    assert "a new store's layout" in out
+    assert "format 2: opt-in" in out
+    for k, chosen_somewhere in ((5, True), (3, True)):
         assert main(["plan", "-k", str(k), "--docs", "1e7", "--json"]) == 0
         entries = json.loads(capsys.readouterr().out)
         schemes = [entry for entry in entries if entry["format"] == 3]

@@ -163,8 +163,9 @@ def test_limit_is_refused_unless_a_positive_int(store: simstore.Store) -> None:
     assert "b" not in store
 
 
-def test_a_copy_settles_after_one_table(store: simstore.Store, monkeypatch: pytest.MonkeyPatch) -> None:
-    """With copies of the query stored, limit=1 searches one table of the layout, not all."""
+def test_a_copy_settles_after_one_table(store_path: str, monkeypatch: pytest.MonkeyPatch) -> None:
+    """With copies of the query stored, limit=1 searches one of Manku's tables, not all."""
+    store = simstore.open(store_path, k=3, blocks=5)
     store.add_many(range(300), np.full(300, 12345, dtype=np.uint64))
     store.merge()
     calls: list[int] = []
@@ -181,6 +182,7 @@ def test_a_copy_settles_after_one_table(store: simstore.Store, monkeypatch: pyte
     assert len(store.query(fingerprint=12345)) == 300
     assert limited == 1
     assert len(calls) == len(store.tables) > 1
+    store.close()
 
 
 def test_sharded_store_limit(tmp_path: Path) -> None:

@@ -143,7 +143,7 @@ def loaded_bitmaps(store: simstore.Store) -> int:
 def test_every_run_has_bitmaps_sized_to_it(store_path: str) -> None:
     rng = np.random.default_rng(5)
     model: dict[str, int] = {}
-    with simstore.open(store_path, "n", k=3, merge_threshold=500) as store:
+    with simstore.open(store_path, "n", k=3, blocks=5, merge_threshold=500) as store:
         for step in range(5):
             count = 300 * 4**step
             keys = [f"s{step}-{i}" for i in range(count)]
@@ -194,7 +194,7 @@ def test_damaged_or_missing_bitmaps_cost_probes_not_answers(store_path: str) -> 
     fps = rng.integers(0, 2**64, 3000, dtype=np.uint64)
     fps[2000:] = fps[:1000]  # exact copies: every one of their slots is crowded
     model = {f"d{i}": int(fp) for i, fp in enumerate(fps.tolist())}
-    with simstore.open(store_path, "n", k=3) as store:
+    with simstore.open(store_path, "n", k=3, blocks=5) as store:
         store.add_many(list(model), fps)
         store.merge()
         assert store.check() == []
@@ -214,7 +214,7 @@ def test_damaged_or_missing_bitmaps_cost_probes_not_answers(store_path: str) -> 
 
 def test_relayout_writes_new_bitmaps(store_path: str) -> None:
     rng = np.random.default_rng(7)
-    with simstore.open(store_path, "n", k=3) as store:
+    with simstore.open(store_path, "n", k=3, blocks=5) as store:
         store.add_many([f"d{i}" for i in range(2000)], rng.integers(0, 2**64, 2000, dtype=np.uint64))
         store.merge()
         store.relayout(blocks=6)
@@ -244,7 +244,7 @@ class CountingTxn:
 def test_near_duplicate_queries_skip_tables_whose_slot_holds_only_what_they_found(store_path: str) -> None:
     rng = np.random.default_rng(8)
     fps = rng.integers(0, 2**64, 3000, dtype=np.uint64)
-    with simstore.open(store_path, "n", k=3) as store:
+    with simstore.open(store_path, "n", k=3, blocks=5) as store:
         store.add_many(list(range(3000)), fps)
         store.merge()
         tableset = store._engine.tableset
@@ -280,7 +280,7 @@ def test_a_reopened_store_reads_its_bitmaps_a_table_per_query(store_path: str) -
     rng = np.random.default_rng(10)
     fps = rng.integers(0, 2**64, 5000, dtype=np.uint64)
     model = {f"d{i}": fp for i, fp in enumerate(fps.tolist())}
-    with simstore.open(store_path, "n", k=3) as store:
+    with simstore.open(store_path, "n", k=3, blocks=5) as store:
         store.add_many(list(model), fps)
         store.merge()
         tables = len(store.tables)

@@ -172,13 +172,13 @@ def test_pair_beyond_k_can_miss_every_prefix() -> None:
 
 
 @pytest.mark.parametrize(
-    ("k", "blocks"), [(0, None), (1, None), (3, None), (4, None), (5, 7), (2, 6), (3, 4)]
+    ("k", "blocks"), [*((k, default_blocks(k)) for k in (0, 1, 3, 4)), (5, 7), (2, 6), (3, 4)]
 )
-def test_store_layout_is_the_stored_tables(store_path: str, k: int, blocks: int | None) -> None:
-    """A store's tables (and stats().layout) are permutations of 0..63, C(blocks, k) of them,
-    and equal the one-level layout for its parameters."""
+def test_store_layout_is_the_stored_tables(store_path: str, k: int, blocks: int) -> None:
+    """A format-2 store's tables (and stats().layout) are permutations of 0..63,
+    C(blocks, k) of them, and equal the one-level layout for its parameters."""
     with simstore.open(store_path, k=k, blocks=blocks) as store:
-        expected_blocks = default_blocks(k) if blocks is None else blocks
+        expected_blocks = blocks
         assert store.blocks == expected_blocks
         stats = store.stats()
         assert stats.tables == comb(expected_blocks, k) == len(store.tables)

@@ -55,7 +55,8 @@ def good_store(tmp_path: Path) -> str:
     """A store with merged and unmerged documents, metadata and long keys."""
     path = str(tmp_path / "good.simstore")
     rng = np.random.default_rng(3)
-    with simstore.open(path, k=3, merge_threshold=100_000, merge_on_close=False) as store:
+    # Manku's tables (format 2): the damage below names their sub-databases.
+    with simstore.open(path, k=3, blocks=5, merge_threshold=100_000, merge_on_close=False) as store:
         store.add_many([f"doc-{i}" for i in range(3000)], rng.integers(0, 2**64, 3000, dtype=np.uint64))
         store.merge()
         for i in range(50):

@@ -278,13 +278,15 @@ def test_a_store_without_a_band_table_is_format_3_and_the_choice_is_checked(tmp_
     with simstore.open(tmp_path / "banded.simstore", bands=True) as again:
         assert again._engine.params.bands == 3
     with pytest.raises(InvalidValueError, match="multi-index"):
-        simstore.open(tmp_path / "k3.simstore", "n", k=3, bands=True)
+        simstore.open(tmp_path / "k3.simstore", "n", k=3, blocks=5, bands=True)
     with pytest.raises(InvalidValueError, match="keeps none"):
         simstore.open(
             tmp_path / "bare.simstore", "n", bands=True, fingerprinter=simstore.Fingerprinter(sketch=None)
         )
-    with simstore.open(tmp_path / "k3.simstore", "n", k=3) as manku:
-        assert manku._engine.params.bands is None  # Manku's tables keep no band table
+    with simstore.open(tmp_path / "k3.simstore", "n", k=3) as small:
+        assert small._engine.params.bands is None  # below k = 5 a band table is asked for
+    with simstore.open(tmp_path / "k3-banded.simstore", "n", k=3, bands=True) as asked:
+        assert asked._engine.params.version == BAND_TABLE_FORMAT_VERSION
 
 
 def test_relayout_keeps_the_band_table(tmp_path: Path) -> None:

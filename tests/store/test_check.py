@@ -26,7 +26,7 @@ TABLE = 2
 
 def _filled(path: str) -> simstore.Store:
     fingerprints = np.random.default_rng(31).integers(0, 2**64, DOCS, dtype=np.uint64)
-    store = simstore.open(path, "n", k=3, sync=False)
+    store = simstore.open(path, "n", k=3, blocks=5, sync=False)  # Manku tables (format 2)
     store.add_many(list(range(DOCS)), fingerprints)
     store.merge()
     assert store.check() == []

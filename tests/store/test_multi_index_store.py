@@ -292,11 +292,12 @@ def test_a_k_above_the_stores_is_refused_as_in_format_2(tmp_path: Path, k: int) 
     with format 2's error, and k=None means the store's k."""
     outcomes = {}
     for layout in (None, MULTI_INDEX):
-        # (blocks: from k = 5 on, a new store is format 3 unless blocks are given.)
+        # (blocks: a new store is format 3 unless blocks are given; its band
+        # table, format 4, is kept by default from k = 5.)
         blocks = k + 1 if layout is None else None
         path = str(tmp_path / f"{layout}.simstore")
         with simstore.open(path, k=k, blocks=blocks, layout=layout, sync=False) as store:
-            assert store.stats().format_version == (2 if layout is None else 4)
+            assert store.stats().format_version == (2 if layout is None else 4 if k >= 5 else 3)
             store.add("a", fingerprint=CENTRES[2])
             store.merge()
             store.add("b", fingerprint=CENTRES[2] ^ 1)
@@ -407,7 +408,7 @@ def test_relayout_to_multi_index_and_back(store_path: str) -> None:
     model: dict[Key, int] = {make_key(index): fp for index, fp in enumerate(stored)}
     keys = list(model)
     queries = query_set(rng, k, stored)
-    with simstore.open(store_path, k=k, sync=False, merge_threshold=10**9) as store:
+    with simstore.open(store_path, k=k, blocks=k + 2, sync=False, merge_threshold=10**9) as store:
         store.add_many(keys[:300], np.array(stored[:300], dtype=np.uint64))
         store.merge()
         for key in keys[300:]:
@@ -437,12 +438,12 @@ def test_relayout_to_multi_index_and_back(store_path: str) -> None:
         assert_answers(store, model, queries, "written in format 3")
         after = {query: as_tuples(store.query(query)) for query in queries}
 
-        store.relayout()
+        store.relayout(blocks=k + 2)
         stats = store.stats()
         assert stats.format_version == 2
         assert not stats.layout_name.startswith(MULTI_INDEX)
         assert store.k == k
-        assert store.blocks is not None
+        assert store.blocks == k + 2
         assert {query: as_tuples(store.query(query)) for query in queries} == after
         assert_answers(store, model, queries, "back in format 2")
     with simstore.open(store_path, "r") as reopened:
@@ -603,7 +604,7 @@ def test_check_reports_bytes_flipped_in_the_file(store_path: str) -> None:
 def test_a_format_2_store_is_not_opened_as_multi_index(store_path: str, mode: str) -> None:
     """layout="multi-index" on an existing format-2 store raises ParameterMismatchError
     and leaves the file as it was."""
-    with simstore.open(store_path, k=3, sync=False) as store:
+    with simstore.open(store_path, k=3, blocks=5, sync=False) as store:
         store.add_many(["a", "b"], [1, 2])
         store.merge()
         store.add("c", fingerprint=3)
@@ -823,9 +824,9 @@ def test_a_reader_in_another_process_sees_whole_snapshots(tmp_path: Path) -> Non
 
 
 def test_a_new_store_at_the_default_k_is_format_3(tmp_path: Path) -> None:
-    """The default k (5) and every larger one get format 3 (4 with its band
-    table, where documents keep sketches) unless blocks or a layout are given;
-    k = 4 keeps Manku's tables; relayout() with neither keeps a store in the
+    """Every k gets format 3 unless blocks or a layout are given, 4 with its
+    band table where documents keep sketches and k is 5 or more (a store of
+    fingerprints keeps none); relayout() with neither keeps a store in the
     layout a new one would get, blocks take it back to format 2."""
     with simstore.open(str(tmp_path / "default.simstore"), sync=False) as store:
         assert (store.k, store.stats().format_version) == (5, 4)
@@ -835,7 +836,7 @@ def test_a_new_store_at_the_default_k_is_format_3(tmp_path: Path) -> None:
         store.relayout(blocks=7)
         assert (store.stats().format_version, store.blocks) == (2, 7)
         assert len(store) == 50
-    for k, blocks, version in ((4, None, 2), (5, 7, 2), (6, None, 4)):
+    for k, blocks, version in ((0, None, 3), (3, None, 3), (4, None, 3), (4, 6, 2), (5, 7, 2), (6, None, 4)):
         path = str(tmp_path / f"k{k}-{blocks}.simstore")
         with simstore.open(path, k=k, blocks=blocks, sync=False) as store:
             assert store.stats().format_version == version, (k, blocks)

@@ -278,7 +278,7 @@ def test_open_reader_survives_map_growth_by_another_process(store_path: str) -> 
 def test_mismatched_parameters_are_all_listed(store_path: str) -> None:
     """k and blocks both differing: one ParameterMismatchError naming both, with
     (stored, requested) pairs; the store is untouched and still opens."""
-    with simstore.open(store_path, k=3) as store:
+    with simstore.open(store_path, k=3, blocks=5) as store:
         store.add("a", fingerprint=5)
     before = digest(store_path)
     with pytest.raises(simstore.ParameterMismatchError) as caught:
@@ -310,7 +310,7 @@ def test_each_mismatch_is_refused_in_every_mode(
     store_path: str, mode: str, requested: dict[str, int], differences: dict[str, tuple[int, int]]
 ) -> None:
     """Any explicit parameter differing from the file is refused, in every open mode."""
-    simstore.open(store_path, k=3).close()
+    simstore.open(store_path, k=3, blocks=5).close()
     with pytest.raises(simstore.ParameterMismatchError) as caught:
         simstore.open(store_path, mode, **requested)  # type: ignore[arg-type]
     assert caught.value.differences == differences
@@ -319,7 +319,7 @@ def test_each_mismatch_is_refused_in_every_mode(
 @pytest.mark.parametrize("requested", [{}, {"k": 3}, {"blocks": 5}, {"k": 3, "blocks": 5}, {"k": None}])
 def test_matching_or_omitted_parameters_open(store_path: str, requested: dict[str, Any]) -> None:
     """Omitted (None) or equal parameters mean the file decides."""
-    simstore.open(store_path, k=3).close()
+    simstore.open(store_path, k=3, blocks=5).close()
     with simstore.open(store_path, "w", **requested) as store:
         assert (store.k, store.blocks) == (3, 5)
 
@@ -365,7 +365,7 @@ def test_mode_n_replaces_a_newer_format_store(store_path: str) -> None:
     simstore.open(store_path, k=3).close()
     _rewrite_meta(store_path, lambda record: record.update(version=99))
     with simstore.open(store_path, "n", k=1) as store:
-        assert (len(store), store.k, store.stats().format_version) == (0, 1, 2)
+        assert (len(store), store.k, store.stats().format_version) == (0, 1, 3)
 
 
 @pytest.mark.parametrize(

@@ -424,7 +424,7 @@ def test_a_similarity_preset_keeps_bands_beside_the_default_k(
 
 def test_a_similarity_preset_without_a_band_table_takes_the_k_that_finds_it(tmp_path: Path) -> None:
     from simstore.layout.planner import k_for_similarity
-    from simstore.layout.presets import verification_threshold
+    from simstore.layout.presets import preset_bands, verification_threshold
 
     for name, options in (("none", {"bands": False}), ("manku", {"blocks": 12})):
         with simstore.open(tmp_path / f"{name}.simstore", "c", min_similarity=0.8, **options) as store:
@@ -433,7 +433,9 @@ def test_a_similarity_preset_without_a_band_table_takes_the_k_that_finds_it(tmp_
     with simstore.open(tmp_path / "k.simstore", "c", k=3, min_similarity=0.8) as store:
         assert (store.k, store.bands) == (3, None)  # an explicit k wins; k = 3 keeps no band table
     with pytest.raises(InvalidValueError, match="band table"):
-        simstore.open(tmp_path / "k2.simstore", "c", k=3, min_similarity=0.8, bands=True)
+        simstore.open(tmp_path / "k2.simstore", "c", k=3, blocks=5, min_similarity=0.8, bands=True)
+    with simstore.open(tmp_path / "k3.simstore", "c", k=3, min_similarity=0.8, bands=True) as store:
+        assert (store.k, store.bands) == (3, preset_bands(0.8))  # asked for: kept
 
 
 def test_verification_threshold_is_monotone_and_below_the_similarity() -> None:
