@@ -313,7 +313,9 @@ def run_stats(args: argparse.Namespace) -> int:
 def configure_relayout(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("store", help="the store file")
     choice = parser.add_mutually_exclusive_group(required=True)
-    choice.add_argument("--docs", type=document_count, help="let the planner choose for this many documents")
+    choice.add_argument(
+        "--docs", type=document_count, help="the multi-index scheme (format 3) for this many documents"
+    )
     choice.add_argument("--blocks", type=non_negative, help="Manku's one-level layout with this many blocks")
     choice.add_argument(
         "--multi-index",
