@@ -113,16 +113,17 @@ def layout_tables(layout: Any, k: int | None) -> tuple[int, tuple[Table, ...], d
 MULTI_INDEX = "multi-index"
 #: The corpus size a multi-index scheme is chosen for when none is expected.
 MULTI_INDEX_DOCS = 10_000_000
-#: A new store is laid out as a multi-index scheme unless a layout or blocks
-#: are asked for. At the default k = 5, grown to 100M, Manku's 21 tables hold
-#: 258-344 bytes a document and the batches that pay compaction build at
-#: 27-68K docs/s (benchmarks/results/scale_k5_madv_random_100M.md); three
-#: tables searched at radius 1 hold 100-146 and build at 198K at worst
-#: (scale_k5_format3_100M.md), and at 1M and 10M answer 2-3x faster. At k = 3
-#: (benchmarks/results/query_engine_k3_1M.md, query_engine_k3_10M.md) two tables hold 81-83 bytes a
-#: document against Manku's 10 tables' 129-135, build 1.6x faster and answer
-#: batches in 0.4x the time; single queries take 1.3x Manku's time at 1M and
-#: 1.1x at 10M.
+# A new store is laid out as a multi-index scheme unless a layout or blocks
+# are asked for (choose_layout). At the default k = 5, grown to 100M, Manku's
+# 21 tables hold 258-344 bytes a document and the batches that pay compaction
+# build at 27-68K docs/s (benchmarks/results/scale_k5_madv_random_100M.md);
+# three tables searched at radius 1 hold 100-146 and build at 198K at worst
+# (scale_k5_format3_100M.md), and at 1M and 10M answer 2-3x faster. At k = 3
+# (query_engine_k3_1M.md, query_engine_k3_10M.md) two tables hold 81-83 bytes
+# a document against Manku's 10 tables' 129-135, build 1.6x faster and answer
+# batches in 0.4x the time; single queries take 1.3x Manku's time at 1M and
+# 1.1x at 10M.
+
 #: The band table is kept by default from this k on (a store of smaller k is
 #: asked for small and fast; ``bands=`` gives it one).
 BANDS_FROM_K = 5
