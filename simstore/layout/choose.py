@@ -122,7 +122,10 @@ MULTI_INDEX_DOCS = 10_000_000
 # (query_engine_k3_1M.md, query_engine_k3_10M.md) two tables hold 81-83 bytes
 # a document against Manku's 10 tables' 129-135, build 1.6x faster and answer
 # batches in 0.4x the time; single queries take 1.3x Manku's time at 1M and
-# 1.1x at 10M.
+# 1.05-1.1x at 10M when they find a copy, 1.7x and 1.3x when they find nothing
+# (miss_queries_k3.md: 29 against 17 µs at 1M, where Manku's occupancy bitmaps
+# skip most tables). The bytes, batches, builds and 100M growth in steps
+# outweigh that; blocks=k + 2 gives the faster misses.
 
 #: The band table is kept by default from this k on (a store of smaller k is
 #: asked for small and fast; ``bands=`` gives it one).
