@@ -142,11 +142,13 @@ def main() -> None:
     report.header(f"bench_scale: {label}, k={args.k}, {args.keys} keys", data_dir=args.data_dir)
 
     open_options: dict[str, Any] = {"k": args.k, "sync": False}
-    if args.plan:
-        open_options["expected_docs"] = args.docs
     if args.layout == "multi-index":
         open_options["layout"] = "multi-index"
         open_options["expected_docs"] = args.docs
+    elif args.plan:  # the planner's Manku layout for --docs
+        open_options["layout"] = simstore.plan(args.k, args.docs)[0]
+    else:  # Manku's one-level tables (a new store's default is a multi-index scheme)
+        open_options["blocks"] = args.k + 2
     store = simstore.open(path, "n", **open_options)
     stats = store.stats()
     report.add(
