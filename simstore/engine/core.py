@@ -268,6 +268,13 @@ class Engine:
     def _lock(self) -> threading.RLock:
         return self.lock
 
+    def follow_relayout(self, attempt: int) -> None:
+        """Adopt the layout another process re-laid the store out in, the
+        ``attempt``-th time in a row: ``CorruptStoreError`` at the last."""
+        if attempt == LAYOUT_RETRIES:
+            raise CorruptStoreError(f"{self.path}: the layout keeps changing") from None
+        self.reload_layout()
+
     def reload_layout(self) -> None:
         """Another process re-laid the store out: reopen the file and adopt
         its new meta record and tables.
@@ -449,9 +456,7 @@ class Engine:
                     break
                 except LayoutChangedError:
                     attempt += 1
-                    if attempt == LAYOUT_RETRIES:
-                        raise CorruptStoreError(f"{self.path}: the layout keeps changing") from None
-                    self.reload_layout()
+                    self.follow_relayout(attempt)
             delta = self.delta
             if change.merged:
                 delta.clear()
@@ -507,9 +512,7 @@ class Reading:
                     try:
                         engine.tableset.prepare()
                     except LayoutChangedError:  # (the latest commit's layout is another)
-                        if attempt == LAYOUT_RETRIES:
-                            raise CorruptStoreError(f"{engine.path}: the layout keeps changing") from None
-                        engine.reload_layout()
+                        engine.follow_relayout(attempt)
                         continue
                 self.txn = txn = engine.env.begin_read()
                 snapshot = txn.id()
@@ -525,9 +528,7 @@ class Reading:
                     engine.tableset.release()
                 except LayoutChangedError:
                     self.txn.abort()
-                    if attempt == LAYOUT_RETRIES:
-                        raise CorruptStoreError(f"{engine.path}: the layout keeps changing") from None
-                    engine.reload_layout()
+                    engine.follow_relayout(attempt)
                 except BaseException as exc:
                     self.txn.abort()
                     if _lmdb.is_lmdb_error(exc):
