@@ -38,7 +38,7 @@ import numpy as np
 HERE = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(HERE))
 
-from _common import command_line, load_average, machine, markdown_table, parse_count  # noqa: E402
+from _common import Report, load_average, parse_count  # noqa: E402
 
 import simstore  # noqa: E402
 
@@ -78,21 +78,18 @@ def main() -> None:
     parser.add_argument("--rounds", type=int, default=4)
     parser.add_argument("--output", type=Path, default=None)
     args = parser.parse_args()
-    lines = [
-        "# Single queries that miss and that hit, format 2 beside format 3",
-        "",
-        f"Command: `{command_line()}`  ",
-        f"Load average before: {load_average()}",
-        "",
-        markdown_table(["machine", ""], list(machine(tempfile.gettempdir()).items())),
-        "",
+    report = Report()
+    report.header("Single queries that miss and that hit, format 2 beside format 3", tempfile.gettempdir())
+    report.add(f"Load average before: {load_average()}\n")
+    report.add(
         f"k = {args.k}; {QUERIES} single queries of each kind a round; {args.rounds} alternating rounds; "
-        "p50 µs: median (min-max) over rounds; ratio: format 3 / format 2 per round, median (min-max)",
-        "",
+        "p50 µs: median (min-max) over rounds; ratio: format 3 / format 2 per round, median (min-max)\n"
+    )
+    report.add(
         "| N | format 2 miss | format 3 miss | ratio | format 2 hit | format 3 hit | ratio | "
-        "used B/doc format 2 / 3 |",
-        "|---|---|---|---|---|---|---|---|",
-    ]
+        "used B/doc format 2 / 3 |"
+    )
+    report.add("|---|---|---|---|---|---|---|---|")
     for docs in args.docs:
         rng = np.random.default_rng(5)
         fingerprints = rng.integers(0, 2**64 - 1, docs, dtype=np.uint64)
@@ -119,7 +116,7 @@ def main() -> None:
                     for kind, queries in (("miss", misses), ("hit", hits.tolist())):
                         p50.setdefault((name, kind), []).append(p50_us(stores[name][0], queries))
 
-            lines.append(
+            report.add(
                 f"| {docs:,} | {cell(p50, 'format 2', 'miss')} | {cell(p50, 'format 3', 'miss')} | "
                 f"{ratio(p50, 'miss')} | {cell(p50, 'format 2', 'hit')} | {cell(p50, 'format 3', 'hit')} | "
                 f"{ratio(p50, 'hit')} | "
@@ -129,11 +126,9 @@ def main() -> None:
                 reader.close()
         finally:
             shutil.rmtree(folder, ignore_errors=True)
-    lines += ["", f"Load average after: {load_average()}"]
-    report = "\n".join(lines) + "\n"
-    print(report)
+    report.add(f"\nLoad average after: {load_average()}")
     if args.output is not None:
-        args.output.write_text(report)
+        report.write(args.output)
 
 
 if __name__ == "__main__":

@@ -42,7 +42,7 @@ import numpy as np
 HERE = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(HERE))
 
-from _common import command_line, load_average, machine, markdown_table, parse_count  # noqa: E402
+from _common import Report, load_average, parse_count  # noqa: E402
 
 import simstore  # noqa: E402
 from simstore.index import multi_index  # noqa: E402
@@ -87,15 +87,9 @@ def main() -> None:
             queries[row] ^= np.uint64(1 << bit)
     single = queries[:SINGLE].tolist()
     folder = Path(tempfile.mkdtemp(prefix="scheme-queries-"))
-    lines = [
-        "# Single queries and batches per multi-index scheme",
-        "",
-        f"Command: `{command_line()}`  ",
-        f"Load average before: {load_average()}",
-        "",
-        markdown_table(["machine", ""], list(machine(str(tempfile.gettempdir())).items())),
-        "",
-    ]
+    report = Report()
+    report.header("Single queries and batches per multi-index scheme", tempfile.gettempdir())
+    report.add(f"Load average before: {load_average()}\n")
     try:
         stores = {}
         for scheme in schemes:
@@ -125,27 +119,24 @@ def main() -> None:
                 began = time.perf_counter()
                 reader.query_many(queries)
                 batches[label].append((time.perf_counter() - began) / BATCH * 1e6)
-        lines += [
+        report.add(
             f"N = {args.docs:,}, k = {args.k}, {args.rounds} alternating rounds of {SINGLE} single queries "
-            f"and a batch of {BATCH}",
-            "",
-            "| scheme | single p50 µs (range) | batch µs/query | used bytes/doc | build docs/s |",
-            "|---|---|---|---|---|",
-        ]
+            f"and a batch of {BATCH}\n"
+        )
+        report.add("| scheme | single p50 µs (range) | batch µs/query | used bytes/doc | build docs/s |")
+        report.add("|---|---|---|---|---|")
         for label, (reader, build, used) in stores.items():
             p50 = p50s[label]
-            lines.append(
+            report.add(
                 f"| {label} | {np.median(p50):.1f} ({min(p50):.1f}-{max(p50):.1f}) | "
                 f"{np.median(batches[label]):.1f} | {used:.1f} | {build:,.0f} |"
             )
             reader.close()
-        lines += ["", f"Load average after: {load_average()}"]
+        report.add(f"\nLoad average after: {load_average()}")
     finally:
         shutil.rmtree(folder, ignore_errors=True)
-    report = "\n".join(lines) + "\n"
-    print(report)
     if args.output is not None:
-        args.output.write_text(report)
+        report.write(args.output)
 
 
 if __name__ == "__main__":
