@@ -7,6 +7,7 @@ from __future__ import annotations
 import errno
 import os
 import warnings
+from collections.abc import Sequence
 from dataclasses import replace
 from typing import TYPE_CHECKING, Any
 
@@ -151,7 +152,7 @@ def compaction_step(engine: Engine, *, everything: bool = False) -> int | None:
                 # output is laid out for that many, which gives back the room
                 # (buckets, bitmaps) of documents removed since it was written.
                 tabled = _tabled(engine, txn)
-                if len(catalog.runs) > 1 or (catalog.runs and _thinned(catalog.runs[0].entries, tabled)):
+                if _worth_joining_all(catalog.runs, tabled):
                     planned = tableset.start_compaction(catalog, (0, len(catalog.runs)), entries=tabled)
             else:
                 planned = tableset.plan(catalog)
@@ -169,15 +170,18 @@ def _tabled(engine: Engine, txn: _lmdb.Txn) -> int:
     return int(txn.stat(engine.handles.docs)["entries"]) - len(engine.delta)
 
 
+def _worth_joining_all(runs: Sequence[Any], tabled: int) -> bool:
+    """Whether ``compact()`` joins ``runs`` (``tabled`` documents out of the
+    delta): several, or one that removals thinned (:func:`_thinned`)."""
+    return len(runs) > 1 or (bool(runs) and _thinned(runs[0].entries, tabled))
+
+
 def _nothing_to_join(engine: Engine) -> bool:
-    """Whether the latest commit's catalog holds at most one run, not
-    thinned (:func:`_thinned`), and no compaction under way: what
-    ``compact()`` would leave as it is."""
+    """Whether ``compact()`` would leave the latest commit's runs as they
+    are: no compaction under way, none worth joining."""
     with engine.read() as txn:
         catalog = engine.tableset.catalog
-        if catalog.compaction is not None or len(catalog.runs) > 1:
-            return False
-        return not catalog.runs or not _thinned(catalog.runs[0].entries, _tabled(engine, txn))
+        return catalog.compaction is None and not _worth_joining_all(catalog.runs, _tabled(engine, txn))
 
 
 def _thinned(written: int, holds: int) -> bool:
