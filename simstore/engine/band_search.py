@@ -101,9 +101,9 @@ def _table_matches(
     assert isinstance(tableset, ColumnTableSet)  # a band table sits beside format 3's runs only
     in_runs = tableset.band_candidates(txn, query_keys)[1]
     in_delta = engine.delta_bands.look_up(query_keys)[1]
-    candidates = np.unique(np.concatenate([in_runs, in_delta]))
-    if not len(candidates):
+    if not len(in_runs) and not len(in_delta):  # (most single queries: no numpy calls for nothing)
         return found
+    candidates = np.unique(np.concatenate([in_runs, in_delta]))
     # Only the candidates' sketches as they are now decide: a stale key, or
     # one that matched on its top 32 bits only, finds a document these turn away.
     doc_ids, rows = source.stored_rows(txn, candidates)

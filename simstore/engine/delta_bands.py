@@ -88,6 +88,8 @@ class DeltaBands:
 
     def look_up(self, keys: U64Array) -> tuple[npt.NDArray[np.int64], U64Array]:
         """``(positions, doc_ids)``: the documents holding key ``keys[positions[j]]``."""
+        if not self._recent and not self._sorted:
+            return np.zeros(0, dtype=np.int64), np.zeros(0, dtype=np.uint64)
         positions: list[int] = []
         found: list[int] = []
         if self._recent:

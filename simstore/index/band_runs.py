@@ -144,6 +144,8 @@ def equal_ranges(sorted_keys: npt.NDArray[Any], wanted: npt.NDArray[Any]) -> tup
     key is ``wanted[owner[j]]``, found by two ``searchsorted`` calls."""
     first = np.searchsorted(sorted_keys, wanted, side="left")
     counts = np.searchsorted(sorted_keys, wanted, side="right") - first
+    if not counts.any():  # (most of a query's keys, often all, are in no run)
+        return np.zeros(0, dtype=np.int64), np.zeros(0, dtype=np.int64)
     return expand_ranges(first, counts)
 
 
