@@ -29,8 +29,8 @@ from simstore.engine.column_tableset import BandSource, ColumnTableSet
 from simstore.engine.records import decode_record, encode_id
 from simstore.engine.settings import store_sketch
 from simstore.errors import CorruptStoreError
-from simstore.fingerprinting.bands import KeyedBand, band_keys, keyed_bands, shares_band, shares_band_rows
-from simstore.fingerprinting.sketch import Sketch, U8Array, estimate_jaccard, estimate_jaccard_one
+from simstore.fingerprinting.bands import KeyedBand, band_keys, band_shared, keyed_bands, shares_band_rows
+from simstore.fingerprinting.sketch import HeldSketch, Sketch, U8Array, estimate_jaccard
 from simstore.index.permute import U64Array
 from simstore.index.shared_keys import KeyIndex, pairs_across
 
@@ -40,7 +40,7 @@ __all__ = ["band_matches", "beyond_k", "stored_sketches"]
 SCAN_CHUNK = 1 << 16
 #: A single query's candidates (verified by comparing their bands' bytes
 #: with the query's, not by banding them) up to this many are checked in
-#: plain Python (shares_band), more in numpy (shares_band_rows).
+#: plain Python (band_shared), more in numpy (shares_band_rows).
 FEW_CANDIDATES = 16
 
 if TYPE_CHECKING:
@@ -130,13 +130,18 @@ def _one_query_matches(
     bytes rather than banding them, a few in plain Python, more in numpy
     (the same answers)."""
     if len(rows) <= FEW_CANDIDATES:
-        raw = query.tobytes()
+        # Each candidate's bytes made an integer once, its filled bins counted
+        # once, for both the band check and the estimate (about 0.6x the time
+        # of checking and estimating apart).
+        held = HeldSketch(query.tobytes(), sketch)
         found = {}
-        for doc_id, row, sharing in zip(
-            doc_ids.tolist(), rows, shares_band(keyed, rows, sketch), strict=True
-        ):
-            if sharing and (value := estimate_jaccard_one(raw, row.tobytes(), sketch)) >= threshold:
-                found[doc_id] = value
+        data, size = rows.tobytes(), sketch.nbytes
+        for doc_id, start in zip(doc_ids.tolist(), range(0, len(data), size), strict=True):
+            raw = data[start : start + size]
+            value = int.from_bytes(raw, "little")
+            filled = held.filled_of(value)
+            if band_shared(keyed, raw, filled) and (estimate := held.estimate(value, filled)) >= threshold:
+                found[doc_id] = estimate
         return found
     shared = shares_band_rows(keyed, rows, sketch)
     similarity = estimate_jaccard(query, rows[shared], sketch)

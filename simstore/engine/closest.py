@@ -26,7 +26,7 @@ from simstore.engine.records import decode_record, encode_id
 from simstore.engine.settings import store_sketch
 from simstore.engine.tableset import sharing_records
 from simstore.errors import CorruptStoreError, InvalidTypeError, InvalidValueError
-from simstore.fingerprinting.sketch import U8Array, estimate_jaccard_one
+from simstore.fingerprinting.sketch import HeldSketch, U8Array
 from simstore.index.permute import U64Array
 from simstore.keys import Key, sort_key, unpack_key, unpack_meta
 from simstore.results import Match
@@ -118,7 +118,9 @@ class Closest:
         self._found = found
         self._records = records
         # Similarity is known only where both sides have a sketch (as resolve()).
-        self._sketch = sketch if search.geometry is not None else None
+        self._sketch = (
+            None if sketch is None or search.geometry is None else HeldSketch(sketch, search.geometry)
+        )
         self._below = 0  # every document found closer than this has been judged
         self.matches: list[Match] = []
         self.done = False
@@ -198,7 +200,7 @@ class Closest:
             return None
         if len(raw) != geometry.nbytes:
             raise CorruptStoreError(f"a stored sketch is {len(raw)} bytes, not the store's {geometry.nbytes}")
-        return estimate_jaccard_one(self._sketch, raw, geometry)
+        return self._sketch.estimate_bytes(raw)
 
 
 def query(

@@ -18,7 +18,7 @@ from simstore.engine.record_scan import fingerprint_array, id_and_fingerprint_ar
 from simstore.engine.records import decode_record, encode_id, lookup_key
 from simstore.engine.settings import store_sketch
 from simstore.errors import CorruptStoreError, InvalidTypeError, InvalidValueError, KeyNotFoundError
-from simstore.fingerprinting.sketch import U8Array, estimate_jaccard, estimate_jaccard_one
+from simstore.fingerprinting.sketch import HeldSketch, U8Array, estimate_jaccard, estimate_jaccard_one
 from simstore.index.permute import U64Array
 from simstore.keys import Key, KeyLike, pack_key, unpack_key, unpack_meta
 from simstore.results import Match, Record, match_order
@@ -237,9 +237,9 @@ def similarities(engine: Engine, txn: _lmdb.Txn, found: Iterable[int], sketch: b
     geometry = store_sketch(engine)
     assert geometry is not None
     if len(doc_ids) <= FEW_PAIRS:
+        held = HeldSketch(sketch, geometry)
         return {
-            doc_id: estimate_jaccard_one(sketch, row.tobytes(), geometry)
-            for doc_id, row in zip(doc_ids, stored, strict=True)
+            doc_id: held.estimate_bytes(row.tobytes()) for doc_id, row in zip(doc_ids, stored, strict=True)
         }
     estimates = estimate_jaccard(np.frombuffer(sketch, dtype=np.uint8), stored, geometry)
     return dict(zip(doc_ids, estimates.tolist(), strict=True))

@@ -45,6 +45,7 @@ __all__ = [
     "BandSlot",
     "KeyedBand",
     "band_keys",
+    "band_shared",
     "band_slots",
     "filled_bins",
     "kept_bands",
@@ -253,19 +254,24 @@ def shares_band(query: Sequence[KeyedBand], rows: U8Array, sketch: Sketch) -> li
     """Whether each packed sketch of ``rows`` shares a key of
     :func:`band_keys` with the sketch whose :func:`keyed_bands` ``query``
     is (banded with the same ``per_width``), without hashing the rows'
-    bands: two keys are equal (but for 64-bit hash collisions) exactly where
-    a band place at whose width both sketches are banded holds the same
-    bytes in both, the query's keyed. For a query's few candidates, in
-    plain Python."""
+    bands (:func:`band_shared`). For a query's few candidates, in plain
+    Python."""
     low_bits = code_low_bits(sketch.bits, sketch.nbytes)
     out = []
     for row in np.asarray(rows, dtype=np.uint8).reshape(-1, sketch.nbytes):
         raw = row.tobytes()
-        count = filled_code_bits(int.from_bytes(raw, "little"), sketch.bits, low_bits).bit_count()
-        out.append(
-            any(band.low <= count <= band.high and raw[band.start : band.end] == band.piece for band in query)
-        )
+        filled = filled_code_bits(int.from_bytes(raw, "little"), sketch.bits, low_bits).bit_count()
+        out.append(band_shared(query, raw, filled))
     return out
+
+
+def band_shared(query: Sequence[KeyedBand], raw: bytes, filled: int) -> bool:
+    """Whether the packed sketch of bytes ``raw`` and ``filled`` filled bins
+    shares a key of :func:`band_keys` with the sketch whose
+    :func:`keyed_bands` ``query`` is: two keys are equal (but for 64-bit
+    hash collisions) exactly where a band place at whose width both sketches
+    are banded holds the same bytes in both, the query's keyed."""
+    return any(band.low <= filled <= band.high and raw[band.start : band.end] == band.piece for band in query)
 
 
 def shares_band_rows(query: Sequence[KeyedBand], rows: U8Array, sketch: Sketch) -> npt.NDArray[np.bool_]:

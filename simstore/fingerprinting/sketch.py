@@ -51,6 +51,7 @@ from simstore.fingerprinting.tokens import NoTokensError, TokenBatch, refusal
 __all__ = [
     "SHINGLE_TOKENS",
     "SKETCH_ALGORITHM",
+    "HeldSketch",
     "Sketch",
     "SketchRows",
     "U8Array",
@@ -324,29 +325,50 @@ def estimate_jaccard_one(first: bytes, second: bytes, sketch: Sketch) -> float:
     """:func:`estimate_jaccard` of one pair of sketches (``sketch.nbytes``
     bytes each, not checked), in Python integers: a few microseconds, where
     the numpy function costs tens for one pair."""
-    a = int.from_bytes(first, "little")
-    b = int.from_bytes(second, "little")
-    low_bits = code_low_bits(sketch.bits, sketch.nbytes)
-    filled_a = _filled_codes(a, sketch.bits, low_bits)
-    filled_b = _filled_codes(b, sketch.bits, low_bits)
-    union = _filled_codes(a | b, sketch.bits, low_bits)  # bins where either is non-empty
-    matched = union - _filled_codes(a ^ b, sketch.bits, low_bits)  # equal and non-empty
-    both_filled = filled_a + filled_b - union
-    collide = (1 << sketch.bits) - 1
-    estimate = (collide * matched - both_filled) / ((collide - 1) * max(union, 1))
-    return min(max(estimate, 0.0), 1.0)
+    return HeldSketch(first, sketch).estimate_bytes(second)
+
+
+class HeldSketch:
+    """One sketch (a query's) held as a Python integer, its filled bins
+    counted once, to estimate its similarity to a few others
+    (:func:`estimate_jaccard_one`, without unpacking and counting the held
+    one again for each)."""
+
+    __slots__ = ("_bits", "_collide", "_low_bits", "filled", "value")
+
+    def __init__(self, raw: bytes, sketch: Sketch) -> None:
+        self._bits = sketch.bits
+        self._low_bits = code_low_bits(sketch.bits, sketch.nbytes)
+        self._collide = (1 << sketch.bits) - 1
+        #: The sketch's packed bytes as a little-endian integer.
+        self.value = int.from_bytes(raw, "little")
+        #: Its filled bins.
+        self.filled = self.filled_of(self.value)
+
+    def filled_of(self, value: int) -> int:
+        """The filled bins of a sketch given as an integer (as :attr:`value`)."""
+        return filled_code_bits(value, self._bits, self._low_bits).bit_count()
+
+    def estimate_bytes(self, raw: bytes) -> float:
+        """The estimated similarity of the sketch of bytes ``raw`` to this one."""
+        value = int.from_bytes(raw, "little")
+        return self.estimate(value, self.filled_of(value))
+
+    def estimate(self, value: int, filled: int) -> float:
+        """The estimated similarity to this one of the sketch ``value`` (an
+        integer, as :attr:`value`) of ``filled`` filled bins."""
+        union = self.filled_of(self.value | value)  # bins where either is non-empty
+        matched = union - self.filled_of(self.value ^ value)  # equal and non-empty
+        both_filled = self.filled + filled - union
+        collide = self._collide
+        estimate = (collide * matched - both_filled) / ((collide - 1) * max(union, 1))
+        return min(max(estimate, 0.0), 1.0)
 
 
 @functools.lru_cache(maxsize=16)
 def code_low_bits(bits: int, nbytes: int) -> int:
     """The lowest bit of every ``bits``-bit code of ``nbytes`` packed bytes, as an int."""
     return int.from_bytes(bytes([_LOW_BITS[bits]]) * nbytes, "little")
-
-
-def _filled_codes(value: int, bits: int, low_bits: int) -> int:
-    """How many of the ``bits``-bit codes packed in ``value`` are not 0:
-    each code's bits are OR-ed into its lowest, and those counted."""
-    return filled_code_bits(value, bits, low_bits).bit_count()
 
 
 def filled_code_bits(value: int, bits: int, low_bits: int) -> int:
