@@ -35,7 +35,14 @@ import numpy as np
 import numpy.typing as npt
 
 from simstore.fingerprinting.hashing import mix64, mix64_array
-from simstore.fingerprinting.sketch import Sketch, U8Array, code_low_bits, filled_code_bits
+from simstore.fingerprinting.sketch import (
+    Sketch,
+    U8Array,
+    code_low_bits,
+    code_words,
+    filled_code_bits,
+    filled_words,
+)
 
 __all__ = [
     "MAX_FILLED",
@@ -101,7 +108,7 @@ def _codes(packed: U8Array, bits: int) -> U8Array:
     return codes
 
 
-#: Rows whose codes are unpacked at a time by :func:`filled_bins`.
+#: Rows counted at a time by :func:`filled_bins` (its word arrays stay a few MB).
 _CODES_CHUNK = 1 << 16
 
 
@@ -109,9 +116,10 @@ def filled_bins(rows: U8Array, sketch: Sketch) -> IntArray:
     """Each packed sketch's number of filled bins, counted a chunk at a time."""
     rows = np.asarray(rows, dtype=np.uint8).reshape(-1, sketch.nbytes)
     out = np.empty(len(rows), dtype=np.int64)
-    fill = _filled_per_byte(sketch.bits)
     for start in range(0, len(rows), _CODES_CHUNK):
-        out[start : start + _CODES_CHUNK] = fill[rows[start : start + _CODES_CHUNK]].sum(axis=1)
+        out[start : start + _CODES_CHUNK] = filled_words(
+            code_words(rows[start : start + _CODES_CHUNK]), sketch.bits
+        )
     return out
 
 

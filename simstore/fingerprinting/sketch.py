@@ -58,9 +58,11 @@ __all__ = [
     "batch_shingles",
     "check_similarity",
     "code_low_bits",
+    "code_words",
     "estimate_jaccard",
     "estimate_jaccard_one",
     "filled_code_bits",
+    "filled_words",
     "sketch_rows",
     "sketches_of_batch",
     "sketches_of_shingles",
@@ -274,15 +276,6 @@ def sketch_rows(items: Sequence[object], sketch: Sketch) -> tuple[U8Array, npt.N
 # -- estimating similarity --------------------------------------------------
 
 
-@functools.lru_cache(maxsize=len(_CODE_BITS))
-def _zero_codes(bits: int) -> npt.NDArray[np.int16]:
-    """For each byte value, how many of its ``8 // bits`` codes are 0."""
-    values = np.arange(256)
-    mask = (1 << bits) - 1
-    table = sum(((values >> shift) & mask) == 0 for shift in range(0, 8, bits))
-    return np.asarray(table, dtype=np.int16)
-
-
 def estimate_jaccard(
     first: npt.ArrayLike, second: npt.ArrayLike, sketch: Sketch | None = None
 ) -> npt.NDArray[np.float64]:
@@ -304,17 +297,39 @@ def estimate_jaccard(
             f"sketches of {sketch.bins} bins of {sketch.bits} bits are {sketch.nbytes} bytes; "
             f"got rows of {a.shape[-1]} and {b.shape[-1]}"
         )
-    zeros = _zero_codes(sketch.bits)
-    equal = zeros[a ^ b].sum(axis=-1, dtype=np.int64)  # equal codes, empty ones included
-    both_empty = zeros[a | b].sum(axis=-1, dtype=np.int64)
-    empty_a = zeros[a].sum(axis=-1, dtype=np.int64)
-    empty_b = zeros[b].sum(axis=-1, dtype=np.int64)
-    union = sketch.bins - both_empty
-    matched = equal - both_empty
-    both_filled = sketch.bins - empty_a - empty_b + both_empty
+    # The same sums as HeldSketch.estimate, over machine words: each code's
+    # bits OR-ed into its lowest and counted by popcount (a look-up table of
+    # the bytes took 4-5x the time: a gather per byte).
+    words_a, words_b = code_words(a), code_words(b)
+    filled_a = filled_words(words_a, sketch.bits)
+    filled_b = filled_words(words_b, sketch.bits)
+    union = filled_words(words_a | words_b, sketch.bits)  # bins where either is non-empty
+    matched = union - filled_words(words_a ^ words_b, sketch.bits)  # equal and non-empty
+    both_filled = filled_a + filled_b - union
     collide = (1 << sketch.bits) - 1
     estimate = (collide * matched - both_filled) / ((collide - 1) * np.maximum(union, 1))
     return np.clip(estimate, 0.0, 1.0)  # type: ignore[no-any-return]
+
+
+def code_words(rows: U8Array) -> npt.NDArray[np.unsignedinteger[Any]]:
+    """Packed sketches (rows of bytes; a sketch is a power of two of at
+    least 2 bytes) viewed as rows of little-endian words of up to 8 bytes."""
+    size = min(rows.shape[-1], 8)
+    return np.ascontiguousarray(rows).view(f"<u{size}")
+
+
+def filled_words(words: npt.NDArray[np.unsignedinteger[Any]], bits: int) -> npt.NDArray[np.int64]:
+    """Each row's filled bins: its codes of ``bits`` packed in words (as
+    :func:`code_words` views sketches) that are not 0."""
+    value = words
+    shift = 1
+    while shift < bits:
+        value = value | (value >> value.dtype.type(shift))  # (a new array: words are not changed)
+        shift <<= 1
+    value = value & value.dtype.type(
+        int.from_bytes(bytes([_LOW_BITS[bits]]) * value.dtype.itemsize, "little")
+    )
+    return np.bitwise_count(value).sum(axis=-1, dtype=np.int64)  # type: ignore[no-any-return]
 
 
 #: Per code width: each byte with the lowest bit of each of its codes set.
