@@ -299,7 +299,7 @@ def estimate_jaccard(
         )
     # The same sums as HeldSketch.estimate, over machine words: each code's
     # bits OR-ed into its lowest and counted by popcount (a look-up table of
-    # the bytes took 4-5x the time: a gather per byte).
+    # the bytes, a gather per byte, took 3.1-3.5x the time for 200K pairs).
     words_a, words_b = code_words(a), code_words(b)
     filled_a = filled_words(words_a, sketch.bits)
     filled_b = filled_words(words_b, sketch.bits)
