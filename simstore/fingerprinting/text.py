@@ -201,14 +201,19 @@ def _word_runs(folded: str, hmm: bool) -> str | None:
             replaced.append((char, replacement))
     if len(replaced) > _MOST_REPLACED:
         return None
-    if replaced:
+    if replaced and len(parts) > 1 and all(replacement for _, replacement in replaced):
+        # Nothing is removed, so the Han runs keep their bounds: only the text
+        # between them changes, in one C-level pass a part (not a second split).
+        table = str.maketrans(dict(replaced))
+        parts[0::2] = [part.translate(table) for part in parts[0::2]]
+    elif replaced:
         for char, replacement in replaced:
             folded = folded.replace(char, replacement)
         # (A control removed between two Han runs joins them.)
         parts = _HAN_RUN.split(folded) if len(parts) > 1 else [folded]
     if len(parts) == 1:
         return parts[0]
-    parts[1::2] = [" ".join(words) for words in segment_han(parts[1::2], hmm=hmm)]
+    parts[1::2] = segmented_runs(parts[1::2], hmm=hmm)
     return " ".join(parts)
 
 
@@ -356,39 +361,38 @@ def _cut_by_token_pattern(text: str, hmm: bool) -> list[str]:
 def segment_han(runs: list[str], *, hmm: bool = True) -> list[list[str]]:
     """Segment each run of Han characters as jieba does (see
     :mod:`simstore.fingerprinting.segmenter`); one word list per run."""
+    return [words.split(" ") for words in segmented_runs(runs, hmm=hmm)]
+
+
+def segmented_runs(runs: list[str], *, hmm: bool = True) -> list[str]:
+    """:func:`segment_han` of each run, its words joined by single spaces
+    (a Han word holds no space): what :func:`token_text` puts in its place."""
     # jieba segments each run on its own (see _RUN_SEPARATOR), so a run's
     # words never depend on its neighbours and can be remembered: runs
     # repeat across documents (15 % of the Han characters of the benchmark
-    # corpora, far more among near-duplicates), and jieba is most of the time.
+    # corpora, far more among near-duplicates). They are remembered joined,
+    # as the caller wants them, and cut and split by C-level calls: the
+    # Python loop over every word and the joins took more time than rjieba.
     cache = _segment_cache(hmm)
-    known: dict[str, tuple[str, ...]] = {}
-    missing: list[str] = []
-    for run in dict.fromkeys(runs):
-        words = cache.get(run)
-        if words is None:
-            missing.append(run)
-        else:
-            known[run] = words
-    if missing:
-        segmented: list[list[str]] = [[]]
-        for word in cut_function()(_RUN_SEPARATOR.join(missing), hmm):
-            if word == _RUN_SEPARATOR:
-                segmented.append([])
-            else:
-                segmented[-1].append(word)
-        new = dict(zip(missing, map(tuple, segmented), strict=True))
-        known.update(new)
-        if len(cache) + len(new) > _SEGMENT_CACHE_RUNS:
-            cache.clear()  # bounded memory; a rare refill costs less than an LRU's bookkeeping
-        cache.update(new)
-    return [list(known[run]) for run in runs]
+    found = list(map(cache.get, runs))
+    if None not in found:
+        return found  # type: ignore[return-value]
+    missing = list(dict.fromkeys(run for run, words in zip(runs, found, strict=True) if words is None))
+    # Runs joined by one separator: " ".join of the words puts three spaces
+    # where a run ends (word, separator, word), and single ones inside a run.
+    cut = " ".join(cut_function()(_RUN_SEPARATOR.join(missing), hmm))
+    new = dict(zip(missing, cut.split(" " + _RUN_SEPARATOR + " "), strict=True))
+    if len(cache) + len(new) > _SEGMENT_CACHE_RUNS:
+        cache.clear()  # bounded memory; a rare refill costs less than an LRU's bookkeeping
+    cache.update(new)
+    return [new[run] if words is None else words for run, words in zip(runs, found, strict=True)]
 
 
-# How many distinct runs segment_han remembers (per HMM setting); a run
+# How many distinct runs segmented_runs remembers (per HMM setting); a run
 # takes about 200 bytes with its words.
 _SEGMENT_CACHE_RUNS = 100_000
 
 
 @functools.cache
-def _segment_cache(hmm: bool) -> dict[str, tuple[str, ...]]:
+def _segment_cache(hmm: bool) -> dict[str, str]:
     return {}
