@@ -17,7 +17,7 @@ headline table), ``docs/measured.md`` (the headline figures) and
 axes), ``peers_throughput.png`` (build, batched query and online add throughput bars)
 and ``scale_bytes_and_p50.png``. The dated analyses are in ``benchmarks/HISTORY.md``.
 
-Machine of the figures: the project's 2-core AMD EPYC VM (see each result's header).
+Machine of the figures: one of the project's 2-core VMs (see each result's header).
 """
 
 from __future__ import annotations

@@ -122,7 +122,9 @@ def query_batch(
         sketch_column: the rows' sketches, so that the store's similarity
             threshold (or ``min_similarity``) judges the matches; without
             them matches are not judged.
-        k, min_similarity: as for :meth:`simstore.Store.query_many` (the
+        k: as for :meth:`simstore.Store.query_many` (the store's own by
+            default).
+        min_similarity: as for :meth:`simstore.Store.query_many` (the
             store's own by default).
     """
     paths = _paths(store_paths)
@@ -170,9 +172,10 @@ def add_batch(
         sketch_column: with ``fingerprint_column``, the rows' sketches
             (see :func:`fingerprint_batch`), kept for the store's threshold.
         meta_columns: columns stored as each document's ``meta``.
-        mode, **open_options: as for :func:`simstore.open` (``"c"``:
-            create the store if missing). The store is opened for this call
-            and closed before it returns.
+        mode: as for :func:`simstore.open` (``"c"``: create the store if
+            missing). The store is opened for this call and closed before it
+            returns.
+        **open_options: as for :func:`simstore.open`.
     """
     if (fingerprint_column is None) == (text_column is None):
         raise InvalidValueError("give exactly one of fingerprint_column= and text_column=")
