@@ -201,12 +201,7 @@ def _word_runs(folded: str, hmm: bool) -> str | None:
             replaced.append((char, replacement))
     if len(replaced) > _MOST_REPLACED:
         return None
-    if replaced and len(parts) > 1 and all(replacement for _, replacement in replaced):
-        # Nothing is removed, so the Han runs keep their bounds: only the text
-        # between them changes, in one C-level pass a part (not a second split).
-        table = str.maketrans(dict(replaced))
-        parts[0::2] = [part.translate(table) for part in parts[0::2]]
-    elif replaced:
+    if replaced:
         for char, replacement in replaced:
             folded = folded.replace(char, replacement)
         # (A control removed between two Han runs joins them.)
