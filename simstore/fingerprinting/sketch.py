@@ -38,7 +38,7 @@ from __future__ import annotations
 import functools
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
-from typing import Any
+from typing import Any, TypeVar
 
 import numpy as np
 import numpy.typing as npt
@@ -321,15 +321,8 @@ def code_words(rows: U8Array) -> npt.NDArray[np.unsignedinteger[Any]]:
 def filled_words(words: npt.NDArray[np.unsignedinteger[Any]], bits: int) -> npt.NDArray[np.int64]:
     """Each row's filled bins: its codes of ``bits`` packed in words (as
     :func:`code_words` views sketches) that are not 0."""
-    value = words
-    shift = 1
-    while shift < bits:
-        value = value | (value >> value.dtype.type(shift))  # (a new array: words are not changed)
-        shift <<= 1
-    value = value & value.dtype.type(
-        int.from_bytes(bytes([_LOW_BITS[bits]]) * value.dtype.itemsize, "little")
-    )
-    return np.bitwise_count(value).sum(axis=-1, dtype=np.int64)  # type: ignore[no-any-return]
+    low_bits = code_low_bits(bits, words.dtype.itemsize)
+    return np.bitwise_count(filled_code_bits(words, bits, low_bits)).sum(axis=-1, dtype=np.int64)  # type: ignore[no-any-return]
 
 
 #: Per code width: each byte with the lowest bit of each of its codes set.
@@ -386,13 +379,21 @@ def code_low_bits(bits: int, nbytes: int) -> int:
     return int.from_bytes(bytes([_LOW_BITS[bits]]) * nbytes, "little")
 
 
-def filled_code_bits(value: int, bits: int, low_bits: int) -> int:
-    """``value`` (codes of ``bits`` packed in an int) with the lowest bit of
-    each non-zero code set and every other bit clear (``low_bits``: the lowest
-    bit of every code, see :func:`code_low_bits`): its ``bit_count()`` over a
-    stretch is the filled bins there."""
+#: Packed codes: a Python integer, or an array of unsigned words (each word's
+#: codes packed alike: codes never straddle bytes).
+PackedCodes = TypeVar("PackedCodes", int, npt.NDArray[np.unsignedinteger[Any]])
+
+
+def filled_code_bits(value: PackedCodes, bits: int, low_bits: int) -> PackedCodes:
+    """``value`` (codes of ``bits`` packed in an int, or in each word of an
+    array) with the lowest bit of each non-zero code set and every other bit
+    clear (``low_bits``: the lowest bit of every code of an int or a word, see
+    :func:`code_low_bits`): its popcount over a stretch is the filled bins
+    there."""
+    # (numpy's stubs type an unsigned array's ``|`` and ``&`` with an int as
+    # signed; NEP 50 keeps the array's unsigned dtype.)
     shift = 1
     while shift < bits:
-        value |= value >> shift
+        value = value | (value >> shift)  # type: ignore[assignment]  # (new: an array given is kept)
         shift <<= 1
-    return value & low_bits
+    return value & low_bits  # type: ignore[return-value]
