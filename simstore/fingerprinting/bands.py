@@ -57,7 +57,6 @@ __all__ = [
     "filled_bins",
     "kept_bands",
     "keyed_bands",
-    "shares_band",
     "shares_band_rows",
     "sketch_codes",
     "slot_keys",
@@ -258,21 +257,6 @@ _keyed_band: Callable[[type[KeyedBand], tuple[int, float, float, int, int, bytes
 _keyed_band = tuple.__new__
 
 
-def shares_band(query: Sequence[KeyedBand], rows: U8Array, sketch: Sketch) -> list[bool]:
-    """Whether each packed sketch of ``rows`` shares a key of
-    :func:`band_keys` with the sketch whose :func:`keyed_bands` ``query``
-    is (banded with the same ``per_width``), without hashing the rows'
-    bands (:func:`band_shared`). For a query's few candidates, in plain
-    Python."""
-    low_bits = code_low_bits(sketch.bits, sketch.nbytes)
-    out = []
-    for row in np.asarray(rows, dtype=np.uint8).reshape(-1, sketch.nbytes):
-        raw = row.tobytes()
-        filled = filled_code_bits(int.from_bytes(raw, "little"), sketch.bits, low_bits).bit_count()
-        out.append(band_shared(query, raw, filled))
-    return out
-
-
 def band_shared(query: Sequence[KeyedBand], raw: bytes, filled: int) -> bool:
     """Whether the packed sketch of bytes ``raw`` and ``filled`` filled bins
     shares a key of :func:`band_keys` with the sketch whose
@@ -283,7 +267,7 @@ def band_shared(query: Sequence[KeyedBand], raw: bytes, filled: int) -> bool:
 
 
 def shares_band_rows(query: Sequence[KeyedBand], rows: U8Array, sketch: Sketch) -> npt.NDArray[np.bool_]:
-    """:func:`shares_band` of many rows at once, in numpy: the rows viewed as
+    """:func:`band_shared` of many rows at once, in numpy: the rows viewed as
     a grid of each width's bands (a band starts at a multiple of its
     size), the query's kept columns compared with its pieces, a few calls a
     width whatever the rows' number (a boilerplate paragraph's query has
