@@ -258,6 +258,7 @@ class Environment:
         self._wants_log = defer_meta_sync and sync and not readonly
         self._durable_log = sync
         self._may_join_log = False
+        self._log_state_unused = b""  # the latest stored log state found unused
         self._meta_db: Database | None = None
         #: With a write-ahead log (simstore.engine.wal): records before
         #: commits, checkpoints; set once the map is writable.
@@ -815,8 +816,12 @@ class Environment:
         meta_db, in_use = self._meta_db, self._wal.in_use
 
         def checked(txn: Txn) -> T:
-            if in_use(txn.get(LOG_KEY, db=meta_db)):
-                raise _JoinLogFirstError
+            raw = txn.get(LOG_KEY, db=meta_db)
+            # (The log state found unused last time, the common case, is not decoded again.)
+            if raw is not None and raw != self._log_state_unused:
+                if in_use(raw):
+                    raise _JoinLogFirstError
+                self._log_state_unused = bytes(raw)
             return body(txn)
 
         return checked

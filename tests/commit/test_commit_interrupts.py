@@ -32,7 +32,8 @@ from simstore.commit import group as commit
 from simstore.commit import mailbox, queue
 from simstore.commit.queue import CommitQueue
 from simstore.engine import _lmdb, builder, wal
-from simstore.engine.format import GROUP_KEY
+from simstore.engine.delta import Delta
+from simstore.engine.format import GROUP_KEY, State
 from simstore.keys import pack_key
 from simstore.store.facade import Store
 
@@ -290,6 +291,8 @@ def test_a_leader_interrupted_as_it_hands_on_the_lead(
     any_store: Store, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     """An interrupt as the leader begins to hand on the lead (before it did anything)."""
+    # a leads a group (a lone write without sync commits past the queue)
+    any_store._engine.commit.lone_commits = False
     go = threading.Event()
     committing = _commit_blocked_in(monkeypatch, "a", go)
     real_pass_lead = CommitQueue.pass_lead
@@ -478,6 +481,8 @@ def test_a_follower_interrupted_while_it_waits_leaves_the_queue(
 def test_a_follower_interrupted_as_it_is_handed_the_lead_hands_it_on(
     any_store: Store, monkeypatch: pytest.MonkeyPatch
 ) -> None:
+    # a leads a group (a lone write without sync commits past the queue)
+    any_store._engine.commit.lone_commits = False
     go = threading.Event()
     committing = _commit_blocked_in(monkeypatch, "a", go)
     wakes_of(monkeypatch, "b", waiter="after")  # woken to lead, and interrupted before it could
@@ -587,6 +592,87 @@ def test_an_interrupt_as_the_stores_lock_is_granted_leaves_it_free(store: Store)
     assert done.wait(PATIENCE)
     writer.join()
     assert sorted(store.keys()) == ["a", "b"]
+
+
+@pytest.mark.parametrize(
+    "point",
+    [
+        "as the lock is granted",
+        "in the body",
+        "between the body and the commit",
+        "as the delta takes the commit",
+        "after the commit",
+    ],
+)
+def test_a_lone_write_without_sync_interrupted_leaves_the_store_as_it_says(
+    store_path: str, monkeypatch: pytest.MonkeyPatch, point: str
+) -> None:
+    """Without sync, a write that finds the store's lock free commits past the
+    queue. Interrupted before its commit, nothing of it is stored; from its
+    commit on, it is stored and a query finds it (the delta is in step with
+    the file). Either way the lock is let go, nobody leads, and the other
+    threads' writes go on."""
+
+    class InterruptedWhenGranted(threading._PyRLock):  # type: ignore[name-defined,misc]
+        armed = point == "as the lock is granted"
+
+        def acquire(self, blocking: bool = True, timeout: float = -1) -> bool:
+            granted = bool(super().acquire(blocking, timeout))
+            if self.armed and not blocking:
+                self.armed = False
+                raise KeyboardInterrupt
+            return granted
+
+    in_x = once(lambda: in_thread("x"))
+    real_put_one = simstore.store.writes.put_one
+    real_committed = commit.GroupCommit.committed
+    real_encode = State.encode
+    real_delta_put = Delta.put
+
+    def put_one(engine: Any, txn: Any, state: Any, packed: bytes, *args: Any) -> Any:
+        if point == "in the body" and in_x():
+            raise KeyboardInterrupt
+        return real_put_one(engine, txn, state, packed, *args)
+
+    def committed(self: commit.GroupCommit, engine: Any) -> None:
+        if point == "after the commit" and in_x():
+            raise KeyboardInterrupt
+        real_committed(self, engine)
+
+    def encode(state: State) -> bytes:  # the new state, put after the body ran
+        if point == "between the body and the commit" and in_x():
+            raise KeyboardInterrupt
+        return real_encode(state)
+
+    def delta_put(delta: Delta, doc_id: int, fingerprint: int) -> None:
+        if point == "as the delta takes the commit" and in_x():
+            raise KeyboardInterrupt
+        real_delta_put(delta, doc_id, fingerprint)
+
+    monkeypatch.setattr(simstore.store.writes, "put_one", put_one)
+    monkeypatch.setattr(State, "encode", encode)
+    monkeypatch.setattr(Delta, "put", delta_put)
+    monkeypatch.setattr(commit.GroupCommit, "committed", committed)
+    with simstore.open(store_path, k=3, sync=False) as store:
+        store.add("a", fingerprint=fp_of(1))
+        lock = store._engine.lock = InterruptedWhenGranted()
+        callers = Callers(store)
+        callers.start("x", lambda: store.add("x", fingerprint=fp_of(2)))
+        outcomes = callers.join()
+        assert outcomes["x"][0] == "interrupted"
+        free = lock.acquire(blocking=False)
+        if free:
+            lock.release()
+        else:
+            store._engine.lock = threading.RLock()  # (so that close does not wait for ever)
+        assert free, "the interrupted write left the store's lock held"
+        stored = point in ("as the delta takes the commit", "after the commit")
+        expected = ["a", "x"] if stored else ["a"]
+        assert sorted(store.keys()) == expected
+        assert [match.key for match in store.query(fp_of(2), k=0)] == expected[1:]
+        callers.start("b", lambda: store.add("b", fingerprint=fp_of(3)))
+        assert callers.join()["b"][0] == "ok"
+        settled(store)
 
 
 def test_an_interrupted_merge_does_not_wait_for_the_sort_queued(store: Store) -> None:
