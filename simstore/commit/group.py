@@ -144,8 +144,9 @@ class GroupCommit:
         self._mailbox: Mailbox | None = None
         self._mailbox_refused = False
         self.others_committed = 0  # other processes' writes this process committed
-        # Without sync, a write that finds the store's lock free commits
-        # alone, past the queue (see write); tests of the queue turn it off.
+        # Without a flush at each commit, a write that finds the store's lock
+        # free commits alone, past the queue (see write); tests of the queue
+        # turn it off.
         self.lone_commits = True
 
     # ------------------------------------------------------------ group commit
@@ -177,12 +178,13 @@ class GroupCommit:
             # store call): a group's leader would wait for that lock for ever.
             return self._commit_here(engine, body, spec)
         queue = self.queue
-        if queue.leader is None and self.lone_commits and engine.options.sync is False:
-            # No group forming and no flush to share: a writer that gets the
-            # lock at once commits alone, without the queue and the lead
-            # (a quarter of a lone add's time). Under contention writers
-            # queue and share commits as before. Released in the finally, so
-            # that an interrupt as the lock is granted cannot leave it held.
+        if queue.leader is None and self.lone_commits and not engine.env.shares_commits:
+            # No group forming and no flush at each commit to share
+            # (sync=False or "interval"): a writer that gets the lock at once
+            # commits alone, without the queue and the lead (a third of a
+            # lone add's time). Under contention writers queue and share
+            # commits as before. Released in the finally, so that an
+            # interrupt as the lock is granted cannot leave it held.
             try:
                 if lock.acquire(blocking=False):
                     return self._commit_here(engine, body, spec)
@@ -219,6 +221,11 @@ class GroupCommit:
         except BaseException as exc:
             if not isinstance(exc, Exception):
                 engine.forget_delta()
+                if engine.options.sync == "interval":
+                    # The commit may have come without its count (Engine.write
+                    # counts it after): counted, so that it is flushed in time.
+                    with contextlib.suppress(Exception):
+                        self._count_commit(engine)
             raise
 
     def _follow(self, engine: Engine, request: Request) -> bool:

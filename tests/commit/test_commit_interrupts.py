@@ -604,14 +604,15 @@ def test_an_interrupt_as_the_stores_lock_is_granted_leaves_it_free(store: Store)
         "after the commit",
     ],
 )
-def test_a_lone_write_without_sync_interrupted_leaves_the_store_as_it_says(
-    store_path: str, monkeypatch: pytest.MonkeyPatch, point: str
+@pytest.mark.parametrize("sync", [False, "interval"])
+def test_a_lone_write_without_a_flush_interrupted_leaves_the_store_as_it_says(
+    store_path: str, monkeypatch: pytest.MonkeyPatch, point: str, sync: bool | str
 ) -> None:
-    """Without sync, a write that finds the store's lock free commits past the
-    queue. Interrupted before its commit, nothing of it is stored; from its
-    commit on, it is stored and a query finds it (the delta is in step with
-    the file). Either way the lock is let go, nobody leads, and the other
-    threads' writes go on."""
+    """Without a flush at each commit (``sync=False`` or ``"interval"``), a
+    write that finds the store's lock free commits past the queue. Interrupted
+    before its commit, nothing of it is stored; from its commit on, it is
+    stored and a query finds it (the delta is in step with the file). Either
+    way the lock is let go, nobody leads, and the other threads' writes go on."""
 
     class InterruptedWhenGranted(threading._PyRLock):  # type: ignore[name-defined,misc]
         armed = point == "as the lock is granted"
@@ -653,7 +654,7 @@ def test_a_lone_write_without_sync_interrupted_leaves_the_store_as_it_says(
     monkeypatch.setattr(State, "encode", encode)
     monkeypatch.setattr(Delta, "put", delta_put)
     monkeypatch.setattr(commit.GroupCommit, "committed", committed)
-    with simstore.open(store_path, k=3, sync=False) as store:
+    with simstore.open(store_path, k=3, sync=sync) as store:
         store.add("a", fingerprint=fp_of(1))
         lock = store._engine.lock = InterruptedWhenGranted()
         callers = Callers(store)
