@@ -73,14 +73,16 @@ MAX_DBS = len(FIXED_DB_NAMES) + 1 + MAX_TABLES
 TABLE_DB_FLAGS: dict[str, bool] = {}
 
 # A writer's file is as long as its map and every block of it is allocated
-# (see Environment.use_writable_map), so the map starts small and grows by an
-# eighth of what is in use (at least MIN_MAP_SIZE, at most MAX_GROWTH_STEP)
-# when full, and a reservation adds the same eighth beyond its need: the file
-# stays within about 1.125x of the pages in use. Growth by half, as format 1
-# did, left a 100M store's file up to 1.5x its pages.
+# (see Environment.use_writable_map), so the map starts small and grows by a
+# sixteenth of what is in use (at least MIN_MAP_SIZE, at most MAX_GROWTH_STEP)
+# when full, and a reservation adds the same sixteenth beyond its need: the
+# file stays within about 1.07x of the pages in use. Growth by half, as format
+# 1 did, left a 100M store's file up to 1.5x its pages; by an eighth, a 10M
+# store's 102 bytes a document for 91 in use (96 now), with no more growths
+# in its build or in 200K single adds after it.
 INITIAL_MAP_SIZE = 1 << 20
 MIN_MAP_SIZE = 1 << 20
-MAP_HEADROOM_FRACTION = 8
+MAP_HEADROOM_FRACTION = 16
 # The lock file LMDB makes for 126 readers (measured: 8192 bytes).
 LOCK_FILE_BYTES = 8192
 # Below this much free space an I/O error from a commit is taken as a full disk.
