@@ -258,7 +258,9 @@ def put_one(
         # A new id has no meta to delete: ids are never reused.
         put_meta(engine, txn, id_bytes, packed_meta)
     txn.put(encode_seq(state.next_seq), encode_add(doc_id, fp), db=handles.delta, append=True)
-    return state._replace(next_id=next_id, next_seq=state.next_seq + 1), Change([(doc_id, fp)], [])
+    # (Built whole: half the time of _replace, on every single add.)
+    new_state = State(next_id, state.next_seq + 1, state.merge_epoch, state.catalog_version)
+    return new_state, Change([(doc_id, fp)], [])
 
 
 def add_packed(
