@@ -221,11 +221,7 @@ class GroupCommit:
         except BaseException as exc:
             if not isinstance(exc, Exception):
                 engine.forget_delta()
-                if engine.options.sync == "interval":
-                    # The commit may have come without its count (Engine.write
-                    # counts it after): counted, so that it is flushed in time.
-                    with contextlib.suppress(Exception):
-                        self._count_commit(engine)
+                self._count_interrupted_commit(engine)
             raise
 
     def _follow(self, engine: Engine, request: Request) -> bool:
@@ -515,11 +511,7 @@ class GroupCommit:
         if fate is not False:
             if fate and applied is not None:
                 self._last_group_txn = max(self._last_group_txn, applied.txn_id)
-            if engine.options.sync == "interval":
-                # The commit may have come without its count (Engine.write
-                # calls committed() after it): count it, so that it is flushed in time.
-                with contextlib.suppress(Exception):
-                    self._count_commit(engine)
+            self._count_interrupted_commit(engine)
         for index, request in enumerate(pending):
             if fate is False:
                 request.retry = True
@@ -987,6 +979,15 @@ class GroupCommit:
             return
         if engine.options.sync == "interval":
             self._count_commit(engine)
+
+    def _count_interrupted_commit(self, engine: Engine) -> None:
+        """After an interrupt around a commit, with ``sync="interval"``: the
+        commit may have come without its count (Engine.write calls
+        committed() after it): counted, so that it is flushed in time (an
+        extra count only flushes sooner)."""
+        if engine.options.sync == "interval":
+            with contextlib.suppress(Exception):
+                self._count_commit(engine)
 
     def _count_commit(self, engine: Engine) -> None:
         """``sync="interval"``: count a commit, and flush once ``sync_every``
